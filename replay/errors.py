@@ -1,0 +1,28 @@
+"""Exceptions raised by the replay package.
+
+Every error carries the offending field, index or value in its message, so a caller can
+tell what was wrong without a debugger. All derive from :class:`ReplayError`, which
+derives from ``ValueError`` for the input errors, so generic handlers still work.
+"""
+
+from __future__ import annotations
+
+
+class ReplayError(Exception):
+    """Base class of every error raised by the replay package."""
+
+
+class InvalidBatchError(ReplayError, ValueError):
+    """A batch of transitions does not match the store's spec (names, shapes, dtypes)."""
+
+
+class InvalidPriorityError(ReplayError, ValueError):
+    """A priority is NaN, infinite, negative, or overflows when raised to the exponent."""
+
+
+class InvalidIndexError(ReplayError, ValueError):
+    """A slot index is outside ``[0, capacity)`` or arrays disagree in length."""
+
+
+class EmptyReplayError(ReplayError):
+    """Sampling was asked of a store that holds nothing with positive priority."""
