@@ -7,8 +7,11 @@ immutable values and have a tiny dict form for configs and wire headers.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -38,7 +41,9 @@ class FieldSpec:
         try:
             shape = tuple(int(d) for d in self.shape)
         except TypeError as exc:
-            raise InvalidBatchError(f"field {self.name!r}: shape {self.shape!r} is not a tuple") from exc
+            raise InvalidBatchError(
+                f"field {self.name!r}: shape {self.shape!r} is not a tuple"
+            ) from exc
         if any(d < 0 for d in shape):
             raise InvalidBatchError(f"field {self.name!r}: negative dimension in shape {shape}")
         try:
@@ -52,10 +57,10 @@ class FieldSpec:
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", dtype.newbyteorder("="))
 
-    @property
+    @cached_property
     def item_nbytes(self) -> int:
         """Bytes of one transition's value of this field."""
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def check_batch(self, array: object, batch_size: int | None = None) -> int:
         """Checks that ``array`` is a batch of this field and returns its length.
@@ -86,7 +91,6 @@ class FieldSpec:
 class TransitionSpec(Mapping[str, FieldSpec]):
     """An ordered, immutable set of :class:`FieldSpec`, keyed by name."""
 
-    __slots__ = ("_fields",)
 
     def __init__(self, fields: Iterable[FieldSpec]) -> None:
         ordered: dict[str, FieldSpec] = {}
@@ -116,7 +120,7 @@ class TransitionSpec(Mapping[str, FieldSpec]):
         """The inverse of :meth:`from_dict`, with dtypes as strings (``"float32"``)."""
         return {f.name: (f.shape, f.dtype.name) for f in self._fields.values()}
 
-    @property
+    @cached_property
     def item_nbytes(self) -> int:
         """Bytes of one whole transition (all fields, unpadded)."""
         return sum(f.item_nbytes for f in self._fields.values())

@@ -76,8 +76,11 @@ def gather_rows(
             out_start += n * size
     return touched
 
+
 @njit(cache=True, nogil=True)
-def stamp_generations(generations: np.ndarray, start: int, first_generation: int, count: int) -> np.ndarray:
+def stamp_generations(
+    generations: np.ndarray, start: int, first_generation: int, count: int
+) -> np.ndarray:
     """Stamps ``count`` consecutive ring slots from ``start`` (wrapping) with consecutive
     generations and returns those slots."""
     capacity = generations.size
@@ -131,6 +134,8 @@ class RingStorage:
             [self._row_dtype.fields[name][1] for name in spec], dtype=np.int64
         )
         self._field_nbytes = np.array([f.item_nbytes for f in spec.values()], dtype=np.int64)
+        self._field_layout = [(f.name, f.dtype, f.shape, f.item_nbytes) for f in spec.values()]
+        self._item_nbytes = spec.item_nbytes
         self._generations = np.full(self._capacity, -1, dtype=np.int64)
         self._next_generation = 0
 
@@ -197,15 +202,12 @@ class RingStorage:
 
     def allocate_batch(self, batch_size: int) -> BatchBuffers:
         """Contiguous per-field arrays for ``batch_size`` items, all views of one buffer."""
-        flat = aligned_empty(batch_size * self._spec.item_nbytes, np.uint8)
+        flat = np.empty(batch_size * self._item_nbytes, dtype=np.uint8)
         fields: dict[str, np.ndarray] = {}
         start = 0
-        for name, field in self._spec.items():
-            nbytes = batch_size * field.item_nbytes
-            fields[name] = flat[start : start + nbytes].view(field.dtype).reshape(
-                (batch_size, *field.shape)
-            )
-            start += nbytes
+        for name, dtype, shape, nbytes in self._field_layout:
+            fields[name] = np.ndarray((batch_size, *shape), dtype, flat, start)
+            start += batch_size * nbytes
         return BatchBuffers(flat, fields, batch_size)
 
     def gather(self, slots: np.ndarray, out: BatchBuffers | None = None) -> dict[str, np.ndarray]:

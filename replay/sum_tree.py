@@ -36,7 +36,9 @@ _SHIFT = 3  # log2(ARITY)
 _CACHE_LINE_BYTES = 64
 
 
-def aligned_empty(size: int, dtype: np.dtype | type, alignment: int = _CACHE_LINE_BYTES) -> np.ndarray:
+def aligned_empty(
+    size: int, dtype: np.dtype | type, alignment: int = _CACHE_LINE_BYTES
+) -> np.ndarray:
     """A 1-D uninitialised array whose first element sits on an ``alignment``-byte boundary."""
     dtype = np.dtype(dtype)
     nbytes = size * dtype.itemsize
@@ -110,7 +112,9 @@ def set_leaves(
 
 
 @njit(cache=True, nogil=True)
-def find_leaves(sums: np.ndarray, offsets: np.ndarray, targets: np.ndarray, out: np.ndarray) -> None:
+def find_leaves(
+    sums: np.ndarray, offsets: np.ndarray, targets: np.ndarray, out: np.ndarray
+) -> None:
     """For each target ``t`` in ``[0, total)``, writes the leaf ``i`` with
     ``prefix(i) <= t < prefix(i) + p_i``; a target at or past the total maps to the last
     positive leaf. Queries advance one level at a time so their cache misses overlap.
@@ -156,7 +160,9 @@ def stratified_targets(total: float, uniforms: np.ndarray, out: np.ndarray) -> N
 
 
 @njit(cache=True, nogil=True)
-def rebuild_levels(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, real_nodes: np.ndarray) -> None:
+def rebuild_levels(
+    sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, real_nodes: np.ndarray
+) -> None:
     """Recomputes every inner node from the leaves. O(capacity)."""
     depth = offsets.size - 2
     for level in range(depth - 1, -1, -1):
@@ -255,9 +261,7 @@ class SumTree:
         indices = self._checked_indices(indices)
         priorities = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
         if priorities.size != indices.size:
-            raise InvalidIndexError(
-                f"{indices.size} indices but {priorities.size} priorities"
-            )
+            raise InvalidIndexError(f"{indices.size} indices but {priorities.size} priorities")
         bad = first_invalid_priority(priorities)
         if bad >= 0:
             raise InvalidPriorityError(
@@ -283,7 +287,9 @@ class SumTree:
         self._require_mass()
         bad = first_invalid_priority(targets)
         if bad >= 0:
-            raise InvalidPriorityError(f"target {targets[bad]!r} at position {bad} is not finite and >= 0")
+            raise InvalidPriorityError(
+                f"target {targets[bad]!r} at position {bad} is not finite and >= 0"
+            )
         out = np.empty(targets.size, dtype=np.int64)
         find_leaves(self._sums, self._offsets, targets, out)
         return out

@@ -1,0 +1,1 @@
+"""Ape-X roles: actors, the learner, networks and algorithms (built on ``replay``)."""

@@ -1,0 +1,1 @@
+"""The ``apex`` command line, local supervisor and Slurm glue (uses ``apex`` and ``replay``)."""

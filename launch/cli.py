@@ -1,0 +1,118 @@
+"""The ``apex`` command: one click group with a subcommand per role or tool."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _parse_peer_python(values: tuple[str, ...]) -> dict[str, str]:
+    mapping = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise click.BadParameter(f"{value!r} is not NAME=PATH", param_hint="--peer-python")
+        if not Path(path).exists():
+            raise click.BadParameter(f"interpreter {path!r} does not exist", param_hint="--peer-python")
+        mapping[name] = path
+    return mapping
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.version_option(package_name="apex-rl")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    help="Logging threshold for every role.",
+)
+def main(log_level: str) -> None:
+    """Ape-X-style distributed reinforcement learning: actors, sharded replay, one learner."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+@main.group()
+def bench() -> None:
+    """Throughput benchmarks; each writes JSON records and a markdown table."""
+
+
+@bench.command("replay")
+@click.option("--quick", is_flag=True, help="Tiny stores and short repeats (seconds in all).")
+@click.option(
+    "--impl",
+    "implementations",
+    multiple=True,
+    type=click.Choice(["apex", "apex-fresh", "cpprb", "torchrl"]),
+    help="Implementations to measure (default: all).",
+)
+@click.option(
+    "--case",
+    "case_names",
+    multiple=True,
+    help="Cases to run, by name or kind (small, atari); default: all.",
+)
+@click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed repeats per figure.")
+@click.option(
+    "--seconds",
+    "seconds_per_repeat",
+    type=click.FloatRange(min=0.001),
+    default=None,
+    help="Seconds per timed repeat [default: 0.4, 0.05 with --quick].",
+)
+@click.option(
+    "--peer-python",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="Run a peer under another interpreter, e.g. torchrl=.venv-peers/bin/python.",
+)
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write JSON here."
+)
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the markdown table here (it is always printed).",
+)
+def bench_replay(
+    quick: bool,
+    implementations: tuple[str, ...],
+    case_names: tuple[str, ...],
+    repeats: int,
+    seconds_per_repeat: float | None,
+    peer_python: tuple[str, ...],
+    json_path: Path | None,
+    markdown_path: Path | None,
+) -> None:
+    """Prioritized replay core beside cpprb and torchrl: insert, sample, update, loop."""
+    from bench import replay_suite, report
+
+    peers = _parse_peer_python(peer_python)
+    document = report.new_document(REPO_ROOT)
+    result = replay_suite.run(
+        quick=quick,
+        implementations=implementations or replay_suite.IMPLEMENTATIONS,
+        case_names=case_names or None,
+        repeats=repeats,
+        seconds_per_repeat=seconds_per_repeat,
+        peer_python=peers,
+        memory_bytes=document["machine"]["memory_bytes"],
+        progress=lambda line: click.echo(f"... {line}", err=True),
+    )
+    report.add_suite(document, replay_suite.SUITE, result)
+    problems = report.validate(document)
+    if json_path:
+        report.write_json(document, json_path)
+    text = report.markdown(document)
+    if markdown_path:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(text)
+    click.echo(text)
+    if problems:
+        raise click.ClickException("benchmark document failed validation: " + "; ".join(problems))
