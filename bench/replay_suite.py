@@ -117,7 +117,11 @@ def run(
     """Runs the suite and returns ``{"records": [...], "ratios": [...], "config": {...}}``."""
     cases = [fit_to_memory(case, memory_bytes) for case in (QUICK_CASES if quick else FULL_CASES)]
     if case_names:
-        cases = [case for case in cases if case.name.split("-")[0] in case_names or case.name in case_names]
+        cases = [
+            case
+            for case in cases
+            if case.name.split("-")[0] in case_names or case.name in case_names
+        ]
     per_repeat = seconds_per_repeat if seconds_per_repeat is not None else (0.05 if quick else 0.4)
     peer_python = peer_python or {}
     records: list[dict[str, object]] = []
@@ -151,7 +155,9 @@ def run(
                 reason = str(result["error"])
                 if implementation == "torchrl" and "available" in reason:
                     reason += f" ({TORCHRL_HINT})"
-                records.append({**base, "status": "unavailable", "reason": reason, "params": params})
+                records.append(
+                    {**base, "status": "unavailable", "reason": reason, "params": params}
+                )
                 continue
             for record in result["records"]:
                 records.append({**base, "status": "ok", **record, "params": params})

@@ -43,8 +43,8 @@ def _fields(case: dict) -> dict[str, tuple[tuple[int, ...], str]]:
 
 def _random_batch(fields: dict, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     batch = {}
-    for name, (shape, dtype) in fields.items():
-        dtype = np.dtype(dtype)
+    for name, (shape, dtype_name) in fields.items():
+        dtype = np.dtype(dtype_name)
         if dtype.kind == "f":
             batch[name] = rng.random((count, *shape), dtype=np.float32).astype(dtype)
         else:
@@ -187,7 +187,12 @@ def run(request: dict) -> dict:
         ("sample", "batches/s", adapter.sample, 1.0),
         ("update", "calls/s", update, 1.0),
         ("loop", "iterations/s", loop, 1.0),
-        ("insert", "transitions/s", lambda: adapter.add(insert_data, insert_priorities), insert_batch),
+        (
+            "insert",
+            "transitions/s",
+            lambda: adapter.add(insert_data, insert_priorities),
+            insert_batch,
+        ),
     ]
     wanted = set(request.get("metrics") or [op[0] for op in operations])
     records = []

@@ -121,12 +121,16 @@ def markdown(document: dict) -> str:
         records = [r for r in document["records"] if r["suite"] == suite]
         implementations = list(dict.fromkeys(r["implementation"] for r in records))
         ratio_rows = [r for r in document["ratios"] if r["suite"] == suite]
-        ratio_names = list(dict.fromkeys(f"{r['numerator']}/{r['denominator']}" for r in ratio_rows))
+        ratio_names = list(
+            dict.fromkeys(f"{r['numerator']}/{r['denominator']}" for r in ratio_rows)
+        )
         header = ["case", "metric", "unit", *implementations, *ratio_names]
         lines += [f"### {suite}", "", "| " + " | ".join(header) + " |"]
         lines.append("|" + "---|" * len(header))
         keys = list(
-            dict.fromkeys((r["case"], r["metric"], r["unit"]) for r in records if r["status"] == "ok")
+            dict.fromkeys(
+                (r["case"], r["metric"], r["unit"]) for r in records if r["status"] == "ok"
+            )
         )
         for case, metric, unit in keys:
             cells = [case, metric, unit]

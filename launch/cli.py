@@ -17,7 +17,9 @@ def _parse_peer_python(values: tuple[str, ...]) -> dict[str, str]:
         if not sep or not name or not path:
             raise click.BadParameter(f"{value!r} is not NAME=PATH", param_hint="--peer-python")
         if not Path(path).exists():
-            raise click.BadParameter(f"interpreter {path!r} does not exist", param_hint="--peer-python")
+            raise click.BadParameter(
+                f"interpreter {path!r} does not exist", param_hint="--peer-python"
+            )
         mapping[name] = path
     return mapping
 

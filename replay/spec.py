@@ -8,7 +8,6 @@ immutable values and have a tiny dict form for configs and wire headers.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -90,7 +89,6 @@ class FieldSpec:
 
 class TransitionSpec(Mapping[str, FieldSpec]):
     """An ordered, immutable set of :class:`FieldSpec`, keyed by name."""
-
 
     def __init__(self, fields: Iterable[FieldSpec]) -> None:
         ordered: dict[str, FieldSpec] = {}

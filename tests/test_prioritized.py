@@ -205,6 +205,6 @@ def test_bad_updates_and_samples_are_rejected(small_spec: TransitionSpec) -> Non
 
 def test_priority_overflow_after_the_exponent_is_rejected(small_spec: TransitionSpec) -> None:
     replay = PrioritizedReplay(small_spec, capacity=4, alpha=2.0, rng=0)
-    with pytest.raises(InvalidPriorityError, match="alpha=2.0"):
+    with pytest.raises(InvalidPriorityError, match=r"alpha=2\.0"):
         replay.add(make_batch(small_spec, 1), np.array([1e300]))
     assert replay.size == 0
