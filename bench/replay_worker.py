@@ -122,14 +122,16 @@ class TorchrlAdapter:
             batch_size=[count],
         )
         index = self.buffer.extend(data)
-        self.buffer.update_priority(index, self.torch.from_numpy(priorities))
+        self.buffer.update_priority(index, self.torch.as_tensor(priorities, dtype=self.torch.float))
 
     def sample(self) -> None:
         _, info = self.buffer.sample(return_info=True)
         self.last_index = info["index"]
 
     def update(self, priorities: np.ndarray) -> None:
-        self.buffer.update_priority(self.last_index, self.torch.from_numpy(priorities))
+        self.buffer.update_priority(
+            self.last_index, self.torch.as_tensor(priorities, dtype=self.torch.float)
+        )
 
 
 def _make_adapter(implementation: str, fields: dict, capacity: int, batch_size: int):

@@ -26,3 +26,8 @@ class InvalidIndexError(ReplayError, ValueError):
 
 class EmptyReplayError(ReplayError):
     """Sampling was asked of a store that holds nothing with positive priority."""
+
+
+class ProtocolError(ReplayError, ValueError):
+    """A wire message is malformed: bad header, unknown version or kind, frames that
+    disagree with the header, or arrays that do not match the receiver's spec."""
