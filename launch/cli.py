@@ -39,6 +39,99 @@ def main(log_level: str) -> None:
     )
 
 
+class FieldParam(click.ParamType):
+    """``NAME:SHAPE:DTYPE`` with SHAPE comma-separated and empty for scalars,
+    e.g. ``obs:4,84,84:uint8`` or ``reward::float32``."""
+
+    name = "NAME:SHAPE:DTYPE"
+
+    def convert(self, value, param, ctx):
+        from replay.errors import InvalidBatchError
+        from replay.spec import FieldSpec
+
+        if isinstance(value, FieldSpec):
+            return value
+        parts = value.split(":")
+        if len(parts) != 3:
+            self.fail(f"{value!r} is not NAME:SHAPE:DTYPE", param, ctx)
+        name, shape_text, dtype = parts
+        try:
+            shape = tuple(int(d) for d in shape_text.split(",") if d.strip())
+            return FieldSpec(name, shape, dtype)
+        except (ValueError, InvalidBatchError) as exc:
+            self.fail(f"{value!r}: {exc}", param, ctx)
+
+
+SMALL_FIELDS = (
+    "obs:4:float32",
+    "action::int64",
+    "reward::float32",
+    "discount::float32",
+    "next_obs:4:float32",
+)
+
+
+@main.command("replay")
+@click.option(
+    "--field",
+    "fields",
+    multiple=True,
+    type=FieldParam(),
+    default=SMALL_FIELDS,
+    help="A stored field, repeated once per field.",
+)
+@click.option("--capacity", type=click.IntRange(min=1), default=1 << 20, help="Transitions kept.")
+@click.option("--alpha", type=click.FloatRange(min=0), default=0.6, help="Priority exponent.")
+@click.option(
+    "--min-size", type=click.IntRange(min=1), default=1, help="Stored transitions before sampling."
+)
+@click.option("--host", default="127.0.0.1", help="Address to bind (0.0.0.0 for all).")
+@click.option(
+    "--insert-port", type=click.IntRange(0, 65535), default=0, help="PULL port (0: free port)."
+)
+@click.option(
+    "--request-port", type=click.IntRange(0, 65535), default=0, help="ROUTER port (0: free port)."
+)
+@click.option("--shard-index", type=click.IntRange(min=0), default=0, help="This shard's index.")
+@click.option("--seed", type=int, default=0, help="Seed of the sampling generator.")
+def replay_role(
+    fields, capacity, alpha, min_size, host, insert_port, request_port, shard_index, seed
+) -> None:
+    """Run one replay shard until SIGINT or SIGTERM.
+
+    Prints one JSON line with its endpoints once bound (``{"ready": ...}``)."""
+    import json
+    import signal
+
+    from replay.shard import ShardConfig, ShardServer
+    from replay.spec import TransitionSpec
+
+    try:
+        spec = TransitionSpec(fields)
+        config = ShardConfig(
+            spec=spec, capacity=capacity, alpha=alpha, min_size_to_sample=min_size, host=host,
+            insert_port=insert_port, request_port=request_port, shard_index=shard_index, seed=seed,
+        )  # fmt: skip
+        server = ShardServer(config)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    previous = {}
+
+    def request_stop(signum, frame):
+        server.stop()
+        signal.signal(signum, previous[signum])  # a second signal gets the default action
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, request_stop)
+    ready = {
+        "insert": server.insert_endpoint,
+        "request": server.request_endpoint,
+        "shard": shard_index,
+    }
+    click.echo(json.dumps({"ready": ready}), nl=True)
+    server.serve()
+
+
 @main.group()
 def bench() -> None:
     """Throughput benchmarks; each writes JSON records and a markdown table."""

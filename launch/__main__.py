@@ -1,0 +1,5 @@
+"""``python -m launch`` runs the ``apex`` command."""
+
+from launch.cli import main
+
+main()

@@ -1,0 +1,223 @@
+"""Clients of replay shards: requests to one shard, and the actors' insert client.
+
+Every blocking wait goes through a poller with a timeout and raises
+:class:`ReplayTimeout` when it runs out; nothing blocks forever on a dead shard.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import zmq
+
+from replay.errors import ProtocolError, ReplayError
+from replay.spec import TransitionSpec
+from replay.wire import Kind, Message, array_text, decode, encode, spec_from_array
+
+
+class ReplayTimeout(ReplayError):
+    """A shard did not answer, or accept data, within the timeout."""
+
+
+class ShardError(ReplayError):
+    """A shard answered a request with an ERROR message."""
+
+
+class SpecMismatchError(ReplayError, ValueError):
+    """A shard stores different fields than the client was configured for."""
+
+
+@dataclass(frozen=True)
+class ShardEndpoints:
+    """Where one shard listens: ``insert`` (PULL) and ``request`` (ROUTER)."""
+
+    insert: str
+    request: str
+
+
+def make_socket(context: zmq.Context, kind: int, hwm: int) -> zmq.Socket:
+    """A socket with LINGER 0 and both high-water marks set (the one place we make them)."""
+    socket = context.socket(kind)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SNDHWM, hwm)
+    socket.setsockopt(zmq.RCVHWM, hwm)
+    return socket
+
+
+class RequestClient:
+    """A DEALER connected to one shard's ROUTER, for SPEC, INFO, SAMPLE and UPDATE.
+
+    Args:
+        context: the process's ZeroMQ context.
+        endpoint: the shard's request endpoint.
+        sender: this process's u32 id.
+        timeout_s: how long a request waits for its reply.
+        hwm: high-water mark of the socket.
+    """
+
+    def __init__(
+        self,
+        context: zmq.Context,
+        endpoint: str,
+        sender: int,
+        timeout_s: float = 5.0,
+        hwm: int = 64,
+    ) -> None:
+        self.endpoint = endpoint
+        self._sender = sender
+        self._timeout_ms = int(timeout_s * 1000)
+        self._socket = make_socket(context, zmq.DEALER, hwm)
+        self._socket.connect(endpoint)
+        self._sequence = 0
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+    def send(self, kind: Kind, count: int = 0, scalar: float = 0.0, arrays: tuple = ()) -> int:
+        """Sends a request without waiting; returns its sequence number.
+
+        Raises:
+            ReplayTimeout: the socket's queue stayed full for the timeout.
+        """
+        sequence = self._sequence
+        self._sequence += 1
+        frames = encode(Message(kind, self._sender, sequence, -1, count, scalar, arrays))
+        if not self._socket.poll(self._timeout_ms, zmq.POLLOUT):
+            raise ReplayTimeout(f"{self.endpoint}: could not send {kind.name} in time")
+        self._socket.send_multipart(frames, copy=False)
+        return sequence
+
+    def receive(self, expected: Kind) -> Message:
+        """The next reply, which must be of kind ``expected``.
+
+        Raises:
+            ReplayTimeout: no reply within the timeout.
+            ShardError: the shard answered with an ERROR.
+            ProtocolError: the reply is malformed or of another kind.
+        """
+        if not self._socket.poll(self._timeout_ms, zmq.POLLIN):
+            raise ReplayTimeout(f"{self.endpoint}: no reply within {self._timeout_ms} ms")
+        reply = decode(self._socket.recv_multipart(copy=False))
+        if reply.kind == Kind.ERROR:
+            raise ShardError(f"{self.endpoint}: {array_text(reply.arrays[0])}")
+        if reply.kind != expected:
+            raise ProtocolError(f"{self.endpoint}: expected {expected.name}, got {reply.kind.name}")
+        return reply
+
+    def spec(self) -> TransitionSpec:
+        self.send(Kind.SPEC)
+        return spec_from_array(self.receive(Kind.SPEC_REPLY).arrays[0])
+
+    def info(self) -> dict[str, object]:
+        self.send(Kind.INFO)
+        return json.loads(array_text(self.receive(Kind.INFO_REPLY).arrays[0]))
+
+    def sample(self, batch_size: int, beta: float) -> Message:
+        """One SAMPLE round trip; arrays as in the wire format's SAMPLE_REPLY."""
+        self.send(Kind.SAMPLE, count=batch_size, scalar=beta)
+        return self.receive(Kind.SAMPLE_REPLY)
+
+    def update(self, indices: np.ndarray, generations: np.ndarray, priorities: np.ndarray) -> None:
+        """Sends new priorities; the shard does not reply (see its INFO counters)."""
+        arrays = (
+            np.ascontiguousarray(indices, dtype=np.int64),
+            np.ascontiguousarray(generations, dtype=np.int64),
+            np.ascontiguousarray(priorities, dtype=np.float64),
+        )
+        self.send(Kind.UPDATE, count=len(arrays[0]), arrays=arrays)
+
+
+class InsertClient:
+    """An actor's connection to every shard: batches go round-robin to shards with room.
+
+    A PUSH socket per shard, each with a high-water mark, so a dead or slow shard costs at
+    most ``hwm`` queued batches of memory; a batch goes to the next shard with room, and
+    :meth:`insert` raises :class:`ReplayTimeout` only when no shard takes it in time.
+
+    Args:
+        context: the process's ZeroMQ context.
+        shards: every shard's endpoints.
+        sender: this actor's u32 id.
+        spec: the fields this actor sends; checked against every shard at start.
+        timeout_s: how long to wait for a shard's spec, or for room to send.
+        hwm: batches queued per shard at most.
+
+    Raises:
+        SpecMismatchError: a shard stores other fields (the message shows both specs).
+        ReplayTimeout: a shard did not answer the spec request in time.
+    """
+
+    def __init__(
+        self,
+        context: zmq.Context,
+        shards: Sequence[ShardEndpoints],
+        sender: int,
+        spec: TransitionSpec,
+        timeout_s: float = 10.0,
+        hwm: int = 16,
+    ) -> None:
+        if not shards:
+            raise ValueError("an insert client needs at least one shard")
+        for index, shard in enumerate(shards):
+            requests = RequestClient(context, shard.request, sender, timeout_s)
+            try:
+                remote = requests.spec()
+            finally:
+                requests.close()
+            if remote != spec:
+                raise SpecMismatchError(
+                    f"shard {index} at {shard.request} stores {remote}, this actor sends {spec}"
+                )
+        self._spec = spec
+        self._sender = sender
+        self._timeout_ms = int(timeout_s * 1000)
+        self._sockets = []
+        for shard in shards:
+            socket = make_socket(context, zmq.PUSH, hwm)
+            socket.connect(shard.insert)
+            self._sockets.append(socket)
+        self._poller = zmq.Poller()
+        for socket in self._sockets:
+            self._poller.register(socket, zmq.POLLOUT)
+        self._next = 0
+        self._sequence = 0
+
+    def close(self) -> None:
+        for socket in self._sockets:
+            socket.close(linger=0)
+
+    def insert(
+        self, batch: Mapping[str, np.ndarray], priorities: np.ndarray, policy_version: int = -1
+    ) -> int:
+        """Sends one batch to a shard with room; returns that shard's index.
+
+        The arrays are sent without a copy: do not write to them after this call.
+
+        Raises:
+            InvalidBatchError: the batch does not match the spec.
+            ReplayTimeout: no shard had room within the timeout.
+        """
+        count = self._spec.check_batch(batch)
+        arrays = (
+            *(np.ascontiguousarray(batch[name]) for name in self._spec),
+            np.ascontiguousarray(priorities, dtype=np.float64),
+        )
+        frames = encode(
+            Message(Kind.INSERT, self._sender, self._sequence, policy_version, count, 0.0, arrays)
+        )
+        for attempt in range(2):
+            for offset in range(len(self._sockets)):
+                index = (self._next + offset) % len(self._sockets)
+                try:
+                    self._sockets[index].send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    continue
+                self._next = index + 1
+                self._sequence += 1
+                return index
+            if attempt == 0 and not self._poller.poll(self._timeout_ms):
+                break
+        raise ReplayTimeout(f"no shard accepted a batch within {self._timeout_ms} ms")

@@ -1,0 +1,201 @@
+"""A live shard in a subprocess, over real TCP sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay import TransitionSpec
+from replay.client import InsertClient, RequestClient, ShardEndpoints, ShardError, SpecMismatchError
+from replay.wire import Kind, Message, encode
+from tests.conftest import SMALL_SPEC, make_batch
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.01)  # poll interval of a bounded wait, not a synchronisation sleep
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class ShardProcess:
+    def __init__(self, *arguments: str) -> None:
+        command = [sys.executable, "-m", "launch", "replay", *arguments]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # stderr goes to a file: a pipe nobody reads could fill and block the shard.
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env
+        )
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            if not selector.select(START_TIMEOUT_S):
+                self.stop()
+                raise AssertionError("shard printed no ready line in time")
+        line = self.process.stdout.readline()
+        if not line:
+            self.stop()
+            self.log.seek(0)
+            errors = self.log.read()
+            raise AssertionError(f"shard exited: {errors}")
+        ready = json.loads(line)["ready"]
+        self.endpoints = ShardEndpoints(ready["insert"], ready["request"])
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT_S)
+            raise
+        finally:
+            self.process.stdout.close()
+            self.log.close()
+
+
+@pytest.fixture(scope="module")
+def shard() -> Iterator[ShardProcess]:
+    process = ShardProcess("--capacity", "64", "--seed", "1")
+    yield process
+    assert process.stop() == 0
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def info(context: zmq.Context, shard: ShardProcess) -> dict:
+    client = RequestClient(context, shard.endpoints.request, sender=99)
+    try:
+        return client.info()
+    finally:
+        client.close()
+
+
+def test_insert_sample_update_round_trip(shard: ShardProcess, context: zmq.Context) -> None:
+    requests = RequestClient(context, shard.endpoints.request, sender=1)
+    assert requests.spec() == SMALL_SPEC
+    inserts = InsertClient(context, [shard.endpoints], sender=5, spec=SMALL_SPEC)
+    before = requests.info()["transitions_added"]
+    for first in range(0, 40, 10):
+        inserts.insert(
+            make_batch(SMALL_SPEC, 10, first_id=1000 + first), np.ones(10), policy_version=3
+        )
+    wait_for(lambda: requests.info()["transitions_added"] == before + 40, what="40 inserts")
+    reply = requests.sample(32, 0.4)
+    stats, indices, generations, _, *fields = reply.arrays
+    assert stats[2] == min(64, before + 40) and stats[3] == 64
+    assert dict(zip(SMALL_SPEC, fields, strict=True))["obs"].shape == (32, 4)
+    # Overwrite everything, then the old sample's updates must all be dropped as stale.
+    inserts.insert(make_batch(SMALL_SPEC, 64, first_id=5000), np.ones(64))
+    wait_for(lambda: requests.info()["transitions_added"] == before + 104, what="overwrite")
+    dropped_before = requests.info()["dropped_stale_updates"]
+    requests.update(indices, generations, np.full(32, 3.0))
+    counters = wait_for(
+        lambda: (c := requests.info())["dropped_stale_updates"] == dropped_before + 32 and c,
+        what="stale updates counted",
+    )
+    assert counters["senders"]["5"]["policy_version_max"] == 3
+    fresh = requests.sample(8, 0.4)
+    requests.update(fresh.arrays[1], fresh.arrays[2], np.full(8, 2.0))
+    wait_for(lambda: requests.info()["updates_applied"] >= 2, what="update applied")
+    inserts.close()
+    requests.close()
+
+
+def test_a_client_with_another_spec_fails_at_start(
+    shard: ShardProcess, context: zmq.Context
+) -> None:
+    other = TransitionSpec.from_dict({"obs": ((8,), "float32")})
+    with pytest.raises(SpecMismatchError, match="this actor sends"):
+        InsertClient(context, [shard.endpoints], sender=6, spec=other)
+
+
+def test_bad_requests_get_error_replies(shard: ShardProcess, context: zmq.Context) -> None:
+    requests = RequestClient(context, shard.endpoints.request, sender=7)
+    with pytest.raises(ShardError, match="count > 0"):
+        requests.sample(0, 0.4)
+    requests.send(Kind.INSERT)
+    with pytest.raises(ShardError, match="unexpected kind INSERT"):
+        requests.receive(Kind.SAMPLE_REPLY)
+    requests.close()
+
+
+junk_frames = st.lists(st.binary(max_size=64), min_size=1, max_size=4)
+
+
+def test_malformed_messages_are_counted_and_the_shard_keeps_serving(
+    shard: ShardProcess, context: zmq.Context
+) -> None:
+    before = info(context, shard)
+    push = context.socket(zmq.PUSH)
+    push.connect(shard.endpoints.insert)
+    dealer = context.socket(zmq.DEALER)
+    dealer.connect(shard.endpoints.request)
+    wrong_fields = encode(
+        Message(Kind.INSERT, 9, 0, 0, 2, 0.0, (np.zeros((2, 4), np.float32), np.ones(2)))
+    )
+    batch = make_batch(SMALL_SPEC, 2)
+    nan_priority = encode(
+        Message(Kind.INSERT, 9, 0, 0, 2, 0.0, (*batch.values(), np.array([1.0, np.nan])))
+    )
+    sent = [0]
+
+    @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def send_malformed(data: st.DataObject) -> None:
+        # Draw everything before sending: hypothesis may abandon an example mid-draw.
+        choice = data.draw(st.sampled_from(["junk", "wrong fields", "nan priority"]))
+        junk_insert = data.draw(junk_frames)
+        junk_request = data.draw(junk_frames)
+        frames = {"junk": junk_insert, "wrong fields": wrong_fields, "nan priority": nan_priority}
+        push.send_multipart(frames[choice])
+        dealer.send_multipart(junk_request)
+        sent[0] += 2
+
+    send_malformed()
+    expected = before["rejected_total"] + sent[0]
+    counters = wait_for(
+        lambda: (c := info(context, shard))["rejected_total"] >= expected and c,
+        timeout_s=30,
+        what=f"{sent[0]} rejections",
+    )
+    assert counters["rejected_total"] == expected, (before["rejected"], counters["rejected"], sent)
+    assert counters["transitions_added"] == before["transitions_added"]
+    requests = RequestClient(context, shard.endpoints.request, sender=8)
+    reply = requests.sample(16, 0.4)
+    assert np.isfinite(reply.arrays[3]).all() and (reply.arrays[3] > 0).all()
+    requests.close()
+    push.close(linger=0)
+    dealer.close(linger=0)
+
+
+def test_sigterm_stops_a_shard_promptly_with_exit_code_zero() -> None:
+    process = ShardProcess("--capacity", "16")
+    started = time.monotonic()
+    assert process.stop() == 0
+    assert time.monotonic() - started < STOP_TIMEOUT_S
