@@ -42,7 +42,7 @@ class ShardProcess:
         command = [sys.executable, "-m", "launch", "replay", *arguments]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # stderr goes to a file: a pipe nobody reads could fill and block the shard.
-        self.log = tempfile.TemporaryFile(mode="w+")
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in stop())
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env
         )
