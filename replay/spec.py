@@ -146,7 +146,7 @@ class TransitionSpec(Mapping[str, FieldSpec]):
                 else:
                     return length
         except (KeyError, TypeError):
-            pass  # fall through to the descriptive checks below
+            return self._explain_bad_batch(batch)
         return self._explain_bad_batch(batch)
 
     def _explain_bad_batch(self, batch: Mapping[str, np.ndarray]) -> int:

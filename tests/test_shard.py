@@ -28,12 +28,13 @@ STOP_TIMEOUT_S = 10.0
 
 
 def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition"):
+    """Polls ``condition`` until it is truthy or the deadline passes. Every condition here
+    is an INFO round trip to the shard, which paces the loop by itself."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
-        time.sleep(0.01)  # poll interval of a bounded wait, not a synchronisation sleep
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
