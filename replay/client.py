@@ -185,9 +185,10 @@ class InsertClient:
         self._next = 0
         self._sequence = 0
 
-    def close(self) -> None:
+    def close(self, linger_s: float = 1.0) -> None:
+        """Closes the sockets, giving batches still queued up to ``linger_s`` to leave."""
         for socket in self._sockets:
-            socket.close(linger=0)
+            socket.close(linger=int(linger_s * 1000))
 
     def insert(
         self, batch: Mapping[str, np.ndarray], priorities: np.ndarray, policy_version: int = -1

@@ -402,6 +402,10 @@ class ShardServer:
             "size": self.replay.size,
             "capacity": self.replay.capacity,
             "total_priority": self.replay.total_priority,
+            # JSON has no infinity: None means no positive priority is stored.
+            "min_priority": smallest
+            if (smallest := self.replay.min_priority) < float("inf")
+            else None,
             "transitions_added": self.replay.items_added,
             "samples_served": self.samples_served,
             "transitions_sampled": self.transitions_sampled,

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import os
-import selectors
-import signal
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,60 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replay import TransitionSpec
-from replay.client import InsertClient, RequestClient, ShardEndpoints, ShardError, SpecMismatchError
+from replay.client import InsertClient, RequestClient, ShardError, SpecMismatchError
 from replay.wire import Kind, Message, encode
-from tests.conftest import SMALL_SPEC, make_batch
-
-START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 10.0
-
-
-def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition"):
-    """Polls ``condition`` until it is truthy or the deadline passes. Every condition here
-    is an INFO round trip to the shard, which paces the loop by itself."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-class ShardProcess:
-    def __init__(self, *arguments: str) -> None:
-        command = [sys.executable, "-m", "launch", "replay", *arguments]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        # stderr goes to a file: a pipe nobody reads could fill and block the shard.
-        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in stop())
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env
-        )
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            if not selector.select(START_TIMEOUT_S):
-                self.stop()
-                raise AssertionError("shard printed no ready line in time")
-        line = self.process.stdout.readline()
-        if not line:
-            self.stop()
-            self.log.seek(0)
-            errors = self.log.read()
-            raise AssertionError(f"shard exited: {errors}")
-        ready = json.loads(line)["ready"]
-        self.endpoints = ShardEndpoints(ready["insert"], ready["request"])
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
-            raise
-        finally:
-            self.process.stdout.close()
-            self.log.close()
+from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, make_batch, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,138 @@
+"""The learner's prefetching sampler over live shards: exact cross-shard distribution,
+global importance weights, priority routing, and a shard that stops answering."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import zmq
+
+from replay.client import InsertClient, RequestClient
+from replay.sampler import PrioritizedSampler, SamplerConfig
+from tests.conftest import SMALL_SPEC, ShardProcess, chi2_critical, make_batch, wait_for
+
+ALPHA = 0.6
+BETA = 0.4
+# Items per shard and their priority scale: masses differ a lot, so splitting a batch by
+# anything but mass would be visible.
+SHARD_ITEMS = (30, 20, 40)
+SHARD_SCALE = (1.0, 8.0, 0.3)
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+def filled_shards(context: zmq.Context) -> Iterator[tuple[list[ShardProcess], np.ndarray]]:
+    """Three shards; item ``1000·s + k`` of shard ``s`` has priority ``priorities[id]``."""
+    rng = np.random.default_rng(21)
+    shards = [
+        ShardProcess("--capacity", "64", "--seed", str(s), "--shard-index", str(s))
+        for s in range(3)
+    ]
+    priorities = np.zeros(3000)
+    try:
+        for index, (shard, count, scale) in enumerate(
+            zip(shards, SHARD_ITEMS, SHARD_SCALE, strict=True)
+        ):
+            first = 1000 * index
+            values = scale * rng.uniform(0.2, 2.0, count)
+            priorities[first : first + count] = values
+            client = InsertClient(context, [shard.endpoints], sender=50 + index, spec=SMALL_SPEC)
+            client.insert(make_batch(SMALL_SPEC, count, first_id=first), values)
+            client.close()
+            requests = RequestClient(context, shard.endpoints.request, sender=60 + index)
+            wait_for(
+                lambda r=requests, c=count: r.info()["size"] == c, what=f"shard {index} filled"
+            )
+            requests.close()
+        yield shards, priorities
+    finally:
+        for shard in shards:
+            os.kill(shard.process.pid, signal.SIGCONT)
+            assert shard.stop() == 0
+
+
+def make_sampler(shards: list[ShardProcess], **overrides) -> PrioritizedSampler:
+    settings = {"batch_size": 512, "beta": BETA, "prefetch": 4, "sender": 9}
+    settings.update(overrides)
+    config = SamplerConfig(endpoints=tuple(s.endpoints.request for s in shards), **settings)
+    return PrioritizedSampler(config, SMALL_SPEC)
+
+
+def test_sharded_sampling_matches_one_store_holding_everything(filled_shards) -> None:
+    """102,400 draws over 90 items in 3 shards; chi-square at significance 1e-3 against
+    p^α / Σ p^α over all shards (stratified draws make this conservative). The negative
+    control, an even split of each batch across shards, must be rejected."""
+    shards, priorities = filled_shards
+    live = priorities > 0
+    stored = priorities**ALPHA
+    counts = np.zeros(3000)
+    with make_sampler(shards) as sampler:
+        for _ in range(200):
+            batch = sampler.next_batch()
+            ids = batch.transitions["action"].numpy()
+            np.add.at(counts, ids, 1)
+            np.testing.assert_array_equal(ids // 1000, batch.shards)
+            # Weights: (N·P(i))^-β / max_j (N·P(j))^-β over every stored item.
+            probability = stored / stored.sum()
+            n = live.sum()
+            expected = (n * probability[ids]) ** -BETA / ((n * probability[live]) ** -BETA).max()
+            np.testing.assert_allclose(batch.weights.numpy(), expected, rtol=1e-5)
+    target = stored[live] / stored[live].sum()
+    observed = counts[live]
+    statistic = (((observed - observed.sum() * target) ** 2) / (observed.sum() * target)).sum()
+    critical = chi2_critical(int(live.sum()) - 1, 1e-3)
+    assert statistic < critical
+    shard_of = np.flatnonzero(live) // 1000
+    even_split = np.zeros_like(target)
+    for s in range(3):
+        mine = shard_of == s
+        even_split[mine] = target[mine] / target[mine].sum() / 3
+    wrong = (((observed - observed.sum() * even_split) ** 2) / (observed.sum() * even_split)).sum()
+    assert wrong > 10 * critical
+
+
+def test_priority_updates_reach_the_owning_shards(filled_shards, context: zmq.Context) -> None:
+    shards, priorities = filled_shards
+    with make_sampler(shards, batch_size=64) as sampler:
+        batch = sampler.next_batch()
+        new = np.arange(1.0, 65.0)
+        sampler.update_priorities(batch, new)
+        final = priorities.copy()
+        for item, value in zip(batch.transitions["action"].numpy(), new, strict=True):
+            final[item] = value  # repeated items: the last value wins
+        for index, shard in enumerate(shards):
+            requests = RequestClient(context, shard.endpoints.request, sender=70 + index)
+            mine = final[1000 * index : 1000 * index + 1000]
+            expected = float((mine[mine > 0] ** ALPHA).sum())
+            wait_for(
+                lambda r=requests, e=expected: abs(r.info()["total_priority"] - e) < 1e-9 * e,
+                what=f"shard {index} total after updates",
+            )
+            assert requests.info()["dropped_stale_updates"] == 0
+            requests.close()
+
+
+def test_a_stopped_shard_is_skipped_then_used_again(filled_shards) -> None:
+    shards, _ = filled_shards
+    frozen = shards[1]
+    with make_sampler(shards, batch_size=64, shard_timeout_s=0.3, probe_interval_s=0.1) as sampler:
+        sampler.next_batch()
+        os.kill(frozen.process.pid, signal.SIGSTOP)
+        wait_for(lambda: not sampler.shard_states()[1]["alive"], what="shard 1 marked down")
+        for _ in range(20):  # batches keep coming, from the other shards only
+            batch = sampler.next_batch(timeout_s=5)
+        assert 1 not in batch.shards and batch.indices.size == 64
+        os.kill(frozen.process.pid, signal.SIGCONT)
+        wait_for(lambda: sampler.shard_states()[1]["alive"], what="shard 1 readmitted")
+        wait_for(lambda: 1 in sampler.next_batch(timeout_s=5).shards, what="shard 1 sampled again")
+        assert sampler.parts_redrawn >= 1
