@@ -85,6 +85,18 @@ SMALL_FIELDS = (
 @click.option(
     "--min-size", type=click.IntRange(min=1), default=1, help="Stored transitions before sampling."
 )
+@click.option(
+    "--samples-per-insert",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Hold this replay ratio (sampled per inserted transition); default: no limit.",
+)
+@click.option(
+    "--error-buffer",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Allowed deviation from --samples-per-insert, in transitions.",
+)
 @click.option("--host", default="127.0.0.1", help="Address to bind (0.0.0.0 for all).")
 @click.option(
     "--insert-port", type=click.IntRange(0, 65535), default=0, help="PULL port (0: free port)."
@@ -95,7 +107,17 @@ SMALL_FIELDS = (
 @click.option("--shard-index", type=click.IntRange(min=0), default=0, help="This shard's index.")
 @click.option("--seed", type=int, default=0, help="Seed of the sampling generator.")
 def replay_role(
-    fields, capacity, alpha, min_size, host, insert_port, request_port, shard_index, seed
+    fields,
+    capacity,
+    alpha,
+    min_size,
+    samples_per_insert,
+    error_buffer,
+    host,
+    insert_port,
+    request_port,
+    shard_index,
+    seed,
 ) -> None:
     """Run one replay shard until SIGINT or SIGTERM.
 
@@ -109,7 +131,8 @@ def replay_role(
     try:
         spec = TransitionSpec(fields)
         config = ShardConfig(
-            spec=spec, capacity=capacity, alpha=alpha, min_size_to_sample=min_size, host=host,
+            spec=spec, capacity=capacity, alpha=alpha, min_size_to_sample=min_size,
+            samples_per_insert=samples_per_insert, error_buffer=error_buffer, host=host,
             insert_port=insert_port, request_port=request_port, shard_index=shard_index, seed=seed,
         )  # fmt: skip
         server = ShardServer(config)

@@ -33,6 +33,7 @@ import zmq
 
 from replay.errors import ProtocolError, ReplayError
 from replay.prioritized import PrioritizedReplay
+from replay.rate_limiter import RateLimiter
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, decode, encode, spec_to_array, text_array
 
@@ -58,6 +59,10 @@ class ShardConfig:
         capacity: transitions kept (FIFO eviction beyond it).
         alpha: priority exponent.
         min_size_to_sample: SAMPLE requests wait until this many transitions are stored.
+        samples_per_insert: if set, the replay ratio the shard holds (sampled transitions per
+            inserted transition): inserts wait when sampling lags, samples when inserting
+            lags (see ``replay.rate_limiter``).
+        error_buffer: allowed deviation from ``samples_per_insert``, in transitions.
         host: address to bind; 127.0.0.1 by default (use 0.0.0.0 for other hosts).
         insert_port: PULL port, 0 for a free one.
         request_port: ROUTER port, 0 for a free one.
@@ -75,6 +80,8 @@ class ShardConfig:
     capacity: int
     alpha: float = 0.6
     min_size_to_sample: int = 1
+    samples_per_insert: float | None = None
+    error_buffer: float = 0.0
     host: str = "127.0.0.1"
     insert_port: int = 0
     request_port: int = 0
@@ -91,11 +98,9 @@ class ShardConfig:
         problems = []
         if self.capacity <= 0:
             problems.append(f"capacity must be > 0, got {self.capacity}")
-        if not 1 <= self.min_size_to_sample <= max(self.capacity, 1):
-            problems.append(
-                f"min_size_to_sample must be in [1, capacity={self.capacity}], got "
-                f"{self.min_size_to_sample}: a shard that can never reach it never samples"
-            )
+        problems += RateLimiter.problems(
+            self.min_size_to_sample, self.samples_per_insert, self.error_buffer, self.capacity
+        )
         for name in ("max_inserts_per_round", "max_requests_per_round", "socket_hwm"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
@@ -142,6 +147,9 @@ class ShardServer:
             raise ValueError("invalid shard config: " + "; ".join(problems))
         self.config = config
         self.replay = PrioritizedReplay(config.spec, config.capacity, config.alpha, rng=config.seed)
+        self.limiter = RateLimiter(
+            config.min_size_to_sample, config.samples_per_insert, config.error_buffer
+        )
         self._stop = threading.Event()
         self._context = zmq.Context()
         self._pull = self._make_socket(zmq.PULL, config.insert_port)
@@ -189,14 +197,16 @@ class ShardServer:
         poll_ms = int(self.config.poll_timeout_s * 1000)
         try:
             while not self._stop.is_set():
+                # While inserts must wait, the PULL socket is not polled: its queue fills
+                # to the high-water mark and the actors feel the back-pressure.
+                self._poller.modify(self._pull, zmq.POLLIN if self.limiter.can_insert() else 0)
                 ready = dict(self._poller.poll(poll_ms))
                 if self._pull in ready:
                     self._drain(self._pull, self.config.max_inserts_per_round, self._on_insert)
                 if self._router in ready:
                     self._drain(self._router, self.config.max_requests_per_round, self._on_request)
-                if self._waiting_samples and self.replay.size >= self.config.min_size_to_sample:
-                    while self._waiting_samples:
-                        self._answer_sample(*self._waiting_samples.popleft())
+                while self._waiting_samples and self.limiter.can_sample(self.replay.size):
+                    self._answer_sample(*self._waiting_samples.popleft())
         finally:
             self.close()
             logger.info("shard %d stopped: %s", self.config.shard_index, self.counters())
@@ -206,9 +216,10 @@ class ShardServer:
         self._router.close(linger=0)
         self._context.term()
 
-    @staticmethod
-    def _drain(socket: zmq.Socket, limit: int, handler) -> None:
+    def _drain(self, socket: zmq.Socket, limit: int, handler) -> None:
         for _ in range(limit):
+            if socket is self._pull and not self.limiter.can_insert():
+                return
             try:
                 frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -241,6 +252,7 @@ class ShardServer:
         except ReplayError as exc:
             self._reject(message.sender, REJECT_INSERT, exc)
             return
+        self.limiter.record_insert(len(message.arrays[-1]))
         stats.inserts += 1
         stats.transitions += len(message.arrays[-1])
         stats.last_sequence = message.sequence
@@ -270,11 +282,12 @@ class ShardServer:
                 self._reply_error(
                     identity, message.sequence, "SAMPLE needs count > 0 and finite beta >= 0"
                 )
-            elif self.replay.size >= self.config.min_size_to_sample:
+            elif not self._waiting_samples and self.limiter.can_sample(self.replay.size):
                 self._answer_sample(identity, message)
             elif len(self._waiting_samples) < self.config.max_waiting_samples:
                 self._waiting_samples.append((identity, message))
             else:
+                self._reject(message.sender, REJECT_REQUEST, "too many SAMPLE requests waiting")
                 self._reply_error(identity, message.sequence, "too many SAMPLE requests waiting")
         elif message.kind == Kind.UPDATE:
             self._apply_update(message)
@@ -335,6 +348,7 @@ class ShardServer:
                 arrays=arrays,
             ),
         )
+        self.limiter.record_sample(message.count)
         self.samples_served += 1
         self.transitions_sampled += message.count
 
@@ -415,6 +429,10 @@ class ShardServer:
             "samples_per_s": self.samples_served / elapsed,
             "rejected": rejected,
             "rejected_total": sum(rejected.values()),
+            "samples_per_insert": self.config.samples_per_insert,
+            "rate_limiter_diff": self.limiter.diff,
+            "inserts_waiting": not self.limiter.can_insert(),
+            "samples_waiting": len(self._waiting_samples),
             "senders": {
                 str(sender): {
                     "inserts": s.inserts,

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import zmq
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from launch.cli import main
 from replay import TransitionSpec
 from replay.client import InsertClient, RequestClient, ShardError, SpecMismatchError
 from replay.wire import Kind, Message, encode
@@ -137,8 +139,32 @@ def test_malformed_messages_are_counted_and_the_shard_keeps_serving(
     dealer.close(linger=0)
 
 
-def test_sigterm_stops_a_shard_promptly_with_exit_code_zero() -> None:
+def test_sigterm_stops_a_shard_promptly_and_frees_its_ports() -> None:
     process = ShardProcess("--capacity", "16")
     started = time.monotonic()
     assert process.stop() == 0
     assert time.monotonic() - started < STOP_TIMEOUT_S
+    context = zmq.Context()
+    try:
+        for endpoint in (process.endpoints.insert, process.endpoints.request):
+            socket = context.socket(zmq.PULL)
+            socket.bind(endpoint)  # raises EADDRINUSE if the shard left its socket behind
+            socket.close(linger=0)
+    finally:
+        context.term()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--capacity", "10", "--min-size", "20"], "min_size_to_sample=20"),
+        (["--samples-per-insert", "0"], "--samples-per-insert"),
+        (["--field", "obs:4"], "NAME:SHAPE:DTYPE"),
+        (["--field", "obs:4:complex64"], "not a plain numeric"),
+        (["--insert-port", "70000"], "--insert-port"),
+    ],
+)
+def test_bad_shard_settings_are_refused_before_binding(arguments, message) -> None:
+    result = CliRunner().invoke(main, ["replay", *arguments])
+    assert result.exit_code == 2
+    assert message in result.output
