@@ -209,21 +209,79 @@ def bench_replay(
     markdown_path: Path | None,
 ) -> None:
     """Prioritized replay core beside cpprb and torchrl: insert, sample, update, loop."""
-    from bench import replay_suite, report
+    from bench import replay_suite
 
     peers = _parse_peer_python(peer_python)
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return replay_suite.run(
+            quick=quick,
+            implementations=implementations or replay_suite.IMPLEMENTATIONS,
+            case_names=case_names or None,
+            repeats=repeats,
+            seconds_per_repeat=seconds_per_repeat,
+            peer_python=peers,
+            memory_bytes=memory_bytes,
+            progress=lambda line: click.echo(f"... {line}", err=True),
+        )
+
+    _run_bench(replay_suite.SUITE, run_suite, json_path, markdown_path)
+
+
+@bench.command("shard")
+@click.option("--quick", is_flag=True, help="One pusher, short windows, small stores.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed windows per figure.")
+@click.option(
+    "--seconds",
+    "seconds_per_repeat",
+    type=click.FloatRange(min=0.01),
+    default=None,
+    help="Seconds per timed window [default: 1.0, 0.2 with --quick].",
+)
+@click.option(
+    "--pushers", multiple=True, type=click.IntRange(min=1), help="Pusher process counts [1 2 4]."
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice(["small", "atari"]),
+    help="Transition kinds to ingest [both].",
+)
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write JSON here."
+)
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the markdown table here (it is always printed).",
+)
+def bench_shard(
+    quick, repeats, seconds_per_repeat, pushers, kinds, json_path, markdown_path
+) -> None:
+    """Shard ingest beside raw pyzmq, and the learner's sample service while actors insert."""
+    from bench import shard_suite
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return shard_suite.run(
+            quick=quick,
+            repeats=repeats,
+            seconds_per_repeat=seconds_per_repeat,
+            pusher_counts=pushers or None,
+            kinds=kinds or ("small", "atari"),
+            progress=lambda line: click.echo(f"... {line}", err=True),
+        )
+
+    _run_bench(shard_suite.SUITE, run_suite, json_path, markdown_path)
+
+
+def _run_bench(suite: str, run_suite, json_path: Path | None, markdown_path: Path | None) -> None:
+    """Runs one suite into a new document, writes JSON and markdown, fails if invalid."""
+    from bench import report
+
     document = report.new_document(REPO_ROOT)
-    result = replay_suite.run(
-        quick=quick,
-        implementations=implementations or replay_suite.IMPLEMENTATIONS,
-        case_names=case_names or None,
-        repeats=repeats,
-        seconds_per_repeat=seconds_per_repeat,
-        peer_python=peers,
-        memory_bytes=document["machine"]["memory_bytes"],
-        progress=lambda line: click.echo(f"... {line}", err=True),
-    )
-    report.add_suite(document, replay_suite.SUITE, result)
+    report.add_suite(document, suite, run_suite(document["machine"]["memory_bytes"]))
     problems = report.validate(document)
     if json_path:
         report.write_json(document, json_path)

@@ -1,0 +1,315 @@
+"""Shard suite: ingest into one shard against raw pyzmq, and the learner's sample service.
+
+Ingest. P pusher processes send batches of 50 transitions, either to a live shard through
+``InsertClient`` ("apex") or as the same pre-encoded frames to a bare PULL socket that only
+receives ("raw-pyzmq"). The baseline is therefore what the transport alone moves with our
+framing on this machine, in the same run. The shard's rate is read from its INFO counters
+over timed windows; the baseline counts what it received in its own windows.
+
+Sample service. S shards hold 2^16 small transitions each while one actor process keeps
+inserting into all of them. The learner's ``PrioritizedSampler`` (prefetch 8) delivers
+batches of 512 as ready tensors, and this process counts them per second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+SUITE = "shard"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+INSERT_BATCH = 50
+START_TIMEOUT_S = 60.0
+SAMPLE_BATCH = 512
+SAMPLE_PREFETCH = 8
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _spawn(module: str, *arguments: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *arguments],
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _read_json_line(process: subprocess.Popen, timeout_s: float) -> dict:
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout_s):
+            raise TimeoutError(f"{process.args[2]} printed nothing within {timeout_s} s")
+    line = process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"{process.args[2]} exited with {process.wait()}")
+    return json.loads(line)
+
+
+def _stop(processes: Sequence[subprocess.Popen], timeout_s: float = 10.0) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        try:
+            process.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stdout:
+            process.stdout.close()
+
+
+def _field_options(kind: str) -> list[str]:
+    obs = "4:float32" if kind == "small" else "4,84,84:uint8"
+    fields = [f"obs:{obs}", "action::int64", "reward::float32", "discount::float32"]
+    fields.append(f"next_obs:{obs}")
+    return [option for field in fields for option in ("--field", field)]
+
+
+def _start_shard(kind: str, capacity: int, index: int = 0) -> tuple[subprocess.Popen, dict]:
+    process = _spawn(
+        "launch", "replay", "--capacity", str(capacity), "--shard-index", str(index),
+        "--seed", str(index), *_field_options(kind),
+    )  # fmt: skip
+    return process, _read_json_line(process, START_TIMEOUT_S)["ready"]
+
+
+def _pusher(mode: str, kind: str, sender: int, shards: list[dict], max_seconds: float):
+    request = {
+        "role": "push",
+        "mode": mode,
+        "kind": kind,
+        "batch": INSERT_BATCH,
+        "sender": sender,
+        "shards": [[s["insert"], s["request"]] for s in shards],
+        "max_seconds": max_seconds,
+    }
+    return _spawn("bench.shard_worker", json.dumps(request))
+
+
+def _message_nbytes(kind: str) -> int:
+    from bench.shard_worker import transition_spec
+
+    return INSERT_BATCH * (transition_spec(kind).item_nbytes + 8)  # + f64 priority
+
+
+def _record(
+    case: str, implementation: str, metric: str, unit: str, rates: list[float], params: dict
+) -> dict:
+    return {
+        "suite": SUITE,
+        "case": case,
+        "implementation": implementation,
+        "status": "ok",
+        "metric": metric,
+        "unit": unit,
+        "median": float(np.median(rates)),
+        "min": float(min(rates)),
+        "max": float(max(rates)),
+        "repeats": len(rates),
+        "params": params,
+    }
+
+
+def _measure_raw(kind: str, pushers: int, timing: dict) -> list[float]:
+    request = {"role": "pull", "start_timeout_s": START_TIMEOUT_S, **timing}
+    receiver = _spawn("bench.shard_worker", json.dumps(request))
+    senders = []
+    try:
+        endpoint = _read_json_line(receiver, START_TIMEOUT_S)["ready"]
+        target = [{"insert": endpoint, "request": ""}]
+        budget = (
+            START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
+        )
+        senders = [_pusher("raw", kind, 100 + i, target, budget) for i in range(pushers)]
+        rates = _read_json_line(receiver, budget + 30)["rates"]
+    finally:
+        _stop([*senders, receiver])
+    return [rate * INSERT_BATCH for rate in rates]
+
+
+def _measure_apex(kind: str, pushers: int, timing: dict, capacity: int) -> list[float]:
+    import zmq
+
+    from replay.client import RequestClient
+
+    shard, ready = _start_shard(kind, capacity)
+    senders = []
+    context = zmq.Context()
+    try:
+        budget = (
+            START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
+        )
+        senders = [_pusher("apex", kind, 100 + i, [ready], budget) for i in range(pushers)]
+        client = RequestClient(context, ready["request"], sender=99, timeout_s=10.0)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while client.info()["transitions_added"] == 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no transition reached the shard")
+            time.sleep(0.05)
+        time.sleep(timing["warmup_s"])
+        rates = []
+        for _ in range(timing["repeats"]):
+            before, started = client.info()["transitions_added"], time.monotonic()
+            time.sleep(timing["seconds_per_repeat"])
+            after, ended = client.info()["transitions_added"], time.monotonic()
+            rates.append((after - before) / (ended - started))
+        client.close()
+    finally:
+        context.destroy(linger=0)
+        _stop([*senders, shard])
+    return rates
+
+
+def _measure_sampling(shard_count: int, timing: dict, fill: int) -> tuple[list[float], list[float]]:
+    import zmq
+
+    from bench.shard_worker import make_batch, transition_spec
+    from replay.client import InsertClient, RequestClient, ShardEndpoints
+    from replay.sampler import PrioritizedSampler, SamplerConfig
+
+    spec = transition_spec("small")
+    started = [_start_shard("small", 2 * fill, index) for index in range(shard_count)]
+    shards = [process for process, _ in started]
+    readies = [ready for _, ready in started]
+    context = zmq.Context()
+    processes = list(shards)
+    try:
+        endpoints = [ShardEndpoints(r["insert"], r["request"]) for r in readies]
+        filler = InsertClient(context, endpoints, sender=98, spec=spec, timeout_s=30.0)
+        block = make_batch(spec, 4096, 0)
+        for _ in range(fill * shard_count // 4096):
+            filler.insert(block, np.ones(4096))
+        filler.close()
+        clients = [RequestClient(context, r["request"], sender=97) for r in readies]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while sum(c.info()["size"] for c in clients) < fill * shard_count:
+            if time.monotonic() > deadline:
+                raise TimeoutError("shards were not filled in time")
+            time.sleep(0.05)
+        budget = (
+            START_TIMEOUT_S
+            + timing["warmup_s"]
+            + timing["repeats"] * timing["seconds_per_repeat"]
+            + 30
+        )
+        processes.append(_pusher("apex", "small", 1, readies, budget))
+        config = SamplerConfig(
+            endpoints=tuple(r["request"] for r in readies),
+            batch_size=SAMPLE_BATCH,
+            prefetch=SAMPLE_PREFETCH,
+            sender=96,
+        )
+        batch_rates, ingest_rates = [], []
+        with PrioritizedSampler(config, spec) as sampler:
+            warm_end = time.monotonic() + timing["warmup_s"]
+            while time.monotonic() < warm_end:
+                sampler.next_batch()
+            for _ in range(timing["repeats"]):
+                added_before = sum(c.info()["transitions_added"] for c in clients)
+                count, begun = 0, time.monotonic()
+                window_end = begun + timing["seconds_per_repeat"]
+                while time.monotonic() < window_end:
+                    sampler.next_batch()
+                    count += 1
+                elapsed = time.monotonic() - begun
+                added_after = sum(c.info()["transitions_added"] for c in clients)
+                batch_rates.append(count / elapsed)
+                ingest_rates.append((added_after - added_before) / elapsed)
+        for client in clients:
+            client.close()
+    finally:
+        context.destroy(linger=0)
+        _stop(processes)
+    return batch_rates, ingest_rates
+
+
+def run(
+    *,
+    quick: bool = False,
+    repeats: int = 5,
+    seconds_per_repeat: float | None = None,
+    pusher_counts: Sequence[int] | None = None,
+    kinds: Sequence[str] = ("small", "atari"),
+    shard_counts: Sequence[int] = (1, 2),
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    """Runs the suite and returns ``{"records": [...], "ratios": [...], "config": {...}}``."""
+    timing = {
+        "repeats": repeats,
+        "seconds_per_repeat": seconds_per_repeat or (0.2 if quick else 1.0),
+        "warmup_s": 0.2 if quick else 1.0,
+    }
+    pusher_counts = tuple(pusher_counts or ((1,) if quick else (1, 2, 4)))
+    records, ratios = [], []
+    for kind in kinds:
+        nbytes = _message_nbytes(kind) / INSERT_BATCH
+        capacity = (1 << 16) if kind == "small" else (1 << 12)
+        for pushers in pusher_counts:
+            case = f"ingest-{kind}-{pushers}p"
+            params = {"pushers": pushers, "batch": INSERT_BATCH, "transition_nbytes": nbytes}
+            medians = {}
+            for implementation, measure in (
+                ("raw-pyzmq", lambda k=kind, p=pushers: _measure_raw(k, p, timing)),
+                ("apex", lambda k=kind, p=pushers, c=capacity: _measure_apex(k, p, timing, c)),
+            ):
+                if progress:
+                    progress(f"shard {case} {implementation}")
+                rates = measure()
+                records.append(
+                    _record(case, implementation, "ingest", "transitions/s", rates, params)
+                )
+                megabytes = [rate * nbytes / 1e6 for rate in rates]
+                records.append(
+                    _record(case, implementation, "ingest_bandwidth", "MB/s", megabytes, params)
+                )
+                medians[implementation] = float(np.median(rates))
+            ratios.append(
+                {
+                    "suite": SUITE, "case": case, "metric": "ingest", "numerator": "apex",
+                    "denominator": "raw-pyzmq", "ratio": medians["apex"] / medians["raw-pyzmq"],
+                }
+            )  # fmt: skip
+    fill = (1 << 12) if quick else (1 << 16)
+    for shard_count in shard_counts:
+        case = f"sample-{shard_count}shard"
+        if progress:
+            progress(f"shard {case} apex")
+        params = {
+            "shards": shard_count,
+            "batch_size": SAMPLE_BATCH,
+            "prefetch": SAMPLE_PREFETCH,
+            "fill_per_shard": fill,
+        }
+        batches, ingest = _measure_sampling(shard_count, timing, fill)
+        records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
+        records.append(
+            _record(case, "apex", "ingest_while_sampling", "transitions/s", ingest, params)
+        )
+    return {
+        "records": records,
+        "ratios": ratios,
+        "config": {
+            **timing,
+            "pusher_counts": list(pusher_counts),
+            "kinds": list(kinds),
+            "shard_counts": list(shard_counts),
+        },
+    }

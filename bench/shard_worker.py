@@ -1,0 +1,124 @@
+"""Helper processes of the shard suite: pushers, and the raw-pyzmq receiver baseline.
+
+``python -m bench.shard_worker '<json>'`` with ``role``:
+
+* ``push``: sends INSERT batches until SIGTERM or ``max_seconds``. ``mode`` "apex" goes
+  through :class:`replay.client.InsertClient` (spec check, validation, encoding); "raw"
+  sends the same pre-encoded frames with a bare PUSH socket.
+* ``pull``: the baseline receiver. Binds a PULL socket, prints ``{"ready": endpoint}``,
+  then counts the messages received in ``repeats`` windows of ``seconds_per_repeat``
+  after ``warmup_s``, and prints ``{"rates": [...]}`` (messages/s per window).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+
+import numpy as np
+import zmq
+
+from replay.client import InsertClient, ShardEndpoints
+from replay.spec import TransitionSpec
+from replay.wire import Kind, Message, encode
+
+
+def transition_spec(kind: str) -> TransitionSpec:
+    obs = ((4,), "float32") if kind == "small" else ((4, 84, 84), "uint8")
+    return TransitionSpec.from_dict(
+        {
+            "obs": obs,
+            "action": ((), "int64"),
+            "reward": ((), "float32"),
+            "discount": ((), "float32"),
+            "next_obs": obs,
+        }
+    )
+
+
+def make_batch(spec: TransitionSpec, count: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    batch = {}
+    for name, field in spec.items():
+        shape = (count, *field.shape)
+        if field.dtype.kind == "f":
+            batch[name] = rng.random(shape, dtype=np.float32).astype(field.dtype)
+        else:
+            batch[name] = rng.integers(0, 255, shape).astype(field.dtype)
+    return batch
+
+
+def push(request: dict) -> None:
+    stop = {"flag": False}
+
+    def on_term(signum, frame):
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    spec = transition_spec(request["kind"])
+    batch = make_batch(spec, request["batch"], request["sender"])
+    priorities = np.random.default_rng(request["sender"]).uniform(0.1, 2.0, request["batch"])
+    deadline = time.monotonic() + request["max_seconds"]
+    context = zmq.Context()
+    try:
+        if request["mode"] == "apex":
+            shards = [ShardEndpoints(insert, requests) for insert, requests in request["shards"]]
+            client = InsertClient(context, shards, request["sender"], spec, timeout_s=30.0, hwm=16)
+            while not stop["flag"] and time.monotonic() < deadline:
+                client.insert(batch, priorities, policy_version=0)
+            client.close(linger_s=0)
+        else:
+            arrays = (*batch.values(), priorities)
+            frames = encode(
+                Message(Kind.INSERT, request["sender"], 0, 0, request["batch"], 0.0, arrays)
+            )
+            socket = context.socket(zmq.PUSH)
+            socket.setsockopt(zmq.SNDHWM, 16)
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.connect(request["shards"][0][0])
+            while not stop["flag"] and time.monotonic() < deadline:
+                if socket.poll(100, zmq.POLLOUT):
+                    socket.send_multipart(frames, copy=False)
+            socket.close(linger=0)
+    finally:
+        context.destroy(linger=0)
+
+
+def pull(request: dict) -> None:
+    context = zmq.Context()
+    socket = context.socket(zmq.PULL)
+    socket.setsockopt(zmq.RCVHWM, 64)
+    socket.setsockopt(zmq.LINGER, 0)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    print(json.dumps({"ready": f"tcp://127.0.0.1:{port}"}), flush=True)
+    rates = []
+    try:
+        if not socket.poll(int(request["start_timeout_s"] * 1000)):
+            raise TimeoutError("no pusher connected in time")
+        warmup_end = time.monotonic() + request["warmup_s"]
+        while time.monotonic() < warmup_end:
+            socket.recv_multipart(copy=False)
+        for _ in range(request["repeats"]):
+            received = 0
+            started = time.monotonic()
+            window_end = started + request["seconds_per_repeat"]
+            while time.monotonic() < window_end:
+                if socket.poll(100):
+                    socket.recv_multipart(copy=False)
+                    received += 1
+            rates.append(received / (time.monotonic() - started))
+    finally:
+        socket.close(linger=0)
+        context.term()
+    print(json.dumps({"rates": rates}), flush=True)
+
+
+def main() -> None:
+    request = json.loads(sys.argv[1])
+    {"push": push, "pull": pull}[request["role"]](request)
+
+
+if __name__ == "__main__":
+    main()
