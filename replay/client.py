@@ -15,6 +15,7 @@ import zmq
 
 from replay.errors import ProtocolError, ReplayError
 from replay.spec import TransitionSpec
+from replay.transport import make_socket, send_frames
 from replay.wire import Kind, Message, array_text, decode, encode, spec_from_array
 
 
@@ -36,15 +37,6 @@ class ShardEndpoints:
 
     insert: str
     request: str
-
-
-def make_socket(context: zmq.Context, kind: int, hwm: int) -> zmq.Socket:
-    """A socket with LINGER 0 and both high-water marks set (the one place we make them)."""
-    socket = context.socket(kind)
-    socket.setsockopt(zmq.LINGER, 0)
-    socket.setsockopt(zmq.SNDHWM, hwm)
-    socket.setsockopt(zmq.RCVHWM, hwm)
-    return socket
 
 
 class RequestClient:
@@ -87,7 +79,7 @@ class RequestClient:
         frames = encode(Message(kind, self._sender, sequence, -1, count, scalar, arrays))
         if not self._socket.poll(self._timeout_ms, zmq.POLLOUT):
             raise ReplayTimeout(f"{self.endpoint}: could not send {kind.name} in time")
-        self._socket.send_multipart(frames, copy=False)
+        send_frames(self._socket, frames)
         return sequence
 
     def receive(self, expected: Kind) -> Message:
@@ -213,7 +205,7 @@ class InsertClient:
             for offset in range(len(self._sockets)):
                 index = (self._next + offset) % len(self._sockets)
                 try:
-                    self._sockets[index].send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                    send_frames(self._sockets[index], frames, zmq.NOBLOCK)
                 except zmq.Again:
                     continue
                 self._next = index + 1

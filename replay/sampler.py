@@ -34,14 +34,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
-from replay.client import ReplayTimeout, SpecMismatchError, make_socket
+from replay.client import ReplayTimeout, SpecMismatchError
 from replay.errors import ProtocolError, ReplayError
 from replay.spec import TransitionSpec
+from replay.transport import make_socket, send_frames
 from replay.wire import Kind, Message, array_text, decode, encode, spec_from_array
 
 logger = logging.getLogger(__name__)
 
 _STATS_TOTAL, _STATS_MIN, _STATS_SIZE, _STATS_CAPACITY = range(4)
+# SAMPLE_REPLY arrays: stats, indices, generations, priorities, weights, then the fields.
+_INDICES, _GENERATIONS, _PRIORITIES, _WEIGHTS, _FIELDS_START = range(1, 6)
 
 
 @dataclass(frozen=True)
@@ -335,7 +338,7 @@ class PrioritizedSampler:
         self._sequence += 1
         frames = encode(Message(kind, self.config.sender, sequence, -1, count, scalar, arrays))
         try:
-            shard.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            send_frames(shard.socket, frames, zmq.NOBLOCK)
         except zmq.Again:
             return -1
         return sequence
@@ -431,7 +434,7 @@ class PrioritizedSampler:
             )
             self._redraw(shards, part, time.monotonic())
             return
-        if reply.kind != Kind.SAMPLE_REPLY or len(reply.arrays) != 4 + len(self.spec):
+        if reply.kind != Kind.SAMPLE_REPLY or len(reply.arrays) != _FIELDS_START + len(self.spec):
             logger.warning("shard %d sent an unexpected %s", shard.index, reply.kind.name)
             self._redraw(shards, part, time.monotonic())
             return
@@ -504,21 +507,29 @@ class PrioritizedSampler:
         parts = [p for _, p in sorted(batch.parts.items())]
         replies = [p.reply for p in parts]
         owners = np.concatenate([np.full(p.count, p.shard, dtype=np.int32) for p in parts])
-        indices = np.concatenate([r.arrays[1] for r in replies])
-        generations = np.concatenate([r.arrays[2] for r in replies])
-        priorities = np.concatenate([r.arrays[3] for r in replies])
-        # The distribution sampled is over the live shards with mass, so is the maximum weight.
+        indices = np.concatenate([r.arrays[_INDICES] for r in replies])
+        generations = np.concatenate([r.arrays[_GENERATIONS] for r in replies])
+        priorities = np.concatenate([r.arrays[_PRIORITIES] for r in replies])
+        # The sampled distribution spans the live shards with mass, so the largest weight
+        # belongs to their smallest priority. A shard weighs by its own minimum, q_s, as
+        # (q_s / q_i)^β; rescaling by (q_min / q_s)^β gives (q_min / q_i)^β.
         minima = [s.min_positive for s in shards if s.alive and s.total > 0]
-        global_min = min(minima) if minima else float(priorities.min())
-        weights = (global_min / priorities) ** self._beta
+        global_min = min([*minima, *(r.arrays[0][_STATS_MIN] for r in replies)])
+        weights = np.concatenate(
+            [
+                r.arrays[_WEIGHTS]
+                * np.float32((global_min / r.arrays[0][_STATS_MIN]) ** self._beta)
+                for r in replies
+            ]
+        )
         transitions = {}
         for position, name in enumerate(self.spec):
-            values = np.concatenate([r.arrays[4 + position] for r in replies])
+            values = np.concatenate([r.arrays[_FIELDS_START + position] for r in replies])
             transitions[name] = self._to_device(values)
         self.batches_delivered += 1
         return LearnerBatch(
             transitions=transitions,
-            weights=self._to_device(weights.astype(np.float32)),
+            weights=self._to_device(weights),
             shards=owners,
             indices=indices,
             generations=generations,

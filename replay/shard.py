@@ -35,6 +35,7 @@ from replay.errors import ProtocolError, ReplayError
 from replay.prioritized import PrioritizedReplay
 from replay.rate_limiter import RateLimiter
 from replay.spec import TransitionSpec
+from replay.transport import make_socket, send_frames
 from replay.wire import Kind, Message, decode, encode, spec_to_array, text_array
 
 logger = logging.getLogger(__name__)
@@ -169,10 +170,7 @@ class ShardServer:
         self.updates_applied = 0
 
     def _make_socket(self, kind: int, port: int) -> zmq.Socket:
-        socket = self._context.socket(kind)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.RCVHWM, self.config.socket_hwm)
-        socket.setsockopt(zmq.SNDHWM, self.config.socket_hwm)
+        socket = make_socket(self._context, kind, self.config.socket_hwm)
         address = f"tcp://{self.config.host}"
         if port:
             socket.bind(f"{address}:{port}")
@@ -336,6 +334,7 @@ class ShardServer:
             sample.indices,
             sample.generations,
             sample.priorities,
+            sample.weights,
             *sample.transitions.values(),
         )
         self._send(
@@ -372,7 +371,7 @@ class ShardServer:
         # Sampled arrays are fresh per request, so sending them without a copy is safe:
         # nothing writes to them after this call.
         try:
-            self._router.send_multipart([identity, *encode(message)], flags=zmq.NOBLOCK, copy=False)
+            send_frames(self._router, [identity, *encode(message)], zmq.NOBLOCK)
         except zmq.Again:
             logger.warning("shard %d: reply to a full peer queue dropped", self.config.shard_index)
 

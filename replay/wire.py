@@ -29,8 +29,9 @@ Per kind, the arrays are (``F`` = the shard spec's fields, in spec order):
     INSERT        F…, priorities f64[count]                       actor → shard (PUSH)
     SAMPLE        none; count = batch size, scalar = β             learner → shard
     SAMPLE_REPLY  stats f64[4], indices i64, generations i64,
-                  priorities f64 (stored p^α), F…                  shard → learner
-                  stats = (total priority, min positive, size, capacity)
+                  priorities f64 (stored p^α), weights f32, F…     shard → learner
+                  stats = (total priority, min positive, size, capacity);
+                  weights = (q_min / q_i)^β with this shard's q_min
     UPDATE        indices i64, generations i64, priorities f64     learner → shard
     INFO / SPEC   none                                             learner → shard
     INFO_REPLY    utf-8 JSON object as u8[n] (counters only)       shard → learner
@@ -45,6 +46,7 @@ checking arrays against a spec is the receiver's job (:func:`check_insert`, ...)
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 import struct
@@ -190,34 +192,52 @@ def decode(frames: Sequence[object]) -> Message:
         raise ProtocolError(f"{array_count} arrays exceed the limit of {MAX_ARRAYS}")
     if len(frames) != 1 + array_count:
         raise ProtocolError(f"header announces {array_count} arrays but {len(frames) - 1} came")
-    offset = HEADER_NBYTES
+    layout = _layout(bytes(header[HEADER_NBYTES:]), array_count)
     arrays = []
+    for position, (dtype, shape, nbytes) in enumerate(layout):
+        frame = frames[1 + position]
+        try:
+            flat = np.frombuffer(frame, dtype=dtype)
+        except (TypeError, ValueError) as exc:  # not a buffer, or not a whole number of items
+            raise ProtocolError(
+                f"array {position}: frame does not hold {dtype} items: {exc}"
+            ) from None
+        if flat.nbytes != nbytes:
+            raise ProtocolError(
+                f"array {position}: frame has {flat.nbytes} bytes, shape {shape} of "
+                f"{dtype} needs {nbytes}"
+            )
+        arrays.append(flat.reshape(shape))
+    return Message(kind, sender, sequence, policy_version, count, scalar, tuple(arrays))
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(
+    descriptors: bytes, array_count: int
+) -> tuple[tuple[np.dtype, tuple[int, ...], int], ...]:
+    """``(dtype, shape, nbytes)`` per array. Cached: a sender repeats the same layout for
+    every batch, and parsing it is most of the work of decoding a small message. Errors
+    are raised, never cached."""
+    offset = 0
+    layout = []
     for position in range(array_count):
-        if offset + _DESCRIPTOR.size > len(header):
+        if offset + _DESCRIPTOR.size > len(descriptors):
             raise ProtocolError(f"descriptor {position} is truncated")
-        code, ndim, pad = _DESCRIPTOR.unpack_from(header, offset)
+        code, ndim, pad = _DESCRIPTOR.unpack_from(descriptors, offset)
         offset += _DESCRIPTOR.size
         if code >= len(DTYPES) or ndim > MAX_NDIM or pad != 0:
             raise ProtocolError(
                 f"descriptor {position}: dtype code {code}, ndim {ndim}, reserved {pad}"
             )
-        if offset + 4 * ndim > len(header):
+        if offset + 4 * ndim > len(descriptors):
             raise ProtocolError(f"descriptor {position}: shape is truncated")
-        shape = struct.unpack_from(f"<{ndim}I", header, offset)
+        shape = struct.unpack_from(f"<{ndim}I", descriptors, offset)
         offset += 4 * ndim
         dtype = DTYPES[code]
-        buffer = _buffer(frames[1 + position])
-        expected = math.prod(shape) * dtype.itemsize
-        if len(buffer) != expected:
-            raise ProtocolError(
-                f"array {position}: frame has {len(buffer)} bytes, shape {shape} of "
-                f"{dtype} needs {expected}"
-            )
-        array = np.frombuffer(buffer, dtype=dtype).reshape(shape)
-        arrays.append(array)
-    if offset != len(header):
-        raise ProtocolError(f"header has {len(header) - offset} trailing bytes")
-    return Message(kind, sender, sequence, policy_version, count, scalar, tuple(arrays))
+        layout.append((dtype, shape, math.prod(shape) * dtype.itemsize))
+    if offset != len(descriptors):
+        raise ProtocolError(f"header has {len(descriptors) - offset} trailing bytes")
+    return tuple(layout)
 
 
 def text_array(text: str) -> np.ndarray:

@@ -52,7 +52,8 @@ def test_insert_sample_update_round_trip(shard: ShardProcess, context: zmq.Conte
         )
     wait_for(lambda: requests.info()["transitions_added"] == before + 40, what="40 inserts")
     reply = requests.sample(32, 0.4)
-    stats, indices, generations, _, *fields = reply.arrays
+    stats, indices, generations, _, weights, *fields = reply.arrays
+    assert weights.dtype == np.float32 and (weights <= 1).all()
     assert stats[2] == min(64, before + 40) and stats[3] == 64
     assert dict(zip(SMALL_SPEC, fields, strict=True))["obs"].shape == (32, 4)
     # Overwrite everything, then the old sample's updates must all be dropped as stale.
