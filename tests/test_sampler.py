@@ -128,7 +128,11 @@ def test_a_stopped_shard_is_skipped_then_used_again(filled_shards) -> None:
     with make_sampler(shards, batch_size=64, shard_timeout_s=0.3, probe_interval_s=0.1) as sampler:
         sampler.next_batch()
         os.kill(frozen.process.pid, signal.SIGSTOP)
-        wait_for(lambda: not sampler.shard_states()[1]["alive"], what="shard 1 marked down")
+        # The learner keeps training: its requests to the frozen shard time out.
+        wait_for(
+            lambda: sampler.next_batch(timeout_s=5) and not sampler.shard_states()[1]["alive"],
+            what="shard 1 marked down",
+        )
         for _ in range(20):  # batches keep coming, from the other shards only
             batch = sampler.next_batch(timeout_s=5)
         assert 1 not in batch.shards and batch.indices.size == 64
