@@ -8,7 +8,9 @@ over timed windows; the baseline counts what it received in its own windows.
 
 Sample service. S shards hold 2^16 small transitions each while one actor process keeps
 inserting into all of them. The learner's ``PrioritizedSampler`` (prefetch 8) delivers
-batches of 512 as ready tensors, and this process counts them per second.
+batches of 512 as ready tensors, and this process counts them per second. Ingestion is
+paced at a stated rate (100K transitions/s by default), since an unpaced pusher on this
+2-core machine would measure CPU contention, not the service.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ INSERT_BATCH = 50
 START_TIMEOUT_S = 60.0
 SAMPLE_BATCH = 512
 SAMPLE_PREFETCH = 8
+# Ingestion during the sample-service figure: twice the whole 360-actor fleet of the
+# Ape-X paper (about 50K transitions/s). 0 means as fast as one actor process can push.
+DEFAULT_INGEST_RATE = 100_000.0
 
 
 def _env() -> dict[str, str]:
@@ -91,8 +96,11 @@ def _start_shard(kind: str, capacity: int, index: int = 0) -> tuple[subprocess.P
     return process, _read_json_line(process, START_TIMEOUT_S)["ready"]
 
 
-def _pusher(mode: str, kind: str, sender: int, shards: list[dict], max_seconds: float):
+def _pusher(
+    mode: str, kind: str, sender: int, shards: list[dict], max_seconds: float, rate: float = 0.0
+):
     request = {
+        "rate": rate,
         "role": "push",
         "mode": mode,
         "kind": kind,
@@ -178,7 +186,9 @@ def _measure_apex(kind: str, pushers: int, timing: dict, capacity: int) -> list[
     return rates
 
 
-def _measure_sampling(shard_count: int, timing: dict, fill: int) -> tuple[list[float], list[float]]:
+def _measure_sampling(
+    shard_count: int, timing: dict, fill: int, ingest_rate: float
+) -> tuple[list[float], list[float]]:
     import zmq
 
     from bench.shard_worker import make_batch, transition_spec
@@ -210,7 +220,12 @@ def _measure_sampling(shard_count: int, timing: dict, fill: int) -> tuple[list[f
             + timing["repeats"] * timing["seconds_per_repeat"]
             + 30
         )
-        processes.append(_pusher("apex", "small", 1, readies, budget))
+        processes.append(_pusher("apex", "small", 1, readies, budget, rate=ingest_rate))
+        filled = sum(c.info()["transitions_added"] for c in clients)
+        while sum(c.info()["transitions_added"] for c in clients) == filled:
+            if time.monotonic() > deadline + START_TIMEOUT_S:
+                raise TimeoutError("the actor process never started inserting")
+            time.sleep(0.05)
         config = SamplerConfig(
             endpoints=tuple(r["request"] for r in readies),
             batch_size=SAMPLE_BATCH,
@@ -249,6 +264,7 @@ def run(
     pusher_counts: Sequence[int] | None = None,
     kinds: Sequence[str] = ("small", "atari"),
     shard_counts: Sequence[int] = (1, 2),
+    ingest_rate: float = DEFAULT_INGEST_RATE,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, object]:
     """Runs the suite and returns ``{"records": [...], "ratios": [...], "config": {...}}``."""
@@ -298,7 +314,7 @@ def run(
             "prefetch": SAMPLE_PREFETCH,
             "fill_per_shard": fill,
         }
-        batches, ingest = _measure_sampling(shard_count, timing, fill)
+        batches, ingest = _measure_sampling(shard_count, timing, fill, ingest_rate)
         records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
         records.append(
             _record(case, "apex", "ingest_while_sampling", "transitions/s", ingest, params)

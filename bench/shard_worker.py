@@ -2,7 +2,8 @@
 
 ``python -m bench.shard_worker '<json>'`` with ``role``:
 
-* ``push``: sends INSERT batches until SIGTERM or ``max_seconds``. ``mode`` "apex" goes
+* ``push``: sends INSERT batches until SIGTERM or ``max_seconds``, at ``rate``
+  transitions/s if given. ``mode`` "apex" goes
   through :class:`replay.client.InsertClient` (spec check, validation, encoding); "raw"
   sends the same pre-encoded frames with a bare PUSH socket.
 * ``pull``: the baseline receiver. Binds a PULL socket, prints ``{"ready": endpoint}``,
@@ -66,7 +67,16 @@ def push(request: dict) -> None:
         if request["mode"] == "apex":
             shards = [ShardEndpoints(insert, requests) for insert, requests in request["shards"]]
             client = InsertClient(context, shards, request["sender"], spec, timeout_s=30.0, hwm=16)
+            # Paced to ``rate`` transitions/s when given (an actor fleet of a stated size),
+            # else as fast as the shard takes them.
+            interval_s = request["batch"] / request["rate"] if request.get("rate") else 0.0
+            next_send = time.monotonic()
             while not stop["flag"] and time.monotonic() < deadline:
+                if interval_s:
+                    next_send += interval_s
+                    delay = next_send - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
                 client.insert(batch, priorities, policy_version=0)
             client.close(linger_s=0)
         else:

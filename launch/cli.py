@@ -257,8 +257,14 @@ def bench_replay(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the markdown table here (it is always printed).",
 )
+@click.option(
+    "--ingest-rate",
+    type=click.FloatRange(min=0),
+    default=100_000.0,
+    help="Transitions/s inserted during the sample-service figure (0: unpaced).",
+)
 def bench_shard(
-    quick, repeats, seconds_per_repeat, pushers, kinds, json_path, markdown_path
+    quick, repeats, seconds_per_repeat, pushers, kinds, json_path, markdown_path, ingest_rate
 ) -> None:
     """Shard ingest beside raw pyzmq, and the learner's sample service while actors insert."""
     from bench import shard_suite
@@ -270,6 +276,7 @@ def bench_shard(
             seconds_per_repeat=seconds_per_repeat,
             pusher_counts=pushers or None,
             kinds=kinds or ("small", "atari"),
+            ingest_rate=ingest_rate,
             progress=lambda line: click.echo(f"... {line}", err=True),
         )
 

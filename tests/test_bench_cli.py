@@ -94,3 +94,21 @@ def test_validation_catches_broken_documents() -> None:
     assert any("not positive and ordered" in p for p in problems)
     assert any("missing ['reason']" in p for p in problems)
     assert any("ratio 0" in p for p in problems)
+
+
+@pytest.mark.slow
+def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
+    out = tmp_path / "shard.json"
+    arguments = ["bench", "shard", "--quick", "--repeats", "2", "--seconds", "0.1"]
+    result = CliRunner().invoke(main, [*arguments, "--ingest-rate", "20000", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert report.validate(document) == []
+    measured = {(r["case"], r["implementation"], r["metric"]) for r in document["records"]}
+    for kind in ("small", "atari"):
+        for implementation in ("apex", "raw-pyzmq"):
+            assert (f"ingest-{kind}-1p", implementation, "ingest") in measured
+    for shards in (1, 2):
+        assert (f"sample-{shards}shard", "apex", "ready_batches") in measured
+    ingest_ratios = [r for r in document["ratios"] if r["metric"] == "ingest"]
+    assert len(ingest_ratios) == 2 and all(r["ratio"] > 0 for r in ingest_ratios)
