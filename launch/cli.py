@@ -155,6 +155,22 @@ def replay_role(
     server.serve()
 
 
+def _report_options(command):
+    """``--json`` and ``--markdown``, shared by every benchmark command."""
+    command = click.option(
+        "--markdown",
+        "markdown_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write the markdown table here (it is always printed).",
+    )(command)
+    return click.option(
+        "--json",
+        "json_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write JSON here.",
+    )(command)
+
+
 @main.group()
 def bench() -> None:
     """Throughput benchmarks; each writes JSON records and a markdown table."""
@@ -189,15 +205,7 @@ def bench() -> None:
     metavar="NAME=PATH",
     help="Run a peer under another interpreter, e.g. torchrl=.venv-peers/bin/python.",
 )
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write JSON here."
-)
-@click.option(
-    "--markdown",
-    "markdown_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the markdown table here (it is always printed).",
-)
+@_report_options
 def bench_replay(
     quick: bool,
     implementations: tuple[str, ...],
@@ -248,15 +256,7 @@ def bench_replay(
     type=click.Choice(["small", "atari"]),
     help="Transition kinds to ingest [both].",
 )
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write JSON here."
-)
-@click.option(
-    "--markdown",
-    "markdown_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the markdown table here (it is always printed).",
-)
+@_report_options
 @click.option(
     "--ingest-rate",
     type=click.FloatRange(min=0),

@@ -111,7 +111,7 @@ def test_malformed_messages_are_counted_and_the_shard_keeps_serving(
     )
     sent = [0]
 
-    @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.data())
     def send_malformed(data: st.DataObject) -> None:
         # Draw everything before sending: hypothesis may abandon an example mid-draw.
