@@ -1,0 +1,36 @@
+"""Ape-X exploration: each actor acts ε-greedily with its own fixed ε.
+
+``ε_i = ε^(1 + α·i/(N−1))`` for actor ``i`` of ``N`` (Horgan et al. 2018, with ε = 0.4 and
+α = 7), so actors span a range from mostly random (ε) to nearly greedy (ε^(1+α)). A single
+actor gets ``ε``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def actor_epsilon(
+    actor_index: int, actor_count: int, base: float = 0.4, alpha: float = 7.0
+) -> float:
+    """ε of actor ``actor_index`` among ``actor_count``.
+
+    Raises:
+        ValueError: an index outside ``[0, actor_count)`` or ``base`` outside ``[0, 1]``.
+    """
+    if not 0 <= actor_index < actor_count:
+        raise ValueError(f"actor index {actor_index} is outside [0, {actor_count})")
+    if not 0.0 <= base <= 1.0:
+        raise ValueError(f"base epsilon must be in [0, 1], got {base}")
+    if actor_count == 1:
+        return base
+    return base ** (1.0 + alpha * actor_index / (actor_count - 1))
+
+
+def epsilon_greedy(
+    greedy_actions: np.ndarray, epsilon: float, action_count: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Replaces each greedy action by a uniform random one with probability ``epsilon``."""
+    explore = rng.random(greedy_actions.shape[0]) < epsilon
+    random_actions = rng.integers(0, action_count, greedy_actions.shape[0])
+    return np.where(explore, random_actions, greedy_actions)
