@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.machine import git_commit, machine_info, package_versions
@@ -40,7 +40,7 @@ REQUIRED_OK_KEYS = ("metric", "unit", "median", "min", "max", "repeats")
 def new_document(repo_root: Path) -> dict[str, object]:
     return {
         "schema": SCHEMA,
-        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "machine": machine_info(),
         "packages": package_versions(),

@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import click
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _parse_peer_python(values: tuple[str, ...]) -> dict[str, str]:
-    mapping = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise click.BadParameter(f"{value!r} is not NAME=PATH", param_hint="--peer-python")
-        if not Path(path).exists():
-            raise click.BadParameter(
-                f"interpreter {path!r} does not exist", param_hint="--peer-python"
-            )
-        mapping[name] = path
-    return mapping
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
@@ -104,6 +91,13 @@ SMALL_FIELDS = (
 @click.option(
     "--request-port", type=click.IntRange(0, 65535), default=0, help="ROUTER port (0: free port)."
 )
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A run's config (TOML or resolved JSON): fields and replay settings come from it.",
+)
 @click.option("--shard-index", type=click.IntRange(min=0), default=0, help="This shard's index.")
 @click.option("--seed", type=int, default=0, help="Seed of the sampling generator.")
 def replay_role(
@@ -116,186 +110,273 @@ def replay_role(
     host,
     insert_port,
     request_port,
+    config_path,
     shard_index,
     seed,
 ) -> None:
     """Run one replay shard until SIGINT or SIGTERM.
 
     Prints one JSON line with its endpoints once bound (``{"ready": ...}``)."""
-    import json
-    import signal
-
-    from replay.shard import ShardConfig, ShardServer
+    from launch import roles
+    from replay.shard import ShardConfig
     from replay.spec import TransitionSpec
 
     try:
-        spec = TransitionSpec(fields)
-        config = ShardConfig(
-            spec=spec, capacity=capacity, alpha=alpha, min_size_to_sample=min_size,
-            samples_per_insert=samples_per_insert, error_buffer=error_buffer, host=host,
-            insert_port=insert_port, request_port=request_port, shard_index=shard_index, seed=seed,
-        )  # fmt: skip
-        server = ShardServer(config)
+        if config_path is not None:
+            run = _load_run_config(config_path, {})
+            config = roles.shard_config_from_run(run, shard_index, host, insert_port, request_port)
+        else:
+            config = ShardConfig(
+                spec=TransitionSpec(fields), capacity=capacity, alpha=alpha,
+                min_size_to_sample=min_size, samples_per_insert=samples_per_insert,
+                error_buffer=error_buffer, host=host, insert_port=insert_port,
+                request_port=request_port, shard_index=shard_index, seed=seed,
+            )  # fmt: skip
+        problems = config.validate()
+        if problems:
+            raise click.UsageError("invalid shard config: " + "; ".join(problems))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    previous = {}
-
-    def request_stop(signum, frame):
-        server.stop()
-        signal.signal(signum, previous[signum])  # a second signal gets the default action
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous[signum] = signal.signal(signum, request_stop)
-    ready = {
-        "insert": server.insert_endpoint,
-        "request": server.request_endpoint,
-        "shard": shard_index,
-    }
-    click.echo(json.dumps({"ready": ready}), nl=True)
-    server.serve()
+    sys.exit(roles.run_shard(config))
 
 
-def _report_options(command):
-    """``--json`` and ``--markdown``, shared by every benchmark command."""
-    command = click.option(
-        "--markdown",
-        "markdown_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Write the markdown table here (it is always printed).",
-    )(command)
+def _load_run_config(path: Path | None, overrides: dict):
+    from launch.config import ConfigError, load_file, resolve
+
+    try:
+        return resolve(load_file(path) if path else {}, overrides)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+class ShardParam(click.ParamType):
+    """``INSERT_ENDPOINT,REQUEST_ENDPOINT`` of one shard."""
+
+    name = "INSERT,REQUEST"
+
+    def convert(self, value, param, ctx):
+        from replay.client import ShardEndpoints
+
+        if isinstance(value, ShardEndpoints):
+            return value
+        parts = value.split(",")
+        if len(parts) != 2 or not all(p.startswith("tcp://") for p in parts):
+            self.fail(f"{value!r} is not tcp://HOST:PORT,tcp://HOST:PORT", param, ctx)
+        return ShardEndpoints(*parts)
+
+
+def _config_option(command):
     return click.option(
-        "--json",
-        "json_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Write JSON here.",
+        "--config",
+        "config_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="Run config: a TOML file, or a run directory's config.json.",
     )(command)
 
 
-@main.group()
-def bench() -> None:
-    """Throughput benchmarks; each writes JSON records and a markdown table."""
-
-
-@bench.command("replay")
-@click.option("--quick", is_flag=True, help="Tiny stores and short repeats (seconds in all).")
+@main.command("learner")
+@_config_option
 @click.option(
-    "--impl",
-    "implementations",
+    "--shard",
+    "shards",
     multiple=True,
-    type=click.Choice(["apex", "apex-fresh", "cpprb", "torchrl"]),
-    help="Implementations to measure (default: all).",
+    required=True,
+    type=ShardParam(),
+    help="Each shard's endpoints.",
 )
 @click.option(
-    "--case",
-    "case_names",
-    multiple=True,
-    help="Cases to run, by name or kind (small, atari); default: all.",
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Run directory.",
 )
-@click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed repeats per figure.")
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --run-dir.")
 @click.option(
-    "--seconds",
-    "seconds_per_repeat",
-    type=click.FloatRange(min=0.001),
+    "--host", default="127.0.0.1", help="Address to bind the weights and episodes sockets."
+)
+@click.option(
+    "--weights-port", type=click.IntRange(0, 65535), default=0, help="PUB port (0: free)."
+)
+@click.option(
+    "--episodes-port", type=click.IntRange(0, 65535), default=0, help="PULL port (0: free)."
+)
+def learner_role(config_path, shards, run_dir, resume, host, weights_port, episodes_port) -> None:
+    """Run the learner until solved, a limit, or SIGINT/SIGTERM (final checkpoint)."""
+    from launch import roles
+
+    run = _load_run_config(config_path, {})
+    requests = tuple(s.request for s in shards)
+    sys.exit(roles.run_learner(run, requests, run_dir, resume, host, weights_port, episodes_port))
+
+
+@main.command("actor")
+@_config_option
+@click.option("--index", type=click.IntRange(min=0), required=True, help="This actor's index.")
+@click.option(
+    "--shard",
+    "shards",
+    multiple=True,
+    required=True,
+    type=ShardParam(),
+    help="Each shard's endpoints.",
+)
+@click.option("--weights", required=True, help="The learner's weights endpoint (tcp://HOST:PORT).")
+@click.option(
+    "--episodes", required=True, help="The learner's episodes endpoint (tcp://HOST:PORT)."
+)
+@click.option(
+    "--max-steps",
+    type=click.IntRange(min=1),
     default=None,
-    help="Seconds per timed repeat [default: 0.4, 0.05 with --quick].",
+    help="Stop after this many vector steps.",
 )
-@click.option(
-    "--peer-python",
-    multiple=True,
-    metavar="NAME=PATH",
-    help="Run a peer under another interpreter, e.g. torchrl=.venv-peers/bin/python.",
-)
-@_report_options
-def bench_replay(
-    quick: bool,
-    implementations: tuple[str, ...],
-    case_names: tuple[str, ...],
-    repeats: int,
-    seconds_per_repeat: float | None,
-    peer_python: tuple[str, ...],
-    json_path: Path | None,
-    markdown_path: Path | None,
-) -> None:
-    """Prioritized replay core beside cpprb and torchrl: insert, sample, update, loop."""
-    from bench import replay_suite
+def actor_role(config_path, index, shards, weights, episodes, max_steps) -> None:
+    """Run one actor until SIGINT/SIGTERM."""
+    from launch import roles
 
-    peers = _parse_peer_python(peer_python)
-
-    def run_suite(memory_bytes: int | None) -> dict:
-        return replay_suite.run(
-            quick=quick,
-            implementations=implementations or replay_suite.IMPLEMENTATIONS,
-            case_names=case_names or None,
-            repeats=repeats,
-            seconds_per_repeat=seconds_per_repeat,
-            peer_python=peers,
-            memory_bytes=memory_bytes,
-            progress=lambda line: click.echo(f"... {line}", err=True),
+    run = _load_run_config(config_path, {})
+    if index >= run.actors:
+        raise click.BadParameter(
+            f"index {index} but the config has {run.actors} actors", param_hint="--index"
         )
+    sys.exit(roles.run_actor(run, index, tuple(shards), weights, episodes, max_steps))
 
-    _run_bench(replay_suite.SUITE, run_suite, json_path, markdown_path)
 
-
-@bench.command("shard")
-@click.option("--quick", is_flag=True, help="One pusher, short windows, small stores.")
-@click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed windows per figure.")
+@main.command("train")
+@click.argument(
+    "config_path", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("--env", default=None, help="Environment preset or gymnasium id [CartPole-v1].")
+@click.option("--actors", type=click.IntRange(min=1), default=None, help="Actor processes.")
+@click.option("--shards", type=click.IntRange(min=1), default=None, help="Replay shard processes.")
 @click.option(
-    "--seconds",
-    "seconds_per_repeat",
-    type=click.FloatRange(min=0.01),
+    "--envs-per-actor", type=click.IntRange(min=1), default=None, help="Environments per actor."
+)
+@click.option("--seed", type=int, default=None, help="Root seed of the run.")
+@click.option(
+    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="Learner device."
+)
+@click.option(
+    "--target-return",
+    type=float,
     default=None,
-    help="Seconds per timed window [default: 1.0, 0.2 with --quick].",
+    help="Stop when the greedy evaluation mean reaches this.",
 )
 @click.option(
-    "--pushers", multiple=True, type=click.IntRange(min=1), help="Pusher process counts [1 2 4]."
+    "--max-updates", type=click.IntRange(min=1), default=None, help="Stop after this many updates."
 )
 @click.option(
-    "--kind",
-    "kinds",
+    "--max-time",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop after this many seconds of training.",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run directory [runs/ENV-TIME].",
+)
+@click.option(
+    "--resume",
+    "resume_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Continue the run in this directory from its newest checkpoint.",
+)
+@click.option(
+    "--set",
+    "settings",
     multiple=True,
-    type=click.Choice(["small", "atari"]),
-    help="Transition kinds to ingest [both].",
+    metavar="SECTION.KEY=VALUE",
+    help="Any other setting, e.g. learner.batch_size=256 (value as TOML).",
 )
-@_report_options
-@click.option(
-    "--ingest-rate",
-    type=click.FloatRange(min=0),
-    default=100_000.0,
-    help="Transitions/s inserted during the sample-service figure (0: unpaced).",
-)
-def bench_shard(
-    quick, repeats, seconds_per_repeat, pushers, kinds, json_path, markdown_path, ingest_rate
+def train(
+    config_path,
+    env,
+    actors,
+    shards,
+    envs_per_actor,
+    seed,
+    device,
+    target_return,
+    max_updates,
+    max_time,
+    run_dir,
+    resume_dir,
+    settings,
 ) -> None:
-    """Shard ingest beside raw pyzmq, and the learner's sample service while actors insert."""
-    from bench import shard_suite
+    """Train on this machine: shards, learner and actors as child processes.
 
-    def run_suite(memory_bytes: int | None) -> dict:
-        return shard_suite.run(
-            quick=quick,
-            repeats=repeats,
-            seconds_per_repeat=seconds_per_repeat,
-            pusher_counts=pushers or None,
-            kinds=kinds or ("small", "atari"),
-            ingest_rate=ingest_rate,
-            progress=lambda line: click.echo(f"... {line}", err=True),
+    With no arguments it trains CartPole-v1 until solved (greedy mean ≥ 475 over 20
+    episodes)."""
+    import time as _time
+
+    from launch.config import load_file
+    from launch.signals import on_stop_signal
+    from launch.supervisor import Supervisor
+
+    overrides: dict = {}
+    for key, value in (("env", env), ("actors", actors), ("shards", shards), ("seed", seed)):
+        if value is not None:
+            overrides[key] = value
+    learner: dict = {}
+    for key, value in (
+        ("device", device),
+        ("target_return", target_return),
+        ("max_updates", max_updates),
+        ("max_time_s", max_time),
+    ):
+        if value is not None:
+            learner[key] = value
+    if learner:
+        overrides["learner"] = learner
+    if envs_per_actor is not None:
+        overrides["actor"] = {"envs_per_actor": envs_per_actor}
+    for setting in settings:
+        _apply_setting(overrides, setting)
+    if resume_dir is not None:
+        base = load_file(resume_dir / "config.json")
+        run_dir = resume_dir
+        config = _load_run_config(None, _merge_overrides(base, overrides))
+    else:
+        config = _load_run_config(config_path, overrides)
+        run_dir = (
+            run_dir
+            or Path("runs") / f"{config.env.replace('/', '_')}-{_time.strftime('%Y%m%d-%H%M%S')}"
         )
+    supervisor = Supervisor(config, run_dir, resume=resume_dir is not None, echo=click.echo)
+    on_stop_signal(supervisor.stop)
+    summary = supervisor.run()
+    click.echo(summary.line())
+    sys.exit(summary.exit_code)
 
-    _run_bench(shard_suite.SUITE, run_suite, json_path, markdown_path)
+
+def _merge_overrides(base: dict, overrides: dict) -> dict:
+    merged = dict(base)
+    for key, value in overrides.items():
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+    return merged
 
 
-def _run_bench(suite: str, run_suite, json_path: Path | None, markdown_path: Path | None) -> None:
-    """Runs one suite into a new document, writes JSON and markdown, fails if invalid."""
-    from bench import report
+def _apply_setting(overrides: dict, setting: str) -> None:
+    import tomllib
 
-    document = report.new_document(REPO_ROOT)
-    report.add_suite(document, suite, run_suite(document["machine"]["memory_bytes"]))
-    problems = report.validate(document)
-    if json_path:
-        report.write_json(document, json_path)
-    text = report.markdown(document)
-    if markdown_path:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(text)
-    click.echo(text)
-    if problems:
-        raise click.ClickException("benchmark document failed validation: " + "; ".join(problems))
+    key, sep, text = setting.partition("=")
+    parts = key.strip().split(".")
+    if not sep or len(parts) not in (1, 2) or not all(parts):
+        raise click.BadParameter(f"{setting!r} is not SECTION.KEY=VALUE", param_hint="--set")
+    try:
+        value = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()  # a bare word: take it as a string
+    if len(parts) == 1:
+        overrides[parts[0]] = value
+    else:
+        overrides.setdefault(parts[0], {})[parts[1]] = value
+
+
+from launch.bench_commands import bench  # noqa: E402  (registers after main exists)
+
+main.add_command(bench)

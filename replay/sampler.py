@@ -482,8 +482,10 @@ class PrioritizedSampler:
                 self._request_part(batch, shard, count, now)
 
     def _probe_down_shards(self, shards: list[_Shard], now: float) -> None:
+        """INFO to shards that are down, and to live ones whose mass is not known to be
+        positive yet (an empty shard gets no SAMPLE, so only INFO can show it filling)."""
         for shard in shards:
-            if not shard.alive and now >= shard.next_probe:
+            if (not shard.alive or shard.total <= 0) and now >= shard.next_probe:
                 self._send(shard, Kind.INFO)
                 shard.next_probe = now + self.config.probe_interval_s
 

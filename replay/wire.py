@@ -37,6 +37,9 @@ Per kind, the arrays are (``F`` = the shard spec's fields, in spec order):
     INFO_REPLY    utf-8 JSON object as u8[n] (counters only)       shard → learner
     SPEC_REPLY    utf-8 JSON spec as u8[n]                         shard → client
     ERROR         utf-8 text as u8[n]                              shard → requester
+    WEIGHTS       names (utf-8 JSON list) as u8[n], one array per   learner → actors (PUB)
+                  parameter; policy_version = the weights' version
+    EPISODES      returns f64[count], lengths i64[count]            actor → learner (PUSH)
 
 ``encode`` and ``decode`` are pure functions. ``decode`` checks the layout (magic, version,
 kind, descriptor bounds, frame count, frame sizes) and raises :class:`ProtocolError`;
@@ -88,6 +91,8 @@ class Kind(enum.IntEnum):
     SPEC = 7
     SPEC_REPLY = 8
     ERROR = 9
+    WEIGHTS = 10
+    EPISODES = 11
 
 
 @dataclass(frozen=True)

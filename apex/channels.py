@@ -1,0 +1,185 @@
+"""The learner's two channels to the actors: versioned weights out, episode results in.
+
+* Weights: the learner's PUB socket sends WEIGHTS messages (parameter names as JSON, then
+  one raw array per parameter, the version in the header). Each actor's SUB keeps at most
+  a couple of messages (PUB drops for slow subscribers), and ``WeightSubscriber.poll``
+  drains what has arrived and loads only the newest. ZeroMQ's CONFLATE cannot be used:
+  it does not support multipart messages.
+* Episodes: actors PUSH EPISODES messages (returns and lengths of finished episodes) to
+  the learner's PULL socket, which feeds the learner's metrics.
+
+A message that does not fit (malformed, other parameter names or shapes) is counted and
+skipped, never loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+
+import numpy as np
+import torch
+import zmq
+
+from replay.errors import ProtocolError
+from replay.transport import make_socket, send_frames
+from replay.wire import Kind, Message, array_text, decode, encode, text_array
+
+logger = logging.getLogger(__name__)
+
+WEIGHTS_HWM = 2
+EPISODES_HWM = 1000
+
+
+def bind(socket: zmq.Socket, host: str, port: int) -> str:
+    """Binds to ``host:port`` (a free port when 0) and returns the endpoint."""
+    if port:
+        socket.bind(f"tcp://{host}:{port}")
+    else:
+        socket.bind_to_random_port(f"tcp://{host}")
+    return socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+class WeightPublisher:
+    """The learner's side: publishes a module's parameters with a version."""
+
+    def __init__(
+        self, context: zmq.Context, host: str = "127.0.0.1", port: int = 0, sender: int = 0
+    ):
+        self._socket = make_socket(context, zmq.PUB, WEIGHTS_HWM)
+        self.endpoint = bind(self._socket, host, port)
+        self._sender = sender
+        self._sequence = 0
+
+    def publish(self, module: torch.nn.Module, version: int) -> None:
+        state = module.state_dict()
+        arrays = [text_array(json.dumps(list(state)))]
+        arrays += [np.ascontiguousarray(tensor.detach().cpu().numpy()) for tensor in state.values()]
+        frames = encode(
+            Message(Kind.WEIGHTS, self._sender, self._sequence, version, 0, 0.0, tuple(arrays))
+        )
+        self._sequence += 1
+        with contextlib.suppress(zmq.Again):  # no subscriber has room: they get the next one
+            send_frames(self._socket, frames, zmq.NOBLOCK)
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+
+class WeightSubscriber:
+    """An actor's side: loads the newest published weights into its module."""
+
+    def __init__(self, context: zmq.Context, endpoint: str) -> None:
+        self._socket = make_socket(context, zmq.SUB, WEIGHTS_HWM)
+        self._socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self._socket.connect(endpoint)
+        self.version = -1
+        self.rejected = 0
+
+    def poll(self, module: torch.nn.Module, timeout_ms: int = 0) -> bool:
+        """Loads the newest weights that arrived, if newer than the current ones.
+
+        Returns:
+            True if new weights were loaded.
+        """
+        newest = None
+        if not self._socket.poll(timeout_ms):
+            return False
+        while True:
+            try:
+                newest = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+        try:
+            message = decode(newest)
+            if message.kind != Kind.WEIGHTS or not message.arrays:
+                raise ProtocolError(f"expected WEIGHTS, got {message.kind.name}")
+            if message.policy_version <= self.version:
+                return False
+            names = json.loads(array_text(message.arrays[0]))
+            state = module.state_dict()
+            if names != list(state):
+                raise ProtocolError("parameter names differ from this actor's network")
+            tensors = {}
+            for name, array in zip(names, message.arrays[1:], strict=True):
+                if tuple(array.shape) != tuple(state[name].shape):
+                    raise ProtocolError(
+                        f"{name}: shape {array.shape} is not {tuple(state[name].shape)}"
+                    )
+                tensors[name] = torch.from_numpy(array.copy())
+        except (ProtocolError, ValueError) as exc:
+            self.rejected += 1
+            if self.rejected == 1:
+                logger.warning("ignoring weights that do not fit this actor: %s", exc)
+            return False
+        module.load_state_dict(tensors)
+        self.version = message.policy_version
+        return True
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+
+class EpisodeReporter:
+    """An actor's side: sends finished episodes' returns and lengths."""
+
+    def __init__(self, context: zmq.Context, endpoint: str, sender: int) -> None:
+        self._socket = make_socket(context, zmq.PUSH, EPISODES_HWM)
+        self._socket.connect(endpoint)
+        self._sender = sender
+        self._sequence = 0
+
+    def report(self, returns: list[float], lengths: list[int], policy_version: int) -> None:
+        arrays = (np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64))
+        frames = encode(
+            Message(
+                Kind.EPISODES,
+                self._sender,
+                self._sequence,
+                policy_version,
+                len(returns),
+                0.0,
+                arrays,
+            )
+        )
+        self._sequence += 1
+        with contextlib.suppress(zmq.Again):  # metrics are best-effort; data never waits on them
+            send_frames(self._socket, frames, zmq.NOBLOCK)
+
+    def close(self, linger_s: float = 0.5) -> None:
+        self._socket.close(linger=int(linger_s * 1000))
+
+
+class EpisodeCollector:
+    """The learner's side: receives episode results from every actor."""
+
+    def __init__(self, context: zmq.Context, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._socket = make_socket(context, zmq.PULL, EPISODES_HWM)
+        self.endpoint = bind(self._socket, host, port)
+        self.rejected = 0
+
+    def drain(self, limit: int = 1000) -> list[tuple[int, int, float, int]]:
+        """Up to ``limit`` episodes as ``(actor, policy_version, return, length)``."""
+        episodes = []
+        for _ in range(limit):
+            try:
+                frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            try:
+                message = decode(frames)
+                if message.kind != Kind.EPISODES or len(message.arrays) != 2:
+                    raise ProtocolError(f"expected EPISODES, got {message.kind.name}")
+                returns, lengths = message.arrays
+                if returns.shape != lengths.shape or returns.dtype != np.float64:
+                    raise ProtocolError("returns and lengths disagree")
+            except ProtocolError:
+                self.rejected += 1
+                continue
+            for value, length in zip(returns.tolist(), lengths.tolist(), strict=True):
+                episodes.append((message.sender, message.policy_version, value, length))
+        return episodes
+
+    def close(self) -> None:
+        self._socket.close(linger=0)

@@ -1,0 +1,57 @@
+"""Checkpoints: written atomically (temporary file, fsync, rename), read without pickle
+code execution (``torch.load(weights_only=True)`` accepts tensors and plain containers only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+_NAME = re.compile(r"^checkpoint-(\d{10})\.pt$")
+
+
+def save(directory: Path, updates: int, state: dict) -> Path:
+    """Writes ``state`` as ``checkpoint-<updates>.pt`` and keeps the newest three."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"checkpoint-{updates:010d}.pt"
+    temporary = final.with_suffix(".pt.tmp")
+    with open(temporary, "wb") as handle:
+        torch.save(state, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    temporary.replace(final)
+    for old in sorted(_checkpoints(directory))[:-3]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def _checkpoints(directory: Path) -> list[Path]:
+    return [path for path in directory.glob("checkpoint-*.pt") if _NAME.match(path.name)]
+
+
+def latest(directory: Path) -> Path | None:
+    found = sorted(_checkpoints(directory)) if directory.is_dir() else []
+    return found[-1] if found else None
+
+
+def load(path: Path) -> dict:
+    """Reads a checkpoint made by :func:`save`.
+
+    Raises:
+        ValueError: the file is not a readable checkpoint.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a corrupt or foreign file
+        raise ValueError(f"{path} is not a readable checkpoint: {exc}") from exc
+    if not isinstance(state, dict) or "online" not in state or "counters" not in state:
+        raise ValueError(f"{path} is not an apex checkpoint")
+    return state
+
+
+def encode_config(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)

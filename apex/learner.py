@@ -1,0 +1,419 @@
+"""The Ape-X learner: samples prioritized batches from every shard, trains, sends new
+priorities back, publishes versioned weights, evaluates, checkpoints and logs metrics.
+
+One thread trains; the replay sampler's thread keeps batches ready. Stop conditions: the
+greedy evaluation mean reaching ``target_return``, ``max_updates``, ``max_time_s``, or a
+stop request (SIGINT/SIGTERM), which leaves a final checkpoint either way.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import statistics
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import zmq
+
+from apex import checkpoint
+from apex.channels import EpisodeCollector, WeightPublisher
+from apex.dqn import dqn_step
+from apex.envs import env_shape, preset
+from apex.evaluation import evaluate
+from apex.metrics import MetricsWriter
+from apex.networks import build_network
+from replay.client import RequestClient
+from replay.errors import ReplayError
+from replay.sampler import PrioritizedSampler, SamplerConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Settings of the learner.
+
+    Attributes:
+        env: environment preset or gymnasium id.
+        hidden: MLP widths (actors build the same network).
+        batch_size: transitions per update.
+        learning_rate: Adam step size.
+        adam_epsilon: Adam ε.
+        max_grad_norm: gradient clipping threshold (global norm).
+        target_update_period: updates between target-network copies.
+        publish_period: updates between weight publications.
+        beta: importance-sampling exponent.
+        priority_epsilon: added to |TD| for new priorities.
+        prefetch: batches the sampler keeps in flight.
+        device: "auto" (CUDA when present), "cpu" or "cuda".
+        eval_interval_s: seconds between greedy evaluations.
+        eval_episodes: episodes per evaluation.
+        target_return: stop once an evaluation mean reaches this (None: the preset's).
+        max_updates: stop after this many updates (None: no limit).
+        max_time_s: stop after this many seconds of training (None: no limit).
+        checkpoint_interval_s: seconds between checkpoints.
+        metrics_interval_s: seconds between metrics records.
+        seed: the run's root seed.
+        torch_threads: intra-op threads for training on the CPU.
+    """
+
+    env: str = "CartPole-v1"
+    hidden: tuple[int, ...] = (256, 256)
+    batch_size: int = 512
+    learning_rate: float = 1e-4
+    adam_epsilon: float = 1.5e-4
+    max_grad_norm: float = 40.0
+    target_update_period: int = 2500
+    publish_period: int = 10
+    beta: float = 0.4
+    priority_epsilon: float = 1e-3
+    prefetch: int = 4
+    device: str = "auto"
+    eval_interval_s: float = 10.0
+    eval_episodes: int = 20
+    target_return: float | None = None
+    max_updates: int | None = None
+    max_time_s: float | None = None
+    checkpoint_interval_s: float = 60.0
+    metrics_interval_s: float = 2.0
+    seed: int = 0
+    torch_threads: int = 1
+
+
+@dataclass
+class LearnerCounters:
+    updates: int = 0
+    weight_version: int = 0
+    transitions_trained: int = 0
+    train_seconds: float = 0.0
+    episodes_seen: int = 0
+    best_eval_return: float | None = None
+    solved_at_s: float | None = None
+
+
+@dataclass
+class Outcome:
+    """How a learner run ended."""
+
+    reason: str
+    solved: bool
+    counters: LearnerCounters
+    last_eval_return: float | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
+    return device
+
+
+class Learner:
+    """Construct in the learner's process; read the bound endpoints; call :meth:`run`.
+
+    Args:
+        config: learner settings.
+        shard_endpoints: every shard's request endpoint.
+        run_dir: where metrics and checkpoints go.
+        resolved_config: the whole run's config, saved inside checkpoints.
+        host: address to bind the weights and episodes sockets on.
+        weights_port, episodes_port: ports (0: free ones).
+        resume_from: a checkpoint to continue from.
+    """
+
+    def __init__(
+        self,
+        config: LearnerConfig,
+        shard_endpoints: tuple[str, ...],
+        run_dir: Path,
+        resolved_config: dict,
+        host: str = "127.0.0.1",
+        weights_port: int = 0,
+        episodes_port: int = 0,
+        resume_from: Path | None = None,
+    ) -> None:
+        torch.set_num_threads(config.torch_threads)
+        torch.manual_seed(config.seed)
+        self.config = config
+        self.run_dir = run_dir
+        self._resolved_config = resolved_config
+        self._device = resolve_device(config.device)
+        shape = env_shape(config.env)
+        self._spec = shape.transition_spec()
+        self.online = build_network(shape.observation_shape, shape.actions, config.hidden).to(
+            self._device
+        )
+        self.target = copy.deepcopy(self.online)
+        self.target.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(
+            self.online.parameters(), lr=config.learning_rate, eps=config.adam_epsilon
+        )
+        self.counters = LearnerCounters()
+        if resume_from is not None:
+            self._restore(resume_from)
+        self._context = zmq.Context()
+        self._publisher = WeightPublisher(self._context, host, weights_port)
+        self._episodes = EpisodeCollector(self._context, host, episodes_port)
+        self._shard_endpoints = shard_endpoints
+        self._stop = threading.Event()
+        target = config.target_return
+        self._target_return = target if target is not None else preset(config.env).solved_return
+
+    @property
+    def weights_endpoint(self) -> str:
+        return self._publisher.endpoint
+
+    @property
+    def episodes_endpoint(self) -> str:
+        return self._episodes.endpoint
+
+    def stop(self) -> None:
+        """Asks :meth:`run` to finish (with a final checkpoint) after the current update."""
+        self._stop.set()
+
+    def _restore(self, path: Path) -> None:
+        state = checkpoint.load(path)
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.counters = LearnerCounters(**json.loads(state["counters"]))
+        logger.info(
+            "resumed from %s at update %d, weights version %d",
+            path,
+            self.counters.updates,
+            self.counters.weight_version,
+        )
+
+    def save_checkpoint(self) -> Path:
+        state = {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "counters": json.dumps(asdict(self.counters)),
+            "config": checkpoint.encode_config(self._resolved_config),
+        }
+        return checkpoint.save(self.run_dir / "checkpoints", self.counters.updates, state)
+
+    def run(self) -> Outcome:
+        config = self.config
+        metrics = MetricsWriter(self.run_dir)
+        sampler = PrioritizedSampler(
+            SamplerConfig(
+                endpoints=self._shard_endpoints,
+                batch_size=config.batch_size,
+                beta=config.beta,
+                prefetch=config.prefetch,
+                device=str(self._device),
+                start_timeout_s=3600.0,
+            ),
+            self._spec,
+        )
+        shard_clients = [
+            RequestClient(self._context, e, sender=1_000_000, timeout_s=2.0)
+            for e in self._shard_endpoints
+        ]
+        self.counters.weight_version += 1
+        self._publisher.publish(self.online, self.counters.weight_version)
+        started = time.monotonic()
+        outcome = Outcome("stopped", False, self.counters)
+        recent_returns: deque[float] = deque(maxlen=100)
+        lags: deque[int] = deque(maxlen=1000)
+        window = {"updates": 0, "loss": 0.0, "td": 0.0, "time": time.monotonic()}
+        last = {
+            "eval": time.monotonic(),
+            "checkpoint": time.monotonic(),
+            "metrics": time.monotonic(),
+            "publish": time.monotonic(),
+        }
+        last_eval: float | None = None
+        previous_added: int | None = None
+        try:
+            logger.info("waiting for the shards to hold data to sample")
+            sampler.start()
+            logger.info("training on %s", self._device)
+            while not self._stop.is_set():
+                now = time.monotonic()
+                elapsed = self.counters.train_seconds + (now - started)
+                if config.max_updates is not None and self.counters.updates >= config.max_updates:
+                    outcome.reason = "max_updates"
+                    break
+                if config.max_time_s is not None and elapsed >= config.max_time_s:
+                    outcome.reason = "max_time"
+                    break
+                self._train_one(sampler, window)
+                if self.counters.updates % config.target_update_period == 0:
+                    self.target.load_state_dict(self.online.state_dict())
+                if (
+                    self.counters.updates % config.publish_period == 0
+                    or now - last["publish"] > 1.0
+                ):
+                    self.counters.weight_version += 1
+                    self._publisher.publish(self.online, self.counters.weight_version)
+                    last["publish"] = now
+                for _, version, value, _ in self._episodes.drain():
+                    recent_returns.append(value)
+                    if version >= 0:
+                        lags.append(self.counters.weight_version - version)
+                    self.counters.episodes_seen += 1
+                if now - last["eval"] >= config.eval_interval_s:
+                    last["eval"] = now
+                    returns = evaluate(
+                        self.online,
+                        config.env,
+                        config.eval_episodes,
+                        config.seed + 10_000_000 + self.counters.updates,
+                        self._device,
+                    )
+                    last_eval = float(returns.mean())
+                    best = self.counters.best_eval_return
+                    self.counters.best_eval_return = (
+                        last_eval if best is None else max(best, last_eval)
+                    )
+                    logger.info(
+                        "update %d: greedy evaluation mean %.1f over %d episodes",
+                        self.counters.updates,
+                        last_eval,
+                        returns.size,
+                    )
+                    metrics.write(
+                        {
+                            "event": "evaluation",
+                            "time_s": elapsed,
+                            "updates": self.counters.updates,
+                            "eval_return_mean": last_eval,
+                            "eval_return_min": float(returns.min()),
+                            "eval_return_max": float(returns.max()),
+                        }
+                    )
+                    if self._target_return is not None and last_eval >= self._target_return:
+                        self.counters.solved_at_s = elapsed
+                        outcome.reason, outcome.solved = "solved", True
+                        break
+                if now - last["metrics"] >= config.metrics_interval_s:
+                    previous_added = self._write_metrics(
+                        metrics,
+                        sampler,
+                        shard_clients,
+                        window,
+                        recent_returns,
+                        lags,
+                        elapsed,
+                        previous_added,
+                        now - last["metrics"],
+                    )
+                    last["metrics"] = now
+                if now - last["checkpoint"] >= config.checkpoint_interval_s:
+                    self.save_checkpoint()
+                    last["checkpoint"] = now
+        except ReplayError as exc:
+            outcome.reason = f"replay failed: {exc}"
+            logger.error("learner stopping: %s", exc)
+        finally:
+            self.counters.train_seconds += time.monotonic() - started
+            outcome.last_eval_return = last_eval
+            path = self.save_checkpoint()
+            metrics.write(
+                {
+                    "event": "end",
+                    "reason": outcome.reason,
+                    "solved": outcome.solved,
+                    "updates": self.counters.updates,
+                    "weight_version": self.counters.weight_version,
+                    "train_seconds": self.counters.train_seconds,
+                    "last_eval_return": last_eval,
+                    "checkpoint": str(path),
+                }
+            )
+            metrics.close()
+            sampler.close()
+            for client in shard_clients:
+                client.close()
+            self.close()
+        return outcome
+
+    def _train_one(self, sampler: PrioritizedSampler, window: dict) -> None:
+        batch = sampler.next_batch(timeout_s=60.0)
+        result = dqn_step(
+            self.online,
+            self.target,
+            self.optimizer,
+            batch.transitions,
+            batch.weights,
+            self.config.max_grad_norm,
+            self.config.priority_epsilon,
+        )
+        sampler.update_priorities(batch, result.new_priorities.numpy())
+        self.counters.updates += 1
+        self.counters.transitions_trained += batch.indices.size
+        window["updates"] += 1
+        window["loss"] += result.loss
+        window["td"] += result.mean_abs_td
+
+    def _write_metrics(
+        self,
+        metrics,
+        sampler,
+        shard_clients,
+        window,
+        recent_returns,
+        lags,
+        elapsed,
+        previous_added,
+        interval,
+    ):
+        infos = []
+        for client in shard_clients:
+            try:
+                infos.append(client.info())
+            except ReplayError:
+                infos.append(None)
+        added = sum(i["transitions_added"] for i in infos if i)
+        updates = window["updates"]
+        record = {
+            "event": "progress",
+            "time_s": elapsed,
+            "updates": self.counters.updates,
+            "weight_version": self.counters.weight_version,
+            "updates_per_s": updates / interval,
+            "samples_per_s": updates * self.config.batch_size / interval,
+            "transitions_per_s": None
+            if previous_added is None
+            else (added - previous_added) / interval,
+            "transitions_added": added,
+            "replay_sizes": [i["size"] if i else None for i in infos],
+            "dropped_stale_updates": sum(i["dropped_stale_updates"] for i in infos if i),
+            "loss": window["loss"] / updates if updates else None,
+            "mean_abs_td": window["td"] / updates if updates else None,
+            "episodes": self.counters.episodes_seen,
+            "episode_return_mean": statistics.fmean(recent_returns) if recent_returns else None,
+            "policy_lag_median": float(np.median(lags)) if lags else None,
+            "policy_lag_p90": float(np.percentile(lags, 90)) if lags else None,
+            "policy_lag_max": max(lags) if lags else None,
+            "shards_alive": sum(1 for s in sampler.shard_states() if s["alive"]),
+        }
+        metrics.write(record)
+        logger.info(
+            "update %d | %.0f updates/s | %s transitions/s | return %s | lag p50 %s",
+            record["updates"], record["updates_per_s"],
+            "?" if record["transitions_per_s"] is None else f"{record['transitions_per_s']:.0f}",
+            "?" if record["episode_return_mean"] is None
+            else f"{record['episode_return_mean']:.1f}",
+            record["policy_lag_median"],
+        )  # fmt: skip
+        window.update(updates=0, loss=0.0, td=0.0)
+        return added
+
+    def close(self) -> None:
+        self._publisher.close()
+        self._episodes.close()
+        self._context.term()

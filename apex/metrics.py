@@ -1,0 +1,56 @@
+"""Run metrics: one JSON object per line in ``metrics.jsonl`` of the run directory, plus
+TensorBoard scalars when ``torch.utils.tensorboard`` can be imported."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / "metrics.jsonl"
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._tensorboard = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+        except ImportError:
+            logger.debug("tensorboard not installed; metrics go to %s only", self.path)
+
+    def write(self, record: dict) -> None:
+        clean = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in record.items()
+        }
+        self._file.write(json.dumps(clean) + "\n")
+        self._file.flush()
+        if self._tensorboard is not None:
+            step = int(record.get("updates", 0))
+            for key, value in clean.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._tensorboard.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """Every record of a run's ``metrics.jsonl`` (lines that do not parse are skipped)."""
+    path = run_dir / "metrics.jsonl"
+    records = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records

@@ -1,0 +1,302 @@
+"""The local supervisor behind ``apex train``: starts every role as a child process on this
+machine, watches them, restarts dead actors, and stops everything in order.
+
+Start order: shards, then the learner (it needs the shards' endpoints), then the actors
+(they need both). Children run in their own process group, so a Ctrl-C reaches only the
+supervisor, which then stops them in the order that loses nothing: actors first, then the
+learner (which writes its final checkpoint), then the shards. Each gets SIGTERM, then
+SIGKILL once the shared stop budget runs out.
+
+An actor that dies is restarted with exponential backoff. A shard or the learner dying
+ends the run with a message and exit code 3; the learner ending normally (solved, or a
+limit reached) ends the run with its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from apex.metrics import read_metrics
+from launch.config import RunConfig, write_resolved
+from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 120.0
+STOP_BUDGET_S = 20.0
+RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+PROGRESS_INTERVAL_S = 5.0
+WATCH_INTERVAL_S = 0.2
+
+
+@dataclass
+class Child:
+    role: str
+    index: int
+    command: list[str]
+    log_path: Path
+    process: subprocess.Popen | None = None
+    ready: dict = field(default_factory=dict)
+    restarts: int = 0
+    restart_at: float | None = None
+
+
+@dataclass
+class RunSummary:
+    exit_code: int
+    reason: str
+    solved: bool
+    seconds: float
+    outcome: dict = field(default_factory=dict)
+    actor_restarts: int = 0
+
+    def line(self) -> str:
+        updates = self.outcome.get("updates", "?")
+        trained = self.outcome.get("transitions_trained", "?")
+        solved = f"solved in {self.seconds:.1f} s" if self.solved else "not solved"
+        return (
+            f"{solved} | reason: {self.reason} | updates: {updates} | transitions trained: "
+            f"{trained} | last eval: {self.outcome.get('last_eval_return')} | actor restarts: "
+            f"{self.actor_restarts} | exit code {self.exit_code}"
+        )
+
+
+class Supervisor:
+    """Runs one training job locally.
+
+    Args:
+        config: the resolved run config.
+        run_dir: the run directory (config, logs, metrics, checkpoints).
+        resume: continue from the newest checkpoint in ``run_dir``.
+        echo: where progress lines go (the CLI passes ``click.echo``).
+    """
+
+    def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False, echo=print) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.resume = resume
+        self.echo = echo
+        self._stop = threading.Event()
+        self._children: list[Child] = []
+        self._started = time.monotonic()
+        self._config_path = write_resolved(config, run_dir)
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _command(self, *arguments: str) -> list[str]:
+        return [sys.executable, "-m", "launch", *arguments]
+
+    def _spawn(self, child: Child) -> None:
+        with open(child.log_path, "ab") as log:
+            child.process = subprocess.Popen(
+                child.command,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,  # Ctrl-C reaches the supervisor only
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+
+    def _read_line(self, child: Child, timeout_s: float) -> dict | None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(child.process.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout_s):
+                return None
+        line = child.process.stdout.readline()
+        return json.loads(line) if line.strip() else None
+
+    def _start(self, child: Child) -> dict:
+        self._spawn(child)
+        message = self._read_line(child, READY_TIMEOUT_S)
+        if not message or "ready" not in message:
+            raise RuntimeError(f"{child.role} {child.index} did not start; see {child.log_path}")
+        child.ready = message["ready"]
+        return child.ready
+
+    def run(self) -> RunSummary:
+        """Starts the roles and supervises them until the run ends."""
+        config, logs = self.config, self.run_dir / "logs"
+        config_arg = ("--config", str(self._config_path))
+        try:
+            shards = []
+            for index in range(config.shards):
+                child = Child(
+                    "shard",
+                    index,
+                    self._command(
+                        "replay", *config_arg, "--shard-index", str(index), "--host", config.host
+                    ),
+                    logs / f"shard-{index}.log",
+                )
+                self._children.append(child)
+                shards.append(self._start(child))
+            shard_args = [a for s in shards for a in ("--shard", f"{s['insert']},{s['request']}")]
+            learner_command = self._command(
+                "learner",
+                *config_arg,
+                "--run-dir",
+                str(self.run_dir),
+                "--host",
+                config.host,
+                *shard_args,
+            )
+            if self.resume:
+                learner_command.append("--resume")
+            learner = Child("learner", 0, learner_command, logs / "learner.log")
+            self._children.append(learner)
+            endpoints = self._start(learner)
+            if endpoints.get("resumed_from"):
+                self.echo(f"resumed from {endpoints['resumed_from']}")
+            for index in range(config.actors):
+                command = self._command(
+                    "actor",
+                    *config_arg,
+                    "--index",
+                    str(index),
+                    "--weights",
+                    endpoints["weights"],
+                    "--episodes",
+                    endpoints["episodes"],
+                    *shard_args,
+                )
+                child = Child("actor", index, command, logs / f"actor-{index}.log")
+                self._children.append(child)
+                self._start(child)
+            self.echo(
+                f"run {self.run_dir}: {config.shards} shard(s), learner, "
+                f"{config.actors} actor(s) on {config.env}"
+            )
+            return self._watch(learner)
+        except RuntimeError as exc:
+            self.echo(f"error: {exc}")
+            return self._finish(EXIT_ROLE_DIED, f"start failed: {exc}", {})
+        finally:
+            self._stop_all()
+
+    def _watch(self, learner: Child) -> RunSummary:
+        next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+        while not self._stop.is_set():
+            outcome = self._read_line(learner, WATCH_INTERVAL_S)
+            if outcome and "outcome" in outcome:
+                result = outcome["outcome"]
+                learner.process.wait(STOP_BUDGET_S)
+                code = EXIT_OK if learner.process.returncode == 0 else EXIT_FAILED
+                return self._finish(code, result["reason"], result)
+            if learner.process.poll() is not None:
+                return self._finish(
+                    EXIT_ROLE_DIED,
+                    f"learner died with exit code {learner.process.returncode}; "
+                    f"see {learner.log_path}",
+                    {},
+                )
+            for child in self._children:
+                if child.role == "shard" and child.process.poll() is not None:
+                    return self._finish(
+                        EXIT_ROLE_DIED,
+                        f"shard {child.index} died with exit code "
+                        f"{child.process.returncode}; see {child.log_path}",
+                        {},
+                    )
+                if child.role == "actor":
+                    self._tend_actor(child)
+            if time.monotonic() >= next_progress:
+                self._progress()
+                next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+        return self._stopped_by_user(learner)
+
+    def _tend_actor(self, child: Child) -> None:
+        now = time.monotonic()
+        if child.restart_at is None and child.process.poll() is not None:
+            delay = RESTART_BACKOFF_S[min(child.restarts, len(RESTART_BACKOFF_S) - 1)]
+            self.echo(
+                f"actor {child.index} died (exit code {child.process.returncode}); "
+                f"restarting in {delay:.0f} s"
+            )
+            child.process.stdout.close()
+            child.restart_at = now + delay
+        elif child.restart_at is not None and now >= child.restart_at:
+            child.restart_at = None
+            child.restarts += 1
+            self._spawn(child)
+
+    def _stopped_by_user(self, learner: Child) -> RunSummary:
+        self.echo("stopping: actors, then the learner (final checkpoint), then the shards")
+        self._stop_role("actor")
+        self._terminate([learner])
+        outcome = self._read_line(learner, STOP_BUDGET_S) or {}
+        return self._finish(EXIT_OK, "interrupted", outcome.get("outcome", {}))
+
+    def _progress(self) -> None:
+        records = [r for r in read_metrics(self.run_dir) if r.get("event") == "progress"]
+        evaluations = [r for r in read_metrics(self.run_dir) if r.get("event") == "evaluation"]
+        if not records:
+            self.echo(f"[{time.monotonic() - self._started:6.1f} s] waiting for replay to fill")
+            return
+        last = records[-1]
+        evaluation = evaluations[-1]["eval_return_mean"] if evaluations else None
+        self.echo(
+            f"[{time.monotonic() - self._started:6.1f} s] updates {last['updates']} "
+            f"({last['updates_per_s']:.0f}/s) | transitions/s "
+            f"{last.get('transitions_per_s') or 0:.0f} "
+            f"| return {last.get('episode_return_mean')} | eval {evaluation} "
+            f"| policy lag p50 {last.get('policy_lag_median')}"
+        )
+
+    def _finish(self, code: int, reason: str, outcome: dict) -> RunSummary:
+        summary = RunSummary(
+            exit_code=code,
+            reason=reason,
+            solved=bool(outcome.get("solved")),
+            seconds=time.monotonic() - self._started,  # wall clock, process start-up included
+            outcome=outcome,
+            actor_restarts=sum(c.restarts for c in self._children if c.role == "actor"),
+        )
+        (self.run_dir / "summary.json").write_text(
+            json.dumps({**summary.__dict__, "line": summary.line()}, indent=2, default=str) + "\n"
+        )
+        return summary
+
+    def _terminate(self, children: list[Child]) -> None:
+        for child in children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+
+    def _wait(self, children: list[Child], deadline: float) -> None:
+        for child in children:
+            if child.process is None:
+                continue
+            try:
+                child.process.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                logger.warning("%s %d did not stop in time; killing it", child.role, child.index)
+                child.process.kill()
+                child.process.wait()
+
+    def _stop_role(self, role: str) -> None:
+        children = [c for c in self._children if c.role == role]
+        self._terminate(children)
+        self._wait(children, time.monotonic() + STOP_BUDGET_S / 3)
+
+    def _stop_all(self) -> None:
+        for role in ("actor", "learner", "shard"):
+            self._stop_role(role)
+        for child in self._children:
+            if (
+                child.process is not None
+                and child.process.stdout
+                and not child.process.stdout.closed
+            ):
+                child.process.stdout.close()
