@@ -392,6 +392,16 @@ class Learner:
             "transitions_added": added,
             "replay_sizes": [i["size"] if i else None for i in infos],
             "dropped_stale_updates": sum(i["dropped_stale_updates"] for i in infos if i),
+            "priority_updates_applied": sum(i["updates_applied"] for i in infos if i),
+            "actor_policy_versions": sorted(
+                {
+                    s["policy_version_max"]
+                    for i in infos
+                    if i
+                    for s in i["senders"].values()
+                    if s["policy_version_max"] is not None
+                }
+            ),
             "loss": window["loss"] / updates if updates else None,
             "mean_abs_td": window["td"] / updates if updates else None,
             "episodes": self.counters.episodes_seen,

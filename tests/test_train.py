@@ -1,0 +1,178 @@
+"""`apex train` for real: CartPole with 2 shards and 2 actors in child processes.
+
+One run is shared by the tests below (about half a minute of training), then resumed.
+Every wait polls a condition with a deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apex.metrics import read_metrics
+from launch.config import ConfigError, resolve
+
+RANDOM_CARTPOLE_RETURN = 22.0
+TRAIN_SECONDS = 25
+
+
+def processes_of(run_dir: Path) -> list[int]:
+    """PIDs whose command line names ``run_dir`` (the run's roles all do)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(run_dir) in command and "launch" in command and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
+
+
+def actor_pids(run_dir: Path) -> list[int]:
+    def command(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            return ""
+
+    return [pid for pid in processes_of(run_dir) if " actor " in command(pid)]
+
+
+def wait_until(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)  # poll interval of a bounded wait on another process
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def train(run_dir: Path, *arguments: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), *arguments]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> tuple[Path, str]:
+    run_dir = tmp_path_factory.mktemp("run") / "cartpole"
+    process = train(
+        run_dir, "--actors", "2", "--shards", "2", "--seed", "3", "--max-time", str(TRAIN_SECONDS)
+    )
+    output, _ = process.communicate(timeout=TRAIN_SECONDS + 120)
+    assert process.returncode == 0, output
+    return run_dir, output
+
+
+@pytest.mark.slow
+def test_a_short_run_learns_far_beyond_random(finished_run) -> None:
+    run_dir, output = finished_run
+    records = read_metrics(run_dir)
+    evaluations = [r["eval_return_mean"] for r in records if r.get("event") == "evaluation"]
+    assert evaluations and max(evaluations) >= 4 * RANDOM_CARTPOLE_RETURN, evaluations
+    end = [r for r in records if r.get("event") == "end"][-1]
+    assert end["reason"] in ("max_time", "solved")
+    assert "reason: max_time" in output or "solved in" in output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["exit_code"] == 0
+
+
+@pytest.mark.slow
+def test_versions_advance_priorities_update_and_a_checkpoint_is_written(finished_run) -> None:
+    run_dir, _ = finished_run
+    progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
+    assert progress[-1]["priority_updates_applied"] > 0
+    assert max(progress[-1]["actor_policy_versions"]) > 1  # actors act with fresh weights
+    assert progress[-1]["policy_lag_median"] is not None
+    assert all(size > 0 for size in progress[-1]["replay_sizes"])  # both shards got data
+    assert list((run_dir / "checkpoints").glob("checkpoint-*.pt"))
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["actors"] == 2 and config["shards"] == 2
+    assert processes_of(run_dir) == []
+
+
+@pytest.mark.slow
+def test_resume_continues_from_the_checkpoint_counters(finished_run) -> None:
+    run_dir, _ = finished_run
+    before = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
+    # Limits count the whole run, and this one has used its 25 s already: raise both.
+    limits = ("--max-updates", str(before["updates"] + 200), "--max-time", "600")
+    process = train(Path("unused"), "--resume", str(run_dir), *limits)
+    output, _ = process.communicate(timeout=180)
+    assert process.returncode == 0, output
+    assert "resumed from" in output
+    after = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
+    assert after["updates"] >= before["updates"] + 200
+    assert after["weight_version"] > before["weight_version"]
+
+
+@pytest.mark.slow
+def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: Path) -> None:
+    run_dir = tmp_path / "interrupted"
+    process = train(run_dir, "--actors", "2", "--max-time", "600")
+    try:
+        wait_until(
+            lambda: any(r.get("event") == "progress" for r in read_metrics(run_dir)),
+            90,
+            "training progress",
+        )
+        actors = actor_pids(run_dir)
+        assert len(actors) == 2
+        os.kill(actors[0], signal.SIGKILL)
+        wait_until(lambda: set(actor_pids(run_dir)) - set(actors), 30, "a restarted actor process")
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+    assert "actor 0 died" in output and "restarting" in output
+    assert "reason: interrupted" in output
+    assert processes_of(run_dir) == []
+    assert list((run_dir / "checkpoints").glob("checkpoint-*.pt"))  # the final checkpoint
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"actors": 0}, "actors must be a positive integer, got 0"),
+        (
+            {"replay": {"capacity": 100, "min_size": 200}},
+            "replay.min_size 200 > replay.capacity 100",
+        ),
+        (
+            {"learner": {"batch_size": 512}, "replay": {"min_size": 100}, "shards": 2},
+            "2 × 100 < learner.batch_size 512",
+        ),
+        ({"actor": {"hidden": [64]}}, "actor.hidden (64,) and learner.hidden"),
+        ({"learner": {"device": "tpu"}}, "learner.device must be auto, cpu or cuda"),
+        ({"learner": {"no_such_key": 1}}, "learner: unknown setting 'no_such_key'"),
+        ({"colour": "blue"}, "unknown top-level setting 'colour'"),
+        ({"actor": {"gamma": 1.5}}, "actor.gamma must be in [0, 1], got 1.5"),
+    ],
+)
+def test_bad_configs_are_refused_with_every_problem(values, expected) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve(values)
+    assert any(expected in problem for problem in raised.value.problems), raised.value.problems
+
+
+def test_all_problems_are_reported_together() -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve({"actors": 0, "shards": -1, "actor": {"epsilon": 2.0}})
+    assert len(raised.value.problems) >= 3
+
+
+def test_the_default_config_is_valid_and_cartpole() -> None:
+    config = resolve({})
+    assert config.env == "CartPole-v1"
+    assert config.actor.hidden == config.learner.hidden
