@@ -69,8 +69,12 @@ def validate(document: dict) -> list[str]:
         missing = [k for k in REQUIRED_RECORD_KEYS if k not in record]
         if record.get("status") == "ok":
             missing += [k for k in REQUIRED_OK_KEYS if k not in record]
-            if not missing and not 0 < record["min"] <= record["median"] <= record["max"]:
-                problems.append(f"record {index}: rates not positive and ordered: {record}")
+            # Rates must be positive; other figures (seconds, counts) only non-negative.
+            floor_ok = record["min"] > 0 if "/s" in str(record.get("unit")) else record["min"] >= 0
+            if not missing and not (
+                floor_ok and record["min"] <= record["median"] <= record["max"]
+            ):
+                problems.append(f"record {index}: figures not in range and ordered: {record}")
         elif record.get("status") == "unavailable":
             missing += [] if "reason" in record else ["reason"]
         else:

@@ -151,6 +151,39 @@ def bench_shard(
     _run_bench(shard_suite.SUITE, run_suite, json_path, markdown_path)
 
 
+@bench.command("solve")
+@click.option("--quick", is_flag=True, help="One seed, 15 s each: checks the plumbing only.")
+@click.option("--seed", "seeds", multiple=True, type=int, help="Seeds to run [0 1 2].")
+@click.option(
+    "--max-seconds",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Time limit per run [180, 15 with --quick].",
+)
+@click.option(
+    "--impl",
+    "implementations",
+    multiple=True,
+    type=click.Choice(["apex", "sb3-dqn"]),
+    help="Implementations to run [both].",
+)
+@_report_options
+def bench_solve(quick, seeds, max_seconds, implementations, json_path, markdown_path) -> None:
+    """Wall-clock time to solve CartPole-v1: apex train beside stable-baselines3 DQN."""
+    from bench import solve_suite
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return solve_suite.run(
+            quick=quick,
+            seeds=seeds or (0, 1, 2),
+            max_seconds=max_seconds,
+            implementations=implementations or ("apex", "sb3-dqn"),
+            progress=lambda line: click.echo(f"... {line}", err=True),
+        )
+
+    _run_bench(solve_suite.SUITE, run_suite, json_path, markdown_path)
+
+
 def _run_bench(suite: str, run_suite, json_path: Path | None, markdown_path: Path | None) -> None:
     """Runs one suite into a new document, writes JSON and markdown, fails if invalid."""
     from bench import report

@@ -99,19 +99,19 @@ PRESET_DEFAULTS: dict[str, dict] = {
         "replay": {
             "capacity": 100_000,
             "min_size": 2_000,
-            "samples_per_insert": 8.0,
+            "samples_per_insert": 4.0,
             "error_buffer": 20_000.0,
         },
-        "actor": {"envs_per_actor": 4, "weight_refresh_steps": 25, "hidden": [256, 256]},
+        "actor": {"envs_per_actor": 4, "weight_refresh_steps": 25, "hidden": [128, 128]},
         "learner": {
             "batch_size": 128,
             "learning_rate": 1e-3,
             "adam_epsilon": 1e-8,
             "max_grad_norm": 10.0,
-            "target_update_period": 500,
+            "target_update_period": 250,
             "publish_period": 20,
             "eval_interval_s": 3.0,
-            "hidden": [256, 256],
+            "hidden": [128, 128],
         },
     },
     "LunarLander-v3": {

@@ -120,6 +120,9 @@ class Supervisor:
 
     def _start(self, child: Child) -> dict:
         self._spawn(child)
+        return self._await_ready(child)
+
+    def _await_ready(self, child: Child) -> dict:
         message = self._read_line(child, READY_TIMEOUT_S)
         if not message or "ready" not in message:
             raise RuntimeError(f"{child.role} {child.index} did not start; see {child.log_path}")
@@ -160,21 +163,18 @@ class Supervisor:
             endpoints = self._start(learner)
             if endpoints.get("resumed_from"):
                 self.echo(f"resumed from {endpoints['resumed_from']}")
+            actors = []
             for index in range(config.actors):
                 command = self._command(
-                    "actor",
-                    *config_arg,
-                    "--index",
-                    str(index),
-                    "--weights",
-                    endpoints["weights"],
-                    "--episodes",
-                    endpoints["episodes"],
-                    *shard_args,
-                )
-                child = Child("actor", index, command, logs / f"actor-{index}.log")
-                self._children.append(child)
-                self._start(child)
+                    "actor", *config_arg, "--index", str(index), "--weights",
+                    endpoints["weights"], "--episodes", endpoints["episodes"], *shard_args,
+                )  # fmt: skip
+                actors.append(Child("actor", index, command, logs / f"actor-{index}.log"))
+            self._children += actors
+            for child in actors:  # start together: each takes seconds to import torch
+                self._spawn(child)
+            for child in actors:
+                self._await_ready(child)
             self.echo(
                 f"run {self.run_dir}: {config.shards} shard(s), learner, "
                 f"{config.actors} actor(s) on {config.env}"

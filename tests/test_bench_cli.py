@@ -91,7 +91,7 @@ def test_validation_catches_broken_documents() -> None:
     ]
     document["ratios"] = [{"ratio": -1.0}]
     problems = report.validate(document)
-    assert any("not positive and ordered" in p for p in problems)
+    assert any("not in range and ordered" in p for p in problems)
     assert any("missing ['reason']" in p for p in problems)
     assert any("ratio 0" in p for p in problems)
 
@@ -112,3 +112,21 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
         assert (f"sample-{shards}shard", "apex", "ready_batches") in measured
     ingest_ratios = [r for r in document["ratios"] if r["metric"] == "ingest"]
     assert len(ingest_ratios) == 2 and all(r["ratio"] > 0 for r in ingest_ratios)
+
+
+@pytest.mark.slow
+def test_quick_solve_benchmark_runs_both_sides(tmp_path: Path) -> None:
+    out = tmp_path / "solve.json"
+    result = CliRunner().invoke(
+        main, ["bench", "solve", "--quick", "--max-seconds", "8", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert report.validate(document) == []
+    by_implementation = {
+        r["implementation"]: r for r in document["records"] if r.get("metric") == "time_to_solve"
+    }
+    assert set(by_implementation) == {"apex", "sb3-dqn"}
+    for record in by_implementation.values():
+        run = record["params"]["runs"][0]
+        assert run["seconds"] > 0 and isinstance(run["solved"], bool)

@@ -1,0 +1,71 @@
+"""stable-baselines3 DQN on CartPole-v1 with the rl-zoo hyperparameters, timed to solve.
+
+``python -m bench.sb3_worker '<json>'`` prints one JSON line: wall-clock seconds from this
+process's start (imports included) to the evaluation that solved it, or to the step
+limit. Solved means a greedy mean return >= 475 over 20 episodes, evaluated every 2,000
+environment steps, as in ``apex bench solve``.
+"""
+
+from __future__ import annotations
+
+import time
+
+STARTED = time.monotonic()
+
+import json  # noqa: E402  (the clock starts before any import, as for `apex train`)
+import sys  # noqa: E402
+
+# The rl-zoo (rl-baselines3-zoo hyperparams/dqn.yml) settings for CartPole-v1.
+RL_ZOO_CARTPOLE = {
+    "learning_rate": 2.3e-3,
+    "batch_size": 64,
+    "buffer_size": 100_000,
+    "learning_starts": 1000,
+    "gamma": 0.99,
+    "target_update_interval": 10,
+    "train_freq": 256,
+    "gradient_steps": 128,
+    "exploration_fraction": 0.16,
+    "exploration_final_eps": 0.04,
+    "policy_kwargs": {"net_arch": [256, 256]},
+}
+
+
+def main() -> None:
+    request = json.loads(sys.argv[1])
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    torch.set_num_threads(request.get("torch_threads", 2))
+    evaluation_env = gym.make("CartPole-v1")
+    result = {"solved": False, "seconds": None, "steps": None, "last_eval": None}
+
+    class StopWhenSolved(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % request["eval_every_steps"]:
+                return True
+            mean, _ = evaluate_policy(
+                self.model, evaluation_env, n_eval_episodes=20, deterministic=True
+            )
+            result["last_eval"] = float(mean)
+            if mean >= request["target_return"]:
+                result.update(
+                    solved=True, seconds=time.monotonic() - STARTED, steps=self.num_timesteps
+                )
+                return False
+            return time.monotonic() - STARTED < request["max_seconds"]
+
+    model = DQN(
+        "MlpPolicy", gym.make("CartPole-v1"), seed=request["seed"], verbose=0, **RL_ZOO_CARTPOLE
+    )
+    model.learn(total_timesteps=request["max_steps"], callback=StopWhenSolved())
+    if not result["solved"]:
+        result.update(seconds=time.monotonic() - STARTED, steps=model.num_timesteps)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

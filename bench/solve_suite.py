@@ -1,0 +1,156 @@
+"""Solve suite: wall-clock time to solve CartPole-v1, `apex train` beside stable-baselines3.
+
+Solved means a greedy mean return >= 475 over 20 episodes. Each seed of each side runs
+as a fresh process, and the time runs from spawning it to the evaluation that solved it,
+so process start-up (and, for apex, starting every role) is included. The sides run one
+after the other, so neither competes with the other for the two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+SUITE = "solve"
+CASE = "CartPole-v1"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TARGET_RETURN = 475.0
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _run_apex(seed: int, max_seconds: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="apex-solve-") as directory:
+        run_dir = Path(directory) / "run"
+        command = [
+            sys.executable, "-m", "launch", "train", "--seed", str(seed),
+            "--max-time", str(max_seconds), "--run-dir", str(run_dir),
+        ]  # fmt: skip
+        started = time.monotonic()
+        completed = subprocess.run(
+            command,
+            cwd=REPO_ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=max_seconds + 300,
+            check=False,
+        )
+        seconds = time.monotonic() - started
+        summary_path = run_dir / "summary.json"
+        if not summary_path.exists():
+            return {"error": f"apex train exited {completed.returncode}: {completed.stdout[-300:]}"}
+        summary = json.loads(summary_path.read_text())
+        outcome = summary.get("outcome", {})
+        return {
+            "solved": bool(summary.get("solved")),
+            "seconds": seconds,
+            "updates": outcome.get("updates"),
+            "last_eval": outcome.get("last_eval_return"),
+        }
+
+
+def _run_sb3(seed: int, max_seconds: float) -> dict:
+    request = {
+        "seed": seed, "max_seconds": max_seconds, "max_steps": 200_000,
+        "eval_every_steps": 2000, "target_return": TARGET_RETURN, "torch_threads": 2,
+    }  # fmt: skip
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "bench.sb3_worker", json.dumps(request)],
+            cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
+            timeout=max_seconds + 300, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"error": "stable-baselines3 worker ran past its limit"}
+    lines = completed.stdout.strip().splitlines()
+    if completed.returncode != 0 or not lines:
+        tail = completed.stderr.strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"stable-baselines3 worker exited {completed.returncode}: {tail[0]}"}
+    return json.loads(lines[-1])
+
+
+def _records(implementation: str, runs: list[dict], params: dict) -> list[dict]:
+    base = {"suite": SUITE, "case": CASE, "implementation": implementation, "params": params}
+    errors = [r["error"] for r in runs if "error" in r]
+    if errors:
+        return [{**base, "status": "unavailable", "reason": errors[0]}]
+    seconds = [r["seconds"] for r in runs]
+    solved = [r for r in runs if r["solved"]]
+    detail = {**params, "runs": runs}
+    common = {**base, "status": "ok", "params": detail, "repeats": len(runs)}
+    return [
+        {
+            **common,
+            "metric": "time_to_solve",
+            "unit": "s",
+            "median": float(np.median(seconds)),
+            "min": min(seconds),
+            "max": max(seconds),
+        },
+        {
+            **common,
+            "metric": "solved_seeds",
+            "unit": "seeds",
+            "median": float(len(solved)),
+            "min": float(len(solved)),
+            "max": float(len(solved)),
+        },
+    ]
+
+
+def run(
+    *,
+    quick: bool = False,
+    seeds: Sequence[int] = (0, 1, 2),
+    max_seconds: float | None = None,
+    implementations: Sequence[str] = ("apex", "sb3-dqn"),
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    """Runs every seed of every implementation; an unsolved seed counts at its time limit."""
+    seeds = tuple(seeds[:1] if quick else seeds)
+    limit = max_seconds or (15.0 if quick else 180.0)
+    params = {
+        "seeds": list(seeds),
+        "max_seconds": limit,
+        "target_return": TARGET_RETURN,
+        "eval_episodes": 20,
+    }
+    runners = {"apex": _run_apex, "sb3-dqn": _run_sb3}
+    records, medians = [], {}
+    for implementation in implementations:
+        runs = []
+        for seed in seeds:
+            if progress:
+                progress(f"solve {CASE} {implementation} seed {seed}")
+            runs.append(runners[implementation](seed, limit))
+        produced = _records(implementation, runs, params)
+        records += produced
+        for record in produced:
+            if record.get("metric") == "time_to_solve":
+                medians[implementation] = record["median"]
+    ratios = []
+    if {"apex", "sb3-dqn"} <= medians.keys():
+        ratios.append(
+            {
+                "suite": SUITE, "case": CASE, "metric": "time_to_solve", "numerator": "sb3-dqn",
+                "denominator": "apex", "ratio": medians["sb3-dqn"] / medians["apex"],
+            }
+        )  # fmt: skip
+    return {
+        "records": records,
+        "ratios": ratios,
+        "config": {"quick": quick, **params, "implementations": list(implementations)},
+    }
