@@ -1,10 +1,11 @@
 """The local supervisor behind ``apex train``: starts every role as a child process on this
 machine, watches them, restarts dead actors, and stops everything in order.
 
-Start order: shards, then the learner (it needs the shards' endpoints), then the actors
-(they need both). Children run in their own process group, so a Ctrl-C reaches only the
-supervisor, which then stops them in the order that loses nothing: actors first, then the
-learner (which writes its final checkpoint), then the shards. Each gets SIGTERM, then
+Every role gets its ports from the supervisor, so all start at once; an actor or the
+learner simply waits (with timeouts) until the shards answer. Children run in their own
+process group, so a Ctrl-C reaches only the supervisor, which then stops them in the
+order that loses nothing: actors first, then the learner (which writes its final
+checkpoint), then the shards. Each gets SIGTERM, then
 SIGKILL once the shared stop budget runs out.
 
 An actor that dies is restarted with exponential backoff. A shard or the learner dying
@@ -19,6 +20,7 @@ import logging
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -71,6 +73,14 @@ class RunSummary:
         )
 
 
+def free_port(host: str) -> int:
+    """A port that is free on ``host`` now. Another process could take it before the role
+    binds it; the role then fails to start and the supervisor says so."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
 class Supervisor:
     """Runs one training job locally.
 
@@ -118,10 +128,6 @@ class Supervisor:
         line = child.process.stdout.readline()
         return json.loads(line) if line.strip() else None
 
-    def _start(self, child: Child) -> dict:
-        self._spawn(child)
-        return self._await_ready(child)
-
     def _await_ready(self, child: Child) -> dict:
         message = self._read_line(child, READY_TIMEOUT_S)
         if not message or "ready" not in message:
@@ -134,47 +140,43 @@ class Supervisor:
         config, logs = self.config, self.run_dir / "logs"
         config_arg = ("--config", str(self._config_path))
         try:
-            shards = []
-            for index in range(config.shards):
-                child = Child(
-                    "shard",
-                    index,
-                    self._command(
-                        "replay", *config_arg, "--shard-index", str(index), "--host", config.host
-                    ),
-                    logs / f"shard-{index}.log",
-                )
-                self._children.append(child)
-                shards.append(self._start(child))
-            shard_args = [a for s in shards for a in ("--shard", f"{s['insert']},{s['request']}")]
+            # Every role gets its ports up front, so all of them start at once instead of
+            # one after another (each spends seconds importing torch or numba).
+            host = config.host
+            shard_ports = [(free_port(host), free_port(host)) for _ in range(config.shards)]
+            weights_port, episodes_port = free_port(host), free_port(host)
+            shard_args = [
+                a for ports in shard_ports
+                for a in ("--shard", f"tcp://{host}:{ports[0]},tcp://{host}:{ports[1]}")
+            ]  # fmt: skip
+            for index, (insert_port, request_port) in enumerate(shard_ports):
+                command = self._command(
+                    "replay", *config_arg, "--shard-index", str(index), "--host", host,
+                    "--insert-port", str(insert_port), "--request-port", str(request_port),
+                )  # fmt: skip
+                self._children.append(Child("shard", index, command, logs / f"shard-{index}.log"))
             learner_command = self._command(
-                "learner",
-                *config_arg,
-                "--run-dir",
-                str(self.run_dir),
-                "--host",
-                config.host,
+                "learner", *config_arg, "--run-dir", str(self.run_dir), "--host", host,
+                "--weights-port", str(weights_port), "--episodes-port", str(episodes_port),
                 *shard_args,
-            )
+            )  # fmt: skip
             if self.resume:
                 learner_command.append("--resume")
             learner = Child("learner", 0, learner_command, logs / "learner.log")
             self._children.append(learner)
-            endpoints = self._start(learner)
-            if endpoints.get("resumed_from"):
-                self.echo(f"resumed from {endpoints['resumed_from']}")
-            actors = []
             for index in range(config.actors):
                 command = self._command(
-                    "actor", *config_arg, "--index", str(index), "--weights",
-                    endpoints["weights"], "--episodes", endpoints["episodes"], *shard_args,
+                    "actor", *config_arg, "--index", str(index),
+                    "--weights", f"tcp://{host}:{weights_port}",
+                    "--episodes", f"tcp://{host}:{episodes_port}", *shard_args,
                 )  # fmt: skip
-                actors.append(Child("actor", index, command, logs / f"actor-{index}.log"))
-            self._children += actors
-            for child in actors:  # start together: each takes seconds to import torch
+                self._children.append(Child("actor", index, command, logs / f"actor-{index}.log"))
+            for child in self._children:
                 self._spawn(child)
-            for child in actors:
+            for child in self._children:
                 self._await_ready(child)
+            if learner.ready.get("resumed_from"):
+                self.echo(f"resumed from {learner.ready['resumed_from']}")
             self.echo(
                 f"run {self.run_dir}: {config.shards} shard(s), learner, "
                 f"{config.actors} actor(s) on {config.env}"

@@ -176,6 +176,7 @@ class PrioritizedSampler:
         )
         self._stop = threading.Event()
         self._started = threading.Event()
+        self._poke_pending = threading.Event()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._rng = np.random.default_rng(config.sender)
@@ -229,7 +230,12 @@ class PrioritizedSampler:
             return batch
 
     def _poke(self) -> None:
-        with contextlib.suppress(zmq.Again):  # a wake-up is already pending
+        # One wake-up in flight is enough; skipping the send when one is pending saves a
+        # socket call per batch on the training thread.
+        if self._poke_pending.is_set():
+            return
+        self._poke_pending.set()
+        with contextlib.suppress(zmq.Again):
             self._wake.send(b"", zmq.NOBLOCK)
 
     def update_priorities(self, batch: LearnerBatch, priorities: np.ndarray) -> None:
@@ -319,8 +325,10 @@ class PrioritizedSampler:
             self._send_updates(shards)
             for socket, _ in poller.poll(poll_ms):
                 if socket is wake:
+                    self._poke_pending.clear()  # before draining: a later poke re-arms it
                     with contextlib.suppress(zmq.Again):
-                        wake.recv(zmq.NOBLOCK)
+                        while True:
+                            wake.recv(zmq.NOBLOCK)
                 else:
                     self._receive(shards, by_socket[socket])
             self._expire(shards, time.monotonic())
