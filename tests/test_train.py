@@ -176,3 +176,27 @@ def test_the_default_config_is_valid_and_cartpole() -> None:
     config = resolve({})
     assert config.env == "CartPole-v1"
     assert config.actor.hidden == config.learner.hidden
+
+
+@pytest.mark.slow
+def test_a_dead_shard_ends_the_run_with_exit_code_3(tmp_path: Path) -> None:
+    run_dir = tmp_path / "shard-dies"
+    process = train(run_dir, "--max-time", "600")
+    try:
+        wait_until(
+            lambda: any(r.get("event") == "progress" for r in read_metrics(run_dir)),
+            90,
+            "training progress",
+        )
+        shard = [
+            pid for pid in processes_of(run_dir)
+            if b" replay " in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        ]  # fmt: skip
+        os.kill(shard[0], signal.SIGKILL)
+        output, _ = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 3, output
+    assert "shard 0 died" in output
+    assert processes_of(run_dir) == []
