@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -47,13 +48,21 @@ def actor_pids(run_dir: Path) -> list[int]:
     return [pid for pid in processes_of(run_dir) if " actor " in command(pid)]
 
 
-def wait_until(condition, timeout_s: float, what: str):
+def wait_until(process: subprocess.Popen, seen: list[str], condition, timeout_s: float, what: str):
+    """Checks ``condition`` each time the run prints a line (progress comes every few
+    seconds) or 0.2 s passes, until the deadline. Lines read go to ``seen``."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)  # poll interval of a bounded wait on another process
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            if selector.select(0.2):
+                line = process.stdout.readline()
+                if not line:
+                    raise AssertionError(f"the run ended while waiting for {what}: {''.join(seen)}")
+                seen.append(line)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
@@ -119,8 +128,11 @@ def test_resume_continues_from_the_checkpoint_counters(finished_run) -> None:
 def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: Path) -> None:
     run_dir = tmp_path / "interrupted"
     process = train(run_dir, "--actors", "2", "--max-time", "600")
+    seen: list[str] = []
     try:
         wait_until(
+            process,
+            seen,
             lambda: any(r.get("event") == "progress" for r in read_metrics(run_dir)),
             90,
             "training progress",
@@ -128,9 +140,12 @@ def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: 
         actors = actor_pids(run_dir)
         assert len(actors) == 2
         os.kill(actors[0], signal.SIGKILL)
-        wait_until(lambda: set(actor_pids(run_dir)) - set(actors), 30, "a restarted actor process")
+        wait_until(
+            process, seen, lambda: set(actor_pids(run_dir)) - set(actors), 30, "a restarted actor"
+        )
         process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=60)
+        rest, _ = process.communicate(timeout=60)
+        output = "".join(seen) + rest
     finally:
         if process.poll() is None:
             process.kill()
@@ -182,8 +197,11 @@ def test_the_default_config_is_valid_and_cartpole() -> None:
 def test_a_dead_shard_ends_the_run_with_exit_code_3(tmp_path: Path) -> None:
     run_dir = tmp_path / "shard-dies"
     process = train(run_dir, "--max-time", "600")
+    seen: list[str] = []
     try:
         wait_until(
+            process,
+            seen,
             lambda: any(r.get("event") == "progress" for r in read_metrics(run_dir)),
             90,
             "training progress",
@@ -193,7 +211,8 @@ def test_a_dead_shard_ends_the_run_with_exit_code_3(tmp_path: Path) -> None:
             if b" replay " in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         ]  # fmt: skip
         os.kill(shard[0], signal.SIGKILL)
-        output, _ = process.communicate(timeout=90)
+        rest, _ = process.communicate(timeout=90)
+        output = "".join(seen) + rest
     finally:
         if process.poll() is None:
             process.kill()
