@@ -184,6 +184,128 @@ def bench_solve(quick, seeds, max_seconds, implementations, json_path, markdown_
     _run_bench(solve_suite.SUITE, run_suite, json_path, markdown_path)
 
 
+@bench.command("learner")
+@click.option("--quick", is_flag=True, help="Few batch sizes, short repeats.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed repeats per figure.")
+@click.option("--threads", type=click.IntRange(min=1), default=2, help="torch threads on the CPU.")
+@_report_options
+def bench_learner(quick, repeats, threads, json_path, markdown_path) -> None:
+    """Learner updates/s by batch size (MLP and Nature CNN), CPU and CUDA when present."""
+    from bench import learner_suite
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return learner_suite.run(
+            quick=quick, repeats=repeats, torch_threads=threads, progress=_progress
+        )
+
+    _run_bench(learner_suite.SUITE, run_suite, json_path, markdown_path)
+
+
+@bench.command("actor")
+@click.option("--quick", is_flag=True, help="Few env counts, short repeats.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed repeats per figure.")
+@_report_options
+def bench_actor(quick, repeats, json_path, markdown_path) -> None:
+    """One actor's acting loop in env steps/s, CartPole and Pong, by env count."""
+    from bench import actor_suite
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return actor_suite.run(quick=quick, repeats=repeats, progress=_progress)
+
+    _run_bench(actor_suite.SUITE, run_suite, json_path, markdown_path)
+
+
+SUITES = ("replay", "shard", "learner", "actor", "solve")
+
+
+@bench.command("run")
+@click.argument("suites", nargs=-1, type=click.Choice(SUITES))
+@click.option("--quick", is_flag=True, help="Every suite tiny: about a minute in all.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-results"),
+    help="Directory for one JSON per suite, REPORT.md and the plots.",
+)
+@click.option("--plots/--no-plots", default=True, help="Write PNG plots (needs matplotlib).")
+def bench_run(suites, quick, out, plots) -> None:
+    """Run several suites (default: all) into one directory, with a report and plots."""
+    from bench import actor_suite, learner_suite, replay_suite, report, shard_suite, solve_suite
+
+    chosen = suites or SUITES
+    runners = {
+        "replay": lambda memory: replay_suite.run(
+            quick=quick, memory_bytes=memory, progress=_progress,
+            implementations=("apex", "cpprb", "torchrl") if quick else replay_suite.IMPLEMENTATIONS,
+            repeats=2 if quick else 5,
+        ),
+        "shard": lambda memory: shard_suite.run(
+            quick=quick, progress=_progress, repeats=2 if quick else 5,
+            seconds_per_repeat=0.1 if quick else None, ingest_rate=20_000.0 if quick else 100_000.0,
+        ),
+        "learner": lambda memory: learner_suite.run(
+            quick=quick, repeats=2 if quick else 5, progress=_progress
+        ),
+        "actor": lambda memory: actor_suite.run(
+            quick=quick, repeats=2 if quick else 5, progress=_progress
+        ),
+        "solve": lambda memory: solve_suite.run(
+            quick=quick, max_seconds=8.0 if quick else None, progress=_progress
+        ),
+    }  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    sections, problems = [], []
+    for suite in chosen:
+        document = report.new_document(REPO_ROOT)
+        report.add_suite(document, suite, runners[suite](document["machine"]["memory_bytes"]))
+        problems += [f"{suite}: {p}" for p in report.validate(document)]
+        report.write_json(document, out / f"{suite}.json")
+        sections.append(report.markdown(document))
+        if plots:
+            from bench.plots import plot_document
+
+            for path in plot_document(document, out / "plots"):
+                sections.append(f"![{path.stem}](plots/{path.name})\n")
+    (out / "REPORT.md").write_text("# Benchmark report\n\n" + "\n".join(sections))
+    click.echo(f"wrote {', '.join(f'{s}.json' for s in chosen)} and REPORT.md to {out}")
+    if problems:
+        raise click.ClickException("benchmark documents failed validation: " + "; ".join(problems))
+
+
+@bench.command("compare")
+@click.argument("old", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("new", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--threshold",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.9,
+    help="Flag figures whose new/old speed falls below this.",
+)
+@click.option("--fail-on-regression", is_flag=True, help="Exit 1 if any figure is flagged.")
+def bench_compare(old, new, threshold, fail_on_regression) -> None:
+    """Ratios between two benchmark JSON files (NEW against OLD), to catch regressions."""
+    import json
+
+    from bench import compare
+
+    documents = []
+    for path in (old, new):
+        try:
+            documents.append(json.loads(path.read_text()))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(f"{path} is not a benchmark JSON file: {exc}") from exc
+    rows = compare.compare(*documents, threshold=threshold)
+    if not rows:
+        raise click.ClickException(f"{old} and {new} share no figure to compare")
+    click.echo(compare.markdown(rows, threshold))
+    if fail_on_regression and any(row["regression"] for row in rows):
+        raise SystemExit(1)
+
+
+def _progress(line: str) -> None:
+    click.echo(f"... {line}", err=True)
+
+
 def _run_bench(suite: str, run_suite, json_path: Path | None, markdown_path: Path | None) -> None:
     """Runs one suite into a new document, writes JSON and markdown, fails if invalid."""
     from bench import report

@@ -130,3 +130,57 @@ def test_quick_solve_benchmark_runs_both_sides(tmp_path: Path) -> None:
     for record in by_implementation.values():
         run = record["params"]["runs"][0]
         assert run["seconds"] > 0 and isinstance(run["solved"], bool)
+
+
+@pytest.mark.parametrize("suite", ["learner", "actor"])
+def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, suite: str) -> None:
+    out = tmp_path / f"{suite}.json"
+    arguments = ["bench", suite, "--quick", "--repeats", "2", "--json", str(out)]
+    result = CliRunner().invoke(main, arguments)
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert report.validate(document) == []
+    ok = [r for r in document["records"] if r["status"] == "ok"]
+    assert ok and all(r["median"] > 0 for r in ok)
+    if suite == "learner":
+        cases = {r["case"] for r in ok}
+        assert {"mlp-cpu-b32", "mlp-cpu-b512", "nature-cnn-cpu-b32"} <= cases
+        by_case = {(r["case"], r["metric"]): r["median"] for r in ok}
+        assert by_case[("mlp-cpu-b512", "samples")] == pytest.approx(
+            512 * by_case[("mlp-cpu-b512", "updates")]
+        )
+    else:
+        assert {"CartPole-v1-k1", "CartPole-v1-k8"} <= {r["case"] for r in ok}
+
+
+def _document(records: list[dict]) -> dict:
+    return {"schema": report.SCHEMA, "records": records, "ratios": []}
+
+
+def _figure(metric: str, unit: str, median: float) -> dict:
+    figure = {"suite": "s", "case": "c", "implementation": "apex", "status": "ok"}
+    spread = {"median": median, "min": median, "max": median, "repeats": 1}
+    return {**figure, "metric": metric, "unit": unit, **spread, "params": {}}
+
+
+def test_compare_reports_speed_ratios_and_flags_regressions(tmp_path: Path) -> None:
+    old = tmp_path / "old.json"
+    new = tmp_path / "new.json"
+    old.write_text(
+        json.dumps(_document([_figure("rate", "items/s", 100.0), _figure("time", "s", 10.0)]))
+    )
+    new.write_text(
+        json.dumps(_document([_figure("rate", "items/s", 50.0), _figure("time", "s", 5.0)]))
+    )
+    result = CliRunner().invoke(main, ["bench", "compare", str(old), str(new)])
+    assert result.exit_code == 0, result.output
+    assert "0.50× ⚠" in result.output  # half the rate: a regression
+    assert "2.00×" in result.output  # half the time: twice as fast
+    failing = CliRunner().invoke(
+        main, ["bench", "compare", str(old), str(new), "--fail-on-regression"]
+    )
+    assert failing.exit_code == 1
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    refused = CliRunner().invoke(main, ["bench", "compare", str(old), str(broken)])
+    assert refused.exit_code == 2 and "not a benchmark JSON file" in refused.output

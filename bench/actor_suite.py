@@ -1,0 +1,95 @@
+"""Actor suite: environment steps per second of one actor's acting loop, by env count.
+
+Times what an actor does per vector step (one batched forward pass, ε-greedy, the vector
+env's step, the n-step builder) without sending, so it is one actor process's ceiling.
+Pong runs only where ale-py is installed; otherwise it is reported unavailable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from apex.envs import env_factories, env_shape
+from apex.exploration import epsilon_greedy
+from apex.networks import build_network
+from apex.nstep import NStepBuilder
+from bench.timing import measure_rate
+
+SUITE = "actor"
+
+
+def _acting_loop(env: str, env_count: int, hidden: tuple[int, ...]) -> Callable[[], None]:
+    shape = env_shape(env)
+    envs = gym.vector.SyncVectorEnv(
+        env_factories(env, env_count, training=True),
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    network = build_network(shape.observation_shape, shape.actions, hidden)
+    builder = NStepBuilder(env_count, 3, 0.99, shape.observation_shape, shape.observation_dtype)
+    rng = np.random.default_rng(0)
+    state = {"obs": envs.reset(seed=list(range(env_count)))[0]}
+
+    def step() -> None:
+        with torch.no_grad():
+            greedy = network(torch.from_numpy(state["obs"])).argmax(dim=1).numpy()
+        actions = epsilon_greedy(greedy, 0.1, shape.actions, rng)
+        next_obs, rewards, terminated, truncated, info = envs.step(actions)
+        final = next_obs
+        ended = np.logical_or(terminated, truncated)
+        if ended.any():
+            final = next_obs.copy()
+            for e in np.flatnonzero(ended):
+                final[e] = info["final_obs"][e]
+        builder.step(state["obs"], actions, rewards, final, terminated, truncated)
+        state["obs"] = next_obs
+
+    return step
+
+
+def run(
+    *,
+    quick: bool = False,
+    repeats: int = 5,
+    seconds_per_repeat: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    torch.set_num_threads(1)  # as an actor process runs
+    per_repeat = seconds_per_repeat or (0.05 if quick else 0.5)
+    plan = [
+        ("CartPole-v1", (1, 8) if quick else (1, 8, 32), (128, 128)),
+        ("Pong", (1,) if quick else (1, 4), ()),
+    ]
+    records = []
+    for env, counts, hidden in plan:
+        for count in counts:
+            case = f"{env}-k{count}"
+            if progress:
+                progress(f"actor {case}")
+            params = {"env": env, "envs_per_actor": count, "torch_threads": 1}
+            base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
+            try:
+                step = _acting_loop(env, count, hidden or (256,))
+            except (ImportError, gym.error.Error) as exc:
+                records.append(
+                    {**base, "status": "unavailable", "reason": f"{type(exc).__name__}: {exc}"}
+                )
+                continue
+            measurement = measure_rate(
+                "env_steps",
+                "env steps/s",
+                step,
+                items_per_call=count,
+                repeats=repeats,
+                seconds_per_repeat=per_repeat,
+                warmup_calls=5,
+            )
+            records.append({**base, "status": "ok", **measurement.to_record()})
+    return {
+        "records": records,
+        "ratios": [],
+        "config": {"quick": quick, "repeats": repeats, "seconds_per_repeat": per_repeat},
+    }

@@ -1,0 +1,103 @@
+"""Learner suite: gradient updates per second by batch size, on the CPU and on CUDA when
+present, for the dueling MLP (vector observations) and the Nature CNN (Atari frames).
+
+Each figure times ``apex.dqn.dqn_step`` (forward, double-DQN target, backward, clipping,
+fused Adam) on a fixed random batch already on the device, so it is the learner's compute
+ceiling, without replay or transport.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+
+from apex.dqn import dqn_step
+from apex.learner import _adam
+from apex.networks import build_network
+from bench.timing import measure_rate
+
+SUITE = "learner"
+
+
+def _batch(
+    shape: tuple[int, ...], batch_size: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    def observations() -> torch.Tensor:
+        if len(shape) == 3:
+            return torch.randint(0, 256, (batch_size, *shape), dtype=torch.uint8, device=device)
+        return torch.randn(batch_size, *shape, device=device)
+
+    return {
+        "obs": observations(),
+        "action": torch.randint(0, 2, (batch_size,), device=device),
+        "reward": torch.randn(batch_size, device=device),
+        "discount": torch.full((batch_size,), 0.97, device=device),
+        "next_obs": observations(),
+    }
+
+
+def run(
+    *,
+    quick: bool = False,
+    repeats: int = 5,
+    seconds_per_repeat: float | None = None,
+    torch_threads: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    cases = [("mlp", (4,), (256, 256), (32, 128, 512) if quick else (32, 64, 128, 256, 512))]
+    cases.append(("nature-cnn", (4, 84, 84), (256,), (32,) if quick else (32, 128, 512)))
+    per_repeat = seconds_per_repeat or (0.05 if quick else 0.5)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(torch_threads)
+    records = []
+    try:
+        for device in devices:
+            for network, shape, hidden, batch_sizes in cases:
+                for batch_size in batch_sizes:
+                    case = f"{network}-{device.type}-b{batch_size}"
+                    if progress:
+                        progress(f"learner {case}")
+                    timing = {"repeats": repeats, "seconds_per_repeat": per_repeat}
+                    updates = _measure(shape, hidden, batch_size, device, timing)
+                    params = {
+                        "network": network, "device": device.type, "batch_size": batch_size,
+                        "torch_threads": torch_threads,
+                    }  # fmt: skip
+                    base = {"suite": SUITE, "case": case, "implementation": "apex", "status": "ok"}
+                    records.append({**base, **updates, "params": params})
+                    records.append({**base, **_scaled(updates, batch_size), "params": params})
+    finally:
+        torch.set_num_threads(previous_threads)
+    config = {"quick": quick, "repeats": repeats, "seconds_per_repeat": per_repeat}
+    return {"records": records, "ratios": [], "config": {**config, "torch_threads": torch_threads}}
+
+
+def _measure(shape, hidden, batch_size: int, device: torch.device, timing: dict) -> dict:
+    online = build_network(shape, 6, hidden).to(device)
+    target = copy.deepcopy(online)
+    optimizer = _adam(online.parameters(), 1e-4, 1.5e-4)
+    batch = _batch(shape, batch_size, device)
+    weights = torch.ones(batch_size, device=device)
+
+    def step() -> None:
+        dqn_step(online, target, optimizer, batch, weights, 10.0, 1e-3)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    warmup = 3 if len(shape) == 3 else 20
+    return measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
+
+
+def _scaled(updates: dict, batch_size: int) -> dict:
+    """Transitions/s from the same timing: updates/s times the batch size."""
+    return {
+        **updates,
+        "metric": "samples",
+        "unit": "transitions/s",
+        "median": updates["median"] * batch_size,
+        "min": updates["min"] * batch_size,
+        "max": updates["max"] * batch_size,
+    }

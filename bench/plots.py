@@ -1,0 +1,57 @@
+"""PNG plots of a benchmark document: one figure per suite (needs matplotlib)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def plot_document(document: dict, directory: Path) -> list[Path]:
+    """Bar charts of every ok figure's median (with its min–max range), one PNG per
+    suite and unit, plus the ratio bars when a suite has ratios. Returns the files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for suite in document["suites"]:
+        records = [r for r in document["records"] if r["suite"] == suite and r["status"] == "ok"]
+        for unit in sorted({r["unit"] for r in records}):
+            chosen = [r for r in records if r["unit"] == unit]
+            labels = [f"{r['case']}\n{r['implementation']} {r['metric']}" for r in chosen]
+            medians = [r["median"] for r in chosen]
+            errors = [
+                [r["median"] - r["min"] for r in chosen],
+                [r["max"] - r["median"] for r in chosen],
+            ]
+            figure, axis = plt.subplots(figsize=(max(6, 0.6 * len(chosen)), 4.5))
+            axis.bar(range(len(chosen)), medians, yerr=errors, capsize=3, color="#4878a8")
+            axis.set_xticks(range(len(chosen)), labels, rotation=60, ha="right", fontsize=7)
+            axis.set_ylabel(unit)
+            axis.set_yscale("log" if max(medians) / max(min(medians), 1e-12) > 100 else "linear")
+            axis.set_title(f"{suite}: {unit} (median, min–max)")
+            figure.tight_layout()
+            path = directory / f"{suite}-{unit.replace('/', '_per_').replace(' ', '_')}.png"
+            figure.savefig(path, dpi=110)
+            plt.close(figure)
+            written.append(path)
+        ratios = [r for r in document["ratios"] if r["suite"] == suite]
+        if ratios:
+            figure, axis = plt.subplots(figsize=(max(6, 0.6 * len(ratios)), 4.5))
+            labels = [
+                f"{r['case']} {r['metric']}\n{r['numerator']}/{r['denominator']}" for r in ratios
+            ]
+            values = [r["ratio"] for r in ratios]
+            colours = ["#55a868" if v >= 1 else "#c44e52" for v in values]
+            axis.bar(range(len(ratios)), values, color=colours)
+            axis.axhline(1.0, color="black", linewidth=0.8)
+            axis.set_xticks(range(len(ratios)), labels, rotation=60, ha="right", fontsize=7)
+            axis.set_ylabel("ratio")
+            axis.set_title(f"{suite}: ratios")
+            figure.tight_layout()
+            path = directory / f"{suite}-ratios.png"
+            figure.savefig(path, dpi=110)
+            plt.close(figure)
+            written.append(path)
+    return written
