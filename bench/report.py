@@ -157,6 +157,20 @@ def markdown(document: dict) -> str:
                 ]
                 cells.append(f"{found[0]:.2f}×" if found else "—")
             lines.append("| " + " | ".join(cells) + " |")
+        bottlenecks = {
+            r["case"]: r["params"]
+            for r in records
+            if r["status"] == "ok" and "bottleneck" in r["params"]
+        }
+        if bottlenecks:
+            lines.append("")
+        for case, params in bottlenecks.items():
+            cpu = ", ".join(
+                f"{role} {cores:.2f}" for role, cores in params.get("cpu_cores_by_role", {}).items()
+            )
+            lines.append(
+                f"- {case}: bottleneck **{params['bottleneck']}** (CPU cores by role: {cpu})"
+            )
         reasons = {
             (r["implementation"], r["reason"]) for r in records if r["status"] == "unavailable"
         }

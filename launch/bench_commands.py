@@ -215,7 +215,43 @@ def bench_actor(quick, repeats, json_path, markdown_path) -> None:
     _run_bench(actor_suite.SUITE, run_suite, json_path, markdown_path)
 
 
-SUITES = ("replay", "shard", "learner", "actor", "solve")
+@bench.command("system")
+@click.option("--quick", is_flag=True, help="One small configuration, a 3 s window.")
+@click.option(
+    "--actors",
+    "actor_counts",
+    multiple=True,
+    type=click.IntRange(min=1),
+    help="Actor counts [1 2 4 ... 64].",
+)
+@click.option(
+    "--shards",
+    "shard_counts",
+    multiple=True,
+    type=click.IntRange(min=1),
+    help="Shard counts [1 2 4].",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Measured window per configuration [12].",
+)
+@_report_options
+def bench_system(quick, actor_counts, shard_counts, seconds, json_path, markdown_path) -> None:
+    """Whole-system throughput, policy lag and CPU per role as actors and shards grow."""
+    from bench import system_suite
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return system_suite.run(
+            quick=quick, actor_counts=actor_counts or None, shard_counts=shard_counts or None,
+            seconds_per_window=seconds, memory_bytes=memory_bytes, progress=_progress,
+        )  # fmt: skip
+
+    _run_bench(system_suite.SUITE, run_suite, json_path, markdown_path)
+
+
+SUITES = ("replay", "shard", "learner", "actor", "system", "solve")
 
 
 @bench.command("run")
@@ -230,7 +266,15 @@ SUITES = ("replay", "shard", "learner", "actor", "solve")
 @click.option("--plots/--no-plots", default=True, help="Write PNG plots (needs matplotlib).")
 def bench_run(suites, quick, out, plots) -> None:
     """Run several suites (default: all) into one directory, with a report and plots."""
-    from bench import actor_suite, learner_suite, replay_suite, report, shard_suite, solve_suite
+    from bench import (
+        actor_suite,
+        learner_suite,
+        replay_suite,
+        report,
+        shard_suite,
+        solve_suite,
+        system_suite,
+    )
 
     chosen = suites or SUITES
     runners = {
@@ -249,8 +293,11 @@ def bench_run(suites, quick, out, plots) -> None:
         "actor": lambda memory: actor_suite.run(
             quick=quick, repeats=2 if quick else 5, progress=_progress
         ),
+        "system": lambda memory: system_suite.run(
+            quick=quick, memory_bytes=memory, progress=_progress
+        ),
         "solve": lambda memory: solve_suite.run(
-            quick=quick, max_seconds=8.0 if quick else None, progress=_progress
+            quick=quick, max_seconds=6.0 if quick else None, progress=_progress
         ),
     }  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)

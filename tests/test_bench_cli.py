@@ -184,3 +184,22 @@ def test_compare_reports_speed_ratios_and_flags_regressions(tmp_path: Path) -> N
     broken.write_text("{not json")
     refused = CliRunner().invoke(main, ["bench", "compare", str(old), str(broken)])
     assert refused.exit_code == 2 and "not a benchmark JSON file" in refused.output
+
+
+@pytest.mark.slow
+def test_quick_system_suite_measures_a_real_run_and_names_its_bottleneck(tmp_path: Path) -> None:
+    out = tmp_path / "system.json"
+    result = CliRunner().invoke(main, ["bench", "system", "--quick", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert report.validate(document) == []
+    metrics = {r["metric"]: r for r in document["records"] if r["status"] == "ok"}
+    assert metrics["transitions_in"]["median"] > 0 and metrics["updates"]["median"] > 0
+    assert {"cpu_learner", "cpu_shard", "cpu_actor"} <= metrics.keys()
+    assert metrics["updates"]["params"]["bottleneck"].split()[0] in (
+        "machine",
+        "learner",
+        "shard",
+        "actors",
+    )
+    assert "bottleneck" in result.output

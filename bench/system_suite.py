@@ -1,0 +1,215 @@
+"""System suite: the whole of `apex train` on one machine, as actors and shards grow.
+
+For every (actors, shards) pair a real run trains CartPole-v1 with the preset's settings
+(evaluation off, no target). After a warm-up, this process reads the learner's metrics
+(transitions/s ingested, updates/s, policy lag) and the CPU time of every role from
+``/proc`` over a timed window. The report names the bottleneck of each configuration:
+
+* ``learner`` when the learner uses at least ``BUSY_SHARE`` of the cores it can (2 threads);
+* ``shard`` when a shard process uses at least ``BUSY_SHARE`` of a core;
+* ``machine`` when all roles together keep the machine's cores busy;
+* ``actors`` otherwise (the others wait for data).
+
+Actor processes each load torch (about 300 MB), so the actor counts are capped by memory
+(``MEMORY_PER_ACTOR_BYTES``); a count above the cap is reported unavailable, with the
+arithmetic.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from apex.metrics import read_metrics
+
+SUITE = "system"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MEMORY_PER_ACTOR_BYTES = 400 * 2**20
+MEMORY_SHARE = 0.5
+BUSY_SHARE = 0.85
+LEARNER_THREADS = 2  # the training thread and the sampler's I/O thread
+START_TIMEOUT_S = 180.0
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _roles(run_dir: Path) -> dict[int, str]:
+    """PID → role of every process of the run (their command lines name the run dir)."""
+    roles = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(run_dir) not in command or "-m launch " not in command:
+            continue
+        for role in ("replay", "learner", "actor"):
+            if f"launch {role} " in command:
+                roles[int(entry.name)] = "shard" if role == "replay" else role
+    return roles
+
+
+def _cpu_by_role(run_dir: Path) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for pid, role in _roles(run_dir).items():
+        seconds = _cpu_seconds(pid)
+        if seconds is not None:
+            totals[role] = totals.get(role, 0.0) + seconds
+    return totals
+
+
+def _wait_for_progress(run_dir: Path, process: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"apex train exited with {process.returncode} before training")
+        if any(r.get("event") == "progress" for r in read_metrics(run_dir)):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("no training progress in time")
+
+
+def _measure(actors: int, shards: int, seconds: float, warmup_s: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="apex-system-") as directory:
+        run_dir = Path(directory) / "run"
+        command = [
+            sys.executable, "-m", "launch", "train", "--actors", str(actors), "--shards",
+            str(shards), "--max-time", str(START_TIMEOUT_S + warmup_s + seconds + 30),
+            "--target-return", "1e12", "--set", "learner.eval_interval_s=1e12",
+            "--run-dir", str(run_dir),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            _wait_for_progress(run_dir, process, START_TIMEOUT_S)
+            time.sleep(warmup_s)
+            window_start = time.monotonic()
+            cpu_before = _cpu_by_role(run_dir)
+            time.sleep(seconds)
+            cpu_after = _cpu_by_role(run_dir)
+            elapsed = time.monotonic() - window_start
+        finally:
+            process.terminate()
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        end_time = max((r.get("time_s") or 0) for r in read_metrics(run_dir))
+        window = [
+            r for r in read_metrics(run_dir)
+            if r.get("event") == "progress" and r.get("time_s", 0) >= end_time - elapsed
+        ]  # fmt: skip
+    cpu = {
+        role: max(cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0), 0.0) / elapsed
+        for role in ("learner", "shard", "actor")
+    }
+    return {"window": window, "cpu": cpu}
+
+
+def _values(window: list[dict], key: str, positive: bool = True) -> list[float]:
+    values = [r[key] for r in window if r.get(key) is not None]
+    return [v for v in values if v > 0] if positive else values
+
+
+def _bottleneck(cpu: dict[str, float], shards: int, cores: int) -> str:
+    if sum(cpu.values()) >= BUSY_SHARE * cores:
+        return f"machine ({sum(cpu.values()):.2f} of {cores} cores busy)"
+    if cpu["learner"] >= BUSY_SHARE * min(LEARNER_THREADS, cores):
+        return "learner"
+    if cpu["shard"] / shards >= BUSY_SHARE:
+        return "shard"
+    return "actors"
+
+
+def run(
+    *,
+    quick: bool = False,
+    actor_counts: Sequence[int] | None = None,
+    shard_counts: Sequence[int] | None = None,
+    seconds_per_window: float | None = None,
+    memory_bytes: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    actor_counts = tuple(actor_counts or ((2,) if quick else (1, 2, 4, 8, 16, 32, 64)))
+    shard_counts = tuple(shard_counts or ((1,) if quick else (1, 2, 4)))
+    seconds = seconds_per_window or (3.0 if quick else 12.0)
+    warmup_s = 1.0 if quick else 3.0
+    cores = os.cpu_count() or 1
+    cap = (
+        int(MEMORY_SHARE * memory_bytes / MEMORY_PER_ACTOR_BYTES)
+        if memory_bytes
+        else max(actor_counts)
+    )
+    records = []
+    for shards in shard_counts:
+        for actors in actor_counts:
+            case = f"actors{actors}-shards{shards}"
+            params = {"actors": actors, "shards": shards, "window_s": seconds, "env": "CartPole-v1"}
+            base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
+            if actors > cap:
+                reason = (
+                    f"{actors} actors × {MEMORY_PER_ACTOR_BYTES >> 20} MiB > {MEMORY_SHARE:.0%} of "
+                    f"{(memory_bytes or 0) >> 30} GiB: at most {cap} actor processes fit"
+                )
+                records.append({**base, "status": "unavailable", "reason": reason})
+                continue
+            if progress:
+                progress(f"system {case}")
+            try:
+                measured = _measure(actors, shards, seconds, warmup_s)
+            except (RuntimeError, TimeoutError) as exc:
+                records.append({**base, "status": "unavailable", "reason": str(exc)})
+                continue
+            window, cpu = measured["window"], measured["cpu"]
+            params = {
+                **params,
+                "cpu_cores_by_role": cpu,
+                "bottleneck": _bottleneck(cpu, shards, cores),
+            }
+            figures = {
+                "transitions_in": ("transitions/s", _values(window, "transitions_per_s")),
+                "updates": ("updates/s", _values(window, "updates_per_s")),
+                "samples": ("transitions/s", _values(window, "samples_per_s")),
+                "policy_lag_p50": (
+                    "versions",
+                    _values(window, "policy_lag_median", positive=False),
+                ),
+            }
+            for role, cores_used in cpu.items():
+                figures[f"cpu_{role}"] = ("cores", [cores_used])
+            for metric, (unit, values) in figures.items():
+                if not values:
+                    continue
+                records.append({
+                    **base, "params": params, "status": "ok", "metric": metric, "unit": unit,
+                    "median": float(np.median(values)), "min": float(min(values)),
+                    "max": float(max(values)), "repeats": len(values),
+                })  # fmt: skip
+    config = {
+        "quick": quick,
+        "actor_counts": list(actor_counts),
+        "shard_counts": list(shard_counts),
+    }
+    return {
+        "records": records,
+        "ratios": [],
+        "config": {**config, "window_s": seconds, "actor_cap": cap},
+    }
