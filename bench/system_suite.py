@@ -5,7 +5,8 @@ For every (actors, shards) pair a real run trains CartPole-v1 with the preset's 
 (transitions/s ingested, updates/s, policy lag) and the CPU time of every role from
 ``/proc`` over a timed window. The report names the bottleneck of each configuration:
 
-* ``learner`` when the learner uses at least ``BUSY_SHARE`` of the cores it can (2 threads);
+* ``learner`` when the learner uses at least ``BUSY_SHARE`` of one core (its training and
+  sampler threads share Python's GIL, so one core is what it can use);
 * ``shard`` when a shard process uses at least ``BUSY_SHARE`` of a core;
 * ``machine`` when all roles together keep the machine's cores busy;
 * ``actors`` otherwise (the others wait for data).
@@ -34,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MEMORY_PER_ACTOR_BYTES = 400 * 2**20
 MEMORY_SHARE = 0.5
 BUSY_SHARE = 0.85
-LEARNER_THREADS = 2  # the training thread and the sampler's I/O thread
+LEARNER_CORES = 1.0  # training and sampler threads share the GIL
 START_TIMEOUT_S = 180.0
 
 
@@ -132,7 +133,7 @@ def _values(window: list[dict], key: str, positive: bool = True) -> list[float]:
 def _bottleneck(cpu: dict[str, float], shards: int, cores: int) -> str:
     if sum(cpu.values()) >= BUSY_SHARE * cores:
         return f"machine ({sum(cpu.values()):.2f} of {cores} cores busy)"
-    if cpu["learner"] >= BUSY_SHARE * min(LEARNER_THREADS, cores):
+    if cpu["learner"] >= BUSY_SHARE * min(LEARNER_CORES, cores):
         return "learner"
     if cpu["shard"] / shards >= BUSY_SHARE:
         return "shard"
