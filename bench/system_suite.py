@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from apex.metrics import read_metrics
+from launch.processes import run_processes
 
 SUITE = "system"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -47,27 +48,11 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _roles(run_dir: Path) -> dict[int, str]:
-    """PID → role of every process of the run (their command lines name the run dir)."""
-    roles = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(run_dir) not in command or "-m launch " not in command:
-            continue
-        for role in ("replay", "learner", "actor"):
-            if f"launch {role} " in command:
-                roles[int(entry.name)] = "shard" if role == "replay" else role
-    return roles
-
-
 def _cpu_by_role(run_dir: Path) -> dict[str, float]:
     totals: dict[str, float] = {}
-    for pid, role in _roles(run_dir).items():
+    for pid, role in run_processes(run_dir).items():
+        if role == "train":
+            continue
         seconds = _cpu_seconds(pid)
         if seconds is not None:
             totals[role] = totals.get(role, 0.0) + seconds

@@ -18,34 +18,15 @@ import pytest
 
 from apex.metrics import read_metrics
 from launch.config import ConfigError, resolve
+from launch.processes import run_processes
 
 RANDOM_CARTPOLE_RETURN = 22.0
 TRAIN_SECONDS = 25
 
 
-def processes_of(run_dir: Path) -> list[int]:
-    """PIDs whose command line names ``run_dir`` (the run's roles all do)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(run_dir) in command and "launch" in command and int(entry.name) != os.getpid():
-            pids.append(int(entry.name))
-    return pids
-
-
-def actor_pids(run_dir: Path) -> list[int]:
-    def command(pid: int) -> str:
-        try:
-            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            return ""
-
-    return [pid for pid in processes_of(run_dir) if " actor " in command(pid)]
+def processes_of(run_dir: Path, role: str | None = None) -> list[int]:
+    """PIDs of the run's processes (the supervisor included), or of one role."""
+    return [pid for pid, r in run_processes(run_dir).items() if role in (None, r)]
 
 
 def wait_until(process: subprocess.Popen, seen: list[str], condition, timeout_s: float, what: str):
@@ -64,6 +45,13 @@ def wait_until(process: subprocess.Popen, seen: list[str], condition, timeout_s:
                     raise AssertionError(f"the run ended while waiting for {what}: {''.join(seen)}")
                 seen.append(line)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def wait_for_progress(process: subprocess.Popen, seen: list[str], run_dir: Path) -> None:
+    def trained() -> bool:
+        return any(r.get("event") == "progress" for r in read_metrics(run_dir))
+
+    wait_until(process, seen, trained, 90, "training progress")
 
 
 def train(run_dir: Path, *arguments: str) -> subprocess.Popen:
@@ -130,18 +118,16 @@ def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: 
     process = train(run_dir, "--actors", "2", "--max-time", "600")
     seen: list[str] = []
     try:
-        wait_until(
-            process,
-            seen,
-            lambda: any(r.get("event") == "progress" for r in read_metrics(run_dir)),
-            90,
-            "training progress",
-        )
-        actors = actor_pids(run_dir)
+        wait_for_progress(process, seen, run_dir)
+        actors = processes_of(run_dir, "actor")
         assert len(actors) == 2
         os.kill(actors[0], signal.SIGKILL)
         wait_until(
-            process, seen, lambda: set(actor_pids(run_dir)) - set(actors), 30, "a restarted actor"
+            process,
+            seen,
+            lambda: set(processes_of(run_dir, "actor")) - set(actors),
+            30,
+            "a restarted actor",
         )
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=60)
@@ -199,17 +185,8 @@ def test_a_dead_shard_ends_the_run_with_exit_code_3(tmp_path: Path) -> None:
     process = train(run_dir, "--max-time", "600")
     seen: list[str] = []
     try:
-        wait_until(
-            process,
-            seen,
-            lambda: any(r.get("event") == "progress" for r in read_metrics(run_dir)),
-            90,
-            "training progress",
-        )
-        shard = [
-            pid for pid in processes_of(run_dir)
-            if b" replay " in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        ]  # fmt: skip
+        wait_for_progress(process, seen, run_dir)
+        shard = processes_of(run_dir, "shard")
         os.kill(shard[0], signal.SIGKILL)
         rest, _ = process.communicate(timeout=90)
         output = "".join(seen) + rest

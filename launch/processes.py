@@ -1,0 +1,25 @@
+"""Which processes belong to a run: every role's command line names its run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROLE_OF_COMMAND = {"train": "train", "replay": "shard", "learner": "learner", "actor": "actor"}
+
+
+def run_processes(run_dir: Path) -> dict[int, str]:
+    """PID → role (train, shard, learner, actor) of every live process of ``run_dir``."""
+    processes = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(run_dir) not in command or "-m launch " not in command:
+            continue
+        for word, role in ROLE_OF_COMMAND.items():
+            if f"-m launch {word} " in command:
+                processes[int(entry.name)] = role
+    return processes
