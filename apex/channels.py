@@ -23,22 +23,13 @@ import torch
 import zmq
 
 from replay.errors import ProtocolError
-from replay.transport import make_socket, send_frames
+from replay.transport import bind, make_socket, send_frames
 from replay.wire import Kind, Message, array_text, decode, encode, text_array
 
 logger = logging.getLogger(__name__)
 
 WEIGHTS_HWM = 2
 EPISODES_HWM = 1000
-
-
-def bind(socket: zmq.Socket, host: str, port: int) -> str:
-    """Binds to ``host:port`` (a free port when 0) and returns the endpoint."""
-    if port:
-        socket.bind(f"tcp://{host}:{port}")
-    else:
-        socket.bind_to_random_port(f"tcp://{host}")
-    return socket.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
 class WeightPublisher:

@@ -4,7 +4,6 @@ code execution (``torch.load(weights_only=True)`` accepts tensors and plain cont
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -51,7 +50,3 @@ def load(path: Path) -> dict:
     if not isinstance(state, dict) or "online" not in state or "counters" not in state:
         raise ValueError(f"{path} is not an apex checkpoint")
     return state
-
-
-def encode_config(config: dict) -> str:
-    return json.dumps(config, sort_keys=True)

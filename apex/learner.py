@@ -99,6 +99,18 @@ class LearnerCounters:
 
 
 @dataclass
+class _ProgressWindow:
+    """What the learner accumulates between two metrics records."""
+
+    updates: int = 0
+    loss: float = 0.0
+    td: float = 0.0
+    returns: deque[float] = field(default_factory=lambda: deque(maxlen=100))
+    lags: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
+    previous_added: int | None = None  # shards' transitions_added at the last record
+
+
+@dataclass
 class Outcome:
     """How a learner run ended."""
 
@@ -106,7 +118,6 @@ class Outcome:
     solved: bool
     counters: LearnerCounters
     last_eval_return: float | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def _adam(parameters, learning_rate: float, epsilon: float) -> torch.optim.Adam:
@@ -208,7 +219,7 @@ class Learner:
             "target": self.target.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "counters": json.dumps(asdict(self.counters)),
-            "config": checkpoint.encode_config(self._resolved_config),
+            "config": json.dumps(self._resolved_config, sort_keys=True),
         }
         return checkpoint.save(self.run_dir / "checkpoints", self.counters.updates, state)
 
@@ -234,9 +245,7 @@ class Learner:
         self._publisher.publish(self.online, self.counters.weight_version)
         started = time.monotonic()
         outcome = Outcome("stopped", False, self.counters)
-        recent_returns: deque[float] = deque(maxlen=100)
-        lags: deque[int] = deque(maxlen=1000)
-        window = {"updates": 0, "loss": 0.0, "td": 0.0, "time": time.monotonic()}
+        window = _ProgressWindow()
         last = {
             "eval": time.monotonic(),
             "checkpoint": time.monotonic(),
@@ -244,7 +253,6 @@ class Learner:
             "publish": time.monotonic(),
         }
         last_eval: float | None = None
-        previous_added: int | None = None
         try:
             logger.info("waiting for the shards to hold data to sample")
             sampler.start()
@@ -269,9 +277,9 @@ class Learner:
                     self._publisher.publish(self.online, self.counters.weight_version)
                     last["publish"] = now
                 for _, version, value, _ in self._episodes.drain():
-                    recent_returns.append(value)
+                    window.returns.append(value)
                     if version >= 0:
-                        lags.append(self.counters.weight_version - version)
+                        window.lags.append(self.counters.weight_version - version)
                     self.counters.episodes_seen += 1
                 if now - last["eval"] >= config.eval_interval_s:
                     last["eval"] = now
@@ -308,16 +316,8 @@ class Learner:
                         outcome.reason, outcome.solved = "solved", True
                         break
                 if now - last["metrics"] >= config.metrics_interval_s:
-                    previous_added = self._write_metrics(
-                        metrics,
-                        sampler,
-                        shard_clients,
-                        window,
-                        recent_returns,
-                        lags,
-                        elapsed,
-                        previous_added,
-                        now - last["metrics"],
+                    self._write_metrics(
+                        metrics, sampler, shard_clients, window, elapsed, now - last["metrics"]
                     )
                     last["metrics"] = now
                 if now - last["checkpoint"] >= config.checkpoint_interval_s:
@@ -363,22 +363,11 @@ class Learner:
         sampler.update_priorities(batch, result.new_priorities.numpy())
         self.counters.updates += 1
         self.counters.transitions_trained += batch.indices.size
-        window["updates"] += 1
-        window["loss"] += result.loss
-        window["td"] += result.mean_abs_td
+        window.updates += 1
+        window.loss += result.loss
+        window.td += result.mean_abs_td
 
-    def _write_metrics(
-        self,
-        metrics,
-        sampler,
-        shard_clients,
-        window,
-        recent_returns,
-        lags,
-        elapsed,
-        previous_added,
-        interval,
-    ):
+    def _write_metrics(self, metrics, sampler, shard_clients, window, elapsed, interval) -> None:
         infos = []
         for client in shard_clients:
             try:
@@ -386,7 +375,7 @@ class Learner:
             except ReplayError:
                 infos.append(None)
         added = sum(i["transitions_added"] for i in infos if i)
-        updates = window["updates"]
+        updates = window.updates
         record = {
             "event": "progress",
             "time_s": elapsed,
@@ -395,8 +384,8 @@ class Learner:
             "updates_per_s": updates / interval,
             "samples_per_s": updates * self.config.batch_size / interval,
             "transitions_per_s": None
-            if previous_added is None
-            else (added - previous_added) / interval,
+            if window.previous_added is None
+            else (added - window.previous_added) / interval,
             "transitions_added": added,
             "replay_sizes": [i["size"] if i else None for i in infos],
             "dropped_stale_updates": sum(i["dropped_stale_updates"] for i in infos if i),
@@ -410,13 +399,13 @@ class Learner:
                     if s["policy_version_max"] is not None
                 }
             ),
-            "loss": window["loss"] / updates if updates else None,
-            "mean_abs_td": window["td"] / updates if updates else None,
+            "loss": window.loss / updates if updates else None,
+            "mean_abs_td": window.td / updates if updates else None,
             "episodes": self.counters.episodes_seen,
-            "episode_return_mean": statistics.fmean(recent_returns) if recent_returns else None,
-            "policy_lag_median": float(np.median(lags)) if lags else None,
-            "policy_lag_p90": float(np.percentile(lags, 90)) if lags else None,
-            "policy_lag_max": max(lags) if lags else None,
+            "episode_return_mean": statistics.fmean(window.returns) if window.returns else None,
+            "policy_lag_median": float(np.median(window.lags)) if window.lags else None,
+            "policy_lag_p90": float(np.percentile(window.lags, 90)) if window.lags else None,
+            "policy_lag_max": max(window.lags) if window.lags else None,
             "shards_alive": sum(1 for s in sampler.shard_states() if s["alive"]),
         }
         metrics.write(record)
@@ -428,8 +417,8 @@ class Learner:
             else f"{record['episode_return_mean']:.1f}",
             record["policy_lag_median"],
         )  # fmt: skip
-        window.update(updates=0, loss=0.0, td=0.0)
-        return added
+        window.updates, window.loss, window.td = 0, 0.0, 0.0
+        window.previous_added = added
 
     def close(self) -> None:
         self._publisher.close()

@@ -10,14 +10,14 @@ can be pointed at an interpreter of its own with ``peer_python``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
+
+from bench.workers import REPO_ROOT, worker_env
 
 SUITE = "replay"
 IMPLEMENTATIONS = ("apex", "apex-fresh", "cpprb", "torchrl")
@@ -25,7 +25,6 @@ IMPLEMENTATIONS = ("apex", "apex-fresh", "cpprb", "torchrl")
 RATIO_PAIRS = (("apex", "cpprb"), ("apex", "torchrl"), ("apex-fresh", "cpprb"))
 # apex-fresh differs from apex only in where samples are gathered to.
 METRICS_OF = {"apex-fresh": ("sample", "loop")}
-REPO_ROOT = Path(__file__).resolve().parent.parent
 TORCHRL_HINT = (
     "torchrl's compiled extension must match the installed torch; run "
     "`bash bench/peer_env.sh` and pass --peer-python torchrl=.venv-peers/bin/python"
@@ -75,13 +74,11 @@ def fit_to_memory(case: ReplayCase, memory_bytes: int | None) -> ReplayCase:
 
 
 def _run_worker(python: str, request: dict, timeout_s: float) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     try:
         completed = subprocess.run(
             [python, "-m", "bench.replay_worker", json.dumps(request)],
             cwd=REPO_ROOT,
-            env=env,
+            env=worker_env(),
             capture_output=True,
             text=True,
             timeout=timeout_s,

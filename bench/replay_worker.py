@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from bench.timing import measure_rate
+from bench.workers import random_batch
 
 ALPHA = 0.6
 BETA = 0.4
@@ -39,17 +40,6 @@ def _fields(case: dict) -> dict[str, tuple[tuple[int, ...], str]]:
         "discount": ((), "float32"),
         "next_obs": (obs_shape, obs_dtype),
     }
-
-
-def _random_batch(fields: dict, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    batch = {}
-    for name, (shape, dtype_name) in fields.items():
-        dtype = np.dtype(dtype_name)
-        if dtype.kind == "f":
-            batch[name] = rng.random((count, *shape), dtype=np.float32).astype(dtype)
-        else:
-            batch[name] = rng.integers(0, 255, (count, *shape)).astype(dtype)
-    return batch
 
 
 class ApexAdapter:
@@ -147,7 +137,7 @@ def _make_adapter(implementation: str, fields: dict, capacity: int, batch_size: 
 
 
 def _fill(adapter, fields: dict, capacity: int, rng: np.random.Generator) -> None:
-    block = _random_batch(fields, min(FILL_BLOCK, capacity), rng)
+    block = random_batch(fields, min(FILL_BLOCK, capacity), rng)
     priorities = rng.uniform(0.01, 2.0, min(FILL_BLOCK, capacity))
     remaining = capacity
     while remaining > 0:
@@ -172,7 +162,7 @@ def run(request: dict) -> dict:
     adapter = _make_adapter(implementation, fields, capacity, batch_size)
     _fill(adapter, fields, capacity, rng)
 
-    insert_data = _random_batch(fields, insert_batch, rng)
+    insert_data = random_batch(fields, insert_batch, rng)
     insert_priorities = rng.uniform(0.01, 2.0, insert_batch)
     new_priorities = [rng.uniform(0.01, 2.0, batch_size) for _ in range(16)]
     cycle = iter(range(1 << 62))

@@ -16,19 +16,18 @@ paced at a stated rate (100K transitions/s by default), since an unpaced pusher 
 from __future__ import annotations
 
 import json
-import os
 import selectors
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 
+from bench.workers import REPO_ROOT, worker_env
+
 SUITE = "shard"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 INSERT_BATCH = 50
 START_TIMEOUT_S = 60.0
 SAMPLE_BATCH = 512
@@ -38,17 +37,11 @@ SAMPLE_PREFETCH = 8
 DEFAULT_INGEST_RATE = 100_000.0
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
 def _spawn(module: str, *arguments: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", module, *arguments],
         cwd=REPO_ROOT,
-        env=_env(),
+        env=worker_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -21,6 +21,7 @@ import time
 import numpy as np
 import zmq
 
+from bench.workers import random_batch
 from replay.client import InsertClient, ShardEndpoints
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, encode
@@ -40,15 +41,7 @@ def transition_spec(kind: str) -> TransitionSpec:
 
 
 def make_batch(spec: TransitionSpec, count: int, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    batch = {}
-    for name, field in spec.items():
-        shape = (count, *field.shape)
-        if field.dtype.kind == "f":
-            batch[name] = rng.random(shape, dtype=np.float32).astype(field.dtype)
-        else:
-            batch[name] = rng.integers(0, 255, shape).astype(field.dtype)
-    return batch
+    return random_batch(spec.to_dict(), count, np.random.default_rng(seed))
 
 
 def push(request: dict) -> None:

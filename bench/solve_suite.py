@@ -9,7 +9,6 @@ after the other, so neither competes with the other for the two cores.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -19,16 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.workers import REPO_ROOT, worker_env
+
 SUITE = "solve"
 CASE = "CartPole-v1"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 TARGET_RETURN = 475.0
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    return env
 
 
 def _run_apex(seed: int, max_seconds: float) -> dict:
@@ -42,7 +36,7 @@ def _run_apex(seed: int, max_seconds: float) -> dict:
         completed = subprocess.run(
             command,
             cwd=REPO_ROOT,
-            env=_env(),
+            env=worker_env(),
             capture_output=True,
             text=True,
             timeout=max_seconds + 300,
@@ -70,7 +64,7 @@ def _run_sb3(seed: int, max_seconds: float) -> dict:
     try:
         completed = subprocess.run(
             [sys.executable, "-m", "bench.sb3_worker", json.dumps(request)],
-            cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
+            cwd=REPO_ROOT, env=worker_env(), capture_output=True, text=True,
             timeout=max_seconds + 300, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired:

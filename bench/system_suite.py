@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from apex.metrics import read_metrics
+from bench.workers import REPO_ROOT, worker_env
 from launch.processes import run_processes
 
 SUITE = "system"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MEMORY_PER_ACTOR_BYTES = 400 * 2**20
 MEMORY_SHARE = 0.5
 BUSY_SHARE = 0.85
@@ -79,9 +79,12 @@ def _measure(actors: int, shards: int, seconds: float, warmup_s: float) -> dict:
             "--target-return", "1e12", "--set", "learner.eval_interval_s=1e12",
             "--run-dir", str(run_dir),
         ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            command,
+            cwd=REPO_ROOT,
+            env=worker_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             _wait_for_progress(run_dir, process, START_TIMEOUT_S)

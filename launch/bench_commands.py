@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from bench.workers import REPO_ROOT
 
 
 def _parse_peer_python(values: tuple[str, ...]) -> dict[str, str]:

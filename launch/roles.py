@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sys
 from pathlib import Path
 
 from apex import checkpoint
@@ -132,11 +131,3 @@ def run_actor(
     announce("ready", {"actor": index})
     actor.run()
     return EXIT_OK
-
-
-def configure_logging(level: str = "info") -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )

@@ -242,8 +242,9 @@ class Supervisor:
         return self._finish(EXIT_OK, "interrupted", outcome.get("outcome", {}))
 
     def _progress(self) -> None:
-        records = [r for r in read_metrics(self.run_dir) if r.get("event") == "progress"]
-        evaluations = [r for r in read_metrics(self.run_dir) if r.get("event") == "evaluation"]
+        everything = read_metrics(self.run_dir)
+        records = [r for r in everything if r.get("event") == "progress"]
+        evaluations = [r for r in everything if r.get("event") == "evaluation"]
         if not records:
             self.echo(f"[{time.monotonic() - self._started:6.1f} s] waiting for replay to fill")
             return

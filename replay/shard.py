@@ -35,7 +35,7 @@ from replay.errors import ProtocolError, ReplayError
 from replay.prioritized import PrioritizedReplay
 from replay.rate_limiter import RateLimiter
 from replay.spec import TransitionSpec
-from replay.transport import make_socket, send_frames
+from replay.transport import bind, make_socket, send_frames
 from replay.wire import Kind, Message, decode, encode, spec_to_array, text_array
 
 logger = logging.getLogger(__name__)
@@ -153,11 +153,11 @@ class ShardServer:
         )
         self._stop = threading.Event()
         self._context = zmq.Context()
-        self._pull = self._make_socket(zmq.PULL, config.insert_port)
-        self._router = self._make_socket(zmq.ROUTER, config.request_port)
+        self._pull = make_socket(self._context, zmq.PULL, config.socket_hwm)
+        self._router = make_socket(self._context, zmq.ROUTER, config.socket_hwm)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)  # replies to vanished peers drop
-        self.insert_endpoint = self._pull.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.request_endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.insert_endpoint = bind(self._pull, config.host, config.insert_port)
+        self.request_endpoint = bind(self._router, config.host, config.request_port)
         self._poller = zmq.Poller()
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._router, zmq.POLLIN)
@@ -168,15 +168,6 @@ class ShardServer:
         self.samples_served = 0
         self.transitions_sampled = 0
         self.updates_applied = 0
-
-    def _make_socket(self, kind: int, port: int) -> zmq.Socket:
-        socket = make_socket(self._context, kind, self.config.socket_hwm)
-        address = f"tcp://{self.config.host}"
-        if port:
-            socket.bind(f"{address}:{port}")
-        else:
-            socket.bind_to_random_port(address)
-        return socket
 
     def stop(self) -> None:
         """Asks :meth:`serve` to return after its current round (safe from any thread or

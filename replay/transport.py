@@ -38,3 +38,12 @@ def send_frames(socket: zmq.Socket, frames: Sequence[object], flags: int = 0) ->
         nbytes = frame.nbytes if isinstance(frame, (np.ndarray, memoryview)) else len(frame)
         more = zmq.SNDMORE if position < last else 0
         socket.send(frame, flags | more, copy=nbytes < ZERO_COPY_MIN_BYTES)
+
+
+def bind(socket: zmq.Socket, host: str, port: int) -> str:
+    """Binds to ``tcp://host:port`` (a free port when 0) and returns the bound endpoint."""
+    if port:
+        socket.bind(f"tcp://{host}:{port}")
+    else:
+        socket.bind_to_random_port(f"tcp://{host}")
+    return socket.getsockopt_string(zmq.LAST_ENDPOINT)

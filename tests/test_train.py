@@ -101,14 +101,18 @@ def test_versions_advance_priorities_update_and_a_checkpoint_is_written(finished
 def test_resume_continues_from_the_checkpoint_counters(finished_run) -> None:
     run_dir, _ = finished_run
     before = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
-    # Limits count the whole run, and this one has used its 25 s already: raise both.
+    # Limits count the whole run, and this one has used its 25 s already: raise both. The
+    # first run may have solved CartPole; an unreachable target keeps the resumed one from
+    # stopping at its first evaluation, so only the update limit ends it.
     limits = ("--max-updates", str(before["updates"] + 200), "--max-time", "600")
+    limits += ("--target-return", "1e9")
     process = train(Path("unused"), "--resume", str(run_dir), *limits)
     output, _ = process.communicate(timeout=180)
     assert process.returncode == 0, output
     assert "resumed from" in output
     after = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
-    assert after["updates"] >= before["updates"] + 200
+    assert after["reason"] == "max_updates", output
+    assert after["updates"] >= before["updates"] + 200, output
     assert after["weight_version"] > before["weight_version"]
 
 
