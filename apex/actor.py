@@ -185,10 +185,13 @@ class Actor:
                         episode_returns[finished].tolist(),
                         episode_lengths[finished].tolist(),
                         self._weights.version,
+                        self.transitions_sent,
                     )
                     self.episodes_finished += finished.size
                     episode_returns[finished] = 0.0
                     episode_lengths[finished] = 0
+                elif self._episodes.heartbeat_due():
+                    self._episodes.report([], [], self._weights.version, self.transitions_sent)
                 observations = next_observations
                 self.steps += 1
         finally:
@@ -229,6 +232,8 @@ class Actor:
 
     def close(self) -> None:
         self._envs.close()
+        # The last word: how many transitions this actor handed over in all.
+        self._episodes.report([], [], self._weights.version, self.transitions_sent)
         self._inserts.close(linger_s=1.0)
         self._episodes.close()
         self._weights.close()

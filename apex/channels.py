@@ -6,7 +6,10 @@
   drains what has arrived and loads only the newest. ZeroMQ's CONFLATE cannot be used:
   it does not support multipart messages.
 * Episodes: actors PUSH EPISODES messages (returns and lengths of finished episodes) to
-  the learner's PULL socket, which feeds the learner's metrics.
+  the learner's PULL socket, which feeds the learner's metrics. The header's scalar
+  carries the actor's running count of transitions handed to the replay client, and an
+  actor sends one (maybe empty) message at least every ``HEARTBEAT_S``: the learner knows
+  which actors are alive and can compare what each sent with what the shards received.
 
 A message that does not fit (malformed, other parameter names or shapes) is counted and
 skipped, never loaded.
@@ -17,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -30,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 WEIGHTS_HWM = 2
 EPISODES_HWM = 1000
+HEARTBEAT_S = 1.0
+MAX_TRACKED_ACTORS = 65_536
 
 
 class WeightPublisher:
@@ -121,7 +128,15 @@ class EpisodeReporter:
         self._sender = sender
         self._sequence = 0
 
-    def report(self, returns: list[float], lengths: list[int], policy_version: int) -> None:
+        self.last_report = float("-inf")
+
+    def report(
+        self,
+        returns: list[float],
+        lengths: list[int],
+        policy_version: int,
+        transitions_sent: int,
+    ) -> None:
         arrays = (np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64))
         frames = encode(
             Message(
@@ -130,25 +145,51 @@ class EpisodeReporter:
                 self._sequence,
                 policy_version,
                 len(returns),
-                0.0,
+                float(transitions_sent),
                 arrays,
             )
         )
         self._sequence += 1
+        self.last_report = time.monotonic()
         with contextlib.suppress(zmq.Again):  # metrics are best-effort; data never waits on them
             send_frames(self._socket, frames, zmq.NOBLOCK)
+
+    def heartbeat_due(self) -> bool:
+        return time.monotonic() - self.last_report >= HEARTBEAT_S
 
     def close(self, linger_s: float = 0.5) -> None:
         self._socket.close(linger=int(linger_s * 1000))
 
 
+@dataclass
+class ActorStatus:
+    """What the learner has heard from one actor (times from ``time.monotonic``)."""
+
+    first_heard: float
+    last_heard: float
+    transitions_sent: int = 0
+    longest_silence_s: float = 0.0
+
+
 class EpisodeCollector:
-    """The learner's side: receives episode results from every actor."""
+    """The learner's side: receives episode results and heartbeats from every actor."""
 
     def __init__(self, context: zmq.Context, host: str = "127.0.0.1", port: int = 0) -> None:
         self._socket = make_socket(context, zmq.PULL, EPISODES_HWM)
         self.endpoint = bind(self._socket, host, port)
         self.rejected = 0
+        self.actors: dict[int, ActorStatus] = {}
+
+    def _heard(self, sender: int, transitions_sent: float) -> None:
+        now = time.monotonic()
+        status = self.actors.get(sender)
+        if status is None:
+            if len(self.actors) >= MAX_TRACKED_ACTORS:
+                return
+            status = self.actors[sender] = ActorStatus(now, now)
+        status.longest_silence_s = max(status.longest_silence_s, now - status.last_heard)
+        status.last_heard = now
+        status.transitions_sent = max(status.transitions_sent, int(transitions_sent))
 
     def drain(self, limit: int = 1000) -> list[tuple[int, int, float, int]]:
         """Up to ``limit`` episodes as ``(actor, policy_version, return, length)``."""
@@ -165,9 +206,12 @@ class EpisodeCollector:
                 returns, lengths = message.arrays
                 if returns.shape != lengths.shape or returns.dtype != np.float64:
                     raise ProtocolError("returns and lengths disagree")
+                if not 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
+                    raise ProtocolError(f"transitions sent {message.scalar} is not a count")
             except ProtocolError:
                 self.rejected += 1
                 continue
+            self._heard(message.sender, message.scalar)
             for value, length in zip(returns.tolist(), lengths.tolist(), strict=True):
                 episodes.append((message.sender, message.policy_version, value, length))
         return episodes

@@ -24,16 +24,20 @@ import zmq
 
 from apex import checkpoint
 from apex.channels import EpisodeCollector, WeightPublisher
+from apex.delivery import delivery_report, describe
 from apex.dqn import dqn_step
 from apex.envs import env_shape, preset
 from apex.evaluation import evaluate
 from apex.metrics import MetricsWriter
 from apex.networks import build_network
-from replay.client import RequestClient
+from replay.client import ReplayTimeout, RequestClient
 from replay.errors import ReplayError
 from replay.sampler import PrioritizedSampler, SamplerConfig
 
 logger = logging.getLogger(__name__)
+
+# With every shard unreachable this long, the learner gives up ("replay failed").
+BATCH_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ class Outcome:
     solved: bool
     counters: LearnerCounters
     last_eval_return: float | None = None
+    delivery: dict | None = None
 
 
 def _adam(parameters, learning_rate: float, epsilon: float) -> torch.optim.Adam:
@@ -243,6 +248,14 @@ class Learner:
         ]
         self.counters.weight_version += 1
         self._publisher.publish(self.online, self.counters.weight_version)
+        metrics.write(
+            {
+                "event": "start",
+                "updates": self.counters.updates,
+                "weight_version": self.counters.weight_version,
+                "device": str(self._device),
+            }
+        )
         started = time.monotonic()
         outcome = Outcome("stopped", False, self.counters)
         window = _ProgressWindow()
@@ -255,8 +268,10 @@ class Learner:
         last_eval: float | None = None
         try:
             logger.info("waiting for the shards to hold data to sample")
-            sampler.start()
-            logger.info("training on %s", self._device)
+            if not sampler.start(cancelled=self._stop):
+                logger.info("stopped before the shards held data")
+            else:
+                logger.info("training on %s", self._device)
             while not self._stop.is_set():
                 now = time.monotonic()
                 elapsed = self.counters.train_seconds + (now - started)
@@ -266,7 +281,8 @@ class Learner:
                 if config.max_time_s is not None and elapsed >= config.max_time_s:
                     outcome.reason = "max_time"
                     break
-                self._train_one(sampler, window)
+                if not self._train_one(sampler, window):
+                    break
                 if self.counters.updates % config.target_update_period == 0:
                     self.target.load_state_dict(self.online.state_dict())
                 if (
@@ -330,6 +346,7 @@ class Learner:
             self.counters.train_seconds += time.monotonic() - started
             outcome.last_eval_return = last_eval
             path = self.save_checkpoint()
+            outcome.delivery = self._account(sampler, shard_clients)
             metrics.write(
                 {
                     "event": "end",
@@ -340,6 +357,7 @@ class Learner:
                     "train_seconds": self.counters.train_seconds,
                     "last_eval_return": last_eval,
                     "checkpoint": str(path),
+                    "delivery": outcome.delivery,
                 }
             )
             metrics.close()
@@ -349,8 +367,33 @@ class Learner:
             self.close()
         return outcome
 
-    def _train_one(self, sampler: PrioritizedSampler, window: dict) -> None:
-        batch = sampler.next_batch(timeout_s=60.0)
+    def _account(self, sampler: PrioritizedSampler, shard_clients: list) -> dict:
+        """What the actors sent against what the shards hold (see apex.delivery)."""
+        self._episodes.drain()  # the newest heartbeats first
+        infos = []
+        for client in shard_clients:
+            try:
+                infos.append(client.info())
+            except ReplayError:
+                infos.append(None)
+        report = delivery_report(
+            self._episodes.actors, infos, sampler.shard_states(), time.monotonic()
+        )
+        logger.info("delivery: %s", describe(report))
+        return report
+
+    def _train_one(self, sampler: PrioritizedSampler, window: _ProgressWindow) -> bool:
+        """One update; False if a stop was asked for while waiting for a batch."""
+        deadline = time.monotonic() + BATCH_TIMEOUT_S
+        while True:
+            try:
+                batch = sampler.next_batch(timeout_s=0.5)
+                break
+            except ReplayTimeout:
+                if self._stop.is_set():
+                    return False
+                if time.monotonic() >= deadline:
+                    raise
         result = dqn_step(
             self.online,
             self.target,
@@ -366,6 +409,7 @@ class Learner:
         window.updates += 1
         window.loss += result.loss
         window.td += result.mean_abs_td
+        return True
 
     def _write_metrics(self, metrics, sampler, shard_clients, window, elapsed, interval) -> None:
         infos = []

@@ -315,6 +315,42 @@ def train(
     from launch.signals import on_stop_signal
     from launch.supervisor import Supervisor
 
+    overrides = run_overrides(
+        env=env, actors=actors, shards=shards, seed=seed, device=device,
+        target_return=target_return, max_updates=max_updates, max_time=max_time,
+        envs_per_actor=envs_per_actor, settings=settings,
+    )  # fmt: skip
+    if resume_dir is not None:
+        base = load_file(resume_dir / "config.json")
+        run_dir = resume_dir
+        config = _load_run_config(None, _merge_overrides(base, overrides))
+    else:
+        config = _load_run_config(config_path, overrides)
+        run_dir = (
+            run_dir
+            or Path("runs") / f"{config.env.replace('/', '_')}-{_time.strftime('%Y%m%d-%H%M%S')}"
+        )
+    supervisor = Supervisor(config, run_dir, resume=resume_dir is not None, echo=click.echo)
+    on_stop_signal(supervisor.stop)
+    summary = supervisor.run()
+    click.echo(summary.line())
+    sys.exit(summary.exit_code)
+
+
+def run_overrides(
+    *,
+    env=None,
+    actors=None,
+    shards=None,
+    seed=None,
+    device=None,
+    target_return=None,
+    max_updates=None,
+    max_time=None,
+    envs_per_actor=None,
+    settings=(),
+) -> dict:
+    """The config overrides that ``apex train`` and ``apex slurm submit`` options make."""
     overrides: dict = {}
     for key, value in (("env", env), ("actors", actors), ("shards", shards), ("seed", seed)):
         if value is not None:
@@ -334,21 +370,7 @@ def train(
         overrides["actor"] = {"envs_per_actor": envs_per_actor}
     for setting in settings:
         _apply_setting(overrides, setting)
-    if resume_dir is not None:
-        base = load_file(resume_dir / "config.json")
-        run_dir = resume_dir
-        config = _load_run_config(None, _merge_overrides(base, overrides))
-    else:
-        config = _load_run_config(config_path, overrides)
-        run_dir = (
-            run_dir
-            or Path("runs") / f"{config.env.replace('/', '_')}-{_time.strftime('%Y%m%d-%H%M%S')}"
-        )
-    supervisor = Supervisor(config, run_dir, resume=resume_dir is not None, echo=click.echo)
-    on_stop_signal(supervisor.stop)
-    summary = supervisor.run()
-    click.echo(summary.line())
-    sys.exit(summary.exit_code)
+    return overrides
 
 
 def _merge_overrides(base: dict, overrides: dict) -> dict:
@@ -376,5 +398,7 @@ def _apply_setting(overrides: dict, setting: str) -> None:
 
 
 from launch.bench_commands import bench  # noqa: E402  (registers after main exists)
+from launch.slurm_commands import slurm  # noqa: E402
 
 main.add_command(bench)
+main.add_command(slurm)

@@ -17,6 +17,9 @@ File layout (every key optional; defaults come from the environment preset)::
     [learner]       # apex.learner.LearnerConfig
     batch_size = 128
 
+    [slurm]         # SlurmSettings: only `apex slurm submit` reads these
+    partition = "gpu"
+
 The resolved config is written to ``<run_dir>/config.json``; every role of the run reads
 that file, so a local run and a Slurm run are built from the same values.
 """
@@ -62,6 +65,56 @@ class ReplaySettings:
 
 
 @dataclass(frozen=True)
+class SlurmSettings:
+    """How ``apex slurm submit`` lays a run out on a cluster.
+
+    Attributes:
+        layout: ``hetjob`` (one component per role; only the learner asks for GPUs) or
+            ``multi-prog`` (one homogeneous allocation, roles picked by task rank).
+        partition, account: passed to sbatch when set.
+        time: the job's time limit (sbatch ``--time``).
+        learner_gpus: GPUs for the learner (its device becomes CUDA when > 0).
+        learner_cpus, cpus_per_actor, cpus_per_shard: CPUs per task.
+        actor_nodes: nodes the actors spread over (actors must divide evenly).
+        shard_nodes: nodes the shards spread over (shards must divide evenly).
+        signal_before_end_s: seconds before the time limit at which Slurm signals the job
+            so the learner checkpoints and the job requeues itself.
+        requeue: requeue on that signal (else just checkpoint and end).
+        weights_port, episodes_port: the learner's ports on its node.
+        shard_port_base: shard ``k`` on a node (k = 0, 1, ...) binds ``base + 2k`` for
+            inserts and ``base + 2k + 1`` for requests.
+        learner_options, shard_options, actor_options: extra ``#SBATCH`` options per
+            component (e.g. ``--nodelist=...``, ``--constraint=...``).
+        setup: shell lines run before any role starts (``module load``, ``source venv``).
+        python: interpreter that runs ``apex`` on the nodes (default: the submitter's).
+    """
+
+    layout: str = "hetjob"
+    partition: str | None = None
+    account: str | None = None
+    time: str = "01:00:00"
+    learner_gpus: int = 0
+    learner_cpus: int = 2
+    cpus_per_actor: int = 1
+    cpus_per_shard: int = 1
+    actor_nodes: int = 1
+    shard_nodes: int = 1
+    signal_before_end_s: int = 120
+    requeue: bool = True
+    weights_port: int = 5550
+    episodes_port: int = 5551
+    shard_port_base: int = 5600
+    learner_options: tuple[str, ...] = ()
+    shard_options: tuple[str, ...] = ()
+    actor_options: tuple[str, ...] = ()
+    setup: str = ""
+    python: str | None = None
+
+
+SECTIONS = ("replay", "actor", "learner", "slurm")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """A whole run.
 
@@ -72,6 +125,7 @@ class RunConfig:
         shards: replay shard processes.
         host: address every role binds and connects on in a local run.
         replay, actor, learner: per-role settings.
+        slurm: cluster layout, read by ``apex slurm submit`` only.
     """
 
     env: str = "CartPole-v1"
@@ -82,6 +136,7 @@ class RunConfig:
     replay: ReplaySettings = field(default_factory=ReplaySettings)
     actor: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
 
     def actor_config(self, index: int) -> ActorConfig:
         return replace(self.actor, actor_index=index, actor_count=self.actors)
@@ -199,9 +254,9 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     env = values.get("env", RunConfig.env)
     values = _merge(PRESET_DEFAULTS.get(env, {}), values)
     problems: list[str] = []
-    top_level = {f.name for f in fields(RunConfig)} - {"replay", "actor", "learner"}
+    top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS)
     for key in values:
-        if key not in top_level | {"replay", "actor", "learner"}:
+        if key not in top_level | set(SECTIONS):
             problems.append(f"unknown top-level setting {key!r}")
     seed = values.get("seed", 0)
     replay = _build(ReplaySettings, values.get("replay", {}), "replay", problems)
@@ -211,10 +266,12 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     learner = _build(
         LearnerConfig, {"env": env, "seed": seed, **values.get("learner", {})}, "learner", problems
     )
+    slurm = _build(SlurmSettings, values.get("slurm", {}), "slurm", problems)
     config = RunConfig(
         replay=replay,
         actor=actor,
         learner=learner,
+        slurm=slurm,
         **{k: v for k, v in values.items() if k in top_level},
     )
     problems += validate(config)
@@ -292,6 +349,48 @@ def validate(config: RunConfig) -> list[str]:
         problems.append(f"learner.max_updates must be > 0, got {config.learner.max_updates}")
     if config.learner.max_time_s is not None and config.learner.max_time_s <= 0:
         problems.append(f"learner.max_time_s must be > 0, got {config.learner.max_time_s}")
+    problems += _validate_slurm(config)
+    return problems
+
+
+def _validate_slurm(config: RunConfig) -> list[str]:
+    slurm = config.slurm
+    problems = []
+    if slurm.layout not in ("hetjob", "multi-prog"):
+        problems.append(f"slurm.layout must be hetjob or multi-prog, got {slurm.layout!r}")
+    counts = {
+        "slurm.actor_nodes": slurm.actor_nodes,
+        "slurm.shard_nodes": slurm.shard_nodes,
+        "slurm.learner_cpus": slurm.learner_cpus,
+        "slurm.cpus_per_actor": slurm.cpus_per_actor,
+        "slurm.cpus_per_shard": slurm.cpus_per_shard,
+    }
+    for name, value in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            problems.append(f"{name} must be a positive integer, got {value!r}")
+            return problems
+    if not isinstance(slurm.learner_gpus, int) or slurm.learner_gpus < 0:
+        problems.append(f"slurm.learner_gpus must be >= 0, got {slurm.learner_gpus!r}")
+    if not isinstance(slurm.signal_before_end_s, int) or slurm.signal_before_end_s < 0:
+        problems.append(
+            f"slurm.signal_before_end_s must be >= 0 seconds, got {slurm.signal_before_end_s!r}"
+        )
+    ports = {
+        "slurm.weights_port": slurm.weights_port,
+        "slurm.episodes_port": slurm.episodes_port,
+        "slurm.shard_port_base": slurm.shard_port_base,
+    }
+    for name, value in ports.items():
+        if not isinstance(value, int) or not 1024 <= value <= 65535:
+            problems.append(f"{name} must be a port in 1024..65535, got {value!r}")
+    if isinstance(config.actors, int) and config.actors % slurm.actor_nodes:
+        problems.append(
+            f"actors {config.actors} do not divide over slurm.actor_nodes {slurm.actor_nodes}"
+        )
+    if isinstance(config.shards, int) and config.shards % slurm.shard_nodes:
+        problems.append(
+            f"shards {config.shards} do not divide over slurm.shard_nodes {slurm.shard_nodes}"
+        )
     return problems
 
 

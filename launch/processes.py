@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROLE_OF_COMMAND = {"train": "train", "replay": "shard", "learner": "learner", "actor": "actor"}
+ROLE_OF_COMMAND = {
+    "train": "train",
+    "replay": "shard",
+    "learner": "learner",
+    "actor": "actor",
+    # tasks of a Slurm job (apex slurm task ROLE)
+    "slurm task shard": "shard",
+    "slurm task learner": "learner",
+    "slurm task actor": "actor",
+}
 
 
 def run_processes(run_dir: Path) -> dict[int, str]:

@@ -106,6 +106,7 @@ def run_learner(
             "solved": outcome.solved,
             "last_eval_return": outcome.last_eval_return,
             **dataclasses.asdict(outcome.counters),
+            "delivery": outcome.delivery,
         },
     )
     return (

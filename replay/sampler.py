@@ -128,6 +128,9 @@ class _Shard:
     next_probe: float = 0.0
     replies: int = 0
     timeouts: int = 0
+    outages: int = 0
+    down_since: float | None = None
+    down_s: float = 0.0
 
 
 @dataclass
@@ -186,8 +189,10 @@ class PrioritizedSampler:
 
     # -- the training thread's API -------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, cancelled: threading.Event | None = None) -> bool:
         """Starts the I/O thread and waits until the shards hold data to sample.
+
+        Returns False (and closes) if ``cancelled`` is set before that.
 
         Raises:
             SpecMismatchError: a shard stores other fields.
@@ -205,10 +210,14 @@ class PrioritizedSampler:
         deadline = time.monotonic() + self.config.start_timeout_s
         while not self._started.wait(0.05):
             self._raise_if_failed()
+            if cancelled is not None and cancelled.is_set():
+                self.close()
+                return False
             if time.monotonic() > deadline:
                 self.close()
                 raise ReplayTimeout(f"no shard had data within {self.config.start_timeout_s} s")
         self._raise_if_failed()
+        return True
 
     def next_batch(self, timeout_s: float = 10.0) -> LearnerBatch:
         """The next ready batch.
@@ -335,7 +344,9 @@ class PrioritizedSampler:
             self._shard_states = [
                 {"index": s.index, "endpoint": s.endpoint, "alive": s.alive, "total": s.total,
                  "min_positive": s.min_positive, "size": s.size, "replies": s.replies,
-                 "timeouts": s.timeouts}
+                 "timeouts": s.timeouts, "outages": s.outages,
+                 "down_s": s.down_s + (time.monotonic() - s.down_since
+                                       if s.down_since is not None else 0.0)}
                 for s in shards
             ]  # fmt: skip
 
@@ -429,6 +440,9 @@ class PrioritizedSampler:
         if not shard.alive:
             logger.info("shard %d at %s answers again; using it", shard.index, shard.endpoint)
             shard.alive = True
+            if shard.down_since is not None:
+                shard.down_s += time.monotonic() - shard.down_since
+                shard.down_since = None
         shard.replies += 1
         if reply.kind == Kind.INFO_REPLY:
             self._apply_info(shard, reply)
@@ -469,6 +483,8 @@ class PrioritizedSampler:
     def _mark_down(self, shard: _Shard, reason: str) -> None:
         if shard.alive:
             logger.warning("shard %d at %s marked down: %s", shard.index, shard.endpoint, reason)
+            shard.outages += 1
+            shard.down_since = time.monotonic()
         shard.alive = False
         shard.next_probe = time.monotonic() + self.config.probe_interval_s
 

@@ -1,0 +1,87 @@
+"""What reached the replay, and what did not: the account a run gives at its end.
+
+Each actor's heartbeats tell the learner how many transitions it handed to its replay
+client; each shard's INFO tells how many it received from every sender. An actor still
+heard at the end may have data in transit (queued behind a rate limiter or a slow link);
+an actor gone silent lost whatever its process held. Shard outages are as the learner's
+sampler saw them.
+"""
+
+from __future__ import annotations
+
+from apex.channels import HEARTBEAT_S, ActorStatus
+
+# An actor not heard for this long counts as gone.
+SILENT_AFTER_S = 5 * HEARTBEAT_S
+
+
+def delivery_report(
+    actors: dict[int, ActorStatus],
+    shard_infos: list[dict | None],
+    shard_states: list[dict],
+    now: float,
+) -> dict:
+    """A JSON-ready account. ``now`` is a ``time.monotonic()`` reading."""
+    received: dict[int, int] = {}
+    for info in shard_infos:
+        for sender, stats in (info or {}).get("senders", {}).items():
+            received[int(sender)] = received.get(int(sender), 0) + int(stats["transitions"])
+    shards_answered = all(info is not None for info in shard_infos)
+    per_actor = {}
+    lost = in_transit = 0
+    for index, status in sorted(actors.items()):
+        silent_for = now - status.last_heard
+        gone = silent_for > SILENT_AFTER_S
+        got = received.get(index, 0)
+        missing = max(0, status.transitions_sent - got) if shards_answered else None
+        if missing is not None:
+            if gone:
+                lost += missing
+            else:
+                in_transit += missing
+        per_actor[str(index)] = {
+            "transitions_sent": status.transitions_sent,
+            "transitions_received": got,
+            "missing": missing,
+            "gone": gone,
+            "silent_for_s": round(silent_for, 2),
+            "longest_silence_s": round(max(status.longest_silence_s, silent_for), 2),
+        }
+    return {
+        "actors_heard": len(actors),
+        "actors_gone": sorted(int(i) for i, a in per_actor.items() if a["gone"]),
+        "transitions_received": sum(received.values()),
+        "transitions_lost": lost if shards_answered else None,
+        "transitions_in_transit": in_transit if shards_answered else None,
+        "shards_answering": sum(info is not None for info in shard_infos),
+        "shard_outages": [
+            {"shard": s["index"], "outages": s["outages"], "down_s": round(s["down_s"], 2)}
+            for s in shard_states
+            if s.get("outages")
+        ],
+        "actors": per_actor,
+    }
+
+
+def describe(report: dict) -> str:
+    """One line for a person."""
+    parts = [f"{report['actors_heard']} actors heard"]
+    for index, actor in report["actors"].items():
+        if actor["gone"]:
+            parts.append(
+                f"actor {index} gone (silent for the last {actor['silent_for_s']:.1f} s, "
+                f"{actor['missing'] if actor['missing'] is not None else '?'} transitions lost)"
+            )
+        elif actor["longest_silence_s"] > SILENT_AFTER_S:
+            parts.append(f"actor {index} was silent for {actor['longest_silence_s']:.1f} s")
+    if report["transitions_lost"] is None:
+        parts.append("shards did not all answer: losses unknown")
+    else:
+        parts.append(f"{report['transitions_lost']} transitions lost")
+        if report["transitions_in_transit"]:
+            parts.append(f"{report['transitions_in_transit']} still in transit")
+    for outage in report["shard_outages"]:
+        parts.append(
+            f"shard {outage['shard']} down {outage['outages']}× ({outage['down_s']:.1f} s)"
+        )
+    return "; ".join(parts)

@@ -1,0 +1,300 @@
+"""``apex slurm``: submit a run as a Slurm batch job, follow it, and run its tasks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+JOB_FILE = "job.sh"
+JOB_ID_FILE = "slurm-job-id"
+
+
+@click.group()
+def slurm() -> None:
+    """Run on a Slurm cluster (see slurm/README.md)."""
+
+
+@slurm.command("submit")
+@click.argument(
+    "config_path", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("--env", default=None, help="Environment preset or gymnasium id.")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes for the actors.")
+@click.option(
+    "--actors-per-node", type=click.IntRange(min=1), default=None, help="Actor tasks per node."
+)
+@click.option("--shards", type=click.IntRange(min=1), default=None, help="Replay shards.")
+@click.option(
+    "--shard-nodes", type=click.IntRange(min=1), default=None, help="Nodes for the shards."
+)
+@click.option("--partition", default=None, help="Slurm partition.")
+@click.option("--account", default=None, help="Slurm account.")
+@click.option(
+    "--gpus", type=click.IntRange(min=0), default=None, help="GPUs for the learner (0: CPU)."
+)
+@click.option("--time", "time_limit", default=None, help="Time limit, e.g. 04:00:00.")
+@click.option(
+    "--layout", type=click.Choice(["hetjob", "multi-prog"]), default=None, help="Job layout."
+)
+@click.option("--seed", type=int, default=None, help="Root seed of the run.")
+@click.option(
+    "--max-updates", type=click.IntRange(min=1), default=None, help="Stop after this many updates."
+)
+@click.option(
+    "--max-time",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop after this many seconds of training.",
+)
+@click.option(
+    "--target-return", type=float, default=None, help="Stop when evaluation reaches this."
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run directory on a filesystem every node sees [runs/ENV-TIME].",
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Any other setting, e.g. slurm.setup='module load cuda' (value as TOML).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the batch script; submit nothing.")
+def submit(
+    config_path,
+    env,
+    nodes,
+    actors_per_node,
+    shards,
+    shard_nodes,
+    partition,
+    account,
+    gpus,
+    time_limit,
+    layout,
+    seed,
+    max_updates,
+    max_time,
+    target_return,
+    run_dir,
+    settings,
+    dry_run,
+) -> None:
+    """Render the batch script from the same config `apex train` uses, and sbatch it."""
+    from launch.cli import _load_run_config, run_overrides
+    from launch.config import load_file, write_resolved
+    from launch.slurm_script import render
+
+    overrides = run_overrides(
+        env=env, shards=shards, seed=seed, target_return=target_return,
+        max_updates=max_updates, max_time=max_time, settings=settings,
+    )  # fmt: skip
+    cluster = {
+        key: value
+        for key, value in (
+            ("actor_nodes", nodes),
+            ("shard_nodes", shard_nodes),
+            ("partition", partition),
+            ("account", account),
+            ("learner_gpus", gpus),
+            ("time", time_limit),
+            ("layout", layout),
+        )
+        if value is not None
+    }
+    overrides["slurm"] = {**overrides.get("slurm", {}), **cluster}
+    if actors_per_node is not None:
+        file_nodes = load_file(config_path).get("slurm", {}) if config_path else {}
+        node_count = nodes or file_nodes.get("actor_nodes", 1)
+        overrides["actors"] = actors_per_node * node_count
+    config = _load_run_config(config_path, overrides)
+    run_dir = (
+        run_dir or Path("runs") / f"{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    ).absolute()
+    script = render(config, run_dir)
+    if dry_run:
+        click.echo(script, nl=False)
+        return
+    if shutil.which("sbatch") is None:
+        raise click.ClickException("sbatch is not on PATH: run this on a Slurm login node")
+    if (run_dir / "config.json").exists():
+        raise click.ClickException(
+            f"{run_dir} already holds a run; pick another --run-dir (a requeued job resumes "
+            "by itself)"
+        )
+    write_resolved(config, run_dir)
+    job_path = run_dir / JOB_FILE
+    job_path.write_text(script, encoding="utf-8")
+    job_path.chmod(0o755)
+    result = subprocess.run(
+        ["sbatch", "--parsable", str(job_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise click.ClickException(f"sbatch failed: {result.stderr.strip() or result.stdout}")
+    job_id = result.stdout.strip().split(";")[0]
+    (run_dir / JOB_ID_FILE).write_text(job_id + "\n", encoding="utf-8")
+    click.echo(f"submitted job {job_id}")
+    click.echo(f"run directory: {run_dir}")
+    click.echo(f"follow it:     apex slurm status {run_dir}")
+    click.echo(f"cancel it:     scancel {job_id}")
+
+
+def _job_state(job_id: str) -> dict[str, str]:
+    """``JobState``, ``Restarts`` and ``ExitCode`` from scontrol, if it still knows the job."""
+    if shutil.which("scontrol") is None:
+        return {}
+    result = subprocess.run(
+        ["scontrol", "-o", "show", "job", job_id],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    fields: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        for token in line.split():
+            key, sep, value = token.partition("=")
+            if sep and key in ("JobState", "Restarts", "ExitCode", "RunTime") and key not in fields:
+                fields[key] = value
+    return fields
+
+
+def run_status(run_dir: Path) -> dict:
+    """A summary of a run from its directory (metrics, checkpoints, Slurm's view)."""
+    from apex import checkpoint
+    from apex.delivery import describe
+    from apex.metrics import read_metrics
+
+    records = read_metrics(run_dir)
+    progress = [r for r in records if r.get("event") == "progress"]
+    evaluations = [r for r in records if r.get("event") == "evaluation"]
+    ends = [r for r in records if r.get("event") == "end"]
+    status: dict = {"run_dir": str(run_dir)}
+    id_path = run_dir / JOB_ID_FILE
+    if id_path.exists():
+        status["job_id"] = id_path.read_text(encoding="utf-8").strip()
+        status["slurm"] = _job_state(status["job_id"])
+    if progress:
+        last = progress[-1]
+        status["progress"] = {
+            key: last.get(key)
+            for key in (
+                "time_s", "updates", "updates_per_s", "transitions_per_s", "transitions_added",
+                "replay_sizes", "episode_return_mean", "policy_lag_median", "shards_alive",
+            )
+        }  # fmt: skip
+    if evaluations:
+        status["last_eval_return"] = evaluations[-1]["eval_return_mean"]
+        status["best_eval_return"] = max(e["eval_return_mean"] for e in evaluations)
+    newest = checkpoint.latest(run_dir / "checkpoints")
+    status["checkpoint"] = str(newest) if newest else None
+    status["learner_starts"] = sum(1 for r in records if r.get("event") == "start")
+    if ends:
+        end = ends[-1]
+        status["ended"] = {key: end.get(key) for key in ("reason", "solved", "updates")}
+        if end.get("delivery"):
+            status["delivery"] = describe(end["delivery"])
+    return status
+
+
+@slurm.command("status")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def status_command(run_dir: Path, as_json: bool) -> None:
+    """Summarise a run's progress from its metrics (and Slurm's view of its job)."""
+    if not (run_dir / "config.json").exists():
+        raise click.ClickException(f"{run_dir} is not a run directory (no config.json)")
+    status = run_status(run_dir)
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    slurm_state = status.get("slurm") or {}
+    click.echo(
+        f"run {run_dir}: job {status.get('job_id', '?')} "
+        f"{slurm_state.get('JobState', 'unknown to Slurm')}"
+        + (f", restarts {slurm_state['Restarts']}" if "Restarts" in slurm_state else "")
+    )
+    progress = status.get("progress")
+    if progress:
+        click.echo(
+            f"  updates {progress['updates']} ({progress['updates_per_s'] or 0:.0f}/s), "
+            f"transitions in {progress['transitions_added']}, replay {progress['replay_sizes']}, "
+            f"return {progress['episode_return_mean']}, policy lag p50 "
+            f"{progress['policy_lag_median']}, shards alive {progress['shards_alive']}"
+        )
+    else:
+        click.echo("  no progress recorded yet")
+    if "last_eval_return" in status:
+        click.echo(
+            f"  evaluation: last {status['last_eval_return']:.1f}, "
+            f"best {status['best_eval_return']:.1f}"
+        )
+    click.echo(f"  checkpoint: {status['checkpoint'] or 'none yet'}")
+    if "ended" in status:
+        ended = status["ended"]
+        click.echo(f"  ended: {ended['reason']} after {ended['updates']} updates")
+    if "delivery" in status:
+        click.echo(f"  delivery: {status['delivery']}")
+
+
+@slurm.command("task")
+@click.argument("role", type=click.Choice(["learner", "shard", "actor"]))
+@click.option(
+    "--run-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
+    help="The run directory (config.json inside).",
+)
+def task(role: str, run_dir: Path) -> None:
+    """One task of a Slurm job: picks its place and its peers from Slurm's environment.
+
+    The batch script made by `apex slurm submit` runs this; it is not meant for hand use."""
+    from apex import checkpoint
+    from launch import roles
+    from launch.config import ConfigError, read_resolved
+    from launch.slurm_layout import SlurmEnvironmentError, job_layout, role_index
+
+    try:
+        config = read_resolved(run_dir / "config.json")
+        layout = job_layout(config, os.environ)
+        index = role_index(role, config, os.environ)
+    except (ConfigError, SlurmEnvironmentError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    slurm_settings = config.slurm
+    if role == "shard":
+        insert_port, request_port = layout.shard_ports[index]
+        shard = roles.shard_config_from_run(config, index, "0.0.0.0", insert_port, request_port)
+        sys.exit(roles.run_shard(shard))
+    if role == "actor":
+        sys.exit(roles.run_actor(config, index, layout.shards, layout.weights, layout.episodes))
+    resume = checkpoint.latest(run_dir / "checkpoints") is not None
+    code = roles.run_learner(
+        config,
+        tuple(s.request for s in layout.shards),
+        run_dir,
+        resume,
+        "0.0.0.0",
+        slurm_settings.weights_port,
+        slurm_settings.episodes_port,
+    )
+    # The learner decides when the run ends: stop the job's other steps (shards, actors).
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if job_id and shutil.which("scancel"):
+        subprocess.run(
+            ["scancel", "--signal=TERM", job_id], timeout=30, check=False, capture_output=True
+        )
+    sys.exit(code)

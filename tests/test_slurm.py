@@ -1,0 +1,399 @@
+"""The Slurm path.
+
+Fast tests check placement arithmetic and the rendered script (as text and with
+``bash -n``). The rest submit real jobs through ``apex slurm submit`` to a real Slurm whose
+three nodes are separate hosts: one slurmd in each of three network namespaces (learner
+10.200.0.11, shard .12, actor .13; tests/cluster/). The fixture installs and starts it,
+and stops by PID file what it started. It needs root; without root these tests skip,
+unless APEX_REQUIRE_SLURM=1 (set by scripts/test.sh when run as root, as in CI), in which
+case a cluster that cannot start is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from apex.metrics import read_metrics
+from launch.cli import main
+from launch.config import ConfigError, resolve
+from launch.processes import run_processes
+from launch.slurm_layout import (
+    SlurmEnvironmentError,
+    block_placement,
+    job_layout,
+    parse_tasks_per_node,
+    role_index,
+)
+from launch.slurm_script import render
+
+CLUSTER = Path(__file__).parent / "cluster"
+APEX = [sys.executable, "-m", "launch"]
+# Each role pinned to its own host; the small replay lets training start within seconds.
+PINNED = (
+    "--set", 'slurm.learner_options=["--nodelist=learner"]',
+    "--set", 'slurm.shard_options=["--nodelist=shard"]',
+    "--set", 'slurm.actor_options=["--nodelist=actor"]',
+    "--set", "replay.min_size=500",
+    "--set", "learner.checkpoint_interval_s=2.0",
+)  # fmt: skip
+
+
+def poll(condition, timeout_s: float, what: str, interval_s: float = 0.3):
+    """Checks ``condition`` every ``interval_s`` until it is truthy or the deadline passes."""
+    pause = threading.Event()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        pause.wait(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+# -- placement and script, no Slurm needed --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1", [1]), ("2(x3)", [2, 2, 2]), ("2(x3),1", [2, 2, 2, 1]), ("4,3(x2)", [4, 3, 3])],
+)
+def test_tasks_per_node_is_read_as_slurm_writes_it(text, expected) -> None:
+    assert parse_tasks_per_node(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "x", "2(3)", "2(x)", "-1"])
+def test_unreadable_tasks_per_node_is_refused(text) -> None:
+    with pytest.raises(SlurmEnvironmentError, match="tasks per node"):
+        parse_tasks_per_node(text)
+
+
+def test_block_placement_fills_each_node_in_turn() -> None:
+    slots = block_placement(["a", "b"], [2, 1])
+    assert [(s.host, s.local_slot) for s in slots] == [("a", 0), ("a", 1), ("b", 0)]
+    with pytest.raises(SlurmEnvironmentError):
+        block_placement(["a"], [1, 1])
+
+
+def fake_hostnames(nodelist: str) -> list[str]:
+    return {"gpu1": ["gpu1"], "cpu[1-2]": ["cpu1", "cpu2"], "cpu[1-3]": ["cpu1", "cpu2", "cpu3"]}[
+        nodelist
+    ]
+
+
+def test_hetjob_layout_gives_every_task_the_same_endpoints() -> None:
+    config = resolve({"actors": 4, "shards": 4, "slurm": {"shard_nodes": 2, "actor_nodes": 2}})
+    env = {
+        "SLURM_JOB_NODELIST_HET_GROUP_0": "gpu1",
+        "SLURM_TASKS_PER_NODE_HET_GROUP_0": "1",
+        "SLURM_JOB_NODELIST_HET_GROUP_1": "cpu[1-2]",
+        "SLURM_TASKS_PER_NODE_HET_GROUP_1": "2(x2)",
+        "SLURM_JOB_NODELIST_HET_GROUP_2": "cpu[1-2]",
+        "SLURM_TASKS_PER_NODE_HET_GROUP_2": "2(x2)",
+        "SLURM_PROCID": "3",
+    }
+    layout = job_layout(config, env, fake_hostnames)
+    assert layout.weights == "tcp://gpu1:5550" and layout.episodes == "tcp://gpu1:5551"
+    assert [s.request for s in layout.shards] == [
+        "tcp://cpu1:5601",
+        "tcp://cpu1:5603",
+        "tcp://cpu2:5601",
+        "tcp://cpu2:5603",
+    ]
+    assert layout.shards[1].insert == "tcp://cpu1:5602"
+    assert role_index("actor", config, env) == 3
+
+
+def test_multi_prog_layout_counts_ranks_learner_shards_actors() -> None:
+    config = resolve({"actors": 5, "shards": 2, "slurm": {"layout": "multi-prog"}})
+    env = {"SLURM_JOB_NODELIST": "cpu[1-3]", "SLURM_TASKS_PER_NODE": "3(x2),2", "SLURM_PROCID": "4"}
+    layout = job_layout(config, env, fake_hostnames)
+    # ranks 0 learner (cpu1 slot 0), 1-2 shards (cpu1 slots 1-2), 3-7 actors
+    assert layout.learner_host == "cpu1"
+    assert [s.insert for s in layout.shards] == ["tcp://cpu1:5602", "tcp://cpu1:5604"]
+    assert role_index("actor", config, env) == 1
+    with pytest.raises(SlurmEnvironmentError, match="not a shard task"):
+        role_index("shard", config, env)
+    small = {**env, "SLURM_TASKS_PER_NODE": "1(x3)"}
+    with pytest.raises(SlurmEnvironmentError, match="needs 8"):
+        job_layout(config, small, fake_hostnames)
+
+
+def test_a_task_outside_a_job_says_what_is_missing(tmp_path: Path) -> None:
+    config = resolve({})
+    with pytest.raises(SlurmEnvironmentError, match="SLURM_JOB_NODELIST_HET_GROUP_0"):
+        job_layout(config, {}, fake_hostnames)
+
+
+def test_hetjob_script_asks_gpus_for_the_learner_only_and_parses(tmp_path: Path) -> None:
+    config = resolve(
+        {
+            "actors": 6,
+            "shards": 2,
+            "slurm": {"actor_nodes": 2, "learner_gpus": 1, "partition": "gpu", "time": "02:00:00"},
+        }
+    )
+    script = render(config, tmp_path)
+    components = script.split("#SBATCH hetjob")
+    assert len(components) == 3
+    assert "--gpus=1" in components[0]
+    assert "--gpus" not in components[1] + components[2]
+    assert "--ntasks=6" in components[2] and "--ntasks-per-node=3" in components[2]
+    assert "--signal=B:USR1@120" in components[0] and "--requeue" in components[0]
+    for component in components:
+        assert "--partition=gpu" in component and "--time=02:00:00" in component
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_multi_prog_script_lists_every_rank_once(tmp_path: Path) -> None:
+    config = resolve({"actors": 4, "shards": 2, "slurm": {"layout": "multi-prog"}})
+    script = render(config, tmp_path)
+    assert "hetjob" not in script and "--ntasks=7" in script
+    lines = script.split("<<'MULTI_PROG'\n")[1].split("\nMULTI_PROG")[0].splitlines()
+    assert [line.split()[0] for line in lines] == ["0", "1-2", "3-6"]
+    assert [line.split()[6] for line in lines] == ["learner", "shard", "actor"]
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_a_relative_run_directory_is_refused() -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        render(resolve({}), Path("runs/x"))
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"actors": 3, "slurm": {"actor_nodes": 2}}, "do not divide over slurm.actor_nodes"),
+        ({"slurm": {"layout": "mesh"}}, "slurm.layout"),
+        ({"slurm": {"weights_port": 80}}, "slurm.weights_port"),
+        ({"slurm": {"colour": "red"}}, "unknown setting 'colour'"),
+    ],
+)
+def test_bad_slurm_settings_are_refused(values, expected) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        resolve(values)
+
+
+def test_submit_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(
+        main,
+        ["slurm", "submit", "--dry-run", "--run-dir", str(run_dir), "--nodes", "2",
+         "--actors-per-node", "3", "--gpus", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "--ntasks=6" in result.output and "--gpus=1" in result.output
+    assert not run_dir.exists()
+
+
+def test_submit_refuses_bad_options_clearly(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["slurm", "submit", "--dry-run", "--shards", "3",
+                                  "--shard-nodes", "2"])  # fmt: skip
+    assert result.exit_code == 2 and "do not divide over slurm.shard_nodes" in result.output
+    result = runner.invoke(main, ["slurm", "submit", "--dry-run", "--nodes", "0"])
+    assert result.exit_code == 2 and "--nodes" in result.output
+    result = runner.invoke(main, ["slurm", "status", str(tmp_path)])
+    assert result.exit_code == 1 and "not a run directory" in result.output
+
+
+# -- a real Slurm, three namespace hosts ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    required = os.environ.get("APEX_REQUIRE_SLURM") == "1"
+    if os.geteuid() != 0:
+        if required:
+            pytest.fail("APEX_REQUIRE_SLURM=1 but the tests do not run as root")
+        pytest.skip("a real Slurm in network namespaces needs root")
+    try:
+        # Daemons of an earlier run may live in the namespaces: stop them first.
+        subprocess.run(["bash", str(CLUSTER / "slurm.sh"), "down"], check=True, timeout=60)
+        subprocess.run(["bash", str(CLUSTER / "netns.sh"), "up"], check=True, timeout=60)
+        subprocess.run(["bash", str(CLUSTER / "slurm.sh"), "up", "ns3"], check=True, timeout=600)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, FileNotFoundError) as exc:
+        subprocess.run(["bash", str(CLUSTER / "slurm.sh"), "down"], check=False, timeout=60)
+        subprocess.run(["bash", str(CLUSTER / "netns.sh"), "down"], check=False, timeout=60)
+        if required:
+            pytest.fail(f"could not start the test cluster: {exc}")
+        pytest.skip(f"could not start the test cluster: {exc}")
+    yield
+    subprocess.run(["bash", str(CLUSTER / "slurm.sh"), "down"], check=False, timeout=60)
+    subprocess.run(["bash", str(CLUSTER / "netns.sh"), "down"], check=False, timeout=60)
+
+
+def submit(run_dir: Path, *options: str) -> str:
+    result = subprocess.run(
+        [*APEX, "slurm", "submit", "--run-dir", str(run_dir), *PINNED, *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"run directory: {run_dir}" in result.stdout
+    return (run_dir / "slurm-job-id").read_text().strip()
+
+
+def job_fields(job_id: str) -> dict[str, str]:
+    text = subprocess.run(
+        ["scontrol", "-o", "show", "job", job_id],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+    fields = {}
+    for token in text.split():
+        key, _, value = token.partition("=")
+        fields.setdefault(key, value)  # a het job prints its leader first
+    return fields
+
+
+def job_output(run_dir: Path) -> str:
+    return "".join(p.read_text() for p in sorted(run_dir.glob("slurm-*.out")))
+
+
+def wait_for_job_end(job_id: str, run_dir: Path, timeout_s: float) -> dict[str, str]:
+    def ended():
+        fields = job_fields(job_id)
+        return fields if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED") else None
+
+    try:
+        return poll(ended, timeout_s, f"job {job_id} to end")
+    except AssertionError:
+        subprocess.run(["scancel", job_id], check=False, timeout=30)
+        raise AssertionError(
+            f"job {job_id} did not end; its output:\n{job_output(run_dir)}"
+        ) from None
+
+
+def end_record(run_dir: Path) -> dict:
+    ends = [r for r in read_metrics(run_dir) if r.get("event") == "end"]
+    assert ends, job_output(run_dir)
+    return ends[-1]
+
+
+def latest_updates(run_dir: Path) -> int:
+    progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
+    return progress[-1]["updates"] if progress else 0
+
+
+def task_pid(run_dir: Path, role: str, rank: int) -> int | None:
+    for pid, found in run_processes(run_dir).items():
+        if found != role:
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURM_PROCID={rank}".encode() in environ:
+            return pid
+    return None
+
+
+def test_a_submitted_run_spans_three_hosts_and_completes(cluster, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    job_id = submit(run_dir, "--shards", "2", "--actors-per-node", "2", "--max-updates", "800")
+    fields = wait_for_job_end(job_id, run_dir, timeout_s=180)
+    output = job_output(run_dir)
+    assert fields["JobState"] == "COMPLETED", output
+    assert "starts on learner" in output
+    end = end_record(run_dir)
+    assert end["reason"] == "max_updates" and end["updates"] == 800
+    delivery = end["delivery"]
+    assert delivery["actors_heard"] == 2 and delivery["actors_gone"] == []
+    for actor in delivery["actors"].values():
+        assert actor["transitions_received"] > 0
+    assert delivery["shards_answering"] == 2 and delivery["transitions_lost"] == 0
+    assert Path(end["checkpoint"]).exists()
+    # Shards bound on the shard host and were reached by name from the other two.
+    assert output.count('"ready": {"insert": "tcp://0.0.0.0:560') == 2
+    status = subprocess.run(
+        [*APEX, "slurm", "status", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert status.returncode == 0 and "COMPLETED" in status.stdout
+    assert "ended: max_updates after 800 updates" in status.stdout
+
+
+def test_a_killed_actor_and_a_cut_link_are_survived_and_reported(cluster, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    # Three actors, all on host "actor"; the run ends by time, well after both faults.
+    job_id = submit(run_dir, "--actors-per-node", "3", "--max-time", "40")
+    poll(lambda: latest_updates(run_dir) > 100, 120, "training to start")
+    victim = poll(lambda: task_pid(run_dir, "actor", 1), 30, "actor 1's process")
+    os.kill(victim, signal.SIGKILL)
+    subprocess.run(["ip", "link", "set", "veth-actor", "down"], check=True, timeout=10)
+    cut_at = time.monotonic()
+    try:
+        poll(lambda: time.monotonic() - cut_at >= 10, 15, "10 s of cut link", interval_s=0.5)
+    finally:
+        subprocess.run(["ip", "link", "set", "veth-actor", "up"], check=True, timeout=10)
+    fields = wait_for_job_end(job_id, run_dir, timeout_s=120)
+    output = job_output(run_dir)
+    assert fields["JobState"] == "COMPLETED", output
+    end = end_record(run_dir)
+    assert end["reason"] == "max_time"
+    delivery = end["delivery"]
+    assert delivery["actors_gone"] == [1], delivery
+    survivors = [delivery["actors"][i] for i in ("0", "2")]
+    for actor in survivors:
+        assert actor["longest_silence_s"] >= 9.0, delivery
+        assert actor["missing"] is not None
+    # What actor 1 handed over before dying and no shard holds is what the run lost.
+    dead = delivery["actors"]["1"]
+    assert dead["transitions_received"] > 0
+    assert delivery["transitions_lost"] == dead["missing"]
+    assert "actor 1 gone" in output
+
+
+def test_a_signalled_job_checkpoints_requeues_and_resumes(cluster, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    job_id = submit(run_dir, "--max-updates", "3000")
+    poll(lambda: latest_updates(run_dir) >= 300, 120, "300 updates")
+    # What Slurm sends signal_before_end_s before the time limit.
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
+    poll(lambda: job_fields(job_id).get("Restarts") == "1", 60, "the job to requeue itself")
+    # Slurm holds a requeued job for about two minutes before it may start again; a
+    # cluster would wait, the test releases it at once.
+    poll(
+        lambda: (
+            subprocess.run(
+                ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=30, check=False
+            ).returncode
+            == 0
+        ),
+        30,
+        "the requeued job to accept a new start time",
+    )
+    fields = wait_for_job_end(job_id, run_dir, timeout_s=240)
+    output = job_output(run_dir)
+    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", output
+    starts = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
+    ends = [r for r in read_metrics(run_dir) if r.get("event") == "end"]
+    assert len(starts) == 2 and len(ends) == 2, output
+    assert ends[0]["reason"] == "stopped" and ends[0]["updates"] >= 300
+    # The second start resumed from the first end's checkpoint: counters carry on.
+    assert starts[1]["updates"] == ends[0]["updates"]
+    assert starts[1]["weight_version"] == ends[0]["weight_version"] + 1
+    assert ends[1]["reason"] == "max_updates" and ends[1]["updates"] == 3000
+    assert "requeueing job" in output and "restart 1" in output
+    assert json.loads((run_dir / "config.json").read_text())["learner"]["max_updates"] == 3000
