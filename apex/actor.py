@@ -57,6 +57,8 @@ class ActorConfig:
         max_steps: stop after this many vector steps (None: until stopped).
         insert_timeout_s: how long one insert attempt waits for a shard with room before
             the actor checks its stop flag and tries again.
+        shard_start_timeout_s: how long the actor waits at start for every shard to answer
+            (roles of a Slurm job all start at once).
     """
 
     env: str = "CartPole-v1"
@@ -75,6 +77,7 @@ class ActorConfig:
     torch_threads: int = 1
     max_steps: int | None = None
     insert_timeout_s: float = 1.0
+    shard_start_timeout_s: float = 300.0
 
     @property
     def actor_seed(self) -> int:
@@ -113,6 +116,7 @@ class Actor:
             sender=config.actor_index,
             spec=self._spec,
             timeout_s=config.insert_timeout_s,
+            start_timeout_s=config.shard_start_timeout_s,
         )
         self._builder = NStepBuilder(
             config.envs_per_actor,

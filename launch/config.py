@@ -75,7 +75,8 @@ class SlurmSettings:
         time: the job's time limit (sbatch ``--time``).
         learner_gpus: GPUs for the learner (its device becomes CUDA when > 0).
         learner_cpus, cpus_per_actor, cpus_per_shard: CPUs per task.
-        actor_nodes: nodes the actors spread over (actors must divide evenly).
+        actor_nodes: nodes the actors spread over (actors must divide evenly); in the
+            multi-prog layout, the nodes of the whole allocation.
         shard_nodes: nodes the shards spread over (shards must divide evenly).
         signal_before_end_s: seconds before the time limit at which Slurm signals the job
             so the learner checkpoints and the job requeues itself.
@@ -383,6 +384,8 @@ def _validate_slurm(config: RunConfig) -> list[str]:
     for name, value in ports.items():
         if not isinstance(value, int) or not 1024 <= value <= 65535:
             problems.append(f"{name} must be a port in 1024..65535, got {value!r}")
+    if slurm.layout == "multi-prog":
+        return problems  # one allocation: tasks fill its nodes in rank order
     if isinstance(config.actors, int) and config.actors % slurm.actor_nodes:
         problems.append(
             f"actors {config.actors} do not divide over slurm.actor_nodes {slurm.actor_nodes}"

@@ -113,8 +113,11 @@ def role_placement(
         hosts = hostnames(_required(env, f"SLURM_JOB_NODELIST_HET_GROUP_{group}"))
         counts = parse_tasks_per_node(_required(env, f"SLURM_TASKS_PER_NODE_HET_GROUP_{group}"))
         return block_placement(hosts, counts)
-    hosts = hostnames(_required(env, "SLURM_JOB_NODELIST"))
-    everyone = block_placement(hosts, parse_tasks_per_node(_required(env, "SLURM_TASKS_PER_NODE")))
+    # One step holds every task: its own variables say where srun put them.
+    hosts = hostnames(_required(env, "SLURM_STEP_NODELIST"))
+    everyone = block_placement(
+        hosts, parse_tasks_per_node(_required(env, "SLURM_STEP_TASKS_PER_NODE"))
+    )
     first, count = multi_prog_ranks(config)[role]
     if len(everyone) < task_count(config):
         raise SlurmEnvironmentError(

@@ -16,7 +16,6 @@ writes a checkpoint), then requeues the job, whose next start resumes from it.
 
 from __future__ import annotations
 
-import math
 import shlex
 import sys
 from pathlib import Path
@@ -95,7 +94,6 @@ def render(config: RunConfig, run_dir: Path) -> str:
         whole = [
             f"--nodes={nodes}",
             f"--ntasks={tasks}",
-            f"--ntasks-per-node={math.ceil(tasks / nodes)}",
             f"--cpus-per-task={max(slurm.cpus_per_actor, slurm.cpus_per_shard)}",
         ]
         if slurm.learner_gpus:

@@ -7,6 +7,8 @@ Every blocking wait goes through a poller with a timeout and raises
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -17,6 +19,11 @@ from replay.errors import ProtocolError, ReplayError
 from replay.spec import TransitionSpec
 from replay.transport import make_socket, send_frames
 from replay.wire import Kind, Message, array_text, decode, encode, spec_from_array
+
+logger = logging.getLogger(__name__)
+
+# While shards start, a spec request is asked again this often.
+SPEC_RETRY_S = 2.0
 
 
 class ReplayTimeout(ReplayError):
@@ -122,6 +129,21 @@ class RequestClient:
         self.send(Kind.UPDATE, count=len(arrays[0]), arrays=arrays)
 
 
+def _await_spec(context: zmq.Context, endpoint: str, sender: int, deadline: float):
+    """The shard's spec, asking again every couple of seconds until ``deadline``."""
+    while True:
+        wait_s = min(SPEC_RETRY_S, max(deadline - time.monotonic(), 0.05))
+        requests = RequestClient(context, endpoint, sender, wait_s)
+        try:
+            return requests.spec()
+        except ReplayTimeout:
+            if time.monotonic() >= deadline:
+                raise
+            logger.info("shard at %s does not answer yet; asking again", endpoint)
+        finally:
+            requests.close()
+
+
 class InsertClient:
     """An actor's connection to every shard: batches go round-robin to shards with room.
 
@@ -134,12 +156,14 @@ class InsertClient:
         shards: every shard's endpoints.
         sender: this actor's u32 id.
         spec: the fields this actor sends; checked against every shard at start.
-        timeout_s: how long to wait for a shard's spec, or for room to send.
+        timeout_s: how long to wait for room to send.
         hwm: batches queued per shard at most.
+        start_timeout_s: how long to wait for every shard to answer its spec request; the
+            shards may still be starting (under Slurm every task starts at once).
 
     Raises:
         SpecMismatchError: a shard stores other fields (the message shows both specs).
-        ReplayTimeout: a shard did not answer the spec request in time.
+        ReplayTimeout: a shard did not answer the spec request within ``start_timeout_s``.
     """
 
     def __init__(
@@ -150,15 +174,13 @@ class InsertClient:
         spec: TransitionSpec,
         timeout_s: float = 10.0,
         hwm: int = 16,
+        start_timeout_s: float = 10.0,
     ) -> None:
         if not shards:
             raise ValueError("an insert client needs at least one shard")
+        deadline = time.monotonic() + start_timeout_s
         for index, shard in enumerate(shards):
-            requests = RequestClient(context, shard.request, sender, timeout_s)
-            try:
-                remote = requests.spec()
-            finally:
-                requests.close()
+            remote = _await_spec(context, shard.request, sender, deadline)
             if remote != spec:
                 raise SpecMismatchError(
                     f"shard {index} at {shard.request} stores {remote}, this actor sends {spec}"

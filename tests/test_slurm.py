@@ -115,7 +115,11 @@ def test_hetjob_layout_gives_every_task_the_same_endpoints() -> None:
 
 def test_multi_prog_layout_counts_ranks_learner_shards_actors() -> None:
     config = resolve({"actors": 5, "shards": 2, "slurm": {"layout": "multi-prog"}})
-    env = {"SLURM_JOB_NODELIST": "cpu[1-3]", "SLURM_TASKS_PER_NODE": "3(x2),2", "SLURM_PROCID": "4"}
+    env = {
+        "SLURM_STEP_NODELIST": "cpu[1-3]",
+        "SLURM_STEP_TASKS_PER_NODE": "3(x2),2",
+        "SLURM_PROCID": "4",
+    }
     layout = job_layout(config, env, fake_hostnames)
     # ranks 0 learner (cpu1 slot 0), 1-2 shards (cpu1 slots 1-2), 3-7 actors
     assert layout.learner_host == "cpu1"
@@ -123,7 +127,7 @@ def test_multi_prog_layout_counts_ranks_learner_shards_actors() -> None:
     assert role_index("actor", config, env) == 1
     with pytest.raises(SlurmEnvironmentError, match="not a shard task"):
         role_index("shard", config, env)
-    small = {**env, "SLURM_TASKS_PER_NODE": "1(x3)"}
+    small = {**env, "SLURM_STEP_TASKS_PER_NODE": "1(x3)"}
     with pytest.raises(SlurmEnvironmentError, match="needs 8"):
         job_layout(config, small, fake_hostnames)
 
@@ -397,3 +401,22 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes(cluster, tmp_path: Pat
     assert ends[1]["reason"] == "max_updates" and ends[1]["updates"] == 3000
     assert "requeueing job" in output and "restart 1" in output
     assert json.loads((run_dir / "config.json").read_text())["learner"]["max_updates"] == 3000
+
+
+def test_a_multi_prog_job_fills_three_nodes_in_rank_order(cluster, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    # 1 learner + 1 shard + 3 actors over 3 nodes, 2 tasks per node, nodes in name order:
+    # actor (learner, shard), learner (actors 0-1), shard (actor 2).
+    job_id = submit(
+        run_dir, "--layout", "multi-prog", "--nodes", "3", "--set", "actors=3",
+        "--max-updates", "400",
+    )  # fmt: skip
+    fields = wait_for_job_end(job_id, run_dir, timeout_s=180)
+    output = job_output(run_dir)
+    assert fields["JobState"] == "COMPLETED", output
+    assert "starts on actor" in output
+    end = end_record(run_dir)
+    assert end["reason"] == "max_updates" and end["updates"] == 400
+    assert end["delivery"]["actors_heard"] == 3, end["delivery"]
+    for actor in end["delivery"]["actors"].values():
+        assert actor["transitions_received"] > 0
