@@ -420,3 +420,15 @@ def test_a_multi_prog_job_fills_three_nodes_in_rank_order(cluster, tmp_path: Pat
     assert end["delivery"]["actors_heard"] == 3, end["delivery"]
     for actor in end["delivery"]["actors"].values():
         assert actor["transitions_received"] > 0
+
+
+@pytest.mark.parametrize("layout", ["hetjob", "multi-prog"])
+def test_the_committed_example_scripts_are_what_submit_renders(layout) -> None:
+    slurm_dir = Path(__file__).parent.parent / "slurm"
+    result = CliRunner().invoke(
+        main,
+        ["slurm", "submit", str(slurm_dir / "cartpole-cluster.toml"), "--layout", layout,
+         "--run-dir", "/shared/runs/cartpole", "--dry-run"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.output == (slurm_dir / f"example-{layout}.sbatch").read_text()
