@@ -474,7 +474,8 @@ class PrioritizedSampler:
         limit = self.config.shard_timeout_s
         for sequence, part in list(self._parts.items()):
             if part.reply is None and now - part.sent_at > limit:
-                del self._parts[sequence]
+                if self._parts.pop(sequence, None) is None:
+                    continue  # dropped with its whole batch by an earlier re-draw
                 shard = shards[part.shard]
                 shard.timeouts += 1
                 self._mark_down(shard, f"no reply within {limit} s")

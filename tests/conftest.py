@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -58,14 +59,23 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
 
-def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition"):
-    """Polls ``condition`` until it is truthy or the deadline passes. Every condition here
-    is an INFO round trip to the shard, which paces the loop by itself."""
+def wait_for(
+    condition: Callable[[], object],
+    timeout_s: float = 10.0,
+    what: str = "condition",
+    interval_s: float = 0.0,
+):
+    """Polls ``condition`` until it is truthy or the deadline passes. Most conditions here
+    are an INFO round trip to a shard, which paces the loop by itself; others pass
+    ``interval_s`` to pause between polls."""
+    pause = threading.Event()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
+        if interval_s:
+            pause.wait(interval_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import zmq
 
-from replay.client import InsertClient, RequestClient
+from replay.client import InsertClient, ReplayTimeout, RequestClient
 from replay.sampler import PrioritizedSampler, SamplerConfig
 from tests.conftest import SMALL_SPEC, ShardProcess, chi2_critical, make_batch, wait_for
 
@@ -140,3 +140,36 @@ def test_a_stopped_shard_is_skipped_then_used_again(filled_shards) -> None:
         wait_for(lambda: sampler.shard_states()[1]["alive"], what="shard 1 readmitted")
         wait_for(lambda: 1 in sampler.next_batch(timeout_s=5).shards, what="shard 1 sampled again")
         assert sampler.parts_redrawn >= 1
+
+
+def test_every_shard_frozen_at_once_stalls_the_sampler_but_never_breaks_it(filled_shards) -> None:
+    shards, _ = filled_shards
+    with make_sampler(
+        shards, batch_size=64, prefetch=4, shard_timeout_s=0.3, probe_interval_s=0.1
+    ) as sampler:
+        sampler.next_batch()
+        for shard in shards:
+            os.kill(shard.process.pid, signal.SIGSTOP)
+        try:
+            # Taking the ready batches sends requests for as many more, which all expire
+            # together: a re-draw that finds no live shard drops its whole batch, parts
+            # that were about to expire included.
+            with pytest.raises(ReplayTimeout):
+                for _ in range(10):
+                    sampler.next_batch(timeout_s=1.0)
+            wait_for(
+                lambda: not any(s["alive"] for s in sampler.shard_states()),
+                what="every shard marked down",
+                interval_s=0.05,
+            )
+        finally:
+            for shard in shards:
+                os.kill(shard.process.pid, signal.SIGCONT)
+        wait_for(
+            lambda: all(s["alive"] for s in sampler.shard_states()),
+            what="shards readmitted",
+            interval_s=0.05,
+        )
+        for _ in range(10):
+            assert sampler.next_batch(timeout_s=5).indices.size == 64
+        assert sampler.shard_states()[0]["outages"] == 1
