@@ -38,8 +38,10 @@ from launch.slurm_script import render
 
 CLUSTER = Path(__file__).parent / "cluster"
 APEX = [sys.executable, "-m", "launch"]
-# Each role pinned to its own host; the small replay lets training start within seconds.
+# Each role pinned to its own host; the small replay lets training start within seconds;
+# runs end by their limits, never by solving early.
 PINNED = (
+    "--target-return", "1e9",
     "--set", 'slurm.learner_options=["--nodelist=learner"]',
     "--set", 'slurm.shard_options=["--nodelist=shard"]',
     "--set", 'slurm.actor_options=["--nodelist=actor"]',
@@ -341,7 +343,7 @@ def test_a_submitted_run_spans_three_hosts_and_completes(cluster, tmp_path: Path
 def test_a_killed_actor_and_a_cut_link_are_survived_and_reported(cluster, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     # Three actors, all on host "actor"; the run ends by time, well after both faults.
-    job_id = submit(run_dir, "--actors-per-node", "3", "--max-time", "40")
+    job_id = submit(run_dir, "--actors-per-node", "3", "--max-time", "40", "--target-return", "1e9")
     poll(lambda: latest_updates(run_dir) > 100, 120, "training to start")
     victim = poll(lambda: task_pid(run_dir, "actor", 1), 30, "actor 1's process")
     os.kill(victim, signal.SIGKILL)
