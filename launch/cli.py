@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from launch.options import stop_options
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(package_name="apex-rl")
@@ -255,21 +257,7 @@ def actor_role(config_path, index, shards, weights, episodes, max_steps) -> None
 @click.option(
     "--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="Learner device."
 )
-@click.option(
-    "--target-return",
-    type=float,
-    default=None,
-    help="Stop when the greedy evaluation mean reaches this.",
-)
-@click.option(
-    "--max-updates", type=click.IntRange(min=1), default=None, help="Stop after this many updates."
-)
-@click.option(
-    "--max-time",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Stop after this many seconds of training.",
-)
+@stop_options
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),

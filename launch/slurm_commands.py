@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from launch.options import stop_options
+
 JOB_FILE = "job.sh"
 JOB_ID_FILE = "slurm-job-id"
 
@@ -44,18 +46,7 @@ def slurm() -> None:
     "--layout", type=click.Choice(["hetjob", "multi-prog"]), default=None, help="Job layout."
 )
 @click.option("--seed", type=int, default=None, help="Root seed of the run.")
-@click.option(
-    "--max-updates", type=click.IntRange(min=1), default=None, help="Stop after this many updates."
-)
-@click.option(
-    "--max-time",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Stop after this many seconds of training.",
-)
-@click.option(
-    "--target-return", type=float, default=None, help="Stop when evaluation reaches this."
-)
+@stop_options
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),

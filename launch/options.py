@@ -1,0 +1,27 @@
+"""Click options shared by more than one ``apex`` command."""
+
+from __future__ import annotations
+
+import click
+
+
+def stop_options(command):
+    """``--target-return``, ``--max-updates`` and ``--max-time``: when a run stops."""
+    command = click.option(
+        "--max-time",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Stop after this many seconds of training.",
+    )(command)
+    command = click.option(
+        "--max-updates",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Stop after this many updates.",
+    )(command)
+    return click.option(
+        "--target-return",
+        type=float,
+        default=None,
+        help="Stop when the greedy evaluation mean reaches this.",
+    )(command)
