@@ -16,47 +16,13 @@ import zmq
 # pyzmq's own default threshold for copy=False sends.
 ZERO_COPY_MIN_BYTES = 65536
 
-# Kernel buffers of insert sockets hold about this many messages (and at least
-# MIN_KERNEL_BUFFER_BYTES). Left to the kernel, they grow to megabytes: with CartPole's
-# 2.4 KB messages that is tens of thousands of transitions in flight behind a rate
-# limiter, tens of seconds old when they land. Bounding them solved CartPole in a median
-# 32 s instead of 58 s (3 seeds each, same session); below 64 KiB, ingest of small
-# messages slowed (0.58x raw pyzmq at 16 KiB, 0.72x at 64 KiB).
-KERNEL_BUFFER_MESSAGES = 2
-MIN_KERNEL_BUFFER_BYTES = 65536
-# Above this, a fixed buffer would be capped by net.core.wmem_max (about 200 KiB), below
-# what the kernel's own tuning gives; and its few-megabyte buffers hold only a couple of
-# such large messages anyway.
-MAX_KERNEL_BUFFER_BYTES = 262144
 
-
-def insert_buffer_bytes(message_bytes: int) -> int | None:
-    """Kernel buffer size for a socket carrying insert messages of ``message_bytes``
-    (None: leave it to the kernel)."""
-    wanted = max(MIN_KERNEL_BUFFER_BYTES, KERNEL_BUFFER_MESSAGES * message_bytes)
-    return wanted if wanted <= MAX_KERNEL_BUFFER_BYTES else None
-
-
-def make_socket(
-    context: zmq.Context,
-    kind: int,
-    hwm: int,
-    linger_ms: int = 0,
-    kernel_buffer_bytes: int | None = None,
-) -> zmq.Socket:
-    """A socket with LINGER and both high-water marks set.
-
-    ``kernel_buffer_bytes`` fixes the TCP send and receive buffers (else the kernel grows
-    them to megabytes). High-water marks count messages, but small messages pile up in
-    those kernel buffers by the thousand, out of reach of any back-pressure.
-    """
+def make_socket(context: zmq.Context, kind: int, hwm: int, linger_ms: int = 0) -> zmq.Socket:
+    """A socket with LINGER and both high-water marks set."""
     socket = context.socket(kind)
     socket.setsockopt(zmq.LINGER, linger_ms)
     socket.setsockopt(zmq.SNDHWM, hwm)
     socket.setsockopt(zmq.RCVHWM, hwm)
-    if kernel_buffer_bytes is not None:
-        socket.setsockopt(zmq.SNDBUF, kernel_buffer_bytes)
-        socket.setsockopt(zmq.RCVBUF, kernel_buffer_bytes)
     return socket
 
 
