@@ -127,7 +127,6 @@ class EpisodeReporter:
         self._socket.connect(endpoint)
         self._sender = sender
         self._sequence = 0
-
         self.last_report = float("-inf")
 
     def report(
@@ -165,7 +164,6 @@ class EpisodeReporter:
 class ActorStatus:
     """What the learner has heard from one actor (times from ``time.monotonic``)."""
 
-    first_heard: float
     last_heard: float
     transitions_sent: int = 0
     longest_silence_s: float = 0.0
@@ -186,7 +184,7 @@ class EpisodeCollector:
         if status is None:
             if len(self.actors) >= MAX_TRACKED_ACTORS:
                 return
-            status = self.actors[sender] = ActorStatus(now, now)
+            status = self.actors[sender] = ActorStatus(now)
         status.longest_silence_s = max(status.longest_silence_s, now - status.last_heard)
         status.last_heard = now
         status.transitions_sent = max(status.transitions_sent, int(transitions_sent))

@@ -135,6 +135,17 @@ def _adam(parameters, learning_rate: float, epsilon: float) -> torch.optim.Adam:
         return torch.optim.Adam(parameters, lr=learning_rate, eps=epsilon)
 
 
+def _shard_infos(shard_clients: list[RequestClient]) -> list[dict | None]:
+    """Each shard's INFO, or None for a shard that does not answer."""
+    infos: list[dict | None] = []
+    for client in shard_clients:
+        try:
+            infos.append(client.info())
+        except ReplayError:
+            infos.append(None)
+    return infos
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -367,15 +378,10 @@ class Learner:
             self.close()
         return outcome
 
-    def _account(self, sampler: PrioritizedSampler, shard_clients: list) -> dict:
+    def _account(self, sampler: PrioritizedSampler, shard_clients: list[RequestClient]) -> dict:
         """What the actors sent against what the shards hold (see apex.delivery)."""
         self._episodes.drain()  # the newest heartbeats first
-        infos = []
-        for client in shard_clients:
-            try:
-                infos.append(client.info())
-            except ReplayError:
-                infos.append(None)
+        infos = _shard_infos(shard_clients)
         report = delivery_report(
             self._episodes.actors, infos, sampler.shard_states(), time.monotonic()
         )
@@ -412,12 +418,7 @@ class Learner:
         return True
 
     def _write_metrics(self, metrics, sampler, shard_clients, window, elapsed, interval) -> None:
-        infos = []
-        for client in shard_clients:
-            try:
-                infos.append(client.info())
-            except ReplayError:
-                infos.append(None)
+        infos = _shard_infos(shard_clients)
         added = sum(i["transitions_added"] for i in infos if i)
         updates = window.updates
         record = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from launch.options import stop_options
+from launch.options import settings_option, stop_options
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
@@ -175,16 +175,20 @@ def _config_option(command):
     )(command)
 
 
+def _shards_option(command):
+    return click.option(
+        "--shard",
+        "shards",
+        multiple=True,
+        required=True,
+        type=ShardParam(),
+        help="Each shard's endpoints (repeat per shard).",
+    )(command)
+
+
 @main.command("learner")
 @_config_option
-@click.option(
-    "--shard",
-    "shards",
-    multiple=True,
-    required=True,
-    type=ShardParam(),
-    help="Each shard's endpoints.",
-)
+@_shards_option
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -213,14 +217,7 @@ def learner_role(config_path, shards, run_dir, resume, host, weights_port, episo
 @main.command("actor")
 @_config_option
 @click.option("--index", type=click.IntRange(min=0), required=True, help="This actor's index.")
-@click.option(
-    "--shard",
-    "shards",
-    multiple=True,
-    required=True,
-    type=ShardParam(),
-    help="Each shard's endpoints.",
-)
+@_shards_option
 @click.option("--weights", required=True, help="The learner's weights endpoint (tcp://HOST:PORT).")
 @click.option(
     "--episodes", required=True, help="The learner's episodes endpoint (tcp://HOST:PORT)."
@@ -271,13 +268,7 @@ def actor_role(config_path, index, shards, weights, episodes, max_steps) -> None
     default=None,
     help="Continue the run in this directory from its newest checkpoint.",
 )
-@click.option(
-    "--set",
-    "settings",
-    multiple=True,
-    metavar="SECTION.KEY=VALUE",
-    help="Any other setting, e.g. learner.batch_size=256 (value as TOML).",
-)
+@settings_option
 def train(
     config_path,
     env,

@@ -73,7 +73,7 @@ class SlurmSettings:
             ``multi-prog`` (one homogeneous allocation, roles picked by task rank).
         partition, account: passed to sbatch when set.
         time: the job's time limit (sbatch ``--time``).
-        learner_gpus: GPUs for the learner (its device becomes CUDA when > 0).
+        learner_gpus: GPUs for the learner's component (its ``auto`` device then finds CUDA).
         learner_cpus, cpus_per_actor, cpus_per_shard: CPUs per task.
         actor_nodes: nodes the actors spread over (actors must divide evenly); in the
             multi-prog layout, the nodes of the whole allocation.
@@ -281,6 +281,14 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     return config
 
 
+def _not_positive_integers(named: dict[str, object]) -> list[str]:
+    return [
+        f"{name} must be a positive integer, got {value!r}"
+        for name, value in named.items()
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0
+    ]
+
+
 def validate(config: RunConfig) -> list[str]:
     """Every problem with ``config``, with the arithmetic where there is some."""
     problems = []
@@ -299,9 +307,7 @@ def validate(config: RunConfig) -> list[str]:
         "learner.prefetch": config.learner.prefetch,
         "learner.eval_episodes": config.learner.eval_episodes,
     }
-    for name, value in positive.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            problems.append(f"{name} must be a positive integer, got {value!r}")
+    problems += _not_positive_integers(positive)
     if not 0.0 <= config.actor.gamma <= 1.0:
         problems.append(f"actor.gamma must be in [0, 1], got {config.actor.gamma}")
     if not 0.0 <= config.actor.epsilon <= 1.0:
@@ -366,10 +372,8 @@ def _validate_slurm(config: RunConfig) -> list[str]:
         "slurm.cpus_per_actor": slurm.cpus_per_actor,
         "slurm.cpus_per_shard": slurm.cpus_per_shard,
     }
-    for name, value in counts.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            problems.append(f"{name} must be a positive integer, got {value!r}")
-            return problems
+    bad_counts = _not_positive_integers(counts)
+    problems += bad_counts
     if not isinstance(slurm.learner_gpus, int) or slurm.learner_gpus < 0:
         problems.append(f"slurm.learner_gpus must be >= 0, got {slurm.learner_gpus!r}")
     if not isinstance(slurm.signal_before_end_s, int) or slurm.signal_before_end_s < 0:
@@ -384,8 +388,8 @@ def _validate_slurm(config: RunConfig) -> list[str]:
     for name, value in ports.items():
         if not isinstance(value, int) or not 1024 <= value <= 65535:
             problems.append(f"{name} must be a port in 1024..65535, got {value!r}")
-    if slurm.layout == "multi-prog":
-        return problems  # one allocation: tasks fill its nodes in rank order
+    if slurm.layout == "multi-prog" or bad_counts:
+        return problems  # multi-prog: one allocation, tasks fill its nodes in rank order
     if isinstance(config.actors, int) and config.actors % slurm.actor_nodes:
         problems.append(
             f"actors {config.actors} do not divide over slurm.actor_nodes {slurm.actor_nodes}"

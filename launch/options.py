@@ -25,3 +25,15 @@ def stop_options(command):
         default=None,
         help="Stop when the greedy evaluation mean reaches this.",
     )(command)
+
+
+def settings_option(command):
+    """``--set SECTION.KEY=VALUE``, repeated: any config setting."""
+    return click.option(
+        "--set",
+        "settings",
+        multiple=True,
+        metavar="SECTION.KEY=VALUE",
+        help="Any other setting, e.g. learner.batch_size=256 or slurm.partition=gpu "
+        "(value as TOML).",
+    )(command)

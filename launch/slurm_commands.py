@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from launch.options import stop_options
+from launch.options import settings_option, stop_options
 
 JOB_FILE = "job.sh"
 JOB_ID_FILE = "slurm-job-id"
@@ -53,13 +53,7 @@ def slurm() -> None:
     default=None,
     help="Run directory on a filesystem every node sees [runs/ENV-TIME].",
 )
-@click.option(
-    "--set",
-    "settings",
-    multiple=True,
-    metavar="SECTION.KEY=VALUE",
-    help="Any other setting, e.g. slurm.setup='module load cuda' (value as TOML).",
-)
+@settings_option
 @click.option("--dry-run", is_flag=True, help="Print the batch script; submit nothing.")
 def submit(
     config_path,
@@ -144,8 +138,9 @@ def submit(
     click.echo(f"cancel it:     scancel {job_id}")
 
 
-def _job_state(job_id: str) -> dict[str, str]:
-    """``JobState``, ``Restarts`` and ``ExitCode`` from scontrol, if it still knows the job."""
+def job_state(job_id: str) -> dict[str, str]:
+    """``JobState``, ``Restarts``, ``ExitCode`` and ``RunTime`` from scontrol, if it still
+    knows the job (a het job prints its leader first; the leader's values are kept)."""
     if shutil.which("scontrol") is None:
         return {}
     result = subprocess.run(
@@ -178,7 +173,7 @@ def run_status(run_dir: Path) -> dict:
     id_path = run_dir / JOB_ID_FILE
     if id_path.exists():
         status["job_id"] = id_path.read_text(encoding="utf-8").strip()
-        status["slurm"] = _job_state(status["job_id"])
+        status["slurm"] = job_state(status["job_id"])
     if progress:
         last = progress[-1]
         status["progress"] = {

@@ -27,6 +27,7 @@ from apex.metrics import read_metrics
 from launch.cli import main
 from launch.config import ConfigError, resolve
 from launch.processes import run_processes
+from launch.slurm_commands import job_state
 from launch.slurm_layout import (
     SlurmEnvironmentError,
     block_placement,
@@ -255,28 +256,13 @@ def submit(run_dir: Path, *options: str) -> str:
     return (run_dir / "slurm-job-id").read_text().strip()
 
 
-def job_fields(job_id: str) -> dict[str, str]:
-    text = subprocess.run(
-        ["scontrol", "-o", "show", "job", job_id],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    ).stdout
-    fields = {}
-    for token in text.split():
-        key, _, value = token.partition("=")
-        fields.setdefault(key, value)  # a het job prints its leader first
-    return fields
-
-
 def job_output(run_dir: Path) -> str:
     return "".join(p.read_text() for p in sorted(run_dir.glob("slurm-*.out")))
 
 
 def wait_for_job_end(job_id: str, run_dir: Path, timeout_s: float) -> dict[str, str]:
     def ended():
-        fields = job_fields(job_id)
+        fields = job_state(job_id)
         return fields if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED") else None
 
     try:
@@ -377,7 +363,7 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes(cluster, tmp_path: Pat
     poll(lambda: latest_updates(run_dir) >= 300, 120, "300 updates")
     # What Slurm sends signal_before_end_s before the time limit.
     subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
-    poll(lambda: job_fields(job_id).get("Restarts") == "1", 60, "the job to requeue itself")
+    poll(lambda: job_state(job_id).get("Restarts") == "1", 60, "the job to requeue itself")
     # Slurm holds a requeued job for about two minutes before it may start again; a
     # cluster would wait, the test releases it at once.
     poll(
