@@ -58,6 +58,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+# A requeued job may start again only once its old credentials expire (default 120 s).
+AuthInfo=cred_expire=15
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation=/var/spool/slurmctld
@@ -143,7 +145,11 @@ up() {
 case "${1:-}" in
   up) up "${2:-single}" ;;
   down)
-    scancel --user=root 2>/dev/null || true
+    # Only a controller we started can cancel jobs. With none running, Slurm's clients retry
+    # for over a minute (munge and controller connects), so never ask one then.
+    if [ -s /run/slurmctld.pid ] && kill -0 "$(cat /run/slurmctld.pid)" 2>/dev/null; then
+      timeout 15 scancel --user=root 2>/dev/null || true
+    fi
     stop_daemons
     ;;
   *) echo "usage: slurm.sh up ns3|single | down" >&2; exit 2 ;;
