@@ -117,6 +117,7 @@ class Actor:
             spec=self._spec,
             timeout_s=config.insert_timeout_s,
             start_timeout_s=config.shard_start_timeout_s,
+            batch_hint=config.insert_batch,
         )
         self._builder = NStepBuilder(
             config.envs_per_actor,

@@ -59,7 +59,10 @@ def push(request: dict) -> None:
     try:
         if request["mode"] == "apex":
             shards = [ShardEndpoints(insert, requests) for insert, requests in request["shards"]]
-            client = InsertClient(context, shards, request["sender"], spec, timeout_s=30.0, hwm=16)
+            client = InsertClient(
+                context, shards, request["sender"], spec, timeout_s=30.0, hwm=16,
+                batch_hint=request["batch"],
+            )  # fmt: skip
             # Paced to ``rate`` transitions/s when given (an actor fleet of a stated size),
             # else as fast as the shard takes them.
             interval_s = request["batch"] / request["rate"] if request.get("rate") else 0.0

@@ -49,6 +49,7 @@ def shard_config_from_run(
         request_port=request_port,
         shard_index=index,
         seed=config.seed + 100 * (index + 1),
+        insert_batch_hint=config.actor.insert_batch,
     )
 
 

@@ -17,7 +17,7 @@ import zmq
 
 from replay.errors import ProtocolError, ReplayError
 from replay.spec import TransitionSpec
-from replay.transport import make_socket, send_frames
+from replay.transport import insert_buffer_bytes, make_socket, send_frames
 from replay.wire import Kind, Message, array_text, decode, encode, spec_from_array
 
 logger = logging.getLogger(__name__)
@@ -158,6 +158,8 @@ class InsertClient:
         spec: the fields this actor sends; checked against every shard at start.
         timeout_s: how long to wait for room to send.
         hwm: batches queued per shard at most.
+        batch_hint: transitions per insert, usually; sizes the kernel buffers so that
+            back-pressure reaches the sender after about ``hwm`` + 2 batches.
         start_timeout_s: how long to wait for every shard to answer its spec request; the
             shards may still be starting (under Slurm every task starts at once).
 
@@ -175,6 +177,7 @@ class InsertClient:
         timeout_s: float = 10.0,
         hwm: int = 16,
         start_timeout_s: float = 10.0,
+        batch_hint: int = 50,
     ) -> None:
         if not shards:
             raise ValueError("an insert client needs at least one shard")
@@ -190,7 +193,12 @@ class InsertClient:
         self._timeout_ms = int(timeout_s * 1000)
         self._sockets = []
         for shard in shards:
-            socket = make_socket(context, zmq.PUSH, hwm)
+            socket = make_socket(
+                context,
+                zmq.PUSH,
+                hwm,
+                kernel_buffer_bytes=insert_buffer_bytes(batch_hint * spec.item_nbytes),
+            )
             socket.connect(shard.insert)
             self._sockets.append(socket)
         self._poller = zmq.Poller()

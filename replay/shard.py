@@ -35,7 +35,7 @@ from replay.errors import ProtocolError, ReplayError
 from replay.prioritized import PrioritizedReplay
 from replay.rate_limiter import RateLimiter
 from replay.spec import TransitionSpec
-from replay.transport import bind, make_socket, send_frames
+from replay.transport import bind, insert_buffer_bytes, make_socket, send_frames
 from replay.wire import Kind, Message, decode, encode, spec_to_array, text_array
 
 logger = logging.getLogger(__name__)
@@ -74,6 +74,8 @@ class ShardConfig:
         max_waiting_samples: SAMPLE requests kept while the store is too small; more are
             answered with an ERROR.
         socket_hwm: high-water mark (messages) on both sockets.
+        insert_batch_hint: transitions per insert message, usually; sizes the insert
+            socket's kernel buffers (see replay.transport.insert_buffer_bytes).
         poll_timeout_s: longest wait before the loop looks at the stop flag again.
     """
 
@@ -92,6 +94,7 @@ class ShardConfig:
     max_requests_per_round: int = 16
     max_waiting_samples: int = 64
     socket_hwm: int = 64
+    insert_batch_hint: int = 50
     poll_timeout_s: float = 0.05
 
     def validate(self) -> list[str]:
@@ -102,7 +105,12 @@ class ShardConfig:
         problems += RateLimiter.problems(
             self.min_size_to_sample, self.samples_per_insert, self.error_buffer, self.capacity
         )
-        for name in ("max_inserts_per_round", "max_requests_per_round", "socket_hwm"):
+        for name in (
+            "max_inserts_per_round",
+            "max_requests_per_round",
+            "socket_hwm",
+            "insert_batch_hint",
+        ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_waiting_samples < 0:
@@ -153,7 +161,14 @@ class ShardServer:
         )
         self._stop = threading.Event()
         self._context = zmq.Context()
-        self._pull = make_socket(self._context, zmq.PULL, config.socket_hwm)
+        self._pull = make_socket(
+            self._context,
+            zmq.PULL,
+            config.socket_hwm,
+            kernel_buffer_bytes=insert_buffer_bytes(
+                config.insert_batch_hint * config.spec.item_nbytes
+            ),
+        )
         self._router = make_socket(self._context, zmq.ROUTER, config.socket_hwm)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)  # replies to vanished peers drop
         self.insert_endpoint = bind(self._pull, config.host, config.insert_port)

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 from launch.cli import main
 from replay import TransitionSpec
-from replay.client import InsertClient, RequestClient, ShardError, SpecMismatchError
+from replay.client import (
+    InsertClient,
+    ReplayTimeout,
+    RequestClient,
+    ShardError,
+    SpecMismatchError,
+)
 from replay.wire import Kind, Message, encode
 from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, make_batch, wait_for
 
@@ -169,3 +175,28 @@ def test_bad_shard_settings_are_refused_before_binding(arguments, message) -> No
     result = CliRunner().invoke(main, ["replay", *arguments])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(context: zmq.Context) -> None:
+    # Nothing samples, so the rate limiter stops inserts after about 300 transitions; from
+    # then on every batch sent waits somewhere between the client and the shard. Left to
+    # the kernel, TCP buffers on loopback grow to megabytes and take thousands of CartPole
+    # batches before the sender feels anything: data that is stale when it lands.
+    shard = ShardProcess(
+        "--capacity", "100000", "--min-size", "100", "--samples-per-insert", "1",
+        "--error-buffer", "200",
+    )  # fmt: skip
+    try:
+        inserts = InsertClient(context, [shard.endpoints], sender=7, spec=SMALL_SPEC, timeout_s=0.5)
+        batch, priorities = make_batch(SMALL_SPEC, 50), np.ones(50)
+        sent, deadline = 0, time.monotonic() + 60
+        with pytest.raises(ReplayTimeout):
+            while time.monotonic() < deadline and sent < 20_000:
+                inserts.insert(batch, priorities)
+                sent += 1
+        added = info(context, shard)["transitions_added"]
+        # Client queue (16) + shard queue (64) + two kernel buffers of ~2 loopback segments.
+        assert added <= 400 and sent <= 400, (added, sent)
+        inserts.close(linger_s=0)
+    finally:
+        assert shard.stop() == 0
