@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import selectors
 import signal
 import socket
@@ -73,12 +74,47 @@ class RunSummary:
         )
 
 
-def free_port(host: str) -> int:
-    """A port that is free on ``host`` now. Another process could take it before the role
-    binds it; the role then fails to start and the supervisor says so."""
+def _ephemeral_ports() -> range:
+    """The kernel's range for outgoing connections' local ports (Linux; a common default
+    elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
+def free_port(host: str, rng: random.Random | None = None) -> int:
+    """A port that is free on ``host`` now, chosen below the ephemeral range when it can
+    be: there, the many connections the roles open cannot take it as their local port
+    before its role binds it (a port the kernel picks by binding 0 is an ephemeral one, and
+    one of them was taken that way in a test run). Another server could still take it; the
+    role then fails to start and the supervisor says so."""
+    rng = rng or random.Random()
+    ephemeral = _ephemeral_ports()
+    if ephemeral.start > 11000:
+        for _ in range(50):
+            port = rng.randrange(10000, min(ephemeral.start, 30000))
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
+
+
+def free_ports(host: str, count: int) -> list[int]:
+    """``count`` distinct ports that are free on ``host`` now (see :func:`free_port`)."""
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port(host, rng)
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 class Supervisor:
@@ -143,8 +179,8 @@ class Supervisor:
             # Every role gets its ports up front, so all of them start at once instead of
             # one after another (each spends seconds importing torch or numba).
             host = config.host
-            shard_ports = [(free_port(host), free_port(host)) for _ in range(config.shards)]
-            weights_port, episodes_port = free_port(host), free_port(host)
+            weights_port, episodes_port, *pairs = free_ports(host, 2 + 2 * config.shards)
+            shard_ports = list(zip(pairs[::2], pairs[1::2], strict=True))
             shard_args = [
                 a for ports in shard_ports
                 for a in ("--shard", f"tcp://{host}:{ports[0]},tcp://{host}:{ports[1]}")
