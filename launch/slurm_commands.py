@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -278,8 +279,11 @@ def task(role: str, run_dir: Path) -> None:
         slurm_settings.episodes_port,
     )
     # The learner decides when the run ends: stop the job's other steps (shards, actors).
+    # The signal reaches this step too; its work is done, so it must not turn a finished
+    # run into one "Terminated" by SIGTERM (exit 143, the job FAILED: seen in a test).
     job_id = os.environ.get("SLURM_JOB_ID")
     if job_id and shutil.which("scancel"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         subprocess.run(
             ["scancel", "--signal=TERM", job_id], timeout=30, check=False, capture_output=True
         )
