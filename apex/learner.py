@@ -30,6 +30,7 @@ from apex.envs import env_shape, preset
 from apex.evaluation import evaluate
 from apex.metrics import MetricsWriter
 from apex.networks import build_network
+from apex.settings import LearnerConfig
 from replay.client import ReplayTimeout, RequestClient
 from replay.errors import ReplayError
 from replay.sampler import PrioritizedSampler, SamplerConfig
@@ -38,57 +39,6 @@ logger = logging.getLogger(__name__)
 
 # With every shard unreachable this long, the learner gives up ("replay failed").
 BATCH_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True)
-class LearnerConfig:
-    """Settings of the learner.
-
-    Attributes:
-        env: environment preset or gymnasium id.
-        hidden: MLP widths (actors build the same network).
-        batch_size: transitions per update.
-        learning_rate: Adam step size.
-        adam_epsilon: Adam ε.
-        max_grad_norm: gradient clipping threshold (global norm).
-        target_update_period: updates between target-network copies.
-        publish_period: updates between weight publications.
-        beta: importance-sampling exponent.
-        priority_epsilon: added to |TD| for new priorities.
-        prefetch: batches the sampler keeps in flight.
-        device: "auto" (CUDA when present), "cpu" or "cuda".
-        eval_interval_s: seconds between greedy evaluations.
-        eval_episodes: episodes per evaluation.
-        target_return: stop once an evaluation mean reaches this (None: the preset's).
-        max_updates: stop after this many updates (None: no limit).
-        max_time_s: stop after this many seconds of training (None: no limit).
-        checkpoint_interval_s: seconds between checkpoints.
-        metrics_interval_s: seconds between metrics records.
-        seed: the run's root seed.
-        torch_threads: intra-op threads for training on the CPU.
-    """
-
-    env: str = "CartPole-v1"
-    hidden: tuple[int, ...] = (256, 256)
-    batch_size: int = 512
-    learning_rate: float = 1e-4
-    adam_epsilon: float = 1.5e-4
-    max_grad_norm: float = 40.0
-    target_update_period: int = 2500
-    publish_period: int = 10
-    beta: float = 0.4
-    priority_epsilon: float = 1e-3
-    prefetch: int = 4
-    device: str = "auto"
-    eval_interval_s: float = 10.0
-    eval_episodes: int = 20
-    target_return: float | None = None
-    max_updates: int | None = None
-    max_time_s: float | None = None
-    checkpoint_interval_s: float = 60.0
-    metrics_interval_s: float = 2.0
-    seed: int = 0
-    torch_threads: int = 1
 
 
 @dataclass

@@ -12,10 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from apex import checkpoint
-from apex.actor import Actor, ActorEndpoints
 from apex.envs import env_shape
-from apex.learner import Learner
 from launch.config import RunConfig
 from launch.signals import on_stop_signal
 from replay.client import ShardEndpoints
@@ -77,6 +74,11 @@ def run_learner(
     weights_port: int = 0,
     episodes_port: int = 0,
 ) -> int:
+    # torch is imported here, not at the top: a shard process (and the supervisor) never
+    # needs it, and its import costs a second of CPU while every role starts at once.
+    from apex import checkpoint
+    from apex.learner import Learner
+
     resume_from = checkpoint.latest(run_dir / "checkpoints") if resume else None
     if resume and resume_from is None:
         logger.warning("--resume: no checkpoint in %s, starting fresh", run_dir / "checkpoints")
@@ -125,6 +127,8 @@ def run_actor(
     episodes: str,
     max_steps: int | None = None,
 ) -> int:
+    from apex.actor import Actor, ActorEndpoints  # torch: see run_learner
+
     actor_config = config.actor_config(index)
     if max_steps is not None:
         actor_config = dataclasses.replace(actor_config, max_steps=max_steps)

@@ -1,0 +1,109 @@
+"""Settings of the actor and learner roles: plain frozen dataclasses, free of torch.
+
+They live apart from the roles so that building and validating a run's config (the
+supervisor, a shard process, ``apex slurm submit``) never pays torch's second-long import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """Settings of one actor process.
+
+    Attributes:
+        env: environment preset or gymnasium id.
+        actor_index: this actor's index ``i`` (sets its ε and seed).
+        actor_count: actors in the run ``N``.
+        envs_per_actor: environments stepped together ``k``.
+        n_step: steps per transition.
+        gamma: discount.
+        epsilon: Ape-X base ε.
+        epsilon_alpha: Ape-X α of the per-actor ε.
+        insert_batch: transitions per insert message.
+        weight_refresh_steps: vector steps between weight refreshes.
+        hidden: MLP widths (must match the learner's).
+        priority_epsilon: added to |TD| so no transition starts with priority 0.
+        seed: the run's root seed; this actor uses ``seed + 1000 · (actor_index + 1)``.
+        torch_threads: intra-op threads of this process's forward passes.
+        max_steps: stop after this many vector steps (None: until stopped).
+        insert_timeout_s: how long one insert attempt waits for a shard with room before
+            the actor checks its stop flag and tries again.
+        shard_start_timeout_s: how long the actor waits at start for every shard to answer
+            (roles of a Slurm job all start at once).
+    """
+
+    env: str = "CartPole-v1"
+    actor_index: int = 0
+    actor_count: int = 1
+    envs_per_actor: int = 8
+    n_step: int = 3
+    gamma: float = 0.99
+    epsilon: float = 0.4
+    epsilon_alpha: float = 7.0
+    insert_batch: int = 50
+    weight_refresh_steps: int = 400
+    hidden: tuple[int, ...] = (256, 256)
+    priority_epsilon: float = 1e-3
+    seed: int = 0
+    torch_threads: int = 1
+    max_steps: int | None = None
+    insert_timeout_s: float = 1.0
+    shard_start_timeout_s: float = 300.0
+
+    @property
+    def actor_seed(self) -> int:
+        return self.seed + 1000 * (self.actor_index + 1)
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Settings of the learner.
+
+    Attributes:
+        env: environment preset or gymnasium id.
+        hidden: MLP widths (actors build the same network).
+        batch_size: transitions per update.
+        learning_rate: Adam step size.
+        adam_epsilon: Adam ε.
+        max_grad_norm: gradient clipping threshold (global norm).
+        target_update_period: updates between target-network copies.
+        publish_period: updates between weight publications.
+        beta: importance-sampling exponent.
+        priority_epsilon: added to |TD| for new priorities.
+        prefetch: batches the sampler keeps in flight.
+        device: "auto" (CUDA when present), "cpu" or "cuda".
+        eval_interval_s: seconds between greedy evaluations.
+        eval_episodes: episodes per evaluation.
+        target_return: stop once an evaluation mean reaches this (None: the preset's).
+        max_updates: stop after this many updates (None: no limit).
+        max_time_s: stop after this many seconds of training (None: no limit).
+        checkpoint_interval_s: seconds between checkpoints.
+        metrics_interval_s: seconds between metrics records.
+        seed: the run's root seed.
+        torch_threads: intra-op threads for training on the CPU.
+    """
+
+    env: str = "CartPole-v1"
+    hidden: tuple[int, ...] = (256, 256)
+    batch_size: int = 512
+    learning_rate: float = 1e-4
+    adam_epsilon: float = 1.5e-4
+    max_grad_norm: float = 40.0
+    target_update_period: int = 2500
+    publish_period: int = 10
+    beta: float = 0.4
+    priority_epsilon: float = 1e-3
+    prefetch: int = 4
+    device: str = "auto"
+    eval_interval_s: float = 10.0
+    eval_episodes: int = 20
+    target_return: float | None = None
+    max_updates: int | None = None
+    max_time_s: float | None = None
+    checkpoint_interval_s: float = 60.0
+    metrics_interval_s: float = 2.0
+    seed: int = 0
+    torch_threads: int = 1
