@@ -22,66 +22,17 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
-import torch
 import zmq
 
 from apex.channels import EpisodeReporter, WeightSubscriber
 from apex.envs import env_factories, env_shape
 from apex.exploration import actor_epsilon, epsilon_greedy
-from apex.networks import build_network
 from apex.nstep import NStepBuilder
+from apex.policy import build_policy
+from apex.settings import ActorConfig
 from replay.client import InsertClient, ReplayTimeout, ShardEndpoints
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ActorConfig:
-    """Settings of one actor process.
-
-    Attributes:
-        env: environment preset or gymnasium id.
-        actor_index: this actor's index ``i`` (sets its ε and seed).
-        actor_count: actors in the run ``N``.
-        envs_per_actor: environments stepped together ``k``.
-        n_step: steps per transition.
-        gamma: discount.
-        epsilon: Ape-X base ε.
-        epsilon_alpha: Ape-X α of the per-actor ε.
-        insert_batch: transitions per insert message.
-        weight_refresh_steps: vector steps between weight refreshes.
-        hidden: MLP widths (must match the learner's).
-        priority_epsilon: added to |TD| so no transition starts with priority 0.
-        seed: the run's root seed; this actor uses ``seed + 1000 · (actor_index + 1)``.
-        torch_threads: intra-op threads of this process's forward passes.
-        max_steps: stop after this many vector steps (None: until stopped).
-        insert_timeout_s: how long one insert attempt waits for a shard with room before
-            the actor checks its stop flag and tries again.
-        shard_start_timeout_s: how long the actor waits at start for every shard to answer
-            (roles of a Slurm job all start at once).
-    """
-
-    env: str = "CartPole-v1"
-    actor_index: int = 0
-    actor_count: int = 1
-    envs_per_actor: int = 8
-    n_step: int = 3
-    gamma: float = 0.99
-    epsilon: float = 0.4
-    epsilon_alpha: float = 7.0
-    insert_batch: int = 50
-    weight_refresh_steps: int = 400
-    hidden: tuple[int, ...] = (256, 256)
-    priority_epsilon: float = 1e-3
-    seed: int = 0
-    torch_threads: int = 1
-    max_steps: int | None = None
-    insert_timeout_s: float = 1.0
-    shard_start_timeout_s: float = 300.0
-
-    @property
-    def actor_seed(self) -> int:
-        return self.seed + 1000 * (self.actor_index + 1)
 
 
 @dataclass(frozen=True)
@@ -95,14 +46,17 @@ class Actor:
     """One actor; construct it in the process that runs it, then call :meth:`run`."""
 
     def __init__(self, config: ActorConfig, endpoints: ActorEndpoints) -> None:
-        torch.set_num_threads(config.torch_threads)
         self.config = config
         shape = env_shape(config.env)
         self._shape = shape
         self._spec = shape.transition_spec()
-        torch.manual_seed(config.actor_seed)
-        self._network = build_network(shape.observation_shape, shape.actions, config.hidden)
-        self._network.eval()
+        self._policy = build_policy(
+            shape.observation_shape,
+            shape.actions,
+            config.hidden,
+            seed=config.actor_seed,
+            torch_threads=config.torch_threads,
+        )
         self._epsilon = actor_epsilon(
             config.actor_index, config.actor_count, config.epsilon, config.epsilon_alpha
         )
@@ -157,14 +111,13 @@ class Actor:
         episode_lengths = np.zeros(config.envs_per_actor, dtype=np.int64)
         started = time.monotonic()
         try:
-            self._weights.poll(self._network, timeout_ms=0)
+            self._weights.poll(self._policy, timeout_ms=0)
             while not self._stop.is_set():
                 if config.max_steps is not None and self.steps >= config.max_steps:
                     break
                 if self.steps % config.weight_refresh_steps == 0:
-                    self._weights.poll(self._network)
-                with torch.no_grad():
-                    greedy = self._network(torch.from_numpy(observations)).argmax(dim=1).numpy()
+                    self._weights.poll(self._policy)
+                greedy = self._policy.q_values(observations).argmax(axis=1)
                 actions = epsilon_greedy(greedy, self._epsilon, self._shape.actions, self._rng)
                 next_observations, rewards, terminated, truncated, info = self._envs.step(actions)
                 ended = np.logical_or(terminated, truncated)
@@ -215,12 +168,12 @@ class Actor:
 
     def _send(self, parts: list[dict[str, np.ndarray]]) -> None:
         batch = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
-        with torch.no_grad():
-            q = self._network(torch.from_numpy(batch["obs"]))
-            q_next = self._network(torch.from_numpy(batch["next_obs"])).max(dim=1).values
-        taken = q.gather(1, torch.from_numpy(batch["action"]).unsqueeze(1)).squeeze(1)
-        targets = torch.from_numpy(batch["reward"]) + torch.from_numpy(batch["discount"]) * q_next
-        priorities = (targets - taken).abs().double().numpy() + self.config.priority_epsilon
+        # Initial priorities: |n-step TD error| under the actor's own network (Ape-X).
+        q = self._policy.q_values(batch["obs"])
+        q_next = self._policy.q_values(batch["next_obs"]).max(axis=1)
+        taken = q[np.arange(len(q)), batch["action"]]
+        targets = batch["reward"] + batch["discount"] * q_next
+        priorities = np.abs(targets - taken).astype(np.float64) + self.config.priority_epsilon
         # Shards push back (rate limiter, full queues): wait, but keep seeing the stop flag.
         while not self._stop.is_set():
             try:

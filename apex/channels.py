@@ -22,14 +22,17 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import torch
 import zmq
 
 from replay.errors import ProtocolError
 from replay.transport import bind, make_socket, send_frames
 from replay.wire import Kind, Message, array_text, decode, encode, text_array
+
+if TYPE_CHECKING:  # torch only for the learner's side; actors run without it
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +68,16 @@ class WeightPublisher:
         self._socket.close(linger=0)
 
 
+class WeightTaker(Protocol):
+    """What takes published weights: an actor's policy (see apex.policy)."""
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]: ...
+
+    def load(self, arrays: dict[str, np.ndarray]) -> None: ...
+
+
 class WeightSubscriber:
-    """An actor's side: loads the newest published weights into its module."""
+    """An actor's side: loads the newest published weights into its policy."""
 
     def __init__(self, context: zmq.Context, endpoint: str) -> None:
         self._socket = make_socket(context, zmq.SUB, WEIGHTS_HWM)
@@ -75,7 +86,7 @@ class WeightSubscriber:
         self.version = -1
         self.rejected = 0
 
-    def poll(self, module: torch.nn.Module, timeout_ms: int = 0) -> bool:
+    def poll(self, policy: WeightTaker, timeout_ms: int = 0) -> bool:
         """Loads the newest weights that arrived, if newer than the current ones.
 
         Returns:
@@ -96,22 +107,20 @@ class WeightSubscriber:
             if message.policy_version <= self.version:
                 return False
             names = json.loads(array_text(message.arrays[0]))
-            state = module.state_dict()
-            if names != list(state):
+            shapes = policy.parameter_shapes()
+            if names != list(shapes):
                 raise ProtocolError("parameter names differ from this actor's network")
-            tensors = {}
+            arrays = {}
             for name, array in zip(names, message.arrays[1:], strict=True):
-                if tuple(array.shape) != tuple(state[name].shape):
-                    raise ProtocolError(
-                        f"{name}: shape {array.shape} is not {tuple(state[name].shape)}"
-                    )
-                tensors[name] = torch.from_numpy(array.copy())
+                if tuple(array.shape) != tuple(shapes[name]):
+                    raise ProtocolError(f"{name}: shape {array.shape} is not {shapes[name]}")
+                arrays[name] = array
         except (ProtocolError, ValueError) as exc:
             self.rejected += 1
             if self.rejected == 1:
                 logger.warning("ignoring weights that do not fit this actor: %s", exc)
             return False
-        module.load_state_dict(tensors)
+        policy.load(arrays)
         self.version = message.policy_version
         return True
 

@@ -1,7 +1,8 @@
 """Actor suite: environment steps per second of one actor's acting loop, by env count.
 
-Times what an actor does per vector step (one batched forward pass, ε-greedy, the vector
-env's step, the n-step builder) without sending, so it is one actor process's ceiling.
+Times what an actor does per vector step (one batched forward pass of the actor's own
+policy, numpy for vector observations and torch for images; ε-greedy; the vector env's
+step; the n-step builder) without sending, so it is one actor process's ceiling.
 Pong runs only where ale-py is installed; otherwise it is reported unavailable.
 """
 
@@ -15,8 +16,8 @@ import torch
 
 from apex.envs import env_factories, env_shape
 from apex.exploration import epsilon_greedy
-from apex.networks import build_network
 from apex.nstep import NStepBuilder
+from apex.policy import build_policy
 from bench.timing import measure_rate
 
 SUITE = "actor"
@@ -28,14 +29,13 @@ def _acting_loop(env: str, env_count: int, hidden: tuple[int, ...]) -> Callable[
         env_factories(env, env_count, training=True),
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
-    network = build_network(shape.observation_shape, shape.actions, hidden)
+    policy = build_policy(shape.observation_shape, shape.actions, hidden, seed=0)
     builder = NStepBuilder(env_count, 3, 0.99, shape.observation_shape, shape.observation_dtype)
     rng = np.random.default_rng(0)
     state = {"obs": envs.reset(seed=list(range(env_count)))[0]}
 
     def step() -> None:
-        with torch.no_grad():
-            greedy = network(torch.from_numpy(state["obs"])).argmax(dim=1).numpy()
+        greedy = policy.q_values(state["obs"]).argmax(axis=1)
         actions = epsilon_greedy(greedy, 0.1, shape.actions, rng)
         next_obs, rewards, terminated, truncated, info = envs.step(actions)
         final = next_obs
@@ -60,7 +60,7 @@ def run(
     torch.set_num_threads(1)  # as an actor process runs
     per_repeat = seconds_per_repeat or (0.05 if quick else 0.5)
     plan = [
-        ("CartPole-v1", (1, 8) if quick else (1, 8, 32), (128, 128)),
+        ("CartPole-v1", (1, 8) if quick else (1, 8, 32), (256, 256)),  # the preset's net
         ("Pong", (1,) if quick else (1, 4), ()),
     ]
     records = []
