@@ -54,4 +54,44 @@ def plot_document(document: dict, directory: Path) -> list[Path]:
             figure.savefig(path, dpi=110)
             plt.close(figure)
             written.append(path)
+        scaling = _scaling_records(records)
+        if scaling:
+            written.append(_plot_scaling(plt, suite, scaling, directory))
     return written
+
+
+def _scaling_records(records: list[dict]) -> list[dict]:
+    """Records of a suite that varies ``actors`` (and maybe ``shards``) in its params."""
+    return [r for r in records if isinstance(r.get("params", {}).get("actors"), int)]
+
+
+def _plot_scaling(plt, suite: str, records: list[dict], directory: Path) -> Path:
+    """One panel per metric: median against actor count, one line per shard count, with
+    the min–max range as a band."""
+    metrics = sorted({(r["metric"], r["unit"]) for r in records})
+    columns = min(4, len(metrics))
+    rows = -(-len(metrics) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), squeeze=False)
+    for axis in axes.flat[len(metrics) :]:
+        axis.set_visible(False)
+    for axis, (metric, unit) in zip(axes.flat, metrics, strict=False):
+        chosen = [r for r in records if r["metric"] == metric]
+        for shards in sorted({r["params"].get("shards", 1) for r in chosen}):
+            line = sorted(
+                (r for r in chosen if r["params"].get("shards", 1) == shards),
+                key=lambda r: r["params"]["actors"],
+            )
+            actors = [r["params"]["actors"] for r in line]
+            axis.plot(actors, [r["median"] for r in line], marker="o", label=f"{shards} shard(s)")
+            axis.fill_between(actors, [r["min"] for r in line], [r["max"] for r in line], alpha=0.2)
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("actors")
+        axis.set_ylabel(unit)
+        axis.set_title(metric, fontsize=9)
+        axis.legend(fontsize=7)
+    figure.suptitle(f"{suite}: scaling with actors (median, min–max)")
+    figure.tight_layout()
+    path = directory / f"{suite}-scaling.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

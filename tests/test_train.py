@@ -62,9 +62,11 @@ def train(run_dir: Path, *arguments: str) -> subprocess.Popen:
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> tuple[Path, str]:
     run_dir = tmp_path_factory.mktemp("run") / "cartpole"
+    # Progress records every 0.5 s: the run may solve CartPole within 2 s of training.
     process = train(
-        run_dir, "--actors", "2", "--shards", "2", "--seed", "3", "--max-time", str(TRAIN_SECONDS)
-    )
+        run_dir, "--actors", "2", "--shards", "2", "--seed", "3", "--max-time", str(TRAIN_SECONDS),
+        "--set", "learner.metrics_interval_s=0.5",
+    )  # fmt: skip
     output, _ = process.communicate(timeout=TRAIN_SECONDS + 120)
     assert process.returncode == 0, output
     return run_dir, output
