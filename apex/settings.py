@@ -27,7 +27,8 @@ class ActorConfig:
         hidden: MLP widths (must match the learner's).
         priority_epsilon: added to |TD| so no transition starts with priority 0.
         seed: the run's root seed; this actor uses ``seed + 1000 · (actor_index + 1)``.
-        torch_threads: intra-op threads of this process's forward passes.
+        torch_threads: intra-op threads of the forward passes of a torch policy (image
+            observations; vector observations act in numpy, single-threaded).
         max_steps: stop after this many vector steps (None: until stopped).
         insert_timeout_s: how long one insert attempt waits for a shard with room before
             the actor checks its stop flag and tries again.

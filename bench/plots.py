@@ -31,11 +31,8 @@ def plot_document(document: dict, directory: Path) -> list[Path]:
             axis.set_ylabel(unit)
             axis.set_yscale("log" if max(medians) / max(min(medians), 1e-12) > 100 else "linear")
             axis.set_title(f"{suite}: {unit} (median, min–max)")
-            figure.tight_layout()
-            path = directory / f"{suite}-{unit.replace('/', '_per_').replace(' ', '_')}.png"
-            figure.savefig(path, dpi=110)
-            plt.close(figure)
-            written.append(path)
+            name = f"{suite}-{unit.replace('/', '_per_').replace(' ', '_')}.png"
+            written.append(_save(plt, figure, directory / name))
         ratios = [r for r in document["ratios"] if r["suite"] == suite]
         if ratios:
             figure, axis = plt.subplots(figsize=(max(6, 0.6 * len(ratios)), 4.5))
@@ -49,11 +46,7 @@ def plot_document(document: dict, directory: Path) -> list[Path]:
             axis.set_xticks(range(len(ratios)), labels, rotation=60, ha="right", fontsize=7)
             axis.set_ylabel("ratio")
             axis.set_title(f"{suite}: ratios")
-            figure.tight_layout()
-            path = directory / f"{suite}-ratios.png"
-            figure.savefig(path, dpi=110)
-            plt.close(figure)
-            written.append(path)
+            written.append(_save(plt, figure, directory / f"{suite}-ratios.png"))
         scaling = _scaling_records(records)
         if scaling:
             written.append(_plot_scaling(plt, suite, scaling, directory))
@@ -90,8 +83,11 @@ def _plot_scaling(plt, suite: str, records: list[dict], directory: Path) -> Path
         axis.set_title(metric, fontsize=9)
         axis.legend(fontsize=7)
     figure.suptitle(f"{suite}: scaling with actors (median, min–max)")
+    return _save(plt, figure, directory / f"{suite}-scaling.png")
+
+
+def _save(plt, figure, path: Path) -> Path:
     figure.tight_layout()
-    path = directory / f"{suite}-scaling.png"
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
