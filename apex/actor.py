@@ -72,6 +72,7 @@ class Actor:
             timeout_s=config.insert_timeout_s,
             start_timeout_s=config.shard_start_timeout_s,
             batch_hint=config.insert_batch,
+            max_in_flight=config.max_in_flight,
         )
         self._builder = NStepBuilder(
             config.envs_per_actor,

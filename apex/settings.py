@@ -34,6 +34,9 @@ class ActorConfig:
             the actor checks its stop flag and tries again.
         shard_start_timeout_s: how long the actor waits at start for every shard to answer
             (roles of a Slurm job all start at once).
+        max_in_flight: insert batches sent and not yet taken by the shards, at most (see
+            ``replay.client.ShardCredit``): bounds how stale the data waiting for the
+            learner can be, and how far actors run ahead while the learner starts.
     """
 
     env: str = "CartPole-v1"
@@ -53,6 +56,7 @@ class ActorConfig:
     max_steps: int | None = None
     insert_timeout_s: float = 1.0
     shard_start_timeout_s: float = 300.0
+    max_in_flight: int = 16
 
     @property
     def actor_seed(self) -> int:

@@ -1,9 +1,13 @@
 """Shard suite: ingest into one shard against raw pyzmq, and the learner's sample service.
 
 Ingest. P pusher processes send batches of 50 transitions, either to a live shard through
-``InsertClient`` ("apex") or as the same pre-encoded frames to a bare PULL socket that only
+``InsertClient`` ("apex"), the same without its credit-based flow control
+("apex-no-credit", ``max_in_flight=None``: only high-water marks and kernel buffers bound
+what is in flight), or as the same pre-encoded frames to a bare PULL socket that only
 receives ("raw-pyzmq"). The baseline is therefore what the transport alone moves with our
-framing on this machine, in the same run. The shard's rate is read from its INFO counters
+framing on this machine, in the same run. The credit costs peak ingest of small
+transitions (the shard drains fewer batches per loop round) and buys a bound on stale data
+in flight. The shard's rate is read from its INFO counters
 over timed windows; the baseline counts what it received in its own windows.
 
 Sample service. S shards hold 2^16 small transitions each while one actor process keeps
@@ -90,10 +94,17 @@ def _start_shard(kind: str, capacity: int, index: int = 0) -> tuple[subprocess.P
 
 
 def _pusher(
-    mode: str, kind: str, sender: int, shards: list[dict], max_seconds: float, rate: float = 0.0
+    mode: str,
+    kind: str,
+    sender: int,
+    shards: list[dict],
+    max_seconds: float,
+    rate: float = 0.0,
+    credit: bool = True,
 ):
     request = {
         "rate": rate,
+        "credit": credit,
         "role": "push",
         "mode": mode,
         "kind": kind,
@@ -146,7 +157,9 @@ def _measure_raw(kind: str, pushers: int, timing: dict) -> list[float]:
     return [rate * INSERT_BATCH for rate in rates]
 
 
-def _measure_apex(kind: str, pushers: int, timing: dict, capacity: int) -> list[float]:
+def _measure_apex(
+    kind: str, pushers: int, timing: dict, capacity: int, credit: bool = True
+) -> list[float]:
     import zmq
 
     from replay.client import RequestClient
@@ -158,7 +171,9 @@ def _measure_apex(kind: str, pushers: int, timing: dict, capacity: int) -> list[
         budget = (
             START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
         )
-        senders = [_pusher("apex", kind, 100 + i, [ready], budget) for i in range(pushers)]
+        senders = [
+            _pusher("apex", kind, 100 + i, [ready], budget, credit=credit) for i in range(pushers)
+        ]
         client = RequestClient(context, ready["request"], sender=99, timeout_s=10.0)
         deadline = time.monotonic() + START_TIMEOUT_S
         while client.info()["transitions_added"] == 0:
@@ -278,6 +293,10 @@ def run(
             for implementation, measure in (
                 ("raw-pyzmq", lambda k=kind, p=pushers: _measure_raw(k, p, timing)),
                 ("apex", lambda k=kind, p=pushers, c=capacity: _measure_apex(k, p, timing, c)),
+                (
+                    "apex-no-credit",
+                    lambda k=kind, p=pushers, c=capacity: _measure_apex(k, p, timing, c, False),
+                ),
             ):
                 if progress:
                     progress(f"shard {case} {implementation}")

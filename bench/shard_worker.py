@@ -62,6 +62,7 @@ def push(request: dict) -> None:
             client = InsertClient(
                 context, shards, request["sender"], spec, timeout_s=30.0, hwm=16,
                 batch_hint=request["batch"],
+                **({} if request.get("credit", True) else {"max_in_flight": None}),
             )  # fmt: skip
             # Paced to ``rate`` transitions/s when given (an actor fleet of a stated size),
             # else as fast as the shard takes them.

@@ -46,14 +46,18 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ReplaySettings:
-    """Settings shared by every replay shard of a run.
+    """The run's whole replay; each of the run's S shards keeps a 1/S share of it.
+
+    Totals, not per-shard figures, so that the learning dynamics do not change with the
+    shard count: with per-shard buffers, four shards let actors run four times as far
+    ahead of the learner before pushing back, and the learner trains on that stale data.
 
     Attributes:
-        capacity: transitions kept per shard.
+        capacity: transitions kept in all.
         alpha: priority exponent.
-        min_size: transitions a shard holds before it answers samples.
-        samples_per_insert: the replay ratio each shard holds (None: no limit).
-        error_buffer: allowed deviation from ``samples_per_insert``, in transitions.
+        min_size: transitions stored in all before the learner samples.
+        samples_per_insert: the replay ratio every shard holds (None: no limit).
+        error_buffer: allowed deviation from ``samples_per_insert`` in all, in transitions.
     """
 
     capacity: int = 1_000_000
@@ -61,6 +65,15 @@ class ReplaySettings:
     min_size: int = 50_000
     samples_per_insert: float | None = None
     error_buffer: float = 0.0
+
+    def shard_share(self, shards: int) -> ReplaySettings:
+        """One shard's settings: totals divided over ``shards``, integers rounded up."""
+        return replace(
+            self,
+            capacity=-(-self.capacity // shards),
+            min_size=-(-self.min_size // shards),
+            error_buffer=self.error_buffer / shards,
+        )
 
 
 @dataclass(frozen=True)
@@ -308,6 +321,7 @@ def validate(config: RunConfig) -> list[str]:
         "actor.envs_per_actor": config.actor.envs_per_actor,
         "actor.n_step": config.actor.n_step,
         "actor.insert_batch": config.actor.insert_batch,
+        "actor.max_in_flight": config.actor.max_in_flight,
         "actor.weight_refresh_steps": config.actor.weight_refresh_steps,
         "learner.batch_size": config.learner.batch_size,
         "learner.target_update_period": config.learner.target_update_period,
@@ -340,18 +354,15 @@ def validate(config: RunConfig) -> list[str]:
         and replay.min_size > replay.capacity
     ):
         problems.append(
-            f"replay.min_size {replay.min_size} > replay.capacity {replay.capacity}: a shard "
-            "never holds more than its capacity, so it would never sample"
+            f"replay.min_size {replay.min_size} > replay.capacity {replay.capacity}: the "
+            "replay never holds more than its capacity, so it would never sample"
         )
-    numbers = (config.learner.batch_size, replay.min_size, config.shards)
-    # Sampling starts once every shard holds min_size; a first batch must not be asked of
-    # less data than itself: shards · min_size >= batch_size.
-    if all(isinstance(n, int) for n in numbers) and (
-        config.shards * replay.min_size < config.learner.batch_size
-    ):
+    numbers = (config.learner.batch_size, replay.min_size)
+    # A first batch must not be asked of less data than itself.
+    if all(isinstance(n, int) for n in numbers) and replay.min_size < config.learner.batch_size:
         problems.append(
-            f"shards × replay.min_size = {config.shards} × {replay.min_size} < "
-            f"learner.batch_size {config.learner.batch_size}: raise replay.min_size"
+            f"replay.min_size {replay.min_size} < learner.batch_size "
+            f"{config.learner.batch_size}: raise replay.min_size"
         )
     if replay.samples_per_insert is not None and (
         replay.samples_per_insert <= 0 or replay.error_buffer < 0

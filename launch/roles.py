@@ -33,7 +33,7 @@ def announce(kind: str, payload: dict) -> None:
 def shard_config_from_run(
     config: RunConfig, index: int, host: str, insert_port: int = 0, request_port: int = 0
 ) -> ShardConfig:
-    replay = config.replay
+    replay = config.replay.shard_share(config.shards)
     return ShardConfig(
         spec=env_shape(config.env).transition_spec(),
         capacity=replay.capacity,

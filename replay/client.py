@@ -144,12 +144,95 @@ def _await_spec(context: zmq.Context, endpoint: str, sender: int, deadline: floa
             requests.close()
 
 
+class ShardCredit:
+    """How many of one client's batches a shard has not taken in yet.
+
+    High-water marks count messages in ZeroMQ's queues, but the kernel's socket buffers
+    (128 KiB or more each side, see ``replay.transport``) hold thousands of small batches
+    beyond them. With many actors and shards, that is hundreds of thousands of transitions
+    made by an old policy, out of the rate limiter's reach, and actors that burn the cores
+    making them. So the client counts what it sent and asks the shard (RECEIVED, on its own
+    DEALER) how many it has taken; the shard holds the answer until enough are taken.
+
+    Args:
+        limit: batches this client may have sent and not yet seen taken.
+    """
+
+    def __init__(self, context: zmq.Context, endpoint: str, sender: int, limit: int) -> None:
+        self.endpoint = endpoint
+        self.limit = limit
+        self.sent = 0
+        self.taken = 0.0
+        self._sender = sender
+        self._sequence = 0
+        self._baseline: float | None = None
+        self._asked_until: float | None = None
+        self.socket = make_socket(context, zmq.DEALER, 16)
+        self.socket.connect(endpoint)
+
+    def has_room(self) -> bool:
+        return self.sent - self.taken < self.limit
+
+    @property
+    def started(self) -> bool:
+        return self._baseline is not None
+
+    def ask(self, wait_s: float) -> None:
+        """Asks the shard to answer once the batches in flight fall to half the limit.
+
+        Does nothing while an earlier question may still be answered.
+        """
+        now = time.monotonic()
+        if self._asked_until is not None and now < self._asked_until:
+            return
+        wanted = 0.0
+        if self._baseline is not None:
+            wanted = self._baseline + self.sent - self.limit // 2
+        wait_ms = max(0, min(int(wait_s * 1000), 2**32 - 1))
+        frames = encode(
+            Message(Kind.RECEIVED, self._sender, self._sequence, -1, wait_ms, float(wanted))
+        )
+        try:
+            send_frames(self.socket, frames, zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        self._sequence += 1
+        # An answer that has not come a second after the shard's own deadline is lost.
+        self._asked_until = now + wait_ms / 1000 + 1.0
+
+    def read_replies(self) -> None:
+        """Takes in every answer that has arrived.
+
+        Raises:
+            ShardError: the shard answered with an ERROR (it does not know RECEIVED).
+        """
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            reply = decode(frames)
+            if reply.kind == Kind.ERROR:
+                raise ShardError(f"{self.endpoint}: {array_text(reply.arrays[0])}")
+            if reply.kind != Kind.RECEIVED_REPLY:
+                raise ProtocolError(f"{self.endpoint}: expected RECEIVED_REPLY, got {reply.kind}")
+            self._asked_until = None
+            if self._baseline is None:
+                self._baseline = reply.scalar
+            self.taken = max(self.taken, reply.scalar - self._baseline)
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+
 class InsertClient:
     """An actor's connection to every shard: batches go round-robin to shards with room.
 
     A PUSH socket per shard, each with a high-water mark, so a dead or slow shard costs at
     most ``hwm`` queued batches of memory; a batch goes to the next shard with room, and
     :meth:`insert` raises :class:`ReplayTimeout` only when no shard takes it in time.
+    "Room" also means credit: at most ``max_in_flight`` batches sent and not yet taken by
+    the shards in all (see :class:`ShardCredit`).
 
     Args:
         context: the process's ZeroMQ context.
@@ -162,6 +245,9 @@ class InsertClient:
             back-pressure reaches the sender after about ``hwm`` + 2 batches.
         start_timeout_s: how long to wait for every shard to answer its spec request; the
             shards may still be starting (under Slurm every task starts at once).
+        max_in_flight: batches sent and not yet taken by the shards, at most, in all; each
+            shard's share is ``ceil(max_in_flight / shards)``. None: only the high-water
+            marks and kernel buffers bound it.
 
     Raises:
         SpecMismatchError: a shard stores other fields (the message shows both specs).
@@ -178,9 +264,12 @@ class InsertClient:
         hwm: int = 16,
         start_timeout_s: float = 10.0,
         batch_hint: int = 50,
+        max_in_flight: int | None = 16,
     ) -> None:
         if not shards:
             raise ValueError("an insert client needs at least one shard")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight}")
         deadline = time.monotonic() + start_timeout_s
         for index, shard in enumerate(shards):
             remote = _await_spec(context, shard.request, sender, deadline)
@@ -201,16 +290,39 @@ class InsertClient:
             )
             socket.connect(shard.insert)
             self._sockets.append(socket)
-        self._poller = zmq.Poller()
-        for socket in self._sockets:
-            self._poller.register(socket, zmq.POLLOUT)
+        self._credits: list[ShardCredit | None] = [None] * len(shards)
+        if max_in_flight is not None:
+            share = -(-max_in_flight // len(shards))
+            self._credits = [
+                ShardCredit(context, shard.request, sender, share) for shard in shards
+            ]
+            self._start_credits(deadline)
         self._next = 0
         self._sequence = 0
+
+    def _start_credits(self, deadline: float) -> None:
+        """Learns each shard's count of this sender's batches before sending any."""
+        for index, credit in enumerate(self._credits):
+            credit.ask(0.0)
+            while not credit.started:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not credit.socket.poll(int(remaining * 1000) + 1):
+                    raise ReplayTimeout(f"{credit.endpoint}: no RECEIVED reply in time")
+                try:
+                    credit.read_replies()
+                except ShardError as exc:
+                    logger.warning("shard %d cannot give credit (%s); not limiting it", index, exc)
+                    credit.close()
+                    self._credits[index] = None
+                    break
 
     def close(self, linger_s: float = 1.0) -> None:
         """Closes the sockets, giving batches still queued up to ``linger_s`` to leave."""
         for socket in self._sockets:
             socket.close(linger=int(linger_s * 1000))
+        for credit in self._credits:
+            if credit is not None:
+                credit.close()
 
     def insert(
         self, batch: Mapping[str, np.ndarray], priorities: np.ndarray, policy_version: int = -1
@@ -231,16 +343,53 @@ class InsertClient:
         frames = encode(
             Message(Kind.INSERT, self._sender, self._sequence, policy_version, count, 0.0, arrays)
         )
-        for attempt in range(2):
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        for credit in self._credits:
+            if credit is not None:
+                self._read_credit(credit)
+        while True:
             for offset in range(len(self._sockets)):
                 index = (self._next + offset) % len(self._sockets)
+                credit = self._credits[index]
+                if credit is not None and not credit.has_room():
+                    continue
                 try:
                     send_frames(self._sockets[index], frames, zmq.NOBLOCK)
                 except zmq.Again:
                     continue
+                if credit is not None:
+                    credit.sent += 1
+                    # Asked ahead, so that the answer is usually back before the credit
+                    # runs out: the sender then never stops for a round trip.
+                    if credit.sent - credit.taken > credit.limit // 2:
+                        credit.ask(self._timeout_ms / 1000)
                 self._next = index + 1
                 self._sequence += 1
                 return index
-            if attempt == 0 and not self._poller.poll(self._timeout_ms):
-                break
-        raise ReplayTimeout(f"no shard accepted a batch within {self._timeout_ms} ms")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ReplayTimeout(f"no shard accepted a batch within {self._timeout_ms} ms")
+            self._wait_for_room(remaining)
+
+    def _wait_for_room(self, timeout_s: float) -> None:
+        """Waits until a shard may have room: its queue drained, or it took more batches."""
+        poller = zmq.Poller()
+        for socket, credit in zip(self._sockets, self._credits, strict=True):
+            if credit is None or credit.has_room():
+                poller.register(socket, zmq.POLLOUT)
+            else:
+                credit.ask(timeout_s)
+                poller.register(credit.socket, zmq.POLLIN)
+        ready = dict(poller.poll(int(timeout_s * 1000) + 1))
+        for credit in self._credits:
+            if credit is not None and credit.socket in ready:
+                self._read_credit(credit)
+
+    def _read_credit(self, credit: ShardCredit) -> None:
+        try:
+            credit.read_replies()
+        except ReplayError as exc:
+            index = self._credits.index(credit)
+            logger.warning("shard %d: bad RECEIVED reply (%s); not limiting it", index, exc)
+            credit.close()
+            self._credits[index] = None

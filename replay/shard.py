@@ -3,16 +3,20 @@
 Sockets (both bound by the shard, one context per process):
 
 * PULL  ``insert_endpoint``: INSERT messages from actors (PUSH).
-* ROUTER ``request_endpoint``: SAMPLE, UPDATE, INFO and SPEC from the learner and clients
-  (DEALER). SAMPLE, INFO and SPEC are answered; UPDATE is fire-and-forget (its outcome shows
-  in INFO's counters), so the learner never waits on a round trip to send priorities.
+* ROUTER ``request_endpoint``: SAMPLE, UPDATE, INFO, SPEC and RECEIVED from the learner
+  and clients (DEALER). SAMPLE, INFO and SPEC are answered; UPDATE is fire-and-forget (its
+  outcome shows in INFO's counters), so the learner never waits on a round trip to send
+  priorities. RECEIVED is held until the asker's insert messages taken reach the number
+  it asked for (or its wait runs out): the credit that keeps an actor from running far
+  ahead of what the shard has taken (see ``replay.client.InsertClient``).
 
 The loop polls both sockets with a timeout (so it sees the stop flag), then does bounded
 work per round: at most ``max_inserts_per_round`` inserts and ``max_requests_per_round``
 requests. A backlog of inserts therefore never starves the learner, and a busy learner
 never stops ingestion. Nothing is queued in Python beyond a bounded list of SAMPLE requests
-waiting for the store to reach ``min_size_to_sample``; everything else waits in ZeroMQ's
-own queues, which high-water marks bound, so a fast actor is slowed rather than buffered.
+waiting for the store to reach ``min_size_to_sample`` and one of held RECEIVED requests;
+everything else waits in ZeroMQ's own queues, which high-water marks bound, so a fast actor
+is slowed rather than buffered.
 
 Malformed input of any kind is rejected, counted per sender and reason, logged once per
 sender and reason, and never stops the loop or changes the store. The server owns a
@@ -48,6 +52,9 @@ REJECT_REQUEST = "request"
 REJECT_UNEXPECTED_KIND = "unexpected_kind"
 # Sender ids are whatever a peer claims; keep at most this many apart, then pool the rest.
 MAX_TRACKED_SENDERS = 4096
+# RECEIVED requests held at once (about one per actor); more are answered at once.
+MAX_WAITING_RECEIPTS = 4096
+MAX_RECEIPT_WAIT_MS = 10_000
 OTHER_SENDERS = -1
 
 
@@ -123,11 +130,23 @@ class ShardConfig:
         return problems
 
 
+@dataclass(frozen=True)
+class Receipt:
+    """A RECEIVED request held until its sender's insert messages reach ``wanted``."""
+
+    identity: bytes
+    sender: int
+    sequence: int
+    wanted: float
+    deadline: float
+
+
 @dataclass
 class SenderStats:
     """Counters for one sender id."""
 
     inserts: int = 0
+    taken: int = 0
     transitions: int = 0
     requests: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
@@ -177,6 +196,7 @@ class ShardServer:
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._router, zmq.POLLIN)
         self._waiting_samples: deque[tuple[bytes, Message]] = deque()
+        self._waiting_receipts: list[Receipt] = []
         self._senders: dict[int, SenderStats] = {}
         self._logged: set[tuple[int, str]] = set()
         self._started = time.monotonic()
@@ -211,6 +231,8 @@ class ShardServer:
                     self._drain(self._router, self.config.max_requests_per_round, self._on_request)
                 while self._waiting_samples and self.limiter.can_sample(self.replay.size):
                     self._answer_sample(*self._waiting_samples.popleft())
+                if self._waiting_receipts:
+                    self._answer_receipts()
         finally:
             self.close()
             logger.info("shard %d stopped: %s", self.config.shard_index, self.counters())
@@ -236,9 +258,12 @@ class ShardServer:
         try:
             message = decode(frames)
         except ProtocolError as exc:
-            self._reject(_claimed_sender(frames[0]), REJECT_PROTOCOL, exc)
+            sender = _claimed_sender(frames[0])
+            self._sender(sender).taken += 1
+            self._reject(sender, REJECT_PROTOCOL, exc)
             return
         stats = self._sender(message.sender)
+        stats.taken += 1
         if message.kind != Kind.INSERT:
             self._reject(message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL")
             return
@@ -306,6 +331,8 @@ class ShardServer:
                     arrays=(text_array(info),),
                 ),
             )
+        elif message.kind == Kind.RECEIVED:
+            self._on_receipt_request(identity, message)
         elif message.kind == Kind.SPEC:
             self._send(
                 identity,
@@ -319,6 +346,46 @@ class ShardServer:
         else:
             self._reject(message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on ROUTER")
             self._reply_error(identity, message.sequence, f"unexpected kind {message.kind.name}")
+
+    # -- receipts: how far an actor may run ahead (credit-based flow control) ----------
+
+    def _on_receipt_request(self, identity: bytes, message: Message) -> None:
+        if not 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
+            self._reject(message.sender, REJECT_REQUEST, f"RECEIVED of {message.scalar}")
+            self._reply_error(identity, message.sequence, "RECEIVED needs a count >= 0")
+            return
+        receipt = Receipt(
+            identity,
+            message.sender,
+            message.sequence,
+            message.scalar,
+            time.monotonic() + min(message.count, MAX_RECEIPT_WAIT_MS) / 1000,
+        )
+        if (
+            self._sender(message.sender).taken >= receipt.wanted
+            or message.count == 0
+            or len(self._waiting_receipts) >= MAX_WAITING_RECEIPTS
+        ):
+            self._send_receipt(receipt)
+        else:
+            self._waiting_receipts.append(receipt)
+
+    def _answer_receipts(self) -> None:
+        now = time.monotonic()
+        still_waiting = []
+        for receipt in self._waiting_receipts:
+            if self._sender(receipt.sender).taken >= receipt.wanted or now >= receipt.deadline:
+                self._send_receipt(receipt)
+            else:
+                still_waiting.append(receipt)
+        self._waiting_receipts = still_waiting
+
+    def _send_receipt(self, receipt: Receipt) -> None:
+        taken = float(self._sender(receipt.sender).taken)
+        self._send(
+            receipt.identity,
+            Message(Kind.RECEIVED_REPLY, self.config.shard_index, receipt.sequence, scalar=taken),
+        )
 
     def _answer_sample(self, identity: bytes, message: Message) -> None:
         try:
@@ -441,6 +508,7 @@ class ShardServer:
             "senders": {
                 str(sender): {
                     "inserts": s.inserts,
+                    "insert_messages_taken": s.taken,
                     "transitions": s.transitions,
                     "requests": s.requests,
                     "rejected": dict(s.rejected),

@@ -40,6 +40,11 @@ Per kind, the arrays are (``F`` = the shard spec's fields, in spec order):
     WEIGHTS       names (utf-8 JSON list) as u8[n], one array per   learner → actors (PUB)
                   parameter; policy_version = the weights' version
     EPISODES      returns f64[count], lengths i64[count]            actor → learner (PUSH)
+    RECEIVED      none; scalar = insert messages the asker waits   actor → shard
+                  for, count = longest wait in ms
+    RECEIVED_REPLY none; scalar = insert messages taken from the    shard → actor
+                  asker so far (sent once scalar ≥ the asked count,
+                  or when the wait runs out)
 
 ``encode`` and ``decode`` are pure functions. ``decode`` checks the layout (magic, version,
 kind, descriptor bounds, frame count, frame sizes) and raises :class:`ProtocolError`;
@@ -93,6 +98,8 @@ class Kind(enum.IntEnum):
     ERROR = 9
     WEIGHTS = 10
     EPISODES = 11
+    RECEIVED = 12
+    RECEIVED_REPLY = 13
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from replay.client import (
     ShardError,
     SpecMismatchError,
 )
-from replay.wire import Kind, Message, encode
+from replay.wire import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, make_batch, wait_for
 
 
@@ -177,26 +177,86 @@ def test_bad_shard_settings_are_refused_before_binding(arguments, message) -> No
     assert message in result.output
 
 
-def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(context: zmq.Context) -> None:
+@pytest.mark.parametrize("max_in_flight", [None, 8])
+def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
+    context: zmq.Context, max_in_flight: int | None
+) -> None:
     # Nothing samples, so the rate limiter stops inserts after about 300 transitions; from
     # then on every batch sent waits somewhere between the client and the shard. Left to
     # the kernel, TCP buffers on loopback grow to megabytes and take thousands of CartPole
-    # batches before the sender feels anything: data that is stale when it lands.
+    # batches before the sender feels anything: data that is stale when it lands. Credit
+    # (RECEIVED) bounds the backlog exactly.
     shard = ShardProcess(
         "--capacity", "100000", "--min-size", "100", "--samples-per-insert", "1",
         "--error-buffer", "200",
     )  # fmt: skip
     try:
-        inserts = InsertClient(context, [shard.endpoints], sender=7, spec=SMALL_SPEC, timeout_s=0.5)
+        inserts = InsertClient(
+            context, [shard.endpoints], sender=7, spec=SMALL_SPEC, timeout_s=0.5,
+            max_in_flight=max_in_flight,
+        )  # fmt: skip
         batch, priorities = make_batch(SMALL_SPEC, 50), np.ones(50)
         sent, deadline = 0, time.monotonic() + 60
         with pytest.raises(ReplayTimeout):
             while time.monotonic() < deadline and sent < 20_000:
                 inserts.insert(batch, priorities)
                 sent += 1
-        added = info(context, shard)["transitions_added"]
-        # Client queue (16) + shard queue (64) + two kernel buffers of ~2 loopback segments.
-        assert added <= 400 and sent <= 400, (added, sent)
+        counters = info(context, shard)
+        added = counters["transitions_added"]
+        if max_in_flight is None:
+            # Client queue (16) + shard queue (64) + two kernel buffers of ~2 loopback
+            # segments.
+            assert added <= 400 and sent <= 400, (added, sent)
+        else:
+            assert added == 350, added  # the limiter's 300, overshot by the last batch
+            assert sent == added // 50 + max_in_flight, (added, sent)
+            assert counters["senders"]["7"]["insert_messages_taken"] == added // 50
         inserts.close(linger_s=0)
     finally:
         assert shard.stop() == 0
+
+
+def test_a_received_request_is_held_until_enough_inserts_are_taken(
+    shard: ShardProcess, context: zmq.Context
+) -> None:
+    asker = context.socket(zmq.DEALER)
+    asker.setsockopt(zmq.LINGER, 0)
+    asker.connect(shard.endpoints.request)
+    pusher = context.socket(zmq.PUSH)
+    pusher.setsockopt(zmq.LINGER, 0)
+    pusher.connect(shard.endpoints.insert)
+
+    def ask(wanted: float, wait_ms: int) -> None:
+        asker.send_multipart(encode(Message(Kind.RECEIVED, 31, 0, -1, wait_ms, wanted)))
+
+    def reply():
+        assert asker.poll(5000), "no RECEIVED reply"
+        return decode(asker.recv_multipart())
+
+    def push_batch() -> None:
+        arrays = (*make_batch(SMALL_SPEC, 4).values(), np.ones(4))
+        pusher.send_multipart(encode(Message(Kind.INSERT, 31, 0, -1, 4, 0.0, arrays)))
+
+    ask(0.0, 0)
+    start = reply().scalar  # what this sender id had sent before (nothing)
+    assert start == 0.0
+    ask(start + 2, 10_000)
+    push_batch()
+    # One batch is not enough: the shard holds the answer while the batch lands.
+    wait_for(
+        lambda: info(context, shard)["senders"]["31"]["insert_messages_taken"] == 1,
+        what="first batch taken",
+    )
+    assert not asker.poll(0)
+    push_batch()
+    answer = reply()
+    assert answer.kind == Kind.RECEIVED_REPLY and answer.scalar == 2.0
+    # A count never reached is answered when the asker's wait runs out.
+    ask(50.0, 100)
+    assert reply().scalar == 2.0
+    # Not a count: refused with an ERROR and counted.
+    ask(float("nan"), 0)
+    assert reply().kind == Kind.ERROR
+    assert info(context, shard)["senders"]["31"]["rejected"] == {"request": 1}
+    asker.close()
+    pusher.close()

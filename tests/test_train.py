@@ -19,6 +19,7 @@ import pytest
 from apex.metrics import read_metrics
 from launch.config import ConfigError, resolve
 from launch.processes import run_processes
+from launch.roles import shard_config_from_run
 
 RANDOM_CARTPOLE_RETURN = 22.0
 TRAIN_SECONDS = 25
@@ -158,7 +159,7 @@ def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: 
         ),
         (
             {"learner": {"batch_size": 512}, "replay": {"min_size": 100}, "shards": 2},
-            "2 × 100 < learner.batch_size 512",
+            "replay.min_size 100 < learner.batch_size 512",
         ),
         ({"actor": {"hidden": [64]}}, "actor.hidden (64,) and learner.hidden"),
         ({"learner": {"device": "tpu"}}, "learner.device must be auto, cpu or cuda"),
@@ -183,6 +184,22 @@ def test_the_default_config_is_valid_and_cartpole() -> None:
     config = resolve({})
     assert config.env == "CartPole-v1"
     assert config.actor.hidden == config.learner.hidden
+
+
+def test_replay_totals_are_split_over_the_shards() -> None:
+    config = resolve(
+        {
+            "shards": 3,
+            "replay": {"capacity": 1000, "min_size": 100, "error_buffer": 600.0},
+        }
+    )
+    shards = [shard_config_from_run(config, index, "127.0.0.1") for index in range(3)]
+    assert {shard.capacity for shard in shards} == {334}
+    assert {shard.min_size_to_sample for shard in shards} == {34}
+    assert {shard.error_buffer for shard in shards} == {200.0}
+    # Every shard together holds at least the totals asked for.
+    assert sum(shard.min_size_to_sample for shard in shards) >= config.replay.min_size
+    assert sum(shard.capacity for shard in shards) >= config.replay.capacity
 
 
 @pytest.mark.slow
