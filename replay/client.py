@@ -293,9 +293,7 @@ class InsertClient:
         self._credits: list[ShardCredit | None] = [None] * len(shards)
         if max_in_flight is not None:
             share = -(-max_in_flight // len(shards))
-            self._credits = [
-                ShardCredit(context, shard.request, sender, share) for shard in shards
-            ]
+            self._credits = [ShardCredit(context, shard.request, sender, share) for shard in shards]
             self._start_credits(deadline)
         self._next = 0
         self._sequence = 0
