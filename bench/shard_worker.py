@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -22,7 +23,7 @@ import numpy as np
 import zmq
 
 from bench.workers import random_batch
-from replay.client import InsertClient, ShardEndpoints
+from replay.client import InsertClient, ReplayTimeout, ShardEndpoints
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, encode
 
@@ -60,7 +61,8 @@ def push(request: dict) -> None:
         if request["mode"] == "apex":
             shards = [ShardEndpoints(insert, requests) for insert, requests in request["shards"]]
             client = InsertClient(
-                context, shards, request["sender"], spec, timeout_s=30.0, hwm=16,
+                context, shards, request["sender"], spec, timeout_s=0.5, hwm=16,
+                start_timeout_s=30.0,
                 batch_hint=request["batch"],
                 **({} if request.get("credit", True) else {"max_in_flight": None}),
             )  # fmt: skip
@@ -74,7 +76,9 @@ def push(request: dict) -> None:
                     delay = next_send - time.monotonic()
                     if delay > 0:
                         time.sleep(delay)
-                client.insert(batch, priorities, policy_version=0)
+                # Short waits, so that SIGTERM is seen while the shard pushes back.
+                with contextlib.suppress(ReplayTimeout):
+                    client.insert(batch, priorities, policy_version=0)
             client.close(linger_s=0)
         else:
             arrays = (*batch.values(), priorities)

@@ -115,7 +115,7 @@ def run(
 ) -> dict[str, object]:
     """Runs every seed of every implementation; an unsolved seed counts at its time limit."""
     seeds = tuple(seeds[:1] if quick else seeds)
-    limit = max_seconds or (15.0 if quick else 180.0)
+    limit = max_seconds or (4.0 if quick else 180.0)
     params = {
         "seeds": list(seeds),
         "max_seconds": limit,

@@ -152,13 +152,13 @@ def bench_shard(
 
 
 @bench.command("solve")
-@click.option("--quick", is_flag=True, help="One seed, 15 s each: checks the plumbing only.")
+@click.option("--quick", is_flag=True, help="One seed, 4 s each: checks the plumbing only.")
 @click.option("--seed", "seeds", multiple=True, type=int, help="Seeds to run [0 1 2].")
 @click.option(
     "--max-seconds",
     type=click.FloatRange(min=1),
     default=None,
-    help="Time limit per run [180, 15 with --quick].",
+    help="Time limit per run [180, 4 with --quick].",
 )
 @click.option(
     "--impl",
