@@ -170,12 +170,21 @@ class ShardCredit:
         self.socket = make_socket(context, zmq.DEALER, 16)
         self.socket.connect(endpoint)
 
+    @property
+    def in_flight(self) -> float:
+        return self.sent - self.taken
+
     def has_room(self) -> bool:
-        return self.sent - self.taken < self.limit
+        return self.in_flight < self.limit
 
     @property
     def started(self) -> bool:
         return self._baseline is not None
+
+    @property
+    def awaiting_reply(self) -> bool:
+        """A question is out (or was, and its late answer may still come)."""
+        return self._asked_until is not None
 
     def ask(self, wait_s: float) -> None:
         """Asks the shard to answer once the batches in flight fall to half the limit.
@@ -300,19 +309,13 @@ class InsertClient:
 
     def _start_credits(self, deadline: float) -> None:
         """Learns each shard's count of this sender's batches before sending any."""
-        for index, credit in enumerate(self._credits):
+        for credit in list(self._credits):
             credit.ask(0.0)
-            while not credit.started:
+            while not credit.started and credit in self._credits:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not credit.socket.poll(int(remaining * 1000) + 1):
                     raise ReplayTimeout(f"{credit.endpoint}: no RECEIVED reply in time")
-                try:
-                    credit.read_replies()
-                except ShardError as exc:
-                    logger.warning("shard %d cannot give credit (%s); not limiting it", index, exc)
-                    credit.close()
-                    self._credits[index] = None
-                    break
+                self._read_credit(credit)
 
     def close(self, linger_s: float = 1.0) -> None:
         """Closes the sockets, giving batches still queued up to ``linger_s`` to leave."""
@@ -343,7 +346,7 @@ class InsertClient:
         )
         deadline = time.monotonic() + self._timeout_ms / 1000
         for credit in self._credits:
-            if credit is not None:
+            if credit is not None and credit.awaiting_reply:
                 self._read_credit(credit)
         while True:
             for offset in range(len(self._sockets)):
@@ -359,7 +362,7 @@ class InsertClient:
                     credit.sent += 1
                     # Asked ahead, so that the answer is usually back before the credit
                     # runs out: the sender then never stops for a round trip.
-                    if credit.sent - credit.taken > credit.limit // 2:
+                    if credit.in_flight > credit.limit // 2:
                         credit.ask(self._timeout_ms / 1000)
                 self._next = index + 1
                 self._sequence += 1
@@ -388,6 +391,6 @@ class InsertClient:
             credit.read_replies()
         except ReplayError as exc:
             index = self._credits.index(credit)
-            logger.warning("shard %d: bad RECEIVED reply (%s); not limiting it", index, exc)
+            logger.warning("shard %d cannot give credit (%s); not limiting it", index, exc)
             credit.close()
             self._credits[index] = None
