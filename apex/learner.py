@@ -105,6 +105,13 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def uses_io_thread(replay_io: str, device: torch.device) -> bool:
+    """Whether the sampler gets a background I/O thread (see ``LearnerConfig.replay_io``)."""
+    if replay_io == "auto":
+        return device.type != "cpu"
+    return replay_io == "thread"
+
+
 class Learner:
     """Construct in the learner's process; read the bound endpoints; call :meth:`run`.
 
@@ -199,6 +206,7 @@ class Learner:
                 beta=config.beta,
                 prefetch=config.prefetch,
                 device=str(self._device),
+                io_thread=uses_io_thread(config.replay_io, self._device),
                 start_timeout_s=3600.0,
             ),
             self._spec,

@@ -79,6 +79,10 @@ class LearnerConfig:
         beta: importance-sampling exponent.
         priority_epsilon: added to |TD| for new priorities.
         prefetch: batches the sampler keeps in flight.
+        replay_io: who drives the sampler's sockets: "thread" (a background thread),
+            "inline" (the training thread, between steps) or "auto" (inline on the CPU,
+            where a second Python thread slows each small step up to 2x through the GIL;
+            the thread on CUDA, where it overlaps batch assembly with the device's work).
         device: "auto" (CUDA when present), "cpu" or "cuda".
         eval_interval_s: seconds between greedy evaluations.
         eval_episodes: episodes per evaluation.
@@ -102,6 +106,7 @@ class LearnerConfig:
     beta: float = 0.4
     priority_epsilon: float = 1e-3
     prefetch: int = 4
+    replay_io: str = "auto"
     device: str = "auto"
     eval_interval_s: float = 10.0
     eval_episodes: int = 20

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from apex.cpu_math import flush_denormals
 from apex.dqn import dqn_step
 from apex.learner import _adam
 from apex.networks import build_network
@@ -52,6 +53,7 @@ def run(
     per_repeat = seconds_per_repeat or (0.05 if quick else 0.5)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(torch_threads)
+    flush_denormals()  # as the learner role does
     records = []
     try:
         for device in devices:
@@ -71,6 +73,7 @@ def run(
                     records.append({**base, **_scaled(updates, batch_size), "params": params})
     finally:
         torch.set_num_threads(previous_threads)
+        torch.set_flush_denormal(False)  # the default, for whatever runs next in-process
     config = {"quick": quick, "repeats": repeats, "seconds_per_repeat": per_repeat}
     return {"records": records, "ratios": [], "config": {**config, "torch_threads": torch_threads}}
 

@@ -310,6 +310,9 @@ def _not_positive_integers(named: dict[str, object]) -> list[str]:
     ]
 
 
+REPLAY_IO_MODES = ("auto", "thread", "inline")
+
+
 def validate(config: RunConfig) -> list[str]:
     """Every problem with ``config``, with the arithmetic where there is some."""
     problems = []
@@ -341,6 +344,11 @@ def validate(config: RunConfig) -> list[str]:
     ).startswith("cuda:"):
         problems.append(
             f"learner.device must be auto, cpu or cuda[:N], got {config.learner.device!r}"
+        )
+    if config.learner.replay_io not in REPLAY_IO_MODES:
+        problems.append(
+            f"learner.replay_io must be one of {', '.join(REPLAY_IO_MODES)}, "
+            f"got {config.learner.replay_io!r}"
         )
     if tuple(config.actor.hidden) != tuple(config.learner.hidden):
         problems.append(

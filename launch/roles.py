@@ -77,7 +77,10 @@ def run_learner(
     # torch is imported here, not at the top: a shard process (and the supervisor) never
     # needs it, and its import costs a second of CPU while every role starts at once.
     from apex import checkpoint
+    from apex.cpu_math import flush_denormals
     from apex.learner import Learner
+
+    flush_denormals()
 
     resume_from = checkpoint.latest(run_dir / "checkpoints") if resume else None
     if resume and resume_from is None:
@@ -128,6 +131,9 @@ def run_actor(
     max_steps: int | None = None,
 ) -> int:
     from apex.actor import Actor, ActorEndpoints  # torch: see run_learner
+    from apex.cpu_math import flush_denormals
+
+    flush_denormals()
 
     actor_config = config.actor_config(index)
     if max_steps is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -61,14 +62,22 @@ def filled_shards(context: zmq.Context) -> Iterator[tuple[list[ShardProcess], np
             assert shard.stop() == 0
 
 
-def make_sampler(shards: list[ShardProcess], **overrides) -> PrioritizedSampler:
-    settings = {"batch_size": 512, "beta": BETA, "prefetch": 4, "sender": 9}
+@pytest.fixture(params=[True, False], ids=["io-thread", "inline"])
+def io_thread(request) -> bool:
+    """Every test runs with the sampler's background I/O thread and without it."""
+    return request.param
+
+
+def make_sampler(shards: list[ShardProcess], io_thread: bool, **overrides) -> PrioritizedSampler:
+    settings = {"batch_size": 512, "beta": BETA, "prefetch": 4, "sender": 9, "io_thread": io_thread}
     settings.update(overrides)
     config = SamplerConfig(endpoints=tuple(s.endpoints.request for s in shards), **settings)
     return PrioritizedSampler(config, SMALL_SPEC)
 
 
-def test_sharded_sampling_matches_one_store_holding_everything(filled_shards) -> None:
+def test_sharded_sampling_matches_one_store_holding_everything(
+    io_thread: bool, filled_shards
+) -> None:
     """102,400 draws over 90 items in 3 shards; chi-square at significance 1e-3 against
     p^α / Σ p^α over all shards (stratified draws make this conservative). The negative
     control, an even split of each batch across shards, must be rejected."""
@@ -76,7 +85,7 @@ def test_sharded_sampling_matches_one_store_holding_everything(filled_shards) ->
     live = priorities > 0
     stored = priorities**ALPHA
     counts = np.zeros(3000)
-    with make_sampler(shards) as sampler:
+    with make_sampler(shards, io_thread) as sampler:
         for _ in range(200):
             batch = sampler.next_batch()
             ids = batch.transitions["action"].numpy()
@@ -101,9 +110,11 @@ def test_sharded_sampling_matches_one_store_holding_everything(filled_shards) ->
     assert wrong > 10 * critical
 
 
-def test_priority_updates_reach_the_owning_shards(filled_shards, context: zmq.Context) -> None:
+def test_priority_updates_reach_the_owning_shards(
+    io_thread: bool, filled_shards, context: zmq.Context
+) -> None:
     shards, priorities = filled_shards
-    with make_sampler(shards, batch_size=64) as sampler:
+    with make_sampler(shards, io_thread, batch_size=64) as sampler:
         batch = sampler.next_batch()
         new = np.arange(1.0, 65.0)
         sampler.update_priorities(batch, new)
@@ -122,10 +133,12 @@ def test_priority_updates_reach_the_owning_shards(filled_shards, context: zmq.Co
             requests.close()
 
 
-def test_a_stopped_shard_is_skipped_then_used_again(filled_shards) -> None:
+def test_a_stopped_shard_is_skipped_then_used_again(io_thread: bool, filled_shards) -> None:
     shards, _ = filled_shards
     frozen = shards[1]
-    with make_sampler(shards, batch_size=64, shard_timeout_s=0.3, probe_interval_s=0.1) as sampler:
+    with make_sampler(
+        shards, io_thread, batch_size=64, shard_timeout_s=0.3, probe_interval_s=0.1
+    ) as sampler:
         sampler.next_batch()
         os.kill(frozen.process.pid, signal.SIGSTOP)
         # The learner keeps training: its requests to the frozen shard time out.
@@ -142,10 +155,12 @@ def test_a_stopped_shard_is_skipped_then_used_again(filled_shards) -> None:
         assert sampler.parts_redrawn >= 1
 
 
-def test_every_shard_frozen_at_once_stalls_the_sampler_but_never_breaks_it(filled_shards) -> None:
+def test_every_shard_frozen_at_once_stalls_the_sampler_but_never_breaks_it(
+    io_thread: bool, filled_shards
+) -> None:
     shards, _ = filled_shards
     with make_sampler(
-        shards, batch_size=64, prefetch=4, shard_timeout_s=0.3, probe_interval_s=0.1
+        shards, io_thread, batch_size=64, prefetch=4, shard_timeout_s=0.3, probe_interval_s=0.1
     ) as sampler:
         sampler.next_batch()
         for shard in shards:
@@ -173,3 +188,23 @@ def test_every_shard_frozen_at_once_stalls_the_sampler_but_never_breaks_it(fille
         for _ in range(10):
             assert sampler.next_batch(timeout_s=5).indices.size == 64
         assert sampler.shard_states()[0]["outages"] == 1
+
+
+def test_a_busy_training_thread_does_not_mark_answering_shards_down(
+    io_thread: bool, filled_shards
+) -> None:
+    """Without an I/O thread nothing takes replies while the training thread is busy (an
+    evaluation, a checkpoint). Replies that arrived meanwhile must count as answers, not
+    as requests overdue past ``shard_timeout_s``."""
+    shards, _ = filled_shards
+    with make_sampler(
+        shards, io_thread, batch_size=64, prefetch=4, shard_timeout_s=0.3, probe_interval_s=0.1
+    ) as sampler:
+        for _ in range(3):
+            sampler.next_batch(timeout_s=5)
+            time.sleep(0.9)  # the training thread is busy for three shard timeouts
+        for _ in range(10):
+            assert sampler.next_batch(timeout_s=5).indices.size == 64
+        states = sampler.shard_states()
+        assert [s["outages"] for s in states] == [0, 0, 0]
+        assert sampler.parts_redrawn == 0

@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from apex.learner import uses_io_thread
 from apex.metrics import read_metrics
 from launch.config import ConfigError, resolve
 from launch.processes import run_processes
@@ -163,6 +165,7 @@ def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: 
         ),
         ({"actor": {"hidden": [64]}}, "actor.hidden (64,) and learner.hidden"),
         ({"learner": {"device": "tpu"}}, "learner.device must be auto, cpu or cuda"),
+        ({"learner": {"replay_io": "async"}}, "learner.replay_io must be one of auto, thread"),
         ({"learner": {"no_such_key": 1}}, "learner: unknown setting 'no_such_key'"),
         ({"colour": "blue"}, "unknown top-level setting 'colour'"),
         ({"actor": {"gamma": 1.5}}, "actor.gamma must be in [0, 1], got 1.5"),
@@ -178,6 +181,12 @@ def test_all_problems_are_reported_together() -> None:
     with pytest.raises(ConfigError) as raised:
         resolve({"actors": 0, "shards": -1, "actor": {"epsilon": 2.0}})
     assert len(raised.value.problems) >= 3
+
+
+def test_the_replay_io_mode_follows_the_device() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert not uses_io_thread("auto", cpu) and uses_io_thread("auto", cuda)
+    assert uses_io_thread("thread", cpu) and not uses_io_thread("inline", cuda)
 
 
 def test_the_default_config_is_valid_and_cartpole() -> None:
