@@ -1,10 +1,12 @@
 """Replay-core suite: this project's prioritized replay beside cpprb and torchrl.
 
-Each (case, implementation) runs in its own worker process (``bench.replay_worker``), one
-after another, so they never compete for the two cores or for memory. A peer that cannot
-run (not installed, or torchrl whose compiled extension does not load beside the installed
-torch) is reported as ``unavailable`` with the reason, never silently dropped; such a peer
-can be pointed at an interpreter of its own with ``peer_python``.
+Each (case, implementation) of a full run has a worker process of its own
+(``bench.replay_worker``), one after another, so they never compete for the two cores or
+for memory; a quick run gives each implementation one worker for all its tiny cases, and
+pays each peer's imports once. A peer that cannot run (not installed, or torchrl whose
+compiled extension does not load beside the installed torch) is reported as
+``unavailable`` with the reason, never silently dropped; such a peer can be pointed at an
+interpreter of its own with ``peer_python``.
 """
 
 from __future__ import annotations
@@ -122,21 +124,32 @@ def run(
     per_repeat = seconds_per_repeat if seconds_per_repeat is not None else (0.05 if quick else 0.4)
     peer_python = peer_python or {}
     records: list[dict[str, object]] = []
+    if quick:
+        groups = [(implementation, cases) for implementation in implementations if cases]
+    else:
+        groups = [(implementation, [case]) for case in cases for implementation in implementations]
+    results: dict[tuple[str, str], dict] = {}
+    for implementation, group in groups:
+        if progress:
+            progress(f"replay {'+'.join(c.name for c in group)} {implementation}")
+        request = {
+            "implementation": implementation,
+            "cases": [{**asdict(case), "obs_shape": list(case.obs_shape)} for case in group],
+            "batch_size": batch_size,
+            "insert_batch": insert_batch,
+            "repeats": repeats,
+            "seconds_per_repeat": per_repeat,
+            "metrics": list(METRICS_OF.get(implementation, ())),
+        }
+        python = peer_python.get(implementation, sys.executable)
+        timeout_s = (120 if quick else 1800) * len(group)
+        reply = _run_worker(python, request, timeout_s=timeout_s)
+        per_case = reply.get("results") or [reply] * len(group)
+        for case, result in zip(group, per_case, strict=False):
+            results[(case.name, implementation)] = result
     for case in cases:
         for implementation in implementations:
-            if progress:
-                progress(f"replay {case.name} {implementation}")
-            request = {
-                "implementation": implementation,
-                "case": {**asdict(case), "obs_shape": list(case.obs_shape)},
-                "batch_size": batch_size,
-                "insert_batch": insert_batch,
-                "repeats": repeats,
-                "seconds_per_repeat": per_repeat,
-                "metrics": list(METRICS_OF.get(implementation, ())),
-            }
-            python = peer_python.get(implementation, sys.executable)
-            result = _run_worker(python, request, timeout_s=120 if quick else 1800)
+            result = results.get((case.name, implementation), {"error": "worker gave no result"})
             params = {
                 "capacity": case.capacity,
                 "obs_shape": list(case.obs_shape),
@@ -145,7 +158,7 @@ def run(
                 "insert_batch": insert_batch,
                 "alpha": 0.6,
                 "beta": 0.4,
-                "python": python,
+                "python": peer_python.get(implementation, sys.executable),
             }
             base = {"suite": SUITE, "case": case.name, "implementation": implementation}
             if "error" in result:

@@ -1,9 +1,12 @@
-"""Measures one prioritized-replay implementation on one case, in a process of its own.
+"""Measures one prioritized-replay implementation on its cases, in a process of its own.
 
-Run as ``python -m bench.replay_worker '<json request>'``; prints one JSON object (the
-records) on its last line of output. A process per (implementation, case) keeps memory,
-JIT state and allocator fragmentation of one from touching the next, and lets a peer run
-under an interpreter of its own. Imports only numpy and the implementation measured.
+Run as ``python -m bench.replay_worker '<json request>'``; prints one JSON object on its
+last line of output: ``{"results": [...]}``, one entry per case of ``request["cases"]``,
+each ``{"records": [...]}`` or ``{"error": ...}``. A full run sends one case per process,
+so memory, JIT state and allocator fragmentation of one never touch the next; a quick run
+sends all of an implementation's tiny cases to one process and pays its imports once.
+A peer can run under an interpreter of its own. Imports only numpy and the
+implementation measured.
 
 Protocol for every implementation (α = 0.6, β = 0.4, as in the Ape-X paper):
     fill the store to capacity; then, on the full store,
@@ -147,8 +150,23 @@ def _fill(adapter, fields: dict, capacity: int, rng: np.random.Generator) -> Non
 
 
 def run(request: dict) -> dict:
-    """Measures ``request["implementation"]`` on ``request["case"]``; returns records."""
-    case = request["case"]
+    """Measures ``request["implementation"]`` on every case of ``request["cases"]``."""
+    results = []
+    for case in request["cases"]:
+        try:
+            results.append(run_case(request, case))
+        except Exception as exc:  # reported to the parent as this case's failure
+            results.append(
+                {
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(limit=5),
+                }
+            )
+    return {"results": results}
+
+
+def run_case(request: dict, case: dict) -> dict:
+    """Measures ``request["implementation"]`` on ``case``; returns its records."""
     implementation = request["implementation"]
     capacity = int(case["capacity"])
     batch_size = int(request["batch_size"])
@@ -197,15 +215,7 @@ def run(request: dict) -> dict:
 
 
 def main() -> None:
-    request = json.loads(sys.argv[1])
-    try:
-        result = run(request)
-    except Exception as exc:  # reported to the parent as this implementation's failure
-        result = {
-            "error": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc(limit=5),
-        }
-    print(json.dumps(result))
+    print(json.dumps(run(json.loads(sys.argv[1]))))
 
 
 if __name__ == "__main__":
