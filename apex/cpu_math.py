@@ -14,7 +14,7 @@ def flush_denormals() -> None:
     1.51 ms against 0.18 ms flushed, a whole update 3.19 ms against 2.19 ms. Values below
     1.2e-38 mean nothing to a Q-network.
 
-    It is process state, so the roles' entry points call it, not the classes a test or a
-    notebook may build beside other code.
+    It is process state, so the learner role's entry point calls it, not the classes a
+    test or a notebook may build beside other code.
     """
     torch.set_flush_denormal(True)

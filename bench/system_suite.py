@@ -1,12 +1,13 @@
 """System suite: the whole of `apex train` on one machine, as actors and shards grow.
 
 For every (actors, shards) pair a real run trains CartPole-v1 with the preset's settings
+but ``ENVS_PER_ACTOR`` envs per actor, so the sweep means the same as the preset changes
 (evaluation off, no target). After a warm-up, this process reads the learner's metrics
 (transitions/s ingested, updates/s, policy lag) and the CPU time of every role from
 ``/proc`` over a timed window. The report names the bottleneck of each configuration:
 
-* ``learner`` when the learner uses at least ``BUSY_SHARE`` of one core (its training and
-  sampler threads share Python's GIL, so one core is what it can use);
+* ``learner`` when the learner uses at least ``BUSY_SHARE`` of one core (one Python
+  thread trains and, on the CPU, drives the replay I/O, so one core is what it can use);
 * ``shard`` when a shard process uses at least ``BUSY_SHARE`` of a core;
 * ``machine`` when all roles together keep the machine's cores busy;
 * ``actors`` otherwise (the others wait for data).
@@ -36,8 +37,11 @@ SUITE = "system"
 MEMORY_PER_ACTOR_BYTES = 160 * 2**20
 MEMORY_SHARE = 0.5
 BUSY_SHARE = 0.85
-LEARNER_CORES = 1.0  # training and sampler threads share the GIL
+LEARNER_CORES = 1.0  # one Python thread trains and drives the replay I/O
 START_TIMEOUT_S = 180.0
+
+# Envs per actor process, fixed here (not the preset's) so sweeps compare across time.
+ENVS_PER_ACTOR = 4
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -75,7 +79,8 @@ def _measure(actors: int, shards: int, seconds: float, warmup_s: float) -> dict:
         run_dir = Path(directory) / "run"
         command = [
             sys.executable, "-m", "launch", "train", "--actors", str(actors), "--shards",
-            str(shards), "--max-time", str(START_TIMEOUT_S + warmup_s + seconds + 30),
+            str(shards), "--envs-per-actor", str(ENVS_PER_ACTOR),
+            "--max-time", str(START_TIMEOUT_S + warmup_s + seconds + 30),
             "--target-return", "1e12", "--set", "learner.eval_interval_s=1e12",
             "--run-dir", str(run_dir),
         ]  # fmt: skip
@@ -151,7 +156,10 @@ def run(
     for shards in shard_counts:
         for actors in actor_counts:
             case = f"actors{actors}-shards{shards}"
-            params = {"actors": actors, "shards": shards, "window_s": seconds, "env": "CartPole-v1"}
+            params = {
+                "actors": actors, "shards": shards, "envs_per_actor": ENVS_PER_ACTOR,
+                "window_s": seconds, "env": "CartPole-v1",
+            }  # fmt: skip
             base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
             if actors > cap:
                 reason = (
