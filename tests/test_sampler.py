@@ -190,6 +190,15 @@ def test_every_shard_frozen_at_once_stalls_the_sampler_but_never_breaks_it(
         assert sampler.shard_states()[0]["outages"] == 1
 
 
+def compute_for(seconds: float) -> None:
+    """Stands for a long training step, evaluation or checkpoint: the calling thread
+    computes for ``seconds`` and takes no replies meanwhile."""
+    deadline = time.monotonic() + seconds
+    work = np.random.default_rng(0).random((64, 64))
+    while time.monotonic() < deadline:
+        work = np.tanh(work @ work.T / 64)
+
+
 def test_a_busy_training_thread_does_not_mark_answering_shards_down(
     io_thread: bool, filled_shards
 ) -> None:
@@ -202,7 +211,7 @@ def test_a_busy_training_thread_does_not_mark_answering_shards_down(
     ) as sampler:
         for _ in range(3):
             sampler.next_batch(timeout_s=5)
-            time.sleep(0.9)  # the training thread is busy for three shard timeouts
+            compute_for(0.9)  # the training thread is busy for three shard timeouts
         for _ in range(10):
             assert sampler.next_batch(timeout_s=5).indices.size == 64
         states = sampler.shard_states()
