@@ -10,13 +10,14 @@ from apex.envs import env_factories, preset
 
 
 def evaluation_envs(env: str, count: int) -> gym.vector.VectorEnv:
-    """``count`` copies of ``env`` side by side, seeded ``seed + i`` at reset.
+    """``count`` copies of ``env`` side by side, seeded by ``reset(seed=...)``.
 
     An environment with a numpy implementation of its own for many copies (CartPole's
     ``vector_entry_point``) gets it: 20 CartPoles step in 61 µs against 208 µs as 20
     separate envs, and evaluation runs on the learner's thread. Atari presets and every
-    other id step one wrapped env per copy. Evaluation plays one episode per copy, so
-    how a copy resets after it is of no matter.
+    other id step one wrapped env per copy (copy ``i`` seeded ``seed + i``; the numpy
+    version draws every copy's start from one generator seeded ``seed``). Evaluation
+    plays one episode per copy, so how a copy resets after it is of no matter.
     """
     chosen = preset(env)
     if not chosen.atari and gym.spec(chosen.gym_id).vector_entry_point is not None:

@@ -350,6 +350,7 @@ class PrioritizedSampler:
         waiting, so the view is as fresh as the thread would keep it."""
         if not self.config.io_thread and self._shards:
             self._pump(0)
+            self._shard_states = self._snapshot()  # kept for after close()
         return [dict(state) for state in self._shard_states]
 
     def _raise_if_failed(self) -> None:
@@ -389,6 +390,9 @@ class PrioritizedSampler:
             if self._check_specs(self._shards, self._stop.is_set):
                 while not self._stop.is_set():
                     self._pump(self._poll_ms)
+                    # Read by the training thread; rebuilt here so it never sees a half
+                    # updated shard.
+                    self._shard_states = self._snapshot()
         except BaseException as exc:  # handed to the training thread, which re-raises it
             self._error = exc
         finally:
@@ -412,13 +416,15 @@ class PrioritizedSampler:
             else:
                 self._receive_all(shards, self._by_socket[socket])
         self._expire(shards, time.monotonic())
-        self._shard_states = [
+
+    def _snapshot(self) -> list[dict[str, object]]:
+        now = time.monotonic()
+        return [
             {"index": s.index, "endpoint": s.endpoint, "alive": s.alive, "total": s.total,
              "min_positive": s.min_positive, "size": s.size, "replies": s.replies,
              "timeouts": s.timeouts, "outages": s.outages,
-             "down_s": s.down_s + (time.monotonic() - s.down_since
-                                   if s.down_since is not None else 0.0)}
-            for s in shards
+             "down_s": s.down_s + (now - s.down_since if s.down_since is not None else 0.0)}
+            for s in self._shards
         ]  # fmt: skip
 
     def _refill(self, shards: list[_Shard], now: float) -> None:
