@@ -30,7 +30,8 @@ from apex.exploration import actor_epsilon, epsilon_greedy
 from apex.nstep import NStepBuilder
 from apex.policy import build_policy
 from apex.settings import ActorConfig
-from replay.client import InsertClient, ReplayTimeout, ShardEndpoints
+from replay.client import InsertClient, ShardEndpoints
+from replay.errors import ReplayTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class Actor:
             timeout_s=config.insert_timeout_s,
             start_timeout_s=config.shard_start_timeout_s,
             batch_hint=config.insert_batch,
-            max_in_flight=config.max_in_flight,
+            credit=config.insert_credit,
         )
         self._builder = NStepBuilder(
             config.envs_per_actor,

@@ -13,11 +13,15 @@
 
 A message that does not fit (malformed, other parameter names or shapes) is counted and
 skipped, never loaded.
+
+Both kinds are apex's, numbered in the range ``replay.wire`` reserves for applications
+(:class:`ApexKind`); they travel in replay's frame format but never reach a shard.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import logging
 import time
@@ -29,7 +33,7 @@ import zmq
 
 from replay.errors import ProtocolError
 from replay.transport import bind, make_socket, send_frames
-from replay.wire import Kind, Message, array_text, decode, encode, text_array
+from replay.wire import APPLICATION_KINDS, Message, array_text, decode, encode, text_array
 
 if TYPE_CHECKING:  # torch only for the learner's side; actors run without it
     import torch
@@ -40,6 +44,13 @@ WEIGHTS_HWM = 2
 EPISODES_HWM = 1000
 HEARTBEAT_S = 1.0
 MAX_TRACKED_ACTORS = 65_536
+
+
+class ApexKind(enum.IntEnum):
+    """The messages between the learner and the actors."""
+
+    WEIGHTS = APPLICATION_KINDS.start
+    EPISODES = APPLICATION_KINDS.start + 1
 
 
 class WeightPublisher:
@@ -58,7 +69,7 @@ class WeightPublisher:
         arrays = [text_array(json.dumps(list(state)))]
         arrays += [np.ascontiguousarray(tensor.detach().cpu().numpy()) for tensor in state.values()]
         frames = encode(
-            Message(Kind.WEIGHTS, self._sender, self._sequence, version, 0, 0.0, tuple(arrays))
+            Message(ApexKind.WEIGHTS, self._sender, self._sequence, version, 0, 0.0, tuple(arrays))
         )
         self._sequence += 1
         with contextlib.suppress(zmq.Again):  # no subscriber has room: they get the next one
@@ -101,8 +112,8 @@ class WeightSubscriber:
             except zmq.Again:
                 break
         try:
-            message = decode(newest)
-            if message.kind != Kind.WEIGHTS or not message.arrays:
+            message = decode(newest, ApexKind)
+            if message.kind != ApexKind.WEIGHTS or not message.arrays:
                 raise ProtocolError(f"expected WEIGHTS, got {message.kind.name}")
             if message.policy_version <= self.version:
                 return False
@@ -148,7 +159,7 @@ class EpisodeReporter:
         arrays = (np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64))
         frames = encode(
             Message(
-                Kind.EPISODES,
+                ApexKind.EPISODES,
                 self._sender,
                 self._sequence,
                 policy_version,
@@ -207,8 +218,8 @@ class EpisodeCollector:
             except zmq.Again:
                 break
             try:
-                message = decode(frames)
-                if message.kind != Kind.EPISODES or len(message.arrays) != 2:
+                message = decode(frames, ApexKind)
+                if message.kind != ApexKind.EPISODES or len(message.arrays) != 2:
                     raise ProtocolError(f"expected EPISODES, got {message.kind.name}")
                 returns, lengths = message.arrays
                 if returns.shape != lengths.shape or returns.dtype != np.float64:

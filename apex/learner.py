@@ -1,67 +1,71 @@
-"""The Ape-X learner: samples prioritized batches from every shard, trains, sends new
-priorities back, publishes versioned weights, evaluates, checkpoints and logs metrics.
+"""The Ape-X learner loop: take a batch, update, send new priorities back, and between
+updates do the periodic work (publish weights, read episode reports, evaluate, write
+metrics, checkpoint).
 
-One thread trains; the replay sampler's thread keeps batches ready. Stop conditions: the
-greedy evaluation mean reaching ``target_return``, ``max_updates``, ``max_time_s``, or a
-stop request (SIGINT/SIGTERM), which leaves a final checkpoint either way.
+The loop knows neither the algorithm (an :class:`apex.algorithm.Algorithm`) nor where
+batches come from (a :class:`BatchSource`, the sharded sampler in a run, a local store in
+tests); both are handed in. Stop conditions: the greedy evaluation mean reaching
+``target_return``, ``max_updates``, ``max_time_s``, or a stop request (SIGINT/SIGTERM),
+which leaves a final checkpoint either way.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
-import statistics
 import threading
 import time
-from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
 import zmq
 
 from apex import checkpoint
+from apex.algorithm import Algorithm
 from apex.channels import EpisodeCollector, WeightPublisher
 from apex.delivery import delivery_report, describe
-from apex.dqn import dqn_step
-from apex.envs import env_shape, preset
+from apex.envs import preset
 from apex.evaluation import evaluate
 from apex.metrics import MetricsWriter
-from apex.networks import build_network
+from apex.periodic import Periodic
+from apex.progress import LearnerCounters, ProgressWindow
+from apex.progress import describe as describe_progress
 from apex.settings import LearnerConfig
-from replay.client import ReplayTimeout, RequestClient
-from replay.errors import ReplayError
-from replay.sampler import PrioritizedSampler, SamplerConfig
+from apex.staging import DeviceBatch
+from replay.batch_math import ReplayBatch
+from replay.errors import ReplayError, ReplayTimeout
 
 logger = logging.getLogger(__name__)
 
 # With every shard unreachable this long, the learner gives up ("replay failed").
 BATCH_TIMEOUT_S = 60.0
+# The learner waits this long for one batch before looking at its stop flag again.
+BATCH_POLL_S = 0.5
+# Weights are published at least this often, however slow the updates.
+PUBLISH_AT_LEAST_EVERY_S = 1.0
+# Evaluation episodes are seeded apart from training's (seed + offset + updates).
+EVAL_SEED_OFFSET = 10_000_000
+# How long the end-of-run account waits for every shard's fresh INFO.
+FINAL_INFO_TIMEOUT_S = 2.0
 
 
-@dataclass
-class LearnerCounters:
-    updates: int = 0
-    weight_version: int = 0
-    transitions_trained: int = 0
-    train_seconds: float = 0.0
-    episodes_seen: int = 0
-    best_eval_return: float | None = None
-    solved_at_s: float | None = None
+class BatchSource(Protocol):
+    """Where the learner's batches come from (``replay.sampler_drivers`` in a run)."""
 
+    def start(self, cancelled: threading.Event | None = None) -> bool: ...
 
-@dataclass
-class _ProgressWindow:
-    """What the learner accumulates between two metrics records."""
+    def next_batch(self, timeout_s: float = 10.0) -> DeviceBatch: ...
 
-    updates: int = 0
-    loss: float = 0.0
-    td: float = 0.0
-    returns: deque[float] = field(default_factory=lambda: deque(maxlen=100))
-    lags: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
-    previous_added: int | None = None  # shards' transitions_added at the last record
+    def update_priorities(self, batch: ReplayBatch, priorities: np.ndarray) -> None: ...
+
+    def shard_states(self) -> list[dict[str, object]]: ...
+
+    def refresh_infos(self, timeout_s: float = 2.0) -> list[dict[str, object]]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -75,60 +79,30 @@ class Outcome:
     delivery: dict | None = None
 
 
-def _adam(parameters, learning_rate: float, epsilon: float) -> torch.optim.Adam:
-    """Fused Adam where this torch has it for the device (1.2 ms against 1.5 ms per update
-    of a 128×128 MLP on one CPU thread), the plain one otherwise."""
-    parameters = list(parameters)
-    try:
-        return torch.optim.Adam(parameters, lr=learning_rate, eps=epsilon, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.Adam(parameters, lr=learning_rate, eps=epsilon)
-
-
-def _shard_infos(shard_clients: list[RequestClient]) -> list[dict | None]:
-    """Each shard's INFO, or None for a shard that does not answer."""
-    infos: list[dict | None] = []
-    for client in shard_clients:
-        try:
-            infos.append(client.info())
-        except ReplayError:
-            infos.append(None)
-    return infos
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
-    return device
-
-
-def uses_io_thread(replay_io: str, device: torch.device) -> bool:
-    """Whether the sampler gets a background I/O thread (see ``LearnerConfig.replay_io``)."""
-    if replay_io == "auto":
-        return device.type != "cpu"
-    return replay_io == "thread"
-
-
 class Learner:
     """Construct in the learner's process; read the bound endpoints; call :meth:`run`.
 
     Args:
         config: learner settings.
-        shard_endpoints: every shard's request endpoint.
+        algorithm: what trains (its networks already on ``device``).
+        source: where batches come from; started and closed by :meth:`run`.
+        device: where evaluation runs the policy.
         run_dir: where metrics and checkpoints go.
         resolved_config: the whole run's config, saved inside checkpoints.
         host: address to bind the weights and episodes sockets on.
         weights_port, episodes_port: ports (0: free ones).
         resume_from: a checkpoint to continue from.
+
+    Raises:
+        ValueError: ``resume_from`` is not a readable checkpoint.
     """
 
     def __init__(
         self,
         config: LearnerConfig,
-        shard_endpoints: tuple[str, ...],
+        algorithm: Algorithm,
+        source: BatchSource,
+        device: torch.device,
         run_dir: Path,
         resolved_config: dict,
         host: str = "127.0.0.1",
@@ -136,30 +110,26 @@ class Learner:
         episodes_port: int = 0,
         resume_from: Path | None = None,
     ) -> None:
-        torch.set_num_threads(config.torch_threads)
-        torch.manual_seed(config.seed)
         self.config = config
+        self.algorithm = algorithm
+        self.source = source
         self.run_dir = run_dir
+        self._device = device
         self._resolved_config = resolved_config
-        self._device = resolve_device(config.device)
-        shape = env_shape(config.env)
-        self._spec = shape.transition_spec()
-        self.online = build_network(shape.observation_shape, shape.actions, config.hidden).to(
-            self._device
-        )
-        self.target = copy.deepcopy(self.online)
-        self.target.requires_grad_(False)
-        self.optimizer = _adam(self.online.parameters(), config.learning_rate, config.adam_epsilon)
         self.counters = LearnerCounters()
         if resume_from is not None:
             self._restore(resume_from)
         self._context = zmq.Context()
         self._publisher = WeightPublisher(self._context, host, weights_port)
         self._episodes = EpisodeCollector(self._context, host, episodes_port)
-        self._shard_endpoints = shard_endpoints
         self._stop = threading.Event()
         target = config.target_return
         self._target_return = target if target is not None else preset(config.env).solved_return
+        self._window = ProgressWindow()
+        self._metrics: MetricsWriter | None = None
+        self._last_eval: float | None = None
+        self._started = time.monotonic()
+        self._last_progress = self._started
 
     @property
     def weights_endpoint(self) -> str:
@@ -175,10 +145,8 @@ class Learner:
 
     def _restore(self, path: Path) -> None:
         state = checkpoint.load(path)
-        self.online.load_state_dict(state["online"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
         self.counters = LearnerCounters(**json.loads(state["counters"]))
+        self.algorithm.load_state_dict({"steps": self.counters.updates, **state})
         logger.info(
             "resumed from %s at update %d, weights version %d",
             path,
@@ -188,35 +156,19 @@ class Learner:
 
     def save_checkpoint(self) -> Path:
         state = {
-            "online": self.online.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            **self.algorithm.state_dict(),
             "counters": json.dumps(asdict(self.counters)),
             "config": json.dumps(self._resolved_config, sort_keys=True),
         }
         return checkpoint.save(self.run_dir / "checkpoints", self.counters.updates, state)
 
+    def _elapsed_s(self) -> float:
+        return self.counters.train_seconds + (time.monotonic() - self._started)
+
     def run(self) -> Outcome:
         config = self.config
-        metrics = MetricsWriter(self.run_dir)
-        sampler = PrioritizedSampler(
-            SamplerConfig(
-                endpoints=self._shard_endpoints,
-                batch_size=config.batch_size,
-                beta=config.beta,
-                prefetch=config.prefetch,
-                device=str(self._device),
-                io_thread=uses_io_thread(config.replay_io, self._device),
-                start_timeout_s=3600.0,
-            ),
-            self._spec,
-        )
-        shard_clients = [
-            RequestClient(self._context, e, sender=1_000_000, timeout_s=2.0)
-            for e in self._shard_endpoints
-        ]
-        self.counters.weight_version += 1
-        self._publisher.publish(self.online, self.counters.weight_version)
+        self._metrics = metrics = MetricsWriter(self.run_dir)
+        self._publish()
         metrics.write(
             {
                 "event": "start",
@@ -225,97 +177,44 @@ class Learner:
                 "device": str(self._device),
             }
         )
-        started = time.monotonic()
+        self._started = self._last_progress = time.monotonic()
         outcome = Outcome("stopped", False, self.counters)
-        window = _ProgressWindow()
-        last = {
-            "eval": time.monotonic(),
-            "checkpoint": time.monotonic(),
-            "metrics": time.monotonic(),
-            "publish": time.monotonic(),
-        }
-        last_eval: float | None = None
+        tasks = Periodic()
+        tasks.every(
+            "publish", self._publish, seconds=PUBLISH_AT_LEAST_EVERY_S,
+            updates=config.publish_period, start_updates=self.counters.updates,
+        )  # fmt: skip
+        tasks.every("episodes", self._take_episodes)
+        tasks.every("evaluation", self._evaluate, seconds=config.eval_interval_s)
+        tasks.every("progress", self._write_progress, seconds=config.metrics_interval_s)
+        tasks.every("checkpoint", self.save_checkpoint, seconds=config.checkpoint_interval_s)
         try:
             logger.info("waiting for the shards to hold data to sample")
-            if not sampler.start(cancelled=self._stop):
+            if not self.source.start(cancelled=self._stop):
                 logger.info("stopped before the shards held data")
             else:
                 logger.info("training on %s", self._device)
             while not self._stop.is_set():
-                now = time.monotonic()
-                elapsed = self.counters.train_seconds + (now - started)
                 if config.max_updates is not None and self.counters.updates >= config.max_updates:
                     outcome.reason = "max_updates"
                     break
-                if config.max_time_s is not None and elapsed >= config.max_time_s:
+                if config.max_time_s is not None and self._elapsed_s() >= config.max_time_s:
                     outcome.reason = "max_time"
                     break
-                if not self._train_one(sampler, window):
+                if not self._train_one():
                     break
-                if self.counters.updates % config.target_update_period == 0:
-                    self.target.load_state_dict(self.online.state_dict())
-                if (
-                    self.counters.updates % config.publish_period == 0
-                    or now - last["publish"] > 1.0
-                ):
-                    self.counters.weight_version += 1
-                    self._publisher.publish(self.online, self.counters.weight_version)
-                    last["publish"] = now
-                for _, version, value, _ in self._episodes.drain():
-                    window.returns.append(value)
-                    if version >= 0:
-                        window.lags.append(self.counters.weight_version - version)
-                    self.counters.episodes_seen += 1
-                if now - last["eval"] >= config.eval_interval_s:
-                    last["eval"] = now
-                    returns = evaluate(
-                        self.online,
-                        config.env,
-                        config.eval_episodes,
-                        config.seed + 10_000_000 + self.counters.updates,
-                        self._device,
-                    )
-                    last_eval = float(returns.mean())
-                    best = self.counters.best_eval_return
-                    self.counters.best_eval_return = (
-                        last_eval if best is None else max(best, last_eval)
-                    )
-                    logger.info(
-                        "update %d: greedy evaluation mean %.1f over %d episodes",
-                        self.counters.updates,
-                        last_eval,
-                        returns.size,
-                    )
-                    metrics.write(
-                        {
-                            "event": "evaluation",
-                            "time_s": elapsed,
-                            "updates": self.counters.updates,
-                            "eval_return_mean": last_eval,
-                            "eval_return_min": float(returns.min()),
-                            "eval_return_max": float(returns.max()),
-                        }
-                    )
-                    if self._target_return is not None and last_eval >= self._target_return:
-                        self.counters.solved_at_s = elapsed
-                        outcome.reason, outcome.solved = "solved", True
-                        break
-                if now - last["metrics"] >= config.metrics_interval_s:
-                    self._write_metrics(
-                        metrics, sampler, shard_clients, window, elapsed, now - last["metrics"]
-                    )
-                    last["metrics"] = now
-                if now - last["checkpoint"] >= config.checkpoint_interval_s:
-                    self.save_checkpoint()
-                    last["checkpoint"] = now
+                if tasks.run_due(self.counters.updates) == "evaluation":
+                    self.counters.solved_at_s = self._elapsed_s()
+                    outcome.reason, outcome.solved = "solved", True
+                    break
         except ReplayError as exc:
             outcome.reason = f"replay failed: {exc}"
             logger.error("learner stopping: %s", exc)
         finally:
-            self.counters.train_seconds += time.monotonic() - started
-            outcome.last_eval_return = last_eval
+            self.counters.train_seconds += time.monotonic() - self._started
+            outcome.last_eval_return = self._last_eval
             path = self.save_checkpoint()
-            outcome.delivery = self._account(sampler, shard_clients)
+            outcome.delivery = self._account()
             metrics.write(
                 {
                     "event": "end",
@@ -324,104 +223,101 @@ class Learner:
                     "updates": self.counters.updates,
                     "weight_version": self.counters.weight_version,
                     "train_seconds": self.counters.train_seconds,
-                    "last_eval_return": last_eval,
+                    "last_eval_return": self._last_eval,
                     "checkpoint": str(path),
                     "delivery": outcome.delivery,
                 }
             )
             metrics.close()
-            sampler.close()
-            for client in shard_clients:
-                client.close()
+            self.source.close()
             self.close()
         return outcome
 
-    def _account(self, sampler: PrioritizedSampler, shard_clients: list[RequestClient]) -> dict:
-        """What the actors sent against what the shards hold (see apex.delivery)."""
-        self._episodes.drain()  # the newest heartbeats first
-        infos = _shard_infos(shard_clients)
-        report = delivery_report(
-            self._episodes.actors, infos, sampler.shard_states(), time.monotonic()
-        )
-        logger.info("delivery: %s", describe(report))
-        return report
-
-    def _train_one(self, sampler: PrioritizedSampler, window: _ProgressWindow) -> bool:
+    def _train_one(self) -> bool:
         """One update; False if a stop was asked for while waiting for a batch."""
         deadline = time.monotonic() + BATCH_TIMEOUT_S
         while True:
             try:
-                batch = sampler.next_batch(timeout_s=0.5)
+                batch = self.source.next_batch(timeout_s=BATCH_POLL_S)
                 break
             except ReplayTimeout:
                 if self._stop.is_set():
                     return False
                 if time.monotonic() >= deadline:
                     raise
-        result = dqn_step(
-            self.online,
-            self.target,
-            self.optimizer,
-            batch.transitions,
-            batch.weights,
-            self.config.max_grad_norm,
-            self.config.priority_epsilon,
-        )
-        sampler.update_priorities(batch, result.new_priorities.numpy())
+        result = self.algorithm.step(batch)
+        self.source.update_priorities(batch.source, result.new_priorities.numpy())
         self.counters.updates += 1
-        self.counters.transitions_trained += batch.indices.size
-        window.updates += 1
-        window.loss += result.loss
-        window.td += result.mean_abs_td
+        self.counters.transitions_trained += batch.source.indices.size
+        self._window.add_update(result.loss, result.mean_abs_td)
         return True
 
-    def _write_metrics(self, metrics, sampler, shard_clients, window, elapsed, interval) -> None:
-        infos = _shard_infos(shard_clients)
-        added = sum(i["transitions_added"] for i in infos if i)
-        updates = window.updates
-        record = {
-            "event": "progress",
-            "time_s": elapsed,
-            "updates": self.counters.updates,
-            "weight_version": self.counters.weight_version,
-            "updates_per_s": updates / interval,
-            "samples_per_s": updates * self.config.batch_size / interval,
-            "transitions_per_s": None
-            if window.previous_added is None
-            else (added - window.previous_added) / interval,
-            "transitions_added": added,
-            "replay_sizes": [i["size"] if i else None for i in infos],
-            "dropped_stale_updates": sum(i["dropped_stale_updates"] for i in infos if i),
-            "priority_updates_applied": sum(i["updates_applied"] for i in infos if i),
-            "actor_policy_versions": sorted(
-                {
-                    s["policy_version_max"]
-                    for i in infos
-                    if i
-                    for s in i["senders"].values()
-                    if s["policy_version_max"] is not None
-                }
-            ),
-            "loss": window.loss / updates if updates else None,
-            "mean_abs_td": window.td / updates if updates else None,
-            "episodes": self.counters.episodes_seen,
-            "episode_return_mean": statistics.fmean(window.returns) if window.returns else None,
-            "policy_lag_median": float(np.median(window.lags)) if window.lags else None,
-            "policy_lag_p90": float(np.percentile(window.lags, 90)) if window.lags else None,
-            "policy_lag_max": max(window.lags) if window.lags else None,
-            "shards_alive": sum(1 for s in sampler.shard_states() if s["alive"]),
-        }
-        metrics.write(record)
+    # -- periodic tasks (apex.periodic) -------------------------------------------------
+
+    def _publish(self) -> None:
+        self.counters.weight_version += 1
+        self._publisher.publish(self.algorithm.policy, self.counters.weight_version)
+
+    def _take_episodes(self) -> None:
+        for _, version, value, _ in self._episodes.drain():
+            lag = self.counters.weight_version - version if version >= 0 else None
+            self._window.add_episode(value, lag)
+            self.counters.episodes_seen += 1
+
+    def _evaluate(self) -> bool:
+        """A greedy evaluation; True (stop) if it reached the target return."""
+        config = self.config
+        returns = evaluate(
+            self.algorithm.policy,
+            config.env,
+            config.eval_episodes,
+            config.seed + EVAL_SEED_OFFSET + self.counters.updates,
+            self._device,
+        )
+        self._last_eval = mean = float(returns.mean())
+        best = self.counters.best_eval_return
+        self.counters.best_eval_return = mean if best is None else max(best, mean)
         logger.info(
-            "update %d | %.0f updates/s | %s transitions/s | return %s | lag p50 %s",
-            record["updates"], record["updates_per_s"],
-            "?" if record["transitions_per_s"] is None else f"{record['transitions_per_s']:.0f}",
-            "?" if record["episode_return_mean"] is None
-            else f"{record['episode_return_mean']:.1f}",
-            record["policy_lag_median"],
+            "update %d: greedy evaluation mean %.1f over %d episodes",
+            self.counters.updates, mean, returns.size,
         )  # fmt: skip
-        window.updates, window.loss, window.td = 0, 0.0, 0.0
-        window.previous_added = added
+        self._metrics.write(
+            {
+                "event": "evaluation",
+                "time_s": self._elapsed_s(),
+                "updates": self.counters.updates,
+                "eval_return_mean": mean,
+                "eval_return_min": float(returns.min()),
+                "eval_return_max": float(returns.max()),
+            }
+        )
+        return self._target_return is not None and mean >= self._target_return
+
+    def _write_progress(self) -> None:
+        now = time.monotonic()
+        record = self._window.record(
+            self.counters,
+            self.source.shard_states(),
+            self.config.batch_size,
+            self._elapsed_s(),
+            now - self._last_progress,
+        )
+        self._last_progress = now
+        self._metrics.write(record)
+        logger.info("%s", describe_progress(record))
+
+    def _account(self) -> dict:
+        """What the actors sent against what the shards hold (see apex.delivery)."""
+        self._episodes.drain()  # the newest heartbeats first
+        try:
+            states = self.source.refresh_infos(FINAL_INFO_TIMEOUT_S)
+        except ReplayError as exc:
+            logger.warning("no shard counters for the delivery account: %s", exc)
+            states = self.source.shard_states()
+        fresh = [s.get("info") if s["alive"] else None for s in states]
+        report = delivery_report(self._episodes.actors, fresh, states, time.monotonic())
+        logger.info("delivery: %s", describe(report))
+        return report
 
     def close(self) -> None:
         self._publisher.close()

@@ -2,11 +2,45 @@
 
 They live apart from the roles so that building and validating a run's config (the
 supervisor, a shard process, ``apex slurm submit``) never pays torch's second-long import.
+Each validates itself (``problems``), naming every bad field with its value; rules that
+span roles are ``launch.config.RunConfig``'s.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+DEVICES = ("auto", "cpu", "cuda")
+REPLAY_IO_MODES = ("auto", "thread", "inline")
+
+
+def not_positive_integers(named: dict[str, object]) -> list[str]:
+    """A problem for each value that is not an integer > 0 (bools are not integers)."""
+    return [
+        f"{name} must be a positive integer, got {value!r}"
+        for name, value in named.items()
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0
+    ]
+
+
+def named(config: object, prefix: str, names: tuple[str, ...]) -> dict[str, object]:
+    """``{prefix + name: value}`` of ``config``'s fields ``names``, for the checks above."""
+    return {f"{prefix}{name}": getattr(config, name) for name in names}
+
+
+def _in_unit_interval(name: str, value: object) -> list[str]:
+    if isinstance(value, (int, float)) and 0.0 <= value <= 1.0:
+        return []
+    return [f"{name} must be in [0, 1], got {value}"]
+
+
+def _positive_or_none(named: dict[str, object]) -> list[str]:
+    return [
+        f"{name} must be > 0, got {value}"
+        for name, value in named.items()
+        if value is not None and not (isinstance(value, (int, float)) and value > 0)
+    ]
 
 
 @dataclass(frozen=True)
@@ -34,9 +68,9 @@ class ActorConfig:
             the actor checks its stop flag and tries again.
         shard_start_timeout_s: how long the actor waits at start for every shard to answer
             (roles of a Slurm job all start at once).
-        max_in_flight: insert batches sent and not yet taken by the shards, at most (see
-            ``replay.client.ShardCredit``): bounds how stale the data waiting for the
-            learner can be, and how far actors run ahead while the learner starts.
+        insert_credit: insert batches sent and not yet taken by the shards, at most (the
+            credit, see ``replay.client.ShardCredit``): bounds how stale the data waiting
+            for the learner can be, and how far actors run ahead while the learner starts.
     """
 
     env: str = "CartPole-v1"
@@ -56,11 +90,33 @@ class ActorConfig:
     max_steps: int | None = None
     insert_timeout_s: float = 1.0
     shard_start_timeout_s: float = 300.0
-    max_in_flight: int = 16
+    insert_credit: int = 16
 
     @property
     def actor_seed(self) -> int:
         return self.seed + 1000 * (self.actor_index + 1)
+
+    def problems(self, prefix: str = "actor.") -> list[str]:
+        """Every problem with these settings (empty if none)."""
+        counts = (
+            "envs_per_actor",
+            "n_step",
+            "insert_batch",
+            "insert_credit",
+            "weight_refresh_steps",
+            "torch_threads",
+        )
+        problems = not_positive_integers(named(self, prefix, counts))
+        problems += _in_unit_interval(f"{prefix}gamma", self.gamma)
+        problems += _in_unit_interval(f"{prefix}epsilon", self.epsilon)
+        problems += _positive_or_none(
+            {
+                f"{prefix}insert_timeout_s": self.insert_timeout_s,
+                f"{prefix}shard_start_timeout_s": self.shard_start_timeout_s,
+                f"{prefix}max_steps": self.max_steps,
+            }
+        )
+        return problems
 
 
 @dataclass(frozen=True)
@@ -117,3 +173,38 @@ class LearnerConfig:
     metrics_interval_s: float = 2.0
     seed: int = 0
     torch_threads: int = 1
+
+    def problems(self, prefix: str = "learner.") -> list[str]:
+        """Every problem with these settings (empty if none)."""
+        counts = (
+            "batch_size",
+            "target_update_period",
+            "publish_period",
+            "prefetch",
+            "eval_episodes",
+            "torch_threads",
+        )
+        problems = not_positive_integers(named(self, prefix, counts))
+        rate = self.learning_rate
+        if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+            problems.append(f"{prefix}learning_rate must be > 0, got {rate}")
+        if self.device not in DEVICES and not str(self.device).startswith("cuda:"):
+            problems.append(f"{prefix}device must be auto, cpu or cuda[:N], got {self.device!r}")
+        if self.replay_io not in REPLAY_IO_MODES:
+            problems.append(
+                f"{prefix}replay_io must be one of {', '.join(REPLAY_IO_MODES)}, "
+                f"got {self.replay_io!r}"
+            )
+        if not (isinstance(self.beta, (int, float)) and 0 <= self.beta < math.inf):
+            problems.append(f"{prefix}beta must be finite and >= 0, got {self.beta}")
+        problems += _positive_or_none(
+            {
+                f"{prefix}max_updates": self.max_updates,
+                f"{prefix}max_time_s": self.max_time_s,
+                f"{prefix}eval_interval_s": self.eval_interval_s,
+                f"{prefix}checkpoint_interval_s": self.checkpoint_interval_s,
+                f"{prefix}metrics_interval_s": self.metrics_interval_s,
+                f"{prefix}max_grad_norm": self.max_grad_norm,
+            }
+        )
+        return problems

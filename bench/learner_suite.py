@@ -14,8 +14,7 @@ from collections.abc import Callable
 import torch
 
 from apex.cpu_math import flush_denormals
-from apex.dqn import dqn_step
-from apex.learner import _adam
+from apex.dqn import adam, dqn_step
 from apex.networks import build_network
 from bench.timing import measure_rate
 
@@ -81,7 +80,7 @@ def run(
 def _measure(shape, hidden, batch_size: int, device: torch.device, timing: dict) -> dict:
     online = build_network(shape, 6, hidden).to(device)
     target = copy.deepcopy(online)
-    optimizer = _adam(online.parameters(), 1e-4, 1.5e-4)
+    optimizer = adam(online.parameters(), 1e-4, 1.5e-4)
     batch = _batch(shape, batch_size, device)
     weights = torch.ones(batch_size, device=device)
 

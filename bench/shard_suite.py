@@ -2,7 +2,7 @@
 
 Ingest. P pusher processes send batches of 50 transitions, either to a live shard through
 ``InsertClient`` ("apex"), the same without its credit-based flow control
-("apex-no-credit", ``max_in_flight=None``: only high-water marks and kernel buffers bound
+("apex-no-credit", ``credit=None``: only high-water marks and kernel buffers bound
 what is in flight), or as the same pre-encoded frames to a bare PULL socket that only
 receives ("raw-pyzmq"). The baseline is therefore what the transport alone moves with our
 framing on this machine, in the same run. The credit costs peak ingest of small
@@ -11,7 +11,7 @@ in flight. The shard's rate is read from its INFO counters
 over timed windows; the baseline counts what it received in its own windows.
 
 Sample service. S shards hold 2^16 small transitions each while one actor process keeps
-inserting into all of them. The learner's ``PrioritizedSampler`` (prefetch 8) delivers
+inserting into all of them. The learner's sampler (``replay.sampler_drivers``, prefetch 8) delivers
 batches of 512 as ready tensors, and this process counts them per second. Ingestion is
 paced at a stated rate (100K transitions/s by default), since an unpaced pusher on this
 2-core machine would measure CPU contention, not the service.
@@ -162,7 +162,7 @@ def _measure_apex(
 ) -> list[float]:
     import zmq
 
-    from replay.client import RequestClient
+    from replay.requests import RequestClient
 
     shard, ready = _start_shard(kind, capacity)
     senders = []
@@ -199,9 +199,12 @@ def _measure_sampling(
 ) -> tuple[list[float], list[float]]:
     import zmq
 
+    from apex.staging import DeviceStager
     from bench.shard_worker import make_batch, transition_spec
-    from replay.client import InsertClient, RequestClient, ShardEndpoints
-    from replay.sampler import PrioritizedSampler, SamplerConfig
+    from replay.client import InsertClient, ShardEndpoints
+    from replay.requests import RequestClient
+    from replay.sampler import SamplerConfig
+    from replay.sampler_drivers import make_sampler
 
     spec = transition_spec("small")
     started = [_start_shard("small", 2 * fill, index) for index in range(shard_count)]
@@ -241,7 +244,8 @@ def _measure_sampling(
             sender=96,
         )
         batch_rates, ingest_rates = [], []
-        with PrioritizedSampler(config, spec) as sampler:
+        # Batches as the learner takes them: torch tensors (on the CPU here).
+        with make_sampler(config, spec, DeviceStager("cpu")) as sampler:
             warm_end = time.monotonic() + timing["warmup_s"]
             while time.monotonic() < warm_end:
                 sampler.next_batch()

@@ -23,7 +23,8 @@ import numpy as np
 import zmq
 
 from bench.workers import random_batch
-from replay.client import InsertClient, ReplayTimeout, ShardEndpoints
+from replay.client import InsertClient, ShardEndpoints
+from replay.errors import ReplayTimeout
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, encode
 
@@ -64,7 +65,7 @@ def push(request: dict) -> None:
                 context, shards, request["sender"], spec, timeout_s=0.5, hwm=16,
                 start_timeout_s=30.0,
                 batch_hint=request["batch"],
-                **({} if request.get("credit", True) else {"max_in_flight": None}),
+                **({} if request.get("credit", True) else {"credit": None}),
             )  # fmt: skip
             # Paced to ``rate`` transitions/s when given (an actor fleet of a stated size),
             # else as fast as the shard takes them.

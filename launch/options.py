@@ -1,8 +1,103 @@
-"""Click options shared by more than one ``apex`` command."""
+"""Click options and parameter types shared by more than one ``apex`` command, and the
+one way a command loads its run config."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+
+class FieldParam(click.ParamType):
+    """``NAME:SHAPE:DTYPE`` with SHAPE comma-separated and empty for scalars,
+    e.g. ``obs:4,84,84:uint8`` or ``reward::float32``."""
+
+    name = "NAME:SHAPE:DTYPE"
+
+    def convert(self, value, param, ctx):
+        from replay.errors import InvalidBatchError
+        from replay.spec import FieldSpec
+
+        if isinstance(value, FieldSpec):
+            return value
+        parts = value.split(":")
+        if len(parts) != 3:
+            self.fail(f"{value!r} is not NAME:SHAPE:DTYPE", param, ctx)
+        name, shape_text, dtype = parts
+        try:
+            shape = tuple(int(d) for d in shape_text.split(",") if d.strip())
+            return FieldSpec(name, shape, dtype)
+        except (ValueError, InvalidBatchError) as exc:
+            self.fail(f"{value!r}: {exc}", param, ctx)
+
+
+class ShardParam(click.ParamType):
+    """``INSERT_ENDPOINT,REQUEST_ENDPOINT`` of one shard."""
+
+    name = "INSERT,REQUEST"
+
+    def convert(self, value, param, ctx):
+        from replay.client import ShardEndpoints
+
+        if isinstance(value, ShardEndpoints):
+            return value
+        parts = value.split(",")
+        if len(parts) != 2 or not all(p.startswith("tcp://") for p in parts):
+            self.fail(f"{value!r} is not tcp://HOST:PORT,tcp://HOST:PORT", param, ctx)
+        return ShardEndpoints(*parts)
+
+
+def config_option(command):
+    """``--config``: a run's config file (TOML, or a run directory's config.json)."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="Run config: a TOML file, or a run directory's config.json.",
+    )(command)
+
+
+def config_argument(command):
+    """``[CONFIG_PATH]``: an optional run config file, for the commands that start runs."""
+    return click.argument(
+        "config_path",
+        required=False,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    )(command)
+
+
+def shards_option(command):
+    """``--shard INSERT,REQUEST``, once per shard."""
+    return click.option(
+        "--shard",
+        "shards",
+        multiple=True,
+        required=True,
+        type=ShardParam(),
+        help="Each shard's endpoints (repeat per shard).",
+    )(command)
+
+
+def run_dir_option(required: bool, help_text: str):
+    def decorate(command):
+        return click.option(
+            "--run-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            required=required,
+            default=None,
+            help=help_text,
+        )(command)
+
+    return decorate
+
+
+def run_options(command):
+    """``--env`` and ``--seed``, for the commands that start a whole run."""
+    command = click.option("--seed", type=int, default=None, help="Root seed of the run.")(command)
+    return click.option(
+        "--env", default=None, help="Environment preset or gymnasium id [CartPole-v1]."
+    )(command)
 
 
 def stop_options(command):
@@ -37,3 +132,24 @@ def settings_option(command):
         help="Any other setting, e.g. learner.batch_size=256 or slurm.partition=gpu "
         "(value as TOML).",
     )(command)
+
+
+def load_run_config(path: Path | None, overrides: dict):
+    """The resolved run config of ``path`` (none: the defaults) with ``overrides``.
+
+    Raises:
+        click.UsageError: listing every problem.
+    """
+    from launch.config import ConfigError, load_file, resolve
+
+    try:
+        return resolve(load_file(path) if path else {}, overrides)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def new_run_dir(env: str) -> Path:
+    """``runs/ENV-YYYYmmdd-HHMMSS``."""
+    import time
+
+    return Path("runs") / f"{env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"

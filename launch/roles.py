@@ -1,4 +1,4 @@
-"""Each role as a process entry point, built from the run's resolved config.
+"""Each role as a process entry point: built by ``launch.builder``, announced, run.
 
 ``apex train`` starts these as child processes; on a cluster, Slurm starts them one by one.
 Each prints one JSON line ``{"ready": {...}}`` once its sockets are bound, and the learner
@@ -12,11 +12,12 @@ import json
 import logging
 from pathlib import Path
 
-from apex.envs import env_shape
+from launch import builder
 from launch.config import RunConfig
 from launch.signals import on_stop_signal
 from replay.client import ShardEndpoints
-from replay.shard import ShardConfig, ShardServer
+from replay.shard import ShardServer
+from replay.shard_config import ShardConfig
 
 logger = logging.getLogger(__name__)
 
@@ -24,41 +25,32 @@ logger = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_ROLE_DIED = 3
+# Learner outcomes that are a normal end of a run.
+NORMAL_ENDS = ("solved", "max_updates", "max_time", "stopped")
 
 
 def announce(kind: str, payload: dict) -> None:
     print(json.dumps({kind: payload}), flush=True)
 
 
-def shard_config_from_run(
-    config: RunConfig, index: int, host: str, insert_port: int = 0, request_port: int = 0
-) -> ShardConfig:
-    replay = config.replay.shard_share(config.shards)
-    return ShardConfig(
-        spec=env_shape(config.env).transition_spec(),
-        capacity=replay.capacity,
-        alpha=replay.alpha,
-        min_size_to_sample=replay.min_size,
-        samples_per_insert=replay.samples_per_insert,
-        error_buffer=replay.error_buffer,
-        host=host,
-        insert_port=insert_port,
-        request_port=request_port,
-        shard_index=index,
-        seed=config.seed + 100 * (index + 1),
-        insert_batch_hint=config.actor.insert_batch,
-    )
+def shard_server(shard: ShardConfig) -> ShardServer:
+    """The shard's server, bound.
+
+    Raises:
+        ConfigError: listing every problem with ``shard``.
+        zmq.ZMQError: a port cannot be bound.
+    """
+    return ShardServer(shard)
 
 
-def run_shard(shard: ShardConfig) -> int:
-    server = ShardServer(shard)
+def run_shard(server: ShardServer) -> int:
     on_stop_signal(server.stop)
     announce(
         "ready",
         {
             "insert": server.insert_endpoint,
             "request": server.request_endpoint,
-            "shard": shard.shard_index,
+            "shard": server.config.shard_index,
         },
     )
     server.serve()
@@ -78,22 +70,14 @@ def run_learner(
     # needs it, and its import costs a second of CPU while every role starts at once.
     from apex import checkpoint
     from apex.cpu_math import flush_denormals
-    from apex.learner import Learner
 
     flush_denormals()
 
     resume_from = checkpoint.latest(run_dir / "checkpoints") if resume else None
     if resume and resume_from is None:
         logger.warning("--resume: no checkpoint in %s, starting fresh", run_dir / "checkpoints")
-    learner = Learner(
-        config.learner,
-        shard_requests,
-        run_dir,
-        config.to_dict(),
-        host=host,
-        weights_port=weights_port,
-        episodes_port=episodes_port,
-        resume_from=resume_from,
+    learner = builder.learner(
+        config, shard_requests, run_dir, resume_from, host, weights_port, episodes_port
     )
     on_stop_signal(learner.stop)
     announce(
@@ -115,11 +99,7 @@ def run_learner(
             "delivery": outcome.delivery,
         },
     )
-    return (
-        EXIT_OK
-        if outcome.reason in ("solved", "max_updates", "max_time", "stopped")
-        else EXIT_FAILED
-    )
+    return EXIT_OK if outcome.reason in NORMAL_ENDS else EXIT_FAILED
 
 
 def run_actor(
@@ -132,12 +112,7 @@ def run_actor(
 ) -> int:
     # Not apex.cpu_math: it imports torch, which a CartPole actor (numpy MLP) never needs,
     # and 32 actors importing it at once on 2 cores delayed training by 20 s.
-    from apex.actor import Actor, ActorEndpoints
-
-    actor_config = config.actor_config(index)
-    if max_steps is not None:
-        actor_config = dataclasses.replace(actor_config, max_steps=max_steps)
-    actor = Actor(actor_config, ActorEndpoints(shards, weights, episodes))
+    actor = builder.actor(config, index, shards, weights, episodes, max_steps)
     on_stop_signal(actor.stop)
     announce("ready", {"actor": index})
     actor.run()

@@ -8,12 +8,19 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import click
 
-from launch.options import settings_option, stop_options
+from launch.options import (
+    config_argument,
+    load_run_config,
+    new_run_dir,
+    run_dir_option,
+    run_options,
+    settings_option,
+    stop_options,
+)
 
 JOB_FILE = "job.sh"
 JOB_ID_FILE = "slurm-job-id"
@@ -25,10 +32,8 @@ def slurm() -> None:
 
 
 @slurm.command("submit")
-@click.argument(
-    "config_path", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
-@click.option("--env", default=None, help="Environment preset or gymnasium id.")
+@config_argument
+@run_options
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes for the actors.")
 @click.option(
     "--actors-per-node", type=click.IntRange(min=1), default=None, help="Actor tasks per node."
@@ -46,19 +51,16 @@ def slurm() -> None:
 @click.option(
     "--layout", type=click.Choice(["hetjob", "multi-prog"]), default=None, help="Job layout."
 )
-@click.option("--seed", type=int, default=None, help="Root seed of the run.")
 @stop_options
-@click.option(
-    "--run-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Run directory on a filesystem every node sees [runs/ENV-TIME].",
+@run_dir_option(
+    required=False, help_text="Run directory on a filesystem every node sees [runs/ENV-TIME]."
 )
 @settings_option
 @click.option("--dry-run", is_flag=True, help="Print the batch script; submit nothing.")
 def submit(
     config_path,
     env,
+    seed,
     nodes,
     actors_per_node,
     shards,
@@ -68,7 +70,6 @@ def submit(
     gpus,
     time_limit,
     layout,
-    seed,
     max_updates,
     max_time,
     target_return,
@@ -77,8 +78,9 @@ def submit(
     dry_run,
 ) -> None:
     """Render the batch script from the same config `apex train` uses, and sbatch it."""
-    from launch.cli import _load_run_config, run_overrides
+    from launch import builder
     from launch.config import load_file, write_resolved
+    from launch.overrides import run_overrides
     from launch.slurm_script import render
 
     overrides = run_overrides(
@@ -103,10 +105,8 @@ def submit(
         file_nodes = load_file(config_path).get("slurm", {}) if config_path else {}
         node_count = nodes or file_nodes.get("actor_nodes", 1)
         overrides["actors"] = actors_per_node * node_count
-    config = _load_run_config(config_path, overrides)
-    run_dir = (
-        run_dir or Path("runs") / f"{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
-    ).absolute()
+    config = load_run_config(config_path, overrides)
+    run_dir = (run_dir or new_run_dir(config.env)).absolute()
     script = render(config, run_dir)
     if dry_run:
         click.echo(script, nl=False)
@@ -119,6 +119,7 @@ def submit(
             "by itself)"
         )
     write_resolved(config, run_dir)
+    builder.write_spec(run_dir, builder.transition_spec(config))
     job_path = run_dir / JOB_FILE
     job_path.write_text(script, encoding="utf-8")
     job_path.chmod(0o755)
@@ -251,7 +252,7 @@ def task(role: str, run_dir: Path) -> None:
 
     The batch script made by `apex slurm submit` runs this; it is not meant for hand use."""
     from apex import checkpoint
-    from launch import roles
+    from launch import builder, roles
     from launch.config import ConfigError, read_resolved
     from launch.slurm_layout import SlurmEnvironmentError, job_layout, role_index
 
@@ -264,8 +265,9 @@ def task(role: str, run_dir: Path) -> None:
     slurm_settings = config.slurm
     if role == "shard":
         insert_port, request_port = layout.shard_ports[index]
-        shard = roles.shard_config_from_run(config, index, "0.0.0.0", insert_port, request_port)
-        sys.exit(roles.run_shard(shard))
+        spec = builder.read_spec(run_dir)
+        shard = builder.shard_config(config, index, "0.0.0.0", insert_port, request_port, spec)
+        sys.exit(roles.run_shard(roles.shard_server(shard)))
     if role == "actor":
         sys.exit(roles.run_actor(config, index, layout.shards, layout.weights, layout.episodes))
     resume = checkpoint.latest(run_dir / "checkpoints") is not None

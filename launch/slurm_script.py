@@ -49,6 +49,16 @@ def _placement_options(config: RunConfig) -> list[str]:
     return options
 
 
+def _spread(tasks: int, nodes: int, cpus_per_task: int) -> list[str]:
+    """sbatch options for ``tasks`` tasks spread evenly over ``nodes`` nodes."""
+    return [
+        f"--nodes={nodes}",
+        f"--ntasks={tasks}",
+        f"--ntasks-per-node={tasks // nodes}",
+        f"--cpus-per-task={cpus_per_task}",
+    ]
+
+
 def _component(options: list[str]) -> list[str]:
     return [f"#SBATCH {option}" for option in options]
 
@@ -73,20 +83,10 @@ def render(config: RunConfig, run_dir: Path) -> str:
             learner.append(f"--gpus={slurm.learner_gpus}")
         header += _component(placement + learner + list(slurm.learner_options))
         header += ["#SBATCH hetjob", f"# component 1: {config.shards} replay shards"]
-        shards = [
-            f"--nodes={slurm.shard_nodes}",
-            f"--ntasks={config.shards}",
-            f"--ntasks-per-node={config.shards // slurm.shard_nodes}",
-            f"--cpus-per-task={slurm.cpus_per_shard}",
-        ]
+        shards = _spread(config.shards, slurm.shard_nodes, slurm.cpus_per_shard)
         header += _component(placement + shards + list(slurm.shard_options))
         header += ["#SBATCH hetjob", f"# component 2: {config.actors} actors"]
-        actors = [
-            f"--nodes={slurm.actor_nodes}",
-            f"--ntasks={config.actors}",
-            f"--ntasks-per-node={config.actors // slurm.actor_nodes}",
-            f"--cpus-per-task={slurm.cpus_per_actor}",
-        ]
+        actors = _spread(config.actors, slurm.actor_nodes, slurm.cpus_per_actor)
         header += _component(placement + actors + list(slurm.actor_options))
     else:
         tasks = task_count(config)

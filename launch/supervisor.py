@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from apex.metrics import read_metrics
+from launch import builder
 from launch.config import RunConfig, write_resolved
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
 
@@ -136,6 +137,8 @@ class Supervisor:
         self._children: list[Child] = []
         self._started = time.monotonic()
         self._config_path = write_resolved(config, run_dir)
+        # The one place this run's spec is computed; shards read it (launch.builder).
+        builder.write_spec(run_dir, builder.transition_spec(config))
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
 
     def stop(self) -> None:

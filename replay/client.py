@@ -1,12 +1,12 @@
-"""Clients of replay shards: requests to one shard, and the actors' insert client.
+"""The actors' side of replay: the insert client and its credit with each shard.
 
 Every blocking wait goes through a poller with a timeout and raises
-:class:`ReplayTimeout` when it runs out; nothing blocks forever on a dead shard.
+:class:`ReplayTimeout` when it runs out; nothing blocks forever on a dead shard. Requests
+(the spec handshake, CREDIT) go through ``replay.requests``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -15,27 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from replay.errors import ProtocolError, ReplayError
+from replay import messages
+from replay.errors import ProtocolError, ReplayError, ReplayTimeout, ShardError, SpecMismatchError
+from replay.requests import RequestClient, await_spec
 from replay.spec import TransitionSpec
 from replay.transport import insert_buffer_bytes, make_socket, send_frames
-from replay.wire import Kind, Message, array_text, decode, encode, spec_from_array
+from replay.wire import Kind, encode
 
 logger = logging.getLogger(__name__)
-
-# While shards start, a spec request is asked again this often.
-SPEC_RETRY_S = 2.0
-
-
-class ReplayTimeout(ReplayError):
-    """A shard did not answer, or accept data, within the timeout."""
-
-
-class ShardError(ReplayError):
-    """A shard answered a request with an ERROR message."""
-
-
-class SpecMismatchError(ReplayError, ValueError):
-    """A shard stores different fields than the client was configured for."""
 
 
 @dataclass(frozen=True)
@@ -46,112 +33,14 @@ class ShardEndpoints:
     request: str
 
 
-class RequestClient:
-    """A DEALER connected to one shard's ROUTER, for SPEC, INFO, SAMPLE and UPDATE.
-
-    Args:
-        context: the process's ZeroMQ context.
-        endpoint: the shard's request endpoint.
-        sender: this process's u32 id.
-        timeout_s: how long a request waits for its reply.
-        hwm: high-water mark of the socket.
-    """
-
-    def __init__(
-        self,
-        context: zmq.Context,
-        endpoint: str,
-        sender: int,
-        timeout_s: float = 5.0,
-        hwm: int = 64,
-    ) -> None:
-        self.endpoint = endpoint
-        self._sender = sender
-        self._timeout_ms = int(timeout_s * 1000)
-        self._socket = make_socket(context, zmq.DEALER, hwm)
-        self._socket.connect(endpoint)
-        self._sequence = 0
-
-    def close(self) -> None:
-        self._socket.close(linger=0)
-
-    def send(self, kind: Kind, count: int = 0, scalar: float = 0.0, arrays: tuple = ()) -> int:
-        """Sends a request without waiting; returns its sequence number.
-
-        Raises:
-            ReplayTimeout: the socket's queue stayed full for the timeout.
-        """
-        sequence = self._sequence
-        self._sequence += 1
-        frames = encode(Message(kind, self._sender, sequence, -1, count, scalar, arrays))
-        if not self._socket.poll(self._timeout_ms, zmq.POLLOUT):
-            raise ReplayTimeout(f"{self.endpoint}: could not send {kind.name} in time")
-        send_frames(self._socket, frames)
-        return sequence
-
-    def receive(self, expected: Kind) -> Message:
-        """The next reply, which must be of kind ``expected``.
-
-        Raises:
-            ReplayTimeout: no reply within the timeout.
-            ShardError: the shard answered with an ERROR.
-            ProtocolError: the reply is malformed or of another kind.
-        """
-        if not self._socket.poll(self._timeout_ms, zmq.POLLIN):
-            raise ReplayTimeout(f"{self.endpoint}: no reply within {self._timeout_ms} ms")
-        reply = decode(self._socket.recv_multipart(copy=False))
-        if reply.kind == Kind.ERROR:
-            raise ShardError(f"{self.endpoint}: {array_text(reply.arrays[0])}")
-        if reply.kind != expected:
-            raise ProtocolError(f"{self.endpoint}: expected {expected.name}, got {reply.kind.name}")
-        return reply
-
-    def spec(self) -> TransitionSpec:
-        self.send(Kind.SPEC)
-        return spec_from_array(self.receive(Kind.SPEC_REPLY).arrays[0])
-
-    def info(self) -> dict[str, object]:
-        self.send(Kind.INFO)
-        return json.loads(array_text(self.receive(Kind.INFO_REPLY).arrays[0]))
-
-    def sample(self, batch_size: int, beta: float) -> Message:
-        """One SAMPLE round trip; arrays as in the wire format's SAMPLE_REPLY."""
-        self.send(Kind.SAMPLE, count=batch_size, scalar=beta)
-        return self.receive(Kind.SAMPLE_REPLY)
-
-    def update(self, indices: np.ndarray, generations: np.ndarray, priorities: np.ndarray) -> None:
-        """Sends new priorities; the shard does not reply (see its INFO counters)."""
-        arrays = (
-            np.ascontiguousarray(indices, dtype=np.int64),
-            np.ascontiguousarray(generations, dtype=np.int64),
-            np.ascontiguousarray(priorities, dtype=np.float64),
-        )
-        self.send(Kind.UPDATE, count=len(arrays[0]), arrays=arrays)
-
-
-def _await_spec(context: zmq.Context, endpoint: str, sender: int, deadline: float):
-    """The shard's spec, asking again every couple of seconds until ``deadline``."""
-    while True:
-        wait_s = min(SPEC_RETRY_S, max(deadline - time.monotonic(), 0.05))
-        requests = RequestClient(context, endpoint, sender, wait_s)
-        try:
-            return requests.spec()
-        except ReplayTimeout:
-            if time.monotonic() >= deadline:
-                raise
-            logger.info("shard at %s does not answer yet; asking again", endpoint)
-        finally:
-            requests.close()
-
-
 class ShardCredit:
-    """How many of one client's batches a shard has not taken in yet.
+    """How many of one client's insert batches a shard has not taken in yet: the credit.
 
     High-water marks count messages in ZeroMQ's queues, but the kernel's socket buffers
     (128 KiB or more each side, see ``replay.transport``) hold thousands of small batches
     beyond them. With many actors and shards, that is hundreds of thousands of transitions
     made by an old policy, out of the rate limiter's reach, and actors that burn the cores
-    making them. So the client counts what it sent and asks the shard (RECEIVED, on its own
+    making them. So the client counts what it sent and asks the shard (CREDIT, on its own
     DEALER) how many it has taken; the shard holds the answer until enough are taken.
 
     Args:
@@ -163,12 +52,13 @@ class ShardCredit:
         self.limit = limit
         self.sent = 0
         self.taken = 0.0
-        self._sender = sender
-        self._sequence = 0
         self._baseline: float | None = None
         self._asked_until: float | None = None
-        self.socket = make_socket(context, zmq.DEALER, 16)
-        self.socket.connect(endpoint)
+        self._requests = RequestClient(context, endpoint, sender, hwm=16)
+
+    @property
+    def socket(self) -> zmq.Socket:
+        return self._requests.socket
 
     @property
     def in_flight(self) -> float:
@@ -197,15 +87,9 @@ class ShardCredit:
         wanted = 0.0
         if self._baseline is not None:
             wanted = self._baseline + self.sent - self.limit // 2
-        wait_ms = max(0, min(int(wait_s * 1000), 2**32 - 1))
-        frames = encode(
-            Message(Kind.RECEIVED, self._sender, self._sequence, -1, wait_ms, float(wanted))
-        )
-        try:
-            send_frames(self.socket, frames, zmq.NOBLOCK)
-        except zmq.Again:
+        wait_ms = max(0, int(wait_s * 1000))
+        if self._requests.send(messages.CreditRequest(wanted, wait_ms)) is None:
             return
-        self._sequence += 1
         # An answer that has not come a second after the shard's own deadline is lost.
         self._asked_until = now + wait_ms / 1000 + 1.0
 
@@ -213,25 +97,24 @@ class ShardCredit:
         """Takes in every answer that has arrived.
 
         Raises:
-            ShardError: the shard answered with an ERROR (it does not know RECEIVED).
+            ShardError: the shard answered with an ERROR (it does not know CREDIT).
+            ProtocolError: it answered with another kind.
         """
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            reply = decode(frames)
+        for reply in self._requests.drain():
             if reply.kind == Kind.ERROR:
-                raise ShardError(f"{self.endpoint}: {array_text(reply.arrays[0])}")
-            if reply.kind != Kind.RECEIVED_REPLY:
-                raise ProtocolError(f"{self.endpoint}: expected RECEIVED_REPLY, got {reply.kind}")
+                raise ShardError(f"{self.endpoint}: {messages.read_error(reply)}")
+            if reply.kind != Kind.CREDIT_REPLY:
+                raise ProtocolError(
+                    f"{self.endpoint}: expected CREDIT_REPLY, got {reply.kind.name}"
+                )
+            taken = messages.CreditReply.from_message(reply).taken
             self._asked_until = None
             if self._baseline is None:
-                self._baseline = reply.scalar
-            self.taken = max(self.taken, reply.scalar - self._baseline)
+                self._baseline = taken
+            self.taken = max(self.taken, taken - self._baseline)
 
     def close(self) -> None:
-        self.socket.close(linger=0)
+        self._requests.close()
 
 
 class InsertClient:
@@ -240,8 +123,8 @@ class InsertClient:
     A PUSH socket per shard, each with a high-water mark, so a dead or slow shard costs at
     most ``hwm`` queued batches of memory; a batch goes to the next shard with room, and
     :meth:`insert` raises :class:`ReplayTimeout` only when no shard takes it in time.
-    "Room" also means credit: at most ``max_in_flight`` batches sent and not yet taken by
-    the shards in all (see :class:`ShardCredit`).
+    "Room" also means credit: at most ``credit`` batches sent and not yet taken by the
+    shards in all (see :class:`ShardCredit`).
 
     Args:
         context: the process's ZeroMQ context.
@@ -254,9 +137,9 @@ class InsertClient:
             back-pressure reaches the sender after about ``hwm`` + 2 batches.
         start_timeout_s: how long to wait for every shard to answer its spec request; the
             shards may still be starting (under Slurm every task starts at once).
-        max_in_flight: batches sent and not yet taken by the shards, at most, in all; each
-            shard's share is ``ceil(max_in_flight / shards)``. None: only the high-water
-            marks and kernel buffers bound it.
+        credit: batches sent and not yet taken by the shards, at most, in all; each
+            shard's share is ``ceil(credit / shards)``. None: only the high-water marks and
+            kernel buffers bound it.
 
     Raises:
         SpecMismatchError: a shard stores other fields (the message shows both specs).
@@ -273,15 +156,15 @@ class InsertClient:
         hwm: int = 16,
         start_timeout_s: float = 10.0,
         batch_hint: int = 50,
-        max_in_flight: int | None = 16,
+        credit: int | None = 16,
     ) -> None:
         if not shards:
             raise ValueError("an insert client needs at least one shard")
-        if max_in_flight is not None and max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight}")
+        if credit is not None and credit < 1:
+            raise ValueError(f"credit must be >= 1 or None, got {credit}")
         deadline = time.monotonic() + start_timeout_s
         for index, shard in enumerate(shards):
-            remote = _await_spec(context, shard.request, sender, deadline)
+            remote = await_spec(context, shard.request, sender, deadline)
             if remote != spec:
                 raise SpecMismatchError(
                     f"shard {index} at {shard.request} stores {remote}, this actor sends {spec}"
@@ -300,8 +183,8 @@ class InsertClient:
             socket.connect(shard.insert)
             self._sockets.append(socket)
         self._credits: list[ShardCredit | None] = [None] * len(shards)
-        if max_in_flight is not None:
-            share = -(-max_in_flight // len(shards))
+        if credit is not None:
+            share = -(-credit // len(shards))
             self._credits = [ShardCredit(context, shard.request, sender, share) for shard in shards]
             self._start_credits(deadline)
         self._next = 0
@@ -314,7 +197,7 @@ class InsertClient:
             while not credit.started and credit in self._credits:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not credit.socket.poll(int(remaining * 1000) + 1):
-                    raise ReplayTimeout(f"{credit.endpoint}: no RECEIVED reply in time")
+                    raise ReplayTimeout(f"{credit.endpoint}: no CREDIT_REPLY in time")
                 self._read_credit(credit)
 
     def close(self, linger_s: float = 1.0) -> None:
@@ -336,13 +219,11 @@ class InsertClient:
             InvalidBatchError: the batch does not match the spec.
             ReplayTimeout: no shard had room within the timeout.
         """
-        count = self._spec.check_batch(batch)
-        arrays = (
-            *(np.ascontiguousarray(batch[name]) for name in self._spec),
-            np.ascontiguousarray(priorities, dtype=np.float64),
-        )
+        self._spec.check_batch(batch)
         frames = encode(
-            Message(Kind.INSERT, self._sender, self._sequence, policy_version, count, 0.0, arrays)
+            messages.Insert(batch, priorities).to_message(
+                self._spec, self._sender, self._sequence, policy_version
+            )
         )
         deadline = time.monotonic() + self._timeout_ms / 1000
         for credit in self._credits:

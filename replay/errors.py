@@ -31,3 +31,23 @@ class EmptyReplayError(ReplayError):
 class ProtocolError(ReplayError, ValueError):
     """A wire message is malformed: bad header, unknown version or kind, frames that
     disagree with the header, or arrays that do not match the receiver's spec."""
+
+
+class ReplayTimeout(ReplayError):
+    """A shard did not answer, or accept data, within the timeout."""
+
+
+class ShardError(ReplayError):
+    """A shard answered a request with an ERROR message."""
+
+
+class SpecMismatchError(ReplayError, ValueError):
+    """A shard stores different fields than the client was configured for."""
+
+
+class ConfigError(ReplayError, ValueError):
+    """Every problem found in a config, one per line (``problems``), found at once."""
+
+    def __init__(self, problems: list[str], what: str = "run config") -> None:
+        super().__init__(f"invalid {what}:\n  - " + "\n  - ".join(problems))
+        self.problems = problems

@@ -27,12 +27,12 @@ class RateLimiter:
     """Decides whether a shard may take an insert or answer a sample now.
 
     Attributes:
-        min_size_to_sample: transitions stored before any sample is answered.
+        min_size: transitions stored before any sample is answered.
         samples_per_insert: target sampled/inserted transitions, or None for no target.
         error_buffer: allowed deviation of ``diff``, in sampled transitions.
     """
 
-    min_size_to_sample: int = 1
+    min_size: int = 1
     samples_per_insert: float | None = None
     error_buffer: float = 0.0
     inserted: int = 0
@@ -40,16 +40,16 @@ class RateLimiter:
 
     @staticmethod
     def problems(
-        min_size_to_sample: int,
+        min_size: int,
         samples_per_insert: float | None,
         error_buffer: float,
         capacity: int,
     ) -> list[str]:
         """Settings that would make a shard wait forever, with the arithmetic."""
         problems = []
-        if not 1 <= min_size_to_sample <= capacity:
+        if not 1 <= min_size <= capacity:
             problems.append(
-                f"min_size_to_sample={min_size_to_sample} must be in [1, capacity={capacity}]: "
+                f"min_size={min_size} must be in [1, capacity={capacity}]: "
                 "a shard never holds more than its capacity, so it would never sample"
             )
         if samples_per_insert is not None:
@@ -73,15 +73,15 @@ class RateLimiter:
     def can_insert(self) -> bool:
         if self.samples_per_insert is None:
             return True
-        ceiling = self.samples_per_insert * self.min_size_to_sample + self.error_buffer
+        ceiling = self.samples_per_insert * self.min_size + self.error_buffer
         return self.diff <= ceiling
 
     def can_sample(self, size: int) -> bool:
-        if size < self.min_size_to_sample:
+        if size < self.min_size:
             return False
         if self.samples_per_insert is None:
             return True
-        floor = self.samples_per_insert * self.min_size_to_sample - self.error_buffer
+        floor = self.samples_per_insert * self.min_size - self.error_buffer
         return self.diff >= floor
 
     def record_insert(self, transitions: int) -> None:

@@ -3,18 +3,20 @@
 Sockets (both bound by the shard, one context per process):
 
 * PULL  ``insert_endpoint``: INSERT messages from actors (PUSH).
-* ROUTER ``request_endpoint``: SAMPLE, UPDATE, INFO, SPEC and RECEIVED from the learner
+* ROUTER ``request_endpoint``: SAMPLE, UPDATE, INFO, SPEC and CREDIT from the learner
   and clients (DEALER). SAMPLE, INFO and SPEC are answered; UPDATE is fire-and-forget (its
   outcome shows in INFO's counters), so the learner never waits on a round trip to send
-  priorities. RECEIVED is held until the asker's insert messages taken reach the number
+  priorities. CREDIT is held until the asker's insert messages taken reach the number
   it asked for (or its wait runs out): the credit that keeps an actor from running far
-  ahead of what the shard has taken (see ``replay.client.InsertClient``).
+  ahead of what the shard has taken (see ``replay.client.ShardCredit``).
+
+What each message carries is defined in ``replay.messages``.
 
 The loop polls both sockets with a timeout (so it sees the stop flag), then does bounded
 work per round: at most ``max_inserts_per_round`` inserts and ``max_requests_per_round``
 requests. A backlog of inserts therefore never starves the learner, and a busy learner
 never stops ingestion. Nothing is queued in Python beyond a bounded list of SAMPLE requests
-waiting for the store to reach ``min_size_to_sample`` and one of held RECEIVED requests;
+waiting for the store to reach ``min_size`` and one of held CREDIT requests;
 everything else waits in ZeroMQ's own queues, which high-water marks bound, so a fast actor
 is slowed rather than buffered.
 
@@ -25,134 +27,47 @@ sender and reason, and never stops the loop or changes the store. The server own
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
 import zmq
 
-from replay.errors import ProtocolError, ReplayError
+from replay import messages
+from replay.errors import ConfigError, ProtocolError, ReplayError
 from replay.prioritized import PrioritizedReplay
 from replay.rate_limiter import RateLimiter
-from replay.spec import TransitionSpec
+from replay.senders import (
+    REJECT_INSERT,
+    REJECT_PROTOCOL,
+    REJECT_REQUEST,
+    REJECT_UNEXPECTED_KIND,
+    REJECT_UPDATE,
+    UNKNOWN_SENDER,
+    SenderBook,
+    claimed_sender,
+)
+from replay.shard_config import ShardConfig
 from replay.transport import bind, insert_buffer_bytes, make_socket, send_frames
-from replay.wire import Kind, Message, decode, encode, spec_to_array, text_array
+from replay.wire import Kind, Message, decode, encode
 
 logger = logging.getLogger(__name__)
 
-# Reasons a message is rejected, the keys of the per-sender rejection counters.
-REJECT_PROTOCOL = "protocol"
-REJECT_INSERT = "insert"
-REJECT_UPDATE = "update"
-REJECT_REQUEST = "request"
-REJECT_UNEXPECTED_KIND = "unexpected_kind"
-# Sender ids are whatever a peer claims; keep at most this many apart, then pool the rest.
-MAX_TRACKED_SENDERS = 4096
-# RECEIVED requests held at once (about one per actor); more are answered at once.
-MAX_WAITING_RECEIPTS = 4096
-MAX_RECEIPT_WAIT_MS = 10_000
-OTHER_SENDERS = -1
+# CREDIT requests held at once (about one per actor); more are answered at once.
+MAX_HELD_CREDIT_REQUESTS = 4096
 
 
 @dataclass(frozen=True)
-class ShardConfig:
-    """Settings of one shard; validated by :meth:`validate`.
-
-    Attributes:
-        spec: the transition fields this shard stores.
-        capacity: transitions kept (FIFO eviction beyond it).
-        alpha: priority exponent.
-        min_size_to_sample: SAMPLE requests wait until this many transitions are stored.
-        samples_per_insert: if set, the replay ratio the shard holds (sampled transitions per
-            inserted transition): inserts wait when sampling lags, samples when inserting
-            lags (see ``replay.rate_limiter``).
-        error_buffer: allowed deviation from ``samples_per_insert``, in transitions.
-        host: address to bind; 127.0.0.1 by default (use 0.0.0.0 for other hosts).
-        insert_port: PULL port, 0 for a free one.
-        request_port: ROUTER port, 0 for a free one.
-        shard_index: this shard's index (logged, and in INFO).
-        seed: seed of the sampling generator.
-        max_inserts_per_round: inserts handled per loop round at most.
-        max_requests_per_round: requests handled per loop round at most.
-        max_waiting_samples: SAMPLE requests kept while the store is too small; more are
-            answered with an ERROR.
-        socket_hwm: high-water mark (messages) on both sockets.
-        insert_batch_hint: transitions per insert message, usually; sizes the insert
-            socket's kernel buffers (see replay.transport.insert_buffer_bytes).
-        poll_timeout_s: longest wait before the loop looks at the stop flag again.
-    """
-
-    spec: TransitionSpec
-    capacity: int
-    alpha: float = 0.6
-    min_size_to_sample: int = 1
-    samples_per_insert: float | None = None
-    error_buffer: float = 0.0
-    host: str = "127.0.0.1"
-    insert_port: int = 0
-    request_port: int = 0
-    shard_index: int = 0
-    seed: int = 0
-    max_inserts_per_round: int = 64
-    max_requests_per_round: int = 16
-    max_waiting_samples: int = 64
-    socket_hwm: int = 64
-    insert_batch_hint: int = 50
-    poll_timeout_s: float = 0.05
-
-    def validate(self) -> list[str]:
-        """Every problem with these settings (empty if none), with the values involved."""
-        problems = []
-        if self.capacity <= 0:
-            problems.append(f"capacity must be > 0, got {self.capacity}")
-        problems += RateLimiter.problems(
-            self.min_size_to_sample, self.samples_per_insert, self.error_buffer, self.capacity
-        )
-        for name in (
-            "max_inserts_per_round",
-            "max_requests_per_round",
-            "socket_hwm",
-            "insert_batch_hint",
-        ):
-            if getattr(self, name) <= 0:
-                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.max_waiting_samples < 0:
-            problems.append(f"max_waiting_samples must be >= 0, got {self.max_waiting_samples}")
-        for name in ("insert_port", "request_port"):
-            if not 0 <= getattr(self, name) <= 65535:
-                problems.append(f"{name} must be in [0, 65535], got {getattr(self, name)}")
-        if not self.poll_timeout_s > 0:
-            problems.append(f"poll_timeout_s must be > 0, got {self.poll_timeout_s}")
-        return problems
-
-
-@dataclass(frozen=True)
-class Receipt:
-    """A RECEIVED request held until its sender's insert messages reach ``wanted``."""
+class HeldCredit:
+    """A CREDIT request held until its sender's insert messages taken reach ``wanted``."""
 
     identity: bytes
     sender: int
     sequence: int
     wanted: float
     deadline: float
-
-
-@dataclass
-class SenderStats:
-    """Counters for one sender id."""
-
-    inserts: int = 0
-    taken: int = 0
-    transitions: int = 0
-    requests: int = 0
-    rejected: dict[str, int] = field(default_factory=dict)
-    policy_version_min: int | None = None
-    policy_version_max: int | None = None
-    last_sequence: int | None = None
 
 
 class ShardServer:
@@ -165,19 +80,17 @@ class ShardServer:
         config: the shard's settings.
 
     Raises:
-        ValueError: listing every problem with ``config``.
+        ConfigError: listing every problem with ``config``.
         zmq.ZMQError: a port cannot be bound.
     """
 
     def __init__(self, config: ShardConfig) -> None:
-        problems = config.validate()
+        problems = config.problems()
         if problems:
-            raise ValueError("invalid shard config: " + "; ".join(problems))
+            raise ConfigError(problems, "shard config")
         self.config = config
         self.replay = PrioritizedReplay(config.spec, config.capacity, config.alpha, rng=config.seed)
-        self.limiter = RateLimiter(
-            config.min_size_to_sample, config.samples_per_insert, config.error_buffer
-        )
+        self.limiter = RateLimiter(config.min_size, config.samples_per_insert, config.error_buffer)
         self._stop = threading.Event()
         self._context = zmq.Context()
         self._pull = make_socket(
@@ -195,10 +108,10 @@ class ShardServer:
         self._poller = zmq.Poller()
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._router, zmq.POLLIN)
-        self._waiting_samples: deque[tuple[bytes, Message]] = deque()
-        self._waiting_receipts: list[Receipt] = []
-        self._senders: dict[int, SenderStats] = {}
-        self._logged: set[tuple[int, str]] = set()
+        self._waiting_samples: deque[tuple[bytes, int, messages.SampleRequest]] = deque()
+        self._index = config.shard_index
+        self._held_credit: list[HeldCredit] = []
+        self._senders = SenderBook(config.shard_index)
         self._started = time.monotonic()
         self.samples_served = 0
         self.transitions_sampled = 0
@@ -231,8 +144,8 @@ class ShardServer:
                     self._drain(self._router, self.config.max_requests_per_round, self._on_request)
                 while self._waiting_samples and self.limiter.can_sample(self.replay.size):
                     self._answer_sample(*self._waiting_samples.popleft())
-                if self._waiting_receipts:
-                    self._answer_receipts()
+                if self._held_credit:
+                    self._answer_held_credit()
         finally:
             self.close()
             logger.info("shard %d stopped: %s", self.config.shard_index, self.counters())
@@ -258,32 +171,26 @@ class ShardServer:
         try:
             message = decode(frames)
         except ProtocolError as exc:
-            sender = _claimed_sender(frames[0])
-            self._sender(sender).taken += 1
-            self._reject(sender, REJECT_PROTOCOL, exc)
+            sender = claimed_sender(frames[0])
+            self._senders.get(sender).taken += 1
+            self._senders.reject(sender, REJECT_PROTOCOL, exc)
             return
-        stats = self._sender(message.sender)
+        stats = self._senders.get(message.sender)
         stats.taken += 1
         if message.kind != Kind.INSERT:
-            self._reject(message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL")
-            return
-        fields = self.config.spec
-        if len(message.arrays) != len(fields) + 1:
-            self._reject(
-                message.sender,
-                REJECT_INSERT,
-                f"{len(message.arrays)} arrays, expected {len(fields)} fields + priorities",
+            self._senders.reject(
+                message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL"
             )
             return
-        batch = dict(zip(fields, message.arrays[:-1], strict=True))
         try:
-            self.replay.add(batch, message.arrays[-1])
-        except ReplayError as exc:
-            self._reject(message.sender, REJECT_INSERT, exc)
+            insert = messages.Insert.from_message(message, self.config.spec)
+            self.replay.add(insert.fields, insert.priorities)
+        except ReplayError as exc:  # ProtocolError included
+            self._senders.reject(message.sender, REJECT_INSERT, exc)
             return
-        self.limiter.record_insert(len(message.arrays[-1]))
+        self.limiter.record_insert(len(insert.priorities))
         stats.inserts += 1
-        stats.transitions += len(message.arrays[-1])
+        stats.transitions += len(insert.priorities)
         stats.last_sequence = message.sequence
         if message.policy_version >= 0:
             version = message.policy_version
@@ -298,145 +205,114 @@ class ShardServer:
         try:
             message = decode(frames[1:])
         except ProtocolError as exc:
-            sender = _claimed_sender(frames[1]) if len(frames) > 1 else OTHER_SENDERS
-            self._reject(sender, REJECT_PROTOCOL, exc)
+            sender = claimed_sender(frames[1]) if len(frames) > 1 else UNKNOWN_SENDER
+            self._senders.reject(sender, REJECT_PROTOCOL, exc)
             self._reply_error(identity, 0, f"rejected: {exc}")
             return
-        self._sender(message.sender).requests += 1
+        self._senders.get(message.sender).requests += 1
         if message.kind == Kind.SAMPLE:
-            if message.count <= 0 or not 0 <= message.scalar < float("inf"):
-                self._reject(
-                    message.sender, REJECT_REQUEST, f"batch {message.count}, beta {message.scalar}"
-                )
-                self._reply_error(
-                    identity, message.sequence, "SAMPLE needs count > 0 and finite beta >= 0"
-                )
-            elif not self._waiting_samples and self.limiter.can_sample(self.replay.size):
-                self._answer_sample(identity, message)
-            elif len(self._waiting_samples) < self.config.max_waiting_samples:
-                self._waiting_samples.append((identity, message))
-            else:
-                self._reject(message.sender, REJECT_REQUEST, "too many SAMPLE requests waiting")
-                self._reply_error(identity, message.sequence, "too many SAMPLE requests waiting")
+            self._on_sample_request(identity, message)
         elif message.kind == Kind.UPDATE:
             self._apply_update(message)
         elif message.kind == Kind.INFO:
-            info = json.dumps(self.counters())
             self._send(
-                identity,
-                Message(
-                    Kind.INFO_REPLY,
-                    self.config.shard_index,
-                    message.sequence,
-                    arrays=(text_array(info),),
-                ),
+                identity, messages.info_reply(self.counters(), self._index, message.sequence)
             )
-        elif message.kind == Kind.RECEIVED:
-            self._on_receipt_request(identity, message)
+        elif message.kind == Kind.CREDIT:
+            self._on_credit_request(identity, message)
         elif message.kind == Kind.SPEC:
             self._send(
-                identity,
-                Message(
-                    Kind.SPEC_REPLY,
-                    self.config.shard_index,
-                    message.sequence,
-                    arrays=(spec_to_array(self.config.spec),),
-                ),
+                identity, messages.spec_reply(self.config.spec, self._index, message.sequence)
             )
         else:
-            self._reject(message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on ROUTER")
-            self._reply_error(identity, message.sequence, f"unexpected kind {message.kind.name}")
+            self._refuse(
+                identity, message, REJECT_UNEXPECTED_KIND, f"unexpected kind {message.kind.name}"
+            )
 
-    # -- receipts: how far an actor may run ahead (credit-based flow control) ----------
-
-    def _on_receipt_request(self, identity: bytes, message: Message) -> None:
-        if not 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
-            self._reject(message.sender, REJECT_REQUEST, f"RECEIVED of {message.scalar}")
-            self._reply_error(identity, message.sequence, "RECEIVED needs a count >= 0")
+    def _on_sample_request(self, identity: bytes, message: Message) -> None:
+        try:
+            request = messages.SampleRequest.from_message(message)
+        except ProtocolError as exc:
+            self._refuse(identity, message, REJECT_REQUEST, str(exc))
             return
-        receipt = Receipt(
+        if not self._waiting_samples and self.limiter.can_sample(self.replay.size):
+            self._answer_sample(identity, message.sequence, request)
+        elif len(self._waiting_samples) < self.config.max_waiting_samples:
+            self._waiting_samples.append((identity, message.sequence, request))
+        else:
+            self._refuse(identity, message, REJECT_REQUEST, "too many SAMPLE requests waiting")
+
+    # -- credit: how far an actor may run ahead (see replay.client.ShardCredit) --------
+
+    def _on_credit_request(self, identity: bytes, message: Message) -> None:
+        try:
+            request = messages.CreditRequest.from_message(message)
+        except ProtocolError as exc:
+            self._refuse(identity, message, REJECT_REQUEST, str(exc))
+            return
+        held = HeldCredit(
             identity,
             message.sender,
             message.sequence,
-            message.scalar,
-            time.monotonic() + min(message.count, MAX_RECEIPT_WAIT_MS) / 1000,
+            request.wanted,
+            time.monotonic() + request.wait_ms / 1000,
         )
         if (
-            self._sender(message.sender).taken >= receipt.wanted
-            or message.count == 0
-            or len(self._waiting_receipts) >= MAX_WAITING_RECEIPTS
+            self._senders.get(message.sender).taken >= held.wanted
+            or request.wait_ms == 0
+            or len(self._held_credit) >= MAX_HELD_CREDIT_REQUESTS
         ):
-            self._send_receipt(receipt)
+            self._send_credit(held)
         else:
-            self._waiting_receipts.append(receipt)
+            self._held_credit.append(held)
 
-    def _answer_receipts(self) -> None:
+    def _answer_held_credit(self) -> None:
         now = time.monotonic()
-        still_waiting = []
-        for receipt in self._waiting_receipts:
-            if self._sender(receipt.sender).taken >= receipt.wanted or now >= receipt.deadline:
-                self._send_receipt(receipt)
+        still_held = []
+        for held in self._held_credit:
+            if self._senders.get(held.sender).taken >= held.wanted or now >= held.deadline:
+                self._send_credit(held)
             else:
-                still_waiting.append(receipt)
-        self._waiting_receipts = still_waiting
+                still_held.append(held)
+        self._held_credit = still_held
 
-    def _send_receipt(self, receipt: Receipt) -> None:
-        taken = float(self._sender(receipt.sender).taken)
+    def _send_credit(self, held: HeldCredit) -> None:
+        taken = float(self._senders.get(held.sender).taken)
         self._send(
-            receipt.identity,
-            Message(Kind.RECEIVED_REPLY, self.config.shard_index, receipt.sequence, scalar=taken),
+            held.identity,
+            messages.CreditReply(taken).to_message(self._index, held.sequence),
         )
 
-    def _answer_sample(self, identity: bytes, message: Message) -> None:
+    def _answer_sample(
+        self, identity: bytes, sequence: int, request: messages.SampleRequest
+    ) -> None:
         try:
-            sample = self.replay.sample(message.count, message.scalar)
+            sample = self.replay.sample(request.batch_size, request.beta)
         except ReplayError as exc:  # e.g. every stored priority is zero
-            self._reply_error(identity, message.sequence, f"cannot sample: {exc}")
+            self._reply_error(identity, sequence, f"cannot sample: {exc}")
             return
-        stats = np.array(
-            [
-                self.replay.total_priority,
-                self.replay.min_priority,
-                self.replay.size,
-                self.replay.capacity,
-            ],
-            dtype=np.float64,
-        )
-        arrays = (
-            stats,
+        reply = messages.SampleReply(
+            self.replay.total_priority,
+            self.replay.min_priority,
+            self.replay.size,
+            self.replay.capacity,
             sample.indices,
             sample.generations,
             sample.priorities,
             sample.weights,
-            *sample.transitions.values(),
+            sample.transitions,
         )
-        self._send(
-            identity,
-            Message(
-                Kind.SAMPLE_REPLY,
-                self.config.shard_index,
-                message.sequence,
-                count=message.count,
-                arrays=arrays,
-            ),
-        )
-        self.limiter.record_sample(message.count)
+        self._send(identity, reply.to_message(self._index, sequence))
+        self.limiter.record_sample(request.batch_size)
         self.samples_served += 1
-        self.transitions_sampled += message.count
+        self.transitions_sampled += request.batch_size
 
     def _apply_update(self, message: Message) -> None:
-        arrays = message.arrays
-        if len(arrays) != 3 or arrays[0].dtype != np.int64 or arrays[1].dtype != np.int64:
-            self._reject(
-                message.sender,
-                REJECT_UPDATE,
-                "UPDATE needs int64 indices, int64 generations, priorities",
-            )
-            return
         try:
-            self.replay.update_priorities(arrays[0], arrays[1], arrays[2])
-        except ReplayError as exc:
-            self._reject(message.sender, REJECT_UPDATE, exc)
+            update = messages.PriorityUpdate.from_message(message)
+            self.replay.update_priorities(update.indices, update.generations, update.priorities)
+        except ReplayError as exc:  # ProtocolError included
+            self._senders.reject(message.sender, REJECT_UPDATE, exc)
             return
         self.updates_applied += 1
 
@@ -449,40 +325,17 @@ class ShardServer:
             logger.warning("shard %d: reply to a full peer queue dropped", self.config.shard_index)
 
     def _reply_error(self, identity: bytes, sequence: int, text: str) -> None:
-        self._send(
-            identity,
-            Message(Kind.ERROR, self.config.shard_index, sequence, arrays=(text_array(text),)),
-        )
+        self._send(identity, messages.error(text, self._index, sequence))
 
-    # -- accounting ---------------------------------------------------------------------
-
-    def _sender(self, sender: int) -> SenderStats:
-        stats = self._senders.get(sender)
-        if stats is None:
-            if len(self._senders) >= MAX_TRACKED_SENDERS:
-                sender = OTHER_SENDERS
-            stats = self._senders.setdefault(sender, SenderStats())
-        return stats
-
-    def _reject(self, sender: int, reason: str, detail: object) -> None:
-        stats = self._sender(sender)
-        stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
-        key = (sender, reason)
-        if key not in self._logged and len(self._logged) < MAX_TRACKED_SENDERS:
-            self._logged.add(key)
-            logger.warning(
-                "shard %d rejected a message from sender %d (%s): %s "
-                "(further %s rejections from this sender are counted, not logged)",
-                self.config.shard_index, sender, reason, detail, reason,
-            )  # fmt: skip
+    def _refuse(self, identity: bytes, message: Message, reason: str, text: str) -> None:
+        """Counts a rejected request and answers it with an ERROR saying why."""
+        self._senders.reject(message.sender, reason, text)
+        self._reply_error(identity, message.sequence, text)
 
     def counters(self) -> dict[str, object]:
         """Everything INFO reports; plain JSON types only."""
         elapsed = max(time.monotonic() - self._started, 1e-9)
-        rejected: dict[str, int] = {}
-        for stats in self._senders.values():
-            for reason, count in stats.rejected.items():
-                rejected[reason] = rejected.get(reason, 0) + count
+        rejected = self._senders.rejected()
         return {
             "shard_index": self.config.shard_index,
             "size": self.replay.size,
@@ -505,26 +358,6 @@ class ShardServer:
             "rate_limiter_diff": self.limiter.diff,
             "inserts_waiting": not self.limiter.can_insert(),
             "samples_waiting": len(self._waiting_samples),
-            "senders": {
-                str(sender): {
-                    "inserts": s.inserts,
-                    "insert_messages_taken": s.taken,
-                    "transitions": s.transitions,
-                    "requests": s.requests,
-                    "rejected": dict(s.rejected),
-                    "policy_version_min": s.policy_version_min,
-                    "policy_version_max": s.policy_version_max,
-                    "last_sequence": s.last_sequence,
-                }
-                for sender, s in self._senders.items()
-            },
+            "senders": self._senders.counters(),
             "uptime_s": elapsed,
         }
-
-
-def _claimed_sender(header_frame: object) -> int:
-    """The sender id a malformed message claims, if its header gets that far; else -1."""
-    header = memoryview(getattr(header_frame, "buffer", header_frame)).cast("B")
-    if len(header) >= 8:
-        return int.from_bytes(header[4:8], "little")
-    return OTHER_SENDERS

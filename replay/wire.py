@@ -8,7 +8,7 @@ Frame layout (all integers little-endian)::
     frame 0  header
         offset size  field
              0    2  magic            b"AX"
-             2    1  version          PROTOCOL_VERSION (1)
+             2    1  version          PROTOCOL_VERSION (2)
              3    1  kind             Kind (INSERT, SAMPLE, ...)
              4    4  sender           u32 id of the sending process (actor index, ...)
              8    8  sequence         u64, per sender and socket, starting at 0
@@ -24,38 +24,24 @@ Frame layout (all integers little-endian)::
               4·ndim shape            u32 per dimension
     frame 1…n  one C-contiguous array buffer each, exactly prod(shape)·itemsize bytes
 
-Per kind, the arrays are (``F`` = the shard spec's fields, in spec order):
-
-    INSERT        F…, priorities f64[count]                       actor → shard (PUSH)
-    SAMPLE        none; count = batch size, scalar = β             learner → shard
-    SAMPLE_REPLY  stats f64[4], indices i64, generations i64,
-                  priorities f64 (stored p^α), weights f32, F…     shard → learner
-                  stats = (total priority, min positive, size, capacity);
-                  weights = (q_min / q_i)^β with this shard's q_min
-    UPDATE        indices i64, generations i64, priorities f64     learner → shard
-    INFO / SPEC   none                                             learner → shard
-    INFO_REPLY    utf-8 JSON object as u8[n] (counters only)       shard → learner
-    SPEC_REPLY    utf-8 JSON spec as u8[n]                         shard → client
-    ERROR         utf-8 text as u8[n]                              shard → requester
-    WEIGHTS       names (utf-8 JSON list) as u8[n], one array per   learner → actors (PUB)
-                  parameter; policy_version = the weights' version
-    EPISODES      returns f64[count], lengths i64[count]            actor → learner (PUSH)
-    RECEIVED      none; scalar = insert messages the asker waits   actor → shard
-                  for, count = longest wait in ms
-    RECEIVED_REPLY none; scalar = insert messages taken from the    shard → actor
-                  asker so far (sent once scalar ≥ the asked count,
-                  or when the wait runs out)
+Kinds 1-31 are replay's own (:class:`Kind`); each one's arrays are read and written by one
+class in ``replay.messages``. Kinds 32-63 are reserved for the applications built on this
+format (apex's weights and episodes, see ``apex.channels``): replay never sends them, and a
+replay socket rejects them as unknown. ``decode`` takes the enum of kinds its socket may
+carry, so each side checks against its own list.
 
 ``encode`` and ``decode`` are pure functions. ``decode`` checks the layout (magic, version,
 kind, descriptor bounds, frame count, frame sizes) and raises :class:`ProtocolError`;
-checking arrays against a spec is the receiver's job (:func:`check_insert`, ...).
+checking arrays against a spec is the receiver's job (``replay.messages``).
+
+Version 2 moved the application kinds from 10-11 to 32-33 and renamed RECEIVED to CREDIT
+(same numbers, 12 and 13); a version 1 message is refused.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
-import json
 import math
 import struct
 from collections.abc import Sequence
@@ -64,10 +50,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.errors import ProtocolError
-from replay.spec import TransitionSpec
 
 MAGIC = b"AX"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_NDIM = 8
 # Frames are counted in the header as u16; a message never needs more than a handful.
 MAX_ARRAYS = 64
@@ -83,10 +68,13 @@ _DTYPE_CODE = {dtype: code for code, dtype in enumerate(DTYPES)}
 _HEADER = struct.Struct("<2sBBIQqIHHd")
 _DESCRIPTOR = struct.Struct("<BBH")
 HEADER_NBYTES = _HEADER.size
-SAMPLE_STATS_NBYTES = 4
+# Kinds an application on top of replay may define for its own sockets (see above).
+APPLICATION_KINDS = range(32, 64)
 
 
 class Kind(enum.IntEnum):
+    """Replay's message kinds; the arrays of each are laid out in ``replay.messages``."""
+
     INSERT = 1
     SAMPLE = 2
     SAMPLE_REPLY = 3
@@ -96,10 +84,8 @@ class Kind(enum.IntEnum):
     SPEC = 7
     SPEC_REPLY = 8
     ERROR = 9
-    WEIGHTS = 10
-    EPISODES = 11
-    RECEIVED = 12
-    RECEIVED_REPLY = 13
+    CREDIT = 12
+    CREDIT_REPLY = 13
 
 
 @dataclass(frozen=True)
@@ -116,7 +102,7 @@ class Message:
         arrays: the payload; after ``decode`` these are read-only views of the frames.
     """
 
-    kind: Kind
+    kind: enum.IntEnum
     sender: int = 0
     sequence: int = 0
     policy_version: int = -1
@@ -173,8 +159,12 @@ def _buffer(frame: object) -> memoryview:
     return memoryview(getattr(frame, "buffer", frame)).cast("B")
 
 
-def decode(frames: Sequence[object]) -> Message:
+def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Message:
     """Parses frames made by :func:`encode` (bytes, memoryviews or ``zmq.Frame``).
+
+    Args:
+        frames: the message's frames.
+        kinds: the kinds this socket may carry; any other kind is refused.
 
     Returns:
         The message; its arrays are read-only views of the frames' memory (no copy).
@@ -195,7 +185,7 @@ def decode(frames: Sequence[object]) -> Message:
     if version != PROTOCOL_VERSION:
         raise ProtocolError(f"unknown protocol version {version}, expected {PROTOCOL_VERSION}")
     try:
-        kind = Kind(kind_code)
+        kind = kinds(kind_code)
     except ValueError:
         raise ProtocolError(f"unknown message kind {kind_code}") from None
     if reserved != 0:
@@ -253,7 +243,7 @@ def _layout(
 
 
 def text_array(text: str) -> np.ndarray:
-    """UTF-8 text (or JSON) as a u8 array, for INFO_REPLY, SPEC_REPLY and ERROR."""
+    """UTF-8 text (or JSON) as a u8 array, the payload of text-carrying kinds."""
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
 
 
@@ -269,24 +259,3 @@ def array_text(array: np.ndarray) -> str:
         return array.tobytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"text payload is not UTF-8: {exc}") from exc
-
-
-def spec_to_array(spec: TransitionSpec) -> np.ndarray:
-    return text_array(
-        json.dumps([[name, list(shape), dtype] for name, (shape, dtype) in spec.to_dict().items()])
-    )
-
-
-def spec_from_array(array: np.ndarray) -> TransitionSpec:
-    """Parses a SPEC_REPLY payload.
-
-    Raises:
-        ProtocolError: not JSON of ``[[name, [dims], dtype], ...]`` naming a valid spec.
-    """
-    try:
-        entries = json.loads(array_text(array))
-        if not isinstance(entries, list):
-            raise TypeError("not a list")
-        return TransitionSpec.from_dict({str(n): (tuple(s), str(d)) for n, s, d in entries})
-    except (ValueError, TypeError) as exc:
-        raise ProtocolError(f"malformed spec payload: {exc}") from exc

@@ -8,15 +8,17 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.client import InsertClient, ReplayTimeout, RequestClient
+from replay.client import InsertClient
+from replay.errors import ReplayTimeout
 from replay.rate_limiter import RateLimiter
+from replay.requests import RequestClient
 from tests.conftest import SMALL_SPEC, ShardProcess, make_batch, wait_for
 
 
 @pytest.mark.parametrize(
     ("min_size", "spi", "buffer", "capacity", "pattern"),
     [
-        (0, None, 0.0, 10, "min_size_to_sample=0"),
+        (0, None, 0.0, 10, "min_size=0"),
         (11, None, 0.0, 10, "capacity=10"),
         (5, 0.0, 1.0, 10, "samples_per_insert must be finite and > 0, got 0.0"),
         (5, float("inf"), 1.0, 10, "samples_per_insert"),
@@ -84,7 +86,7 @@ def test_a_live_shard_holds_the_ratio_by_back_pressure() -> None:
         )
         assert info["transitions_added"] == 200
         for _ in range(4):
-            requests.sample(512, 0.4)
+            requests.sample(512, 0.4, SMALL_SPEC)
         wait_for(lambda: requests.info()["transitions_added"] == 1200, what="inserts resumed")
         info = requests.info()
         assert info["inserts_waiting"] and info["transitions_sampled"] == 2048

@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 import zmq
 
-from replay.client import InsertClient, ReplayTimeout, RequestClient
-from replay.sampler import PrioritizedSampler, SamplerConfig
+from replay.client import InsertClient
+from replay.errors import ReplayTimeout
+from replay.requests import RequestClient
+from replay.sampler import SamplerConfig
+from replay.sampler_drivers import InlineSampler, ThreadedSampler
+from replay.sampler_drivers import make_sampler as sampler_for
 from tests.conftest import SMALL_SPEC, ShardProcess, chi2_critical, make_batch, wait_for
 
 ALPHA = 0.6
@@ -68,11 +72,13 @@ def io_thread(request) -> bool:
     return request.param
 
 
-def make_sampler(shards: list[ShardProcess], io_thread: bool, **overrides) -> PrioritizedSampler:
+def make_sampler(
+    shards: list[ShardProcess], io_thread: bool, **overrides
+) -> InlineSampler | ThreadedSampler:
     settings = {"batch_size": 512, "beta": BETA, "prefetch": 4, "sender": 9, "io_thread": io_thread}
     settings.update(overrides)
     config = SamplerConfig(endpoints=tuple(s.endpoints.request for s in shards), **settings)
-    return PrioritizedSampler(config, SMALL_SPEC)
+    return sampler_for(config, SMALL_SPEC)
 
 
 def test_sharded_sampling_matches_one_store_holding_everything(
@@ -88,14 +94,14 @@ def test_sharded_sampling_matches_one_store_holding_everything(
     with make_sampler(shards, io_thread) as sampler:
         for _ in range(200):
             batch = sampler.next_batch()
-            ids = batch.transitions["action"].numpy()
+            ids = batch.transitions["action"]
             np.add.at(counts, ids, 1)
             np.testing.assert_array_equal(ids // 1000, batch.shards)
             # Weights: (N·P(i))^-β / max_j (N·P(j))^-β over every stored item.
             probability = stored / stored.sum()
             n = live.sum()
             expected = (n * probability[ids]) ** -BETA / ((n * probability[live]) ** -BETA).max()
-            np.testing.assert_allclose(batch.weights.numpy(), expected, rtol=1e-5)
+            np.testing.assert_allclose(batch.weights, expected, rtol=1e-5)
     target = stored[live] / stored[live].sum()
     observed = counts[live]
     statistic = (((observed - observed.sum() * target) ** 2) / (observed.sum() * target)).sum()
@@ -119,7 +125,7 @@ def test_priority_updates_reach_the_owning_shards(
         new = np.arange(1.0, 65.0)
         sampler.update_priorities(batch, new)
         final = priorities.copy()
-        for item, value in zip(batch.transitions["action"].numpy(), new, strict=True):
+        for item, value in zip(batch.transitions["action"], new, strict=True):
             final[item] = value  # repeated items: the last value wins
         for index, shard in enumerate(shards):
             requests = RequestClient(context, shard.endpoints.request, sender=70 + index)

@@ -14,13 +14,9 @@ from hypothesis import strategies as st
 
 from launch.cli import main
 from replay import TransitionSpec
-from replay.client import (
-    InsertClient,
-    ReplayTimeout,
-    RequestClient,
-    ShardError,
-    SpecMismatchError,
-)
+from replay.client import InsertClient
+from replay.errors import ReplayTimeout, ShardError, SpecMismatchError
+from replay.requests import RequestClient
 from replay.wire import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, make_batch, wait_for
 
@@ -57,11 +53,11 @@ def test_insert_sample_update_round_trip(shard: ShardProcess, context: zmq.Conte
             make_batch(SMALL_SPEC, 10, first_id=1000 + first), np.ones(10), policy_version=3
         )
     wait_for(lambda: requests.info()["transitions_added"] == before + 40, what="40 inserts")
-    reply = requests.sample(32, 0.4)
-    stats, indices, generations, _, weights, *fields = reply.arrays
-    assert weights.dtype == np.float32 and (weights <= 1).all()
-    assert stats[2] == min(64, before + 40) and stats[3] == 64
-    assert dict(zip(SMALL_SPEC, fields, strict=True))["obs"].shape == (32, 4)
+    reply = requests.sample(32, 0.4, SMALL_SPEC)
+    indices, generations = reply.indices, reply.generations
+    assert reply.weights.dtype == np.float32 and (reply.weights <= 1).all()
+    assert reply.size == min(64, before + 40) and reply.capacity == 64
+    assert reply.fields["obs"].shape == (32, 4)
     # Overwrite everything, then the old sample's updates must all be dropped as stale.
     inserts.insert(make_batch(SMALL_SPEC, 64, first_id=5000), np.ones(64))
     wait_for(lambda: requests.info()["transitions_added"] == before + 104, what="overwrite")
@@ -72,8 +68,8 @@ def test_insert_sample_update_round_trip(shard: ShardProcess, context: zmq.Conte
         what="stale updates counted",
     )
     assert counters["senders"]["5"]["policy_version_max"] == 3
-    fresh = requests.sample(8, 0.4)
-    requests.update(fresh.arrays[1], fresh.arrays[2], np.full(8, 2.0))
+    fresh = requests.sample(8, 0.4, SMALL_SPEC)
+    requests.update(fresh.indices, fresh.generations, np.full(8, 2.0))
     wait_for(lambda: requests.info()["updates_applied"] >= 2, what="update applied")
     inserts.close()
     requests.close()
@@ -90,10 +86,9 @@ def test_a_client_with_another_spec_fails_at_start(
 def test_bad_requests_get_error_replies(shard: ShardProcess, context: zmq.Context) -> None:
     requests = RequestClient(context, shard.endpoints.request, sender=7)
     with pytest.raises(ShardError, match="count > 0"):
-        requests.sample(0, 0.4)
-    requests.send(Kind.INSERT)
+        requests.sample(0, 0.4, SMALL_SPEC)
     with pytest.raises(ShardError, match="unexpected kind INSERT"):
-        requests.receive(Kind.SAMPLE_REPLY)
+        requests.call(Kind.INSERT, Kind.SAMPLE_REPLY)
     requests.close()
 
 
@@ -139,8 +134,8 @@ def test_malformed_messages_are_counted_and_the_shard_keeps_serving(
     assert counters["rejected_total"] == expected, (before["rejected"], counters["rejected"], sent)
     assert counters["transitions_added"] == before["transitions_added"]
     requests = RequestClient(context, shard.endpoints.request, sender=8)
-    reply = requests.sample(16, 0.4)
-    assert np.isfinite(reply.arrays[3]).all() and (reply.arrays[3] > 0).all()
+    reply = requests.sample(16, 0.4, SMALL_SPEC)
+    assert np.isfinite(reply.priorities).all() and (reply.priorities > 0).all()
     requests.close()
     push.close(linger=0)
     dealer.close(linger=0)
@@ -164,7 +159,7 @@ def test_sigterm_stops_a_shard_promptly_and_frees_its_ports() -> None:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--capacity", "10", "--min-size", "20"], "min_size_to_sample=20"),
+        (["--capacity", "10", "--min-size", "20"], "min_size=20"),
         (["--samples-per-insert", "0"], "--samples-per-insert"),
         (["--field", "obs:4"], "NAME:SHAPE:DTYPE"),
         (["--field", "obs:4:complex64"], "not a plain numeric"),
@@ -177,15 +172,15 @@ def test_bad_shard_settings_are_refused_before_binding(arguments, message) -> No
     assert message in result.output
 
 
-@pytest.mark.parametrize("max_in_flight", [None, 8])
+@pytest.mark.parametrize("credit", [None, 8])
 def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
-    context: zmq.Context, max_in_flight: int | None
+    context: zmq.Context, credit: int | None
 ) -> None:
     # Nothing samples, so the rate limiter stops inserts after about 300 transitions; from
     # then on every batch sent waits somewhere between the client and the shard. Left to
     # the kernel, TCP buffers on loopback grow to megabytes and take thousands of CartPole
     # batches before the sender feels anything: data that is stale when it lands. Credit
-    # (RECEIVED) bounds the backlog exactly.
+    # (CREDIT) bounds the backlog exactly.
     shard = ShardProcess(
         "--capacity", "100000", "--min-size", "100", "--samples-per-insert", "1",
         "--error-buffer", "200",
@@ -193,7 +188,7 @@ def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
     try:
         inserts = InsertClient(
             context, [shard.endpoints], sender=7, spec=SMALL_SPEC, timeout_s=0.5,
-            max_in_flight=max_in_flight,
+            credit=credit,
         )  # fmt: skip
         batch, priorities = make_batch(SMALL_SPEC, 50), np.ones(50)
         sent, deadline = 0, time.monotonic() + 60
@@ -203,20 +198,20 @@ def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
                 sent += 1
         counters = info(context, shard)
         added = counters["transitions_added"]
-        if max_in_flight is None:
+        if credit is None:
             # Client queue (16) + shard queue (64) + two kernel buffers of ~2 loopback
             # segments.
             assert added <= 400 and sent <= 400, (added, sent)
         else:
             assert added == 350, added  # the limiter's 300, overshot by the last batch
-            assert sent == added // 50 + max_in_flight, (added, sent)
+            assert sent == added // 50 + credit, (added, sent)
             assert counters["senders"]["7"]["insert_messages_taken"] == added // 50
         inserts.close(linger_s=0)
     finally:
         assert shard.stop() == 0
 
 
-def test_a_received_request_is_held_until_enough_inserts_are_taken(
+def test_a_credit_request_is_held_until_enough_inserts_are_taken(
     shard: ShardProcess, context: zmq.Context
 ) -> None:
     asker = context.socket(zmq.DEALER)
@@ -227,10 +222,10 @@ def test_a_received_request_is_held_until_enough_inserts_are_taken(
     pusher.connect(shard.endpoints.insert)
 
     def ask(wanted: float, wait_ms: int) -> None:
-        asker.send_multipart(encode(Message(Kind.RECEIVED, 31, 0, -1, wait_ms, wanted)))
+        asker.send_multipart(encode(Message(Kind.CREDIT, 31, 0, -1, wait_ms, wanted)))
 
     def reply():
-        assert asker.poll(5000), "no RECEIVED reply"
+        assert asker.poll(5000), "no CREDIT reply"
         return decode(asker.recv_multipart())
 
     def push_batch() -> None:
@@ -250,7 +245,7 @@ def test_a_received_request_is_held_until_enough_inserts_are_taken(
     assert not asker.poll(0)
     push_batch()
     answer = reply()
-    assert answer.kind == Kind.RECEIVED_REPLY and answer.scalar == 2.0
+    assert answer.kind == Kind.CREDIT_REPLY and answer.scalar == 2.0
     # A count never reached is answered when the asker's wait runs out.
     ask(50.0, 100)
     assert reply().scalar == 2.0

@@ -24,9 +24,9 @@ import pytest
 from click.testing import CliRunner
 
 from apex.metrics import read_metrics
+from bench.processes import run_processes
 from launch.cli import main
 from launch.config import ConfigError, resolve
-from launch.processes import run_processes
 from launch.slurm_commands import job_state
 from launch.slurm_layout import (
     SlurmEnvironmentError,

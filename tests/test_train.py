@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from apex.learner import uses_io_thread
 from apex.metrics import read_metrics
+from apex.staging import uses_io_thread
+from bench.processes import run_processes
+from launch.builder import shard_config
 from launch.config import ConfigError, resolve
-from launch.processes import run_processes
-from launch.roles import shard_config_from_run
 
 RANDOM_CARTPOLE_RETURN = 22.0
 TRAIN_SECONDS = 25
@@ -157,7 +157,7 @@ def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: 
         ({"actors": 0}, "actors must be a positive integer, got 0"),
         (
             {"replay": {"capacity": 100, "min_size": 200}},
-            "replay.min_size 200 > replay.capacity 100",
+            "replay.min_size=200 must be in [1, capacity=100]",
         ),
         (
             {"learner": {"batch_size": 512}, "replay": {"min_size": 100}, "shards": 2},
@@ -202,12 +202,12 @@ def test_replay_totals_are_split_over_the_shards() -> None:
             "replay": {"capacity": 1000, "min_size": 100, "error_buffer": 600.0},
         }
     )
-    shards = [shard_config_from_run(config, index, "127.0.0.1") for index in range(3)]
+    shards = [shard_config(config, index, "127.0.0.1") for index in range(3)]
     assert {shard.capacity for shard in shards} == {334}
-    assert {shard.min_size_to_sample for shard in shards} == {34}
+    assert {shard.min_size for shard in shards} == {34}
     assert {shard.error_buffer for shard in shards} == {200.0}
     # Every shard together holds at least the totals asked for.
-    assert sum(shard.min_size_to_sample for shard in shards) >= config.replay.min_size
+    assert sum(shard.min_size for shard in shards) >= config.replay.min_size
     assert sum(shard.capacity for shard in shards) >= config.replay.capacity
 
 

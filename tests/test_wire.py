@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay import wire
+from replay import messages, wire
 from replay.errors import ProtocolError
 from replay.wire import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, make_batch
@@ -61,7 +61,7 @@ def every_kind() -> list[Message]:
         Message(Kind.INFO, 1, 4),
         Message(Kind.INFO_REPLY, 0, 4, arrays=(wire.text_array('{"size": 3}'),)),
         Message(Kind.SPEC, 2, 0),
-        Message(Kind.SPEC_REPLY, 0, 0, arrays=(wire.spec_to_array(SMALL_SPEC),)),
+        Message(Kind.SPEC_REPLY, 0, 0, arrays=(messages.spec_reply(SMALL_SPEC, 0, 0).arrays[0],)),
         Message(Kind.ERROR, 0, 9, arrays=(wire.text_array("bad β"),)),
         Message(Kind.INSERT, 1, 0, 0, 1, 0.0, (np.zeros((1, 4, 84, 84), np.uint8), np.ones(1))),
         Message(Kind.INSERT, 1, 0, 0, 0, 0.0, (np.zeros((0, 4), np.float32), np.ones(0))),
@@ -83,11 +83,11 @@ def test_decoded_arrays_are_read_only_views_of_the_frames() -> None:
 
 def test_text_and_spec_payloads_round_trip() -> None:
     assert wire.array_text(wire.text_array("αβ ok")) == "αβ ok"
-    assert wire.spec_from_array(wire.spec_to_array(SMALL_SPEC)) == SMALL_SPEC
-    with pytest.raises(ProtocolError, match="malformed spec"):
-        wire.spec_from_array(wire.text_array('[["obs", [4], "object"]]'))
-    with pytest.raises(ProtocolError, match="malformed spec"):
-        wire.spec_from_array(wire.text_array("{not json"))
+    assert messages.read_spec(messages.spec_reply(SMALL_SPEC, 0, 0)) == SMALL_SPEC
+    for text in ('[["obs", [4], "object"]]', "{not json"):
+        bad = Message(Kind.SPEC_REPLY, arrays=(wire.text_array(text),))
+        with pytest.raises(ProtocolError, match="malformed spec"):
+            messages.read_spec(bad)
     with pytest.raises(ProtocolError, match="UTF-8"):
         wire.array_text(np.frombuffer(b"\xff\xfe", dtype=np.uint8))
 
@@ -121,8 +121,11 @@ def header_with(**changes: int) -> bytes:
         ([], "empty message"),
         ([b"AX\x01"], "shorter than"),
         ([header_with(magic=b"ZZ")], "bad magic"),
-        ([header_with(version=2)], "unknown protocol version 2"),
+        ([header_with(version=1)], "unknown protocol version 1"),
+        ([header_with(version=3)], "unknown protocol version 3"),
         ([header_with(kind=99)], "unknown message kind 99"),
+        ([header_with(kind=10)], "unknown message kind 10"),
+        ([header_with(kind=32)], "unknown message kind 32"),
         ([header_with(reserved=1)], "reserved header field"),
         ([header_with(arrays=1), b""], "descriptor 0 is truncated"),
         ([header_with(arrays=1) + bytes([0, 1, 0, 0]) + struct.pack("<I", 4)], "announces 1"),

@@ -39,6 +39,24 @@ def _report_options(command):
     )(command)
 
 
+def _timing_options(what: str, default_s: float, quick_s: float, min_s: float):
+    """``--repeats`` and ``--seconds``: timed ``what``s per figure and their length."""
+
+    def decorate(command):
+        command = click.option(
+            "--seconds",
+            "seconds_per_repeat",
+            type=click.FloatRange(min=min_s),
+            default=None,
+            help=f"Seconds per timed {what} [default: {default_s}, {quick_s} with --quick].",
+        )(command)
+        return click.option(
+            "--repeats", type=click.IntRange(min=1), default=5, help=f"Timed {what}s per figure."
+        )(command)
+
+    return decorate
+
+
 @click.group(context_settings={"show_default": True})
 def bench() -> None:
     """Throughput benchmarks; each writes JSON records and a markdown table."""
@@ -59,14 +77,7 @@ def bench() -> None:
     multiple=True,
     help="Cases to run, by name or kind (small, atari); default: all.",
 )
-@click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed repeats per figure.")
-@click.option(
-    "--seconds",
-    "seconds_per_repeat",
-    type=click.FloatRange(min=0.001),
-    default=None,
-    help="Seconds per timed repeat [default: 0.4, 0.05 with --quick].",
-)
+@_timing_options("repeat", 0.4, 0.05, 0.001)
 @click.option(
     "--peer-python",
     multiple=True,
@@ -106,14 +117,7 @@ def bench_replay(
 
 @bench.command("shard")
 @click.option("--quick", is_flag=True, help="One pusher, short windows, small stores.")
-@click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed windows per figure.")
-@click.option(
-    "--seconds",
-    "seconds_per_repeat",
-    type=click.FloatRange(min=0.01),
-    default=None,
-    help="Seconds per timed window [default: 1.0, 0.2 with --quick].",
-)
+@_timing_options("window", 1.0, 0.2, 0.01)
 @click.option(
     "--pushers", multiple=True, type=click.IntRange(min=1), help="Pusher process counts [1 2 4]."
 )

@@ -1,4 +1,6 @@
-"""Which processes belong to a run: every role's command line names its run directory."""
+"""Which processes belong to a run (every role's command line names its run directory):
+what the system benchmark and the tests use to measure CPU per role and to check that a
+run left nothing behind."""
 
 from __future__ import annotations
 

@@ -1,0 +1,114 @@
+"""The learner's progress records: what accumulates between two of them, and the record.
+
+A record (``event: progress`` in ``metrics.jsonl``) joins the learner's own window (updates,
+loss, |TD|, episode returns and policy lags reported by the actors) with what the sampler
+knows of every shard (its latest INFO counters), so writing one costs no round trip.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Episodes and lags the window keeps for its means and percentiles.
+RETURNS_KEPT = 100
+LAGS_KEPT = 1000
+
+
+@dataclass
+class LearnerCounters:
+    """What a learner has done over the whole run (kept in checkpoints)."""
+
+    updates: int = 0
+    weight_version: int = 0
+    transitions_trained: int = 0
+    train_seconds: float = 0.0
+    episodes_seen: int = 0
+    best_eval_return: float | None = None
+    solved_at_s: float | None = None
+
+
+@dataclass
+class ProgressWindow:
+    """What the learner accumulates between two progress records."""
+
+    updates: int = 0
+    loss: float = 0.0
+    td: float = 0.0
+    returns: deque[float] = field(default_factory=lambda: deque(maxlen=RETURNS_KEPT))
+    lags: deque[int] = field(default_factory=lambda: deque(maxlen=LAGS_KEPT))
+    previous_added: int | None = None  # shards' transitions_added at the last record
+
+    def add_update(self, loss: float, mean_abs_td: float) -> None:
+        self.updates += 1
+        self.loss += loss
+        self.td += mean_abs_td
+
+    def add_episode(self, episode_return: float, lag: int | None) -> None:
+        self.returns.append(episode_return)
+        if lag is not None:
+            self.lags.append(lag)
+
+    def record(
+        self,
+        counters: LearnerCounters,
+        shard_states: list[dict],
+        batch_size: int,
+        elapsed_s: float,
+        interval_s: float,
+    ) -> dict:
+        """The progress record for the window that ends now; starts a new window."""
+        infos = [state.get("info") for state in shard_states]
+        added = sum(i["transitions_added"] for i in infos if i)
+        updates = self.updates
+        lags = self.lags
+        record = {
+            "event": "progress",
+            "time_s": elapsed_s,
+            "updates": counters.updates,
+            "weight_version": counters.weight_version,
+            "updates_per_s": updates / interval_s,
+            "samples_per_s": updates * batch_size / interval_s,
+            "transitions_per_s": None
+            if self.previous_added is None
+            else (added - self.previous_added) / interval_s,
+            "transitions_added": added,
+            "replay_sizes": [i["size"] if i else None for i in infos],
+            "dropped_stale_updates": sum(i["dropped_stale_updates"] for i in infos if i),
+            "priority_updates_applied": sum(i["updates_applied"] for i in infos if i),
+            "actor_policy_versions": sorted(
+                {
+                    s["policy_version_max"]
+                    for i in infos
+                    if i
+                    for s in i["senders"].values()
+                    if s["policy_version_max"] is not None
+                }
+            ),
+            "loss": self.loss / updates if updates else None,
+            "mean_abs_td": self.td / updates if updates else None,
+            "episodes": counters.episodes_seen,
+            "episode_return_mean": statistics.fmean(self.returns) if self.returns else None,
+            "policy_lag_median": float(np.median(lags)) if lags else None,
+            "policy_lag_p90": float(np.percentile(lags, 90)) if lags else None,
+            "policy_lag_max": max(lags) if lags else None,
+            "shards_alive": sum(1 for s in shard_states if s["alive"]),
+        }
+        self.updates, self.loss, self.td = 0, 0.0, 0.0
+        self.previous_added = added
+        return record
+
+
+def describe(record: dict) -> str:
+    """One log line for a progress record."""
+    per_s = record["transitions_per_s"]
+    mean = record["episode_return_mean"]
+    return (
+        f"update {record['updates']} | {record['updates_per_s']:.0f} updates/s | "
+        f"{'?' if per_s is None else f'{per_s:.0f}'} transitions/s | "
+        f"return {'?' if mean is None else f'{mean:.1f}'} | "
+        f"lag p50 {record['policy_lag_median']}"
+    )

@@ -1,0 +1,84 @@
+"""Replay batches onto the learner's device: numpy in, torch tensors out.
+
+The sampler (``replay.sampler_drivers``) stays free of torch; it applies a stage function
+to each merged batch on whichever thread pumps it. With the background I/O thread on CUDA
+that is where the host-to-device copy starts, overlapping the training step: the batch is
+copied into pinned memory and sent with ``non_blocking=True``, so the step that takes it
+waits only if the copy has not finished (CUDA orders it before any kernel on the stream).
+On the CPU, ``torch.from_numpy`` shares the memory and costs nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from replay.batch_math import ReplayBatch
+
+
+@dataclass
+class DeviceBatch:
+    """A replay batch as the training step takes it.
+
+    Attributes:
+        transitions: ``{field: tensor (batch_size, *shape)}`` on the device.
+        weights: float32 importance weights on the device.
+        source: the numpy batch, whose shards, indices and generations route the new
+            priorities back (``sampler.update_priorities(batch.source, ...)``).
+    """
+
+    transitions: dict[str, torch.Tensor]
+    weights: torch.Tensor
+    source: ReplayBatch
+
+
+class DeviceStager:
+    """Callable that stages a :class:`ReplayBatch` on ``device``.
+
+    Args:
+        device: a torch device or its name ("cpu", "cuda", "cuda:1").
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self._pin = self.device.type == "cuda"
+
+    def __call__(self, batch: ReplayBatch) -> DeviceBatch:
+        return DeviceBatch(
+            transitions={name: self._to_device(a) for name, a in batch.transitions.items()},
+            weights=self._to_device(batch.weights),
+            source=batch,
+        )
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        if self.device.type == "cpu":
+            return tensor
+        if self._pin:
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when torch sees it, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Raises:
+        ValueError: CUDA was asked for and torch sees none.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
+    return device
+
+
+def uses_io_thread(replay_io: str, device: torch.device) -> bool:
+    """Whether the sampler gets a background I/O thread (see ``LearnerConfig.replay_io``):
+    on the CPU a second Python thread slows each small step through the GIL; on CUDA the
+    thread overlaps staging with the device's work."""
+    if replay_io == "auto":
+        return device.type != "cpu"
+    return replay_io == "thread"

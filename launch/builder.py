@@ -1,0 +1,162 @@
+"""The one builder: a run config in, a shard, the learner or an actor out.
+
+``apex train`` (through its child processes), the role commands (``apex replay``,
+``apex learner``, ``apex actor``), the tasks of a Slurm job and the benchmarks all build
+their parts here, so a part is made the same way wherever it runs.
+
+The transition spec is computed once per run, by whoever writes the run directory, and
+saved beside ``config.json`` as ``spec.json``: shards read it instead of building an
+environment (an Atari env costs a second and a ROM load) only to learn its shapes.
+
+torch is imported only where the learner or an image actor is built: a shard process and
+the supervisor never pay its second-long import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from apex.envs import env_shape
+from launch.config import ConfigError, RunConfig
+from replay.client import ShardEndpoints
+from replay.errors import InvalidBatchError
+from replay.shard_config import ShardConfig
+from replay.spec import TransitionSpec
+
+if TYPE_CHECKING:
+    from apex.actor import Actor
+    from apex.learner import Learner
+
+SPEC_FILE = "spec.json"
+# The learner's id on the shards' request sockets (actors use their index).
+LEARNER_SENDER = 1_000_000
+# The learner waits this long for the shards to hold data before it gives up.
+LEARNER_START_TIMEOUT_S = 3600.0
+
+
+def transition_spec(config: RunConfig) -> TransitionSpec:
+    """The spec of ``config.env``'s transitions (builds the env once to learn it)."""
+    return env_shape(config.env).transition_spec()
+
+
+def write_spec(run_dir: Path, spec: TransitionSpec) -> Path:
+    path = run_dir / SPEC_FILE
+    temporary = path.with_suffix(".json.tmp")
+    entries = {name: [list(shape), dtype] for name, (shape, dtype) in spec.to_dict().items()}
+    temporary.write_text(json.dumps(entries, indent=2) + "\n", encoding="utf-8")
+    temporary.replace(path)
+    return path
+
+
+def read_spec(run_dir: Path) -> TransitionSpec | None:
+    """The spec saved in ``run_dir``, or None if there is none.
+
+    Raises:
+        ConfigError: the file is there but is not a valid spec.
+    """
+    path = run_dir / SPEC_FILE
+    if not path.exists():
+        return None
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        return TransitionSpec.from_dict({n: (tuple(s), d) for n, (s, d) in entries.items()})
+    except (OSError, ValueError, TypeError, AttributeError, InvalidBatchError) as exc:
+        raise ConfigError([f"{path} is not a transition spec: {exc}"]) from exc
+
+
+def shard_config(
+    config: RunConfig,
+    index: int,
+    host: str,
+    insert_port: int = 0,
+    request_port: int = 0,
+    spec: TransitionSpec | None = None,
+) -> ShardConfig:
+    """Shard ``index``'s settings: its share of the run's replay (``ReplayConfig``).
+
+    Args:
+        spec: the run's spec (see :func:`read_spec`); computed from the env if None.
+    """
+    replay = config.replay.shard_share(config.shards)
+    return ShardConfig(
+        spec=spec if spec is not None else transition_spec(config),
+        capacity=replay.capacity,
+        alpha=replay.alpha,
+        min_size=replay.min_size,
+        samples_per_insert=replay.samples_per_insert,
+        error_buffer=replay.error_buffer,
+        host=host,
+        insert_port=insert_port,
+        request_port=request_port,
+        shard_index=index,
+        seed=config.seed + 100 * (index + 1),
+        insert_batch_hint=config.actor.insert_batch,
+    )
+
+
+def learner(
+    config: RunConfig,
+    shard_requests: tuple[str, ...],
+    run_dir: Path,
+    resume_from: Path | None = None,
+    host: str = "127.0.0.1",
+    weights_port: int = 0,
+    episodes_port: int = 0,
+) -> Learner:
+    """The learner: its algorithm, its sampler over ``shard_requests`` staging batches on
+    its device, and its channels to the actors."""
+    import torch
+
+    from apex.algorithm import build_algorithm
+    from apex.learner import Learner
+    from apex.staging import DeviceStager, resolve_device, uses_io_thread
+    from replay.sampler import SamplerConfig
+    from replay.sampler_drivers import make_sampler
+
+    settings = config.learner
+    torch.set_num_threads(settings.torch_threads)
+    torch.manual_seed(settings.seed)
+    device = resolve_device(settings.device)
+    shape = env_shape(config.env)
+    sampler_config = SamplerConfig(
+        endpoints=shard_requests,
+        batch_size=settings.batch_size,
+        beta=settings.beta,
+        prefetch=settings.prefetch,
+        sender=LEARNER_SENDER,
+        io_thread=uses_io_thread(settings.replay_io, device),
+        start_timeout_s=LEARNER_START_TIMEOUT_S,
+    )
+    source = make_sampler(sampler_config, shape.transition_spec(), DeviceStager(device))
+    return Learner(
+        settings,
+        build_algorithm(settings, shape, device),
+        source,
+        device,
+        run_dir,
+        config.to_dict(),
+        host=host,
+        weights_port=weights_port,
+        episodes_port=episodes_port,
+        resume_from=resume_from,
+    )
+
+
+def actor(
+    config: RunConfig,
+    index: int,
+    shards: tuple[ShardEndpoints, ...],
+    weights: str,
+    episodes: str,
+    max_steps: int | None = None,
+) -> Actor:
+    """Actor ``index`` of the run."""
+    from apex.actor import Actor, ActorEndpoints
+
+    actor_config = config.actor_config(index)
+    if max_steps is not None:
+        actor_config = dataclasses.replace(actor_config, max_steps=max_steps)
+    return Actor(actor_config, ActorEndpoints(shards, weights, episodes))

@@ -1,0 +1,204 @@
+"""The role commands: ``apex replay``, ``apex learner``, ``apex actor``, and ``apex train``
+(all of them as child processes on this machine)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from launch.options import (
+    FieldParam,
+    config_argument,
+    config_option,
+    load_run_config,
+    new_run_dir,
+    run_dir_option,
+    run_options,
+    settings_option,
+    shards_option,
+    stop_options,
+)
+from replay.shard_config import DEFAULT_CAPACITY
+
+SMALL_FIELDS = (
+    "obs:4:float32",
+    "action::int64",
+    "reward::float32",
+    "discount::float32",
+    "next_obs:4:float32",
+)
+
+
+def _port_option(name: str, help_text: str):
+    return click.option(name, type=click.IntRange(0, 65535), default=0, help=help_text)
+
+
+@click.command("replay")
+@click.option(
+    "--field",
+    "fields",
+    multiple=True,
+    type=FieldParam(),
+    default=SMALL_FIELDS,
+    help="A stored field, repeated once per field.",
+)
+@click.option(
+    "--capacity", type=click.IntRange(min=1), default=DEFAULT_CAPACITY, help="Transitions kept."
+)
+@click.option("--alpha", type=click.FloatRange(min=0), default=0.6, help="Priority exponent.")
+@click.option(
+    "--min-size", type=click.IntRange(min=1), default=1, help="Stored transitions before sampling."
+)
+@click.option(
+    "--samples-per-insert",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Hold this replay ratio (sampled per inserted transition); default: no limit.",
+)
+@click.option(
+    "--error-buffer",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Allowed deviation from --samples-per-insert, in transitions.",
+)
+@click.option("--host", default="127.0.0.1", help="Address to bind (0.0.0.0 for all).")
+@_port_option("--insert-port", "PULL port (0: free port).")
+@_port_option("--request-port", "ROUTER port (0: free port).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A run's config (TOML or resolved JSON): fields and replay settings come from it "
+    "(the fields from spec.json beside it, where the run saved one).",
+)
+@click.option("--shard-index", type=click.IntRange(min=0), default=0, help="This shard's index.")
+@click.option("--seed", type=int, default=0, help="Seed of the sampling generator.")
+def replay_role(
+    fields, capacity, alpha, min_size, samples_per_insert, error_buffer, host, insert_port,
+    request_port, config_path, shard_index, seed,
+) -> None:  # fmt: skip
+    """Run one replay shard until SIGINT or SIGTERM.
+
+    Prints one JSON line with its endpoints once bound (``{"ready": ...}``)."""
+    from launch import builder, roles
+    from replay.errors import ConfigError
+    from replay.shard_config import ShardConfig
+    from replay.spec import TransitionSpec
+
+    try:
+        if config_path is not None:
+            run = load_run_config(config_path, {})
+            spec = builder.read_spec(config_path.parent)
+            config = builder.shard_config(run, shard_index, host, insert_port, request_port, spec)
+        else:
+            config = ShardConfig(
+                spec=TransitionSpec(fields), capacity=capacity, alpha=alpha, min_size=min_size,
+                samples_per_insert=samples_per_insert, error_buffer=error_buffer, host=host,
+                insert_port=insert_port, request_port=request_port, shard_index=shard_index,
+                seed=seed,
+            )  # fmt: skip
+        server = roles.shard_server(config)
+    except (ConfigError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    sys.exit(roles.run_shard(server))
+
+
+@click.command("learner")
+@config_option
+@shards_option
+@run_dir_option(required=True, help_text="Run directory.")
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --run-dir.")
+@click.option(
+    "--host", default="127.0.0.1", help="Address to bind the weights and episodes sockets."
+)
+@_port_option("--weights-port", "PUB port (0: free).")
+@_port_option("--episodes-port", "PULL port (0: free).")
+def learner_role(config_path, shards, run_dir, resume, host, weights_port, episodes_port) -> None:
+    """Run the learner until solved, a limit, or SIGINT/SIGTERM (final checkpoint)."""
+    from launch import roles
+
+    run = load_run_config(config_path, {})
+    requests = tuple(s.request for s in shards)
+    sys.exit(roles.run_learner(run, requests, run_dir, resume, host, weights_port, episodes_port))
+
+
+@click.command("actor")
+@config_option
+@click.option("--index", type=click.IntRange(min=0), required=True, help="This actor's index.")
+@shards_option
+@click.option("--weights", required=True, help="The learner's weights endpoint (tcp://HOST:PORT).")
+@click.option(
+    "--episodes", required=True, help="The learner's episodes endpoint (tcp://HOST:PORT)."
+)
+@click.option(
+    "--max-steps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop after this many vector steps.",
+)
+def actor_role(config_path, index, shards, weights, episodes, max_steps) -> None:
+    """Run one actor until SIGINT/SIGTERM."""
+    from launch import roles
+
+    run = load_run_config(config_path, {})
+    if index >= run.actors:
+        raise click.BadParameter(
+            f"index {index} but the config has {run.actors} actors", param_hint="--index"
+        )
+    sys.exit(roles.run_actor(run, index, tuple(shards), weights, episodes, max_steps))
+
+
+@click.command("train")
+@config_argument
+@run_options
+@click.option("--actors", type=click.IntRange(min=1), default=None, help="Actor processes.")
+@click.option("--shards", type=click.IntRange(min=1), default=None, help="Replay shard processes.")
+@click.option(
+    "--envs-per-actor", type=click.IntRange(min=1), default=None, help="Environments per actor."
+)
+@click.option(
+    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="Learner device."
+)
+@stop_options
+@run_dir_option(required=False, help_text="Run directory [runs/ENV-TIME].")
+@click.option(
+    "--resume",
+    "resume_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Continue the run in this directory from its newest checkpoint.",
+)
+@settings_option
+def train(
+    config_path, env, seed, actors, shards, envs_per_actor, device, target_return, max_updates,
+    max_time, run_dir, resume_dir, settings,
+) -> None:  # fmt: skip
+    """Train on this machine: shards, learner and actors as child processes.
+
+    With no arguments it trains CartPole-v1 until solved (greedy mean ≥ 475 over 20
+    episodes)."""
+    from launch.config import load_file
+    from launch.overrides import merge_overrides, run_overrides
+    from launch.signals import on_stop_signal
+    from launch.supervisor import Supervisor
+
+    overrides = run_overrides(
+        env=env, actors=actors, shards=shards, seed=seed, device=device,
+        target_return=target_return, max_updates=max_updates, max_time=max_time,
+        envs_per_actor=envs_per_actor, settings=settings,
+    )  # fmt: skip
+    if resume_dir is not None:
+        base = load_file(resume_dir / "config.json")
+        run_dir = resume_dir
+        config = load_run_config(None, merge_overrides(base, overrides))
+    else:
+        config = load_run_config(config_path, overrides)
+        run_dir = run_dir or new_run_dir(config.env)
+    supervisor = Supervisor(config, run_dir, resume=resume_dir is not None, echo=click.echo)
+    on_stop_signal(supervisor.stop)
+    summary = supervisor.run()
+    click.echo(summary.line())
+    sys.exit(summary.exit_code)

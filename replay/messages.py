@@ -1,0 +1,280 @@
+"""Replay's messages, one class per kind: what each carries and how it is laid out.
+
+``replay.wire`` turns a :class:`~replay.wire.Message` into frames and back and checks the
+frame layout; this module gives each kind its meaning. Every class has ``to_message`` (for
+the sender) and ``from_message`` (for the receiver), and ``from_message`` checks the
+arrays' count, dtypes and lengths and raises :class:`ProtocolError`; field shapes and
+dtypes against a spec are checked where the data is stored (``PrioritizedReplay.add``).
+
+Per kind, the arrays are (``F`` = the shard spec's fields, in spec order)::
+
+    INSERT        F…, priorities f64[count]                        actor → shard (PUSH)
+    SAMPLE        none; count = batch size, scalar = β              learner → shard
+    SAMPLE_REPLY  stats f64[4], indices i64, generations i64,
+                  priorities f64 (stored p^α), weights f32, F…      shard → learner
+                  stats = (total priority, min positive, size, capacity);
+                  weights = (q_min / q_i)^β with this shard's q_min
+    UPDATE        indices i64, generations i64, priorities f64      learner → shard
+    INFO / SPEC   none                                              client → shard
+    INFO_REPLY    utf-8 JSON object as u8[n] (counters only)        shard → client
+    SPEC_REPLY    utf-8 JSON spec as u8[n]                          shard → client
+    ERROR         utf-8 text as u8[n]                               shard → requester
+    CREDIT        none; scalar = insert messages the asker waits    actor → shard
+                  for, count = longest wait in ms
+    CREDIT_REPLY  none; scalar = insert messages taken from the     shard → actor
+                  asker so far (sent once scalar ≥ the asked count,
+                  or when the wait runs out)
+
+The credit (CREDIT, CREDIT_REPLY) is replay's flow control: an actor may have at most a
+fixed number of insert batches sent and not yet taken by a shard (``replay.client``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from replay.errors import ProtocolError
+from replay.spec import TransitionSpec
+from replay.wire import Kind, Message, array_text, text_array
+
+# The longest a shard holds a CREDIT request, whatever the asker asked for.
+MAX_CREDIT_WAIT_MS = 10_000
+# Counts travel as f64 scalars; beyond 2^53 they are no longer exact.
+MAX_EXACT_COUNT = 2.0**53
+
+
+def _expect(message: Message, kind: Kind) -> None:
+    if message.kind != kind:
+        raise ProtocolError(f"expected {kind.name}, got {message.kind.name}")
+
+
+@dataclass(frozen=True)
+class Insert:
+    """A batch of transitions and their initial priorities (not yet raised to α)."""
+
+    fields: Mapping[str, np.ndarray]
+    priorities: np.ndarray
+
+    def to_message(self, spec: TransitionSpec, sender: int, sequence: int, version: int):
+        arrays = (
+            *(np.ascontiguousarray(self.fields[name]) for name in spec),
+            np.ascontiguousarray(self.priorities, dtype=np.float64),
+        )
+        return Message(Kind.INSERT, sender, sequence, version, len(arrays[-1]), 0.0, arrays)
+
+    @classmethod
+    def from_message(cls, message: Message, spec: TransitionSpec) -> Insert:
+        _expect(message, Kind.INSERT)
+        if len(message.arrays) != len(spec) + 1:
+            raise ProtocolError(
+                f"{len(message.arrays)} arrays, expected {len(spec)} fields + priorities"
+            )
+        return cls(dict(zip(spec, message.arrays[:-1], strict=True)), message.arrays[-1])
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """Asks a shard for ``batch_size`` prioritized transitions, weighted with ``beta``."""
+
+    batch_size: int
+    beta: float
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        return Message(Kind.SAMPLE, sender, sequence, count=self.batch_size, scalar=self.beta)
+
+    @classmethod
+    def from_message(cls, message: Message) -> SampleRequest:
+        _expect(message, Kind.SAMPLE)
+        if message.count <= 0 or not 0 <= message.scalar < math.inf:
+            raise ProtocolError(
+                f"SAMPLE needs count > 0 and finite beta >= 0, got batch {message.count}, "
+                f"beta {message.scalar}"
+            )
+        return cls(message.count, message.scalar)
+
+
+@dataclass(frozen=True)
+class SampleReply:
+    """One shard's part of a batch, with the shard's priority statistics.
+
+    Attributes:
+        total_priority: the shard's sum of stored priorities ``Q_s``.
+        min_priority: its smallest positive stored priority ``q_s``.
+        size, capacity: transitions stored and storable.
+        indices, generations: the sampled slots and their generations.
+        priorities: their stored priorities ``p^α``.
+        weights: ``(q_s / q_i)^β``, weighed by this shard's own minimum.
+        fields: ``{name: array}`` in spec order.
+    """
+
+    total_priority: float
+    min_priority: float
+    size: int
+    capacity: int
+    indices: np.ndarray
+    generations: np.ndarray
+    priorities: np.ndarray
+    weights: np.ndarray
+    fields: Mapping[str, np.ndarray]
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        stats = np.array(
+            [self.total_priority, self.min_priority, self.size, self.capacity], dtype=np.float64
+        )
+        arrays = (
+            stats, self.indices, self.generations, self.priorities, self.weights,
+            *self.fields.values(),
+        )  # fmt: skip
+        return Message(Kind.SAMPLE_REPLY, sender, sequence, count=len(self.indices), arrays=arrays)
+
+    @classmethod
+    def from_message(cls, message: Message, spec: TransitionSpec) -> SampleReply:
+        _expect(message, Kind.SAMPLE_REPLY)
+        if len(message.arrays) != 5 + len(spec):
+            raise ProtocolError(
+                f"SAMPLE_REPLY has {len(message.arrays)} arrays, expected {5 + len(spec)}"
+            )
+        stats, indices, generations, priorities, weights, *fields = message.arrays
+        if stats.shape != (4,) or stats.dtype != np.float64:
+            raise ProtocolError(f"SAMPLE_REPLY stats are {stats.dtype}{stats.shape}, not f64[4]")
+        count = len(indices)
+        for name, array, dtype in (
+            ("generations", generations, np.int64),
+            ("priorities", priorities, np.float64),
+            ("weights", weights, np.float32),
+            ("indices", indices, np.int64),
+        ):
+            if array.dtype != dtype or array.shape != (count,):
+                raise ProtocolError(f"SAMPLE_REPLY {name} are {array.dtype}{array.shape}")
+        for name, array in zip(spec, fields, strict=True):
+            if len(array) != count:
+                raise ProtocolError(f"SAMPLE_REPLY field {name} has {len(array)} rows, not {count}")
+        total, smallest, size, capacity = stats.tolist()
+        return cls(
+            total, smallest, int(size), int(capacity), indices, generations, priorities, weights,
+            dict(zip(spec, fields, strict=True)),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PriorityUpdate:
+    """New priorities for sampled slots; fire-and-forget (the shard counts its outcome)."""
+
+    indices: np.ndarray
+    generations: np.ndarray
+    priorities: np.ndarray
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        arrays = (
+            np.ascontiguousarray(self.indices, dtype=np.int64),
+            np.ascontiguousarray(self.generations, dtype=np.int64),
+            np.ascontiguousarray(self.priorities, dtype=np.float64),
+        )
+        return Message(Kind.UPDATE, sender, sequence, count=len(arrays[0]), arrays=arrays)
+
+    @classmethod
+    def from_message(cls, message: Message) -> PriorityUpdate:
+        _expect(message, Kind.UPDATE)
+        arrays = message.arrays
+        if len(arrays) != 3 or arrays[0].dtype != np.int64 or arrays[1].dtype != np.int64:
+            raise ProtocolError("UPDATE needs int64 indices, int64 generations, priorities")
+        return cls(*arrays)
+
+
+@dataclass(frozen=True)
+class CreditRequest:
+    """Asks a shard to answer once it has taken ``wanted`` insert messages from the asker,
+    or after ``wait_ms`` (at most :data:`MAX_CREDIT_WAIT_MS`)."""
+
+    wanted: float
+    wait_ms: int
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        wait_ms = max(0, min(int(self.wait_ms), 2**32 - 1))
+        return Message(Kind.CREDIT, sender, sequence, count=wait_ms, scalar=float(self.wanted))
+
+    @classmethod
+    def from_message(cls, message: Message) -> CreditRequest:
+        _expect(message, Kind.CREDIT)
+        if not 0.0 <= message.scalar < MAX_EXACT_COUNT:  # also refuses NaN
+            raise ProtocolError(f"CREDIT needs a count >= 0, got {message.scalar}")
+        return cls(message.scalar, min(message.count, MAX_CREDIT_WAIT_MS))
+
+
+@dataclass(frozen=True)
+class CreditReply:
+    """How many insert messages the shard has taken from the asker so far."""
+
+    taken: float
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        return Message(Kind.CREDIT_REPLY, sender, sequence, scalar=float(self.taken))
+
+    @classmethod
+    def from_message(cls, message: Message) -> CreditReply:
+        _expect(message, Kind.CREDIT_REPLY)
+        return cls(message.scalar)
+
+
+def request(kind: Kind, sender: int, sequence: int) -> Message:
+    """A request without payload: INFO or SPEC."""
+    return Message(kind, sender, sequence)
+
+
+def info_reply(counters: Mapping[str, object], sender: int, sequence: int) -> Message:
+    return Message(Kind.INFO_REPLY, sender, sequence, arrays=(text_array(json.dumps(counters)),))
+
+
+def read_info(message: Message) -> dict[str, object]:
+    """The counters of an INFO_REPLY.
+
+    Raises:
+        ProtocolError: another kind, or a payload that is not a JSON object.
+    """
+    _expect(message, Kind.INFO_REPLY)
+    try:
+        info = json.loads(array_text(message.arrays[0]))
+    except (IndexError, ValueError) as exc:
+        raise ProtocolError(f"malformed INFO_REPLY: {exc}") from exc
+    if not isinstance(info, dict):
+        raise ProtocolError("INFO_REPLY is not a JSON object")
+    return info
+
+
+def spec_reply(spec: TransitionSpec, sender: int, sequence: int) -> Message:
+    entries = [[name, list(shape), dtype] for name, (shape, dtype) in spec.to_dict().items()]
+    return Message(Kind.SPEC_REPLY, sender, sequence, arrays=(text_array(json.dumps(entries)),))
+
+
+def read_spec(message: Message) -> TransitionSpec:
+    """The spec of a SPEC_REPLY.
+
+    Raises:
+        ProtocolError: another kind, or not JSON of ``[[name, [dims], dtype], ...]``
+            naming a valid spec.
+    """
+    _expect(message, Kind.SPEC_REPLY)
+    try:
+        entries = json.loads(array_text(message.arrays[0]))
+        if not isinstance(entries, list):
+            raise TypeError("not a list")
+        return TransitionSpec.from_dict({str(n): (tuple(s), str(d)) for n, s, d in entries})
+    except (IndexError, ValueError, TypeError) as exc:
+        raise ProtocolError(f"malformed spec payload: {exc}") from exc
+
+
+def error(text: str, sender: int, sequence: int) -> Message:
+    return Message(Kind.ERROR, sender, sequence, arrays=(text_array(text),))
+
+
+def read_error(message: Message) -> str:
+    _expect(message, Kind.ERROR)
+    try:
+        return array_text(message.arrays[0])
+    except IndexError:
+        raise ProtocolError("ERROR without text") from None

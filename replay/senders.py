@@ -1,0 +1,103 @@
+"""A shard's account of who sent what: per-sender counters, rejections by reason, and
+logging each kind of rejection once per sender.
+
+Sender ids are whatever a peer claims in its header; at most ``MAX_TRACKED_SENDERS`` are
+kept apart, and the rest are pooled under ``UNKNOWN_SENDER``, so a peer that forges ids
+cannot grow the shard's memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+# Reasons a message is rejected, the keys of the per-sender rejection counters.
+REJECT_PROTOCOL = "protocol"
+REJECT_INSERT = "insert"
+REJECT_UPDATE = "update"
+REJECT_REQUEST = "request"
+REJECT_UNEXPECTED_KIND = "unexpected_kind"
+MAX_TRACKED_SENDERS = 4096
+UNKNOWN_SENDER = -1
+
+
+@dataclass
+class SenderStats:
+    """Counters for one sender id."""
+
+    inserts: int = 0
+    taken: int = 0
+    transitions: int = 0
+    requests: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    policy_version_min: int | None = None
+    policy_version_max: int | None = None
+    last_sequence: int | None = None
+
+
+class SenderBook:
+    """Every sender's :class:`SenderStats` on one shard.
+
+    Args:
+        shard_index: named in the log lines.
+    """
+
+    def __init__(self, shard_index: int) -> None:
+        self._shard_index = shard_index
+        self._senders: dict[int, SenderStats] = {}
+        self._logged: set[tuple[int, str]] = set()
+
+    def get(self, sender: int) -> SenderStats:
+        stats = self._senders.get(sender)
+        if stats is None:
+            if len(self._senders) >= MAX_TRACKED_SENDERS:
+                sender = UNKNOWN_SENDER
+            stats = self._senders.setdefault(sender, SenderStats())
+        return stats
+
+    def reject(self, sender: int, reason: str, detail: object) -> None:
+        """Counts a rejected message; logs the first of each reason per sender."""
+        stats = self.get(sender)
+        stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
+        key = (sender, reason)
+        if key not in self._logged and len(self._logged) < MAX_TRACKED_SENDERS:
+            self._logged.add(key)
+            logger.warning(
+                "shard %d rejected a message from sender %d (%s): %s "
+                "(further %s rejections from this sender are counted, not logged)",
+                self._shard_index, sender, reason, detail, reason,
+            )  # fmt: skip
+
+    def rejected(self) -> dict[str, int]:
+        """Rejections by reason, over every sender."""
+        totals: dict[str, int] = {}
+        for stats in self._senders.values():
+            for reason, count in stats.rejected.items():
+                totals[reason] = totals.get(reason, 0) + count
+        return totals
+
+    def counters(self) -> dict[str, dict[str, object]]:
+        """Per sender, plain JSON types (INFO's ``senders``)."""
+        return {
+            str(sender): {
+                "inserts": s.inserts,
+                "insert_messages_taken": s.taken,
+                "transitions": s.transitions,
+                "requests": s.requests,
+                "rejected": dict(s.rejected),
+                "policy_version_min": s.policy_version_min,
+                "policy_version_max": s.policy_version_max,
+                "last_sequence": s.last_sequence,
+            }
+            for sender, s in self._senders.items()
+        }
+
+
+def claimed_sender(header_frame: object) -> int:
+    """The sender id a malformed message claims, if its header gets that far."""
+    header = memoryview(getattr(header_frame, "buffer", header_frame)).cast("B")
+    if len(header) >= 8:
+        return int.from_bytes(header[4:8], "little")
+    return UNKNOWN_SENDER

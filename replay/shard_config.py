@@ -1,0 +1,84 @@
+"""The settings of one replay shard, and the rules that keep them from deadlocking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replay.rate_limiter import RateLimiter
+from replay.spec import TransitionSpec
+
+# Transitions a shard keeps unless told otherwise (``apex replay --capacity``), and a run's
+# replay in all (``launch.config.ReplayConfig.capacity``).
+DEFAULT_CAPACITY = 1_000_000
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    """Settings of one shard; validated by :meth:`validate`.
+
+    Attributes:
+        spec: the transition fields this shard stores.
+        capacity: transitions kept (FIFO eviction beyond it).
+        alpha: priority exponent.
+        min_size: SAMPLE requests wait until this many transitions are stored.
+        samples_per_insert: if set, the replay ratio the shard holds (sampled transitions per
+            inserted transition): inserts wait when sampling lags, samples when inserting
+            lags (see ``replay.rate_limiter``).
+        error_buffer: allowed deviation from ``samples_per_insert``, in transitions.
+        host: address to bind; 127.0.0.1 by default (use 0.0.0.0 for other hosts).
+        insert_port: PULL port, 0 for a free one.
+        request_port: ROUTER port, 0 for a free one.
+        shard_index: this shard's index (logged, and in INFO).
+        seed: seed of the sampling generator.
+        max_inserts_per_round: inserts handled per loop round at most.
+        max_requests_per_round: requests handled per loop round at most.
+        max_waiting_samples: SAMPLE requests kept while the store is too small; more are
+            answered with an ERROR.
+        socket_hwm: high-water mark (messages) on both sockets.
+        insert_batch_hint: transitions per insert message, usually; sizes the insert
+            socket's kernel buffers (see replay.transport.insert_buffer_bytes).
+        poll_timeout_s: longest wait before the loop looks at the stop flag again.
+    """
+
+    spec: TransitionSpec
+    capacity: int
+    alpha: float = 0.6
+    min_size: int = 1
+    samples_per_insert: float | None = None
+    error_buffer: float = 0.0
+    host: str = "127.0.0.1"
+    insert_port: int = 0
+    request_port: int = 0
+    shard_index: int = 0
+    seed: int = 0
+    max_inserts_per_round: int = 64
+    max_requests_per_round: int = 16
+    max_waiting_samples: int = 64
+    socket_hwm: int = 64
+    insert_batch_hint: int = 50
+    poll_timeout_s: float = 0.05
+
+    def problems(self) -> list[str]:
+        """Every problem with these settings (empty if none), with the values involved."""
+        problems = []
+        if self.capacity <= 0:
+            problems.append(f"capacity must be > 0, got {self.capacity}")
+        problems += RateLimiter.problems(
+            self.min_size, self.samples_per_insert, self.error_buffer, self.capacity
+        )
+        for name in (
+            "max_inserts_per_round",
+            "max_requests_per_round",
+            "socket_hwm",
+            "insert_batch_hint",
+        ):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_waiting_samples < 0:
+            problems.append(f"max_waiting_samples must be >= 0, got {self.max_waiting_samples}")
+        for name in ("insert_port", "request_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                problems.append(f"{name} must be in [0, 65535], got {getattr(self, name)}")
+        if not self.poll_timeout_s > 0:
+            problems.append(f"poll_timeout_s must be > 0, got {self.poll_timeout_s}")
+        return problems

@@ -1,0 +1,193 @@
+"""The learner loop in this process: a real double-DQN on a real local prioritized store
+(no shards, no subprocesses), its periodic work, and its periodic-task scheduler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zmq
+
+from apex.algorithm import build_algorithm
+from apex.channels import WeightSubscriber
+from apex.envs import env_shape
+from apex.learner import Learner
+from apex.periodic import Periodic
+from apex.settings import LearnerConfig
+from apex.staging import DeviceBatch, DeviceStager
+from replay import PrioritizedReplay
+from replay.batch_math import ReplayBatch
+
+BATCH = 32
+
+
+class LocalSource:
+    """Batches from one in-process store: what ``replay.sampler_drivers`` gives the learner
+    from shards, without sockets."""
+
+    def __init__(self, store: PrioritizedReplay, stage: DeviceStager) -> None:
+        self.store = store
+        self.stage = stage
+        self.updates_sent = 0
+        self.started = self.closed = False
+
+    def start(self, cancelled=None) -> bool:
+        self.started = True
+        return True
+
+    def next_batch(self, timeout_s: float = 10.0) -> DeviceBatch:
+        sample = self.store.sample(BATCH, 0.4)
+        batch = ReplayBatch(
+            sample.transitions, sample.weights, np.zeros(BATCH, np.int32), sample.indices,
+            sample.generations, sample.priorities,
+        )  # fmt: skip
+        return self.stage(batch)
+
+    def update_priorities(self, batch: ReplayBatch, priorities: np.ndarray) -> None:
+        assert priorities.shape == (BATCH,) and np.isfinite(priorities).all()
+        self.store.update_priorities(batch.indices, batch.generations, priorities)
+        self.updates_sent += 1
+
+    def shard_states(self) -> list[dict]:
+        info = {
+            "size": self.store.size, "transitions_added": self.store.items_added,
+            "dropped_stale_updates": self.store.dropped_updates,
+            "updates_applied": self.updates_sent, "senders": {},
+        }  # fmt: skip
+        return [{"alive": True, "info": info, "info_at": 0.0}]
+
+    def refresh_infos(self, timeout_s: float = 2.0) -> list[dict]:
+        return self.shard_states()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Policy:
+    """Takes published weights the way an actor's policy does (apex.channels.WeightTaker)."""
+
+    def __init__(self, learner: Learner) -> None:
+        self._shapes = {k: tuple(v.shape) for k, v in learner.algorithm.policy.state_dict().items()}
+        self.loaded: dict[str, np.ndarray] = {}
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return self._shapes
+
+    def load(self, arrays: dict[str, np.ndarray]) -> None:
+        self.loaded = arrays
+
+
+def filled_store(rng: np.random.Generator) -> PrioritizedReplay:
+    spec = env_shape("CartPole-v1").transition_spec()
+    store = PrioritizedReplay(spec, 1024, 0.6, rng=0)
+    count = 512
+    store.add(
+        {
+            "obs": rng.normal(size=(count, 4)).astype(np.float32),
+            "action": rng.integers(0, 2, count),
+            "reward": np.ones(count, np.float32),
+            "discount": np.full(count, 0.97, np.float32),
+            "next_obs": rng.normal(size=(count, 4)).astype(np.float32),
+        },
+        np.ones(count),
+    )
+    return store
+
+
+def make_learner(tmp_path: Path, store, resume_from: Path | None = None, **settings) -> Learner:
+    config = LearnerConfig(
+        batch_size=BATCH, hidden=(32, 32), target_update_period=10, publish_period=5,
+        eval_interval_s=3600.0, metrics_interval_s=1e-6, eval_episodes=2, **settings,
+    )  # fmt: skip
+    device = torch.device("cpu")
+    algorithm = build_algorithm(config, env_shape(config.env), device)
+    source = LocalSource(store, DeviceStager(device))
+    return Learner(
+        config, algorithm, source, device, tmp_path, {"test": True}, resume_from=resume_from
+    )
+
+
+def test_the_loop_trains_sends_priorities_publishes_and_checkpoints(tmp_path: Path) -> None:
+    store = filled_store(np.random.default_rng(0))
+    learner = make_learner(tmp_path, store, max_updates=40)
+    subscriber_context = zmq.Context()
+    subscriber = WeightSubscriber(subscriber_context, learner.weights_endpoint)
+    try:
+        before = store.total_priority
+        outcome = learner.run()
+        assert outcome.reason == "max_updates" and not outcome.solved
+        assert outcome.counters.updates == 40
+        assert learner.source.updates_sent == 40 and learner.source.closed
+        assert store.total_priority != before  # |δ| + ε replaced the initial priorities
+        assert learner.algorithm.steps == 40
+        online, target = learner.algorithm.online, learner.algorithm.target
+        # The target was copied at update 40 and the online net has not moved since.
+        for a, b in zip(online.parameters(), target.parameters(), strict=True):
+            assert torch.equal(a, b)
+        # One publication at start, then every 5 updates.
+        assert outcome.counters.weight_version == 1 + 40 // 5
+        records = [
+            json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+        ]
+        events = [r["event"] for r in records]
+        assert events[0] == "start" and events[-1] == "end" and "progress" in events
+        progress = [r for r in records if r["event"] == "progress"]
+        assert progress[-1]["replay_sizes"] == [512] and progress[-1]["loss"] is not None
+        assert list((tmp_path / "checkpoints").glob("checkpoint-0000000040.pt"))
+    finally:
+        subscriber.close()
+        subscriber_context.term()
+
+
+def test_resuming_restores_networks_counters_and_the_target_schedule(tmp_path: Path) -> None:
+    store = filled_store(np.random.default_rng(1))
+    first = make_learner(tmp_path, store, max_updates=15)
+    first.run()
+    saved = {k: v.clone() for k, v in first.algorithm.online.state_dict().items()}
+    checkpoint = next((tmp_path / "checkpoints").glob("*.pt"))
+    second = make_learner(tmp_path, store, resume_from=checkpoint, max_updates=25)
+    assert second.counters.updates == 15 and second.algorithm.steps == 15
+    for name, value in second.algorithm.online.state_dict().items():
+        assert torch.equal(value, saved[name])
+    outcome = second.run()
+    assert outcome.counters.updates == 25
+
+
+def test_a_stop_request_ends_the_run_with_a_final_checkpoint(tmp_path: Path) -> None:
+    learner = make_learner(tmp_path, filled_store(np.random.default_rng(2)))
+    learner.stop()
+    outcome = learner.run()
+    assert outcome.reason == "stopped" and outcome.counters.updates == 0
+    assert list((tmp_path / "checkpoints").glob("checkpoint-*.pt"))
+    assert learner.source.closed
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_periodic_tasks_run_on_their_own_period_and_may_stop_the_loop() -> None:
+    clock, ran = FakeClock(), []
+    tasks = Periodic(clock)
+    tasks.every("each", lambda: ran.append("each"))
+    tasks.every("seconds", lambda: ran.append("seconds"), seconds=2.0)
+    tasks.every("updates", lambda: ran.append("updates"), updates=3, start_updates=1)
+    tasks.every("stop", lambda: clock.now >= 5.0, seconds=1.0)
+    for update in range(1, 8):
+        clock.now = float(update)
+        stopped = tasks.run_due(update)
+        if stopped:
+            break
+    assert stopped == "stop" and update == 5
+    assert ran.count("each") == 5
+    assert ran.count("seconds") == 2  # at 2 s and 4 s
+    assert ran.count("updates") == 1  # at update 4
+    with pytest.raises(ValueError, match="periods must be > 0"):
+        tasks.every("bad", lambda: None, seconds=0.0)

@@ -1,0 +1,37 @@
+"""The sampler's view of one shard: outages, probes and counters, without sockets."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from replay.shard_health import ShardHealth
+
+PROBE_S, INFO_S = 0.5, 1.0
+
+
+def test_an_outage_is_counted_once_and_timed_until_the_shard_answers() -> None:
+    health = ShardHealth(2, "tcp://x:1", total=5.0)
+    health.mark_down(10.0, "no reply", PROBE_S)
+    health.mark_down(10.5, "still no reply", PROBE_S)
+    assert not health.alive and health.outages == 1 and health.mass == 0.0
+    assert health.state(11.0)["down_s"] == pytest.approx(1.0)
+    health.answered(12.0)
+    assert health.alive and health.replies == 1 and health.mass == 5.0
+    assert health.state(20.0)["down_s"] == pytest.approx(2.0)
+
+
+def test_down_and_empty_shards_are_probed_and_every_shard_reports_periodically() -> None:
+    health = ShardHealth(0, "tcp://x:1")
+    assert health.wants_info(0.0)  # empty: only INFO can show it filling
+    health.asked_info(0.0, PROBE_S, INFO_S)
+    assert not health.wants_info(0.4) and health.wants_info(0.5)
+    health.apply_info(
+        {"total_priority": 3.0, "size": 7, "min_priority": 0.25, "transitions_added": 7}, 0.6
+    )
+    health.asked_info(0.6, PROBE_S, INFO_S)
+    assert health.usable and not health.wants_info(1.5) and health.wants_info(1.6)
+    assert (health.total, health.size, health.min_positive, health.info_at) == (3.0, 7, 0.25, 0.6)
+    health.apply_info({"total_priority": 0.0, "size": 0, "min_priority": None}, 2.0)
+    assert health.min_positive == math.inf and not health.usable
