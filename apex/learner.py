@@ -309,12 +309,16 @@ class Learner:
     def _account(self) -> dict:
         """What the actors sent against what the shards hold (see apex.delivery)."""
         self._episodes.drain()  # the newest heartbeats first
+        asked_at = time.monotonic()
         try:
             states = self.source.refresh_infos(FINAL_INFO_TIMEOUT_S)
         except ReplayError as exc:
             logger.warning("no shard counters for the delivery account: %s", exc)
             states = self.source.shard_states()
-        fresh = [s.get("info") if s["alive"] else None for s in states]
+        # Only counters from after the question count: a shard that did not answer is
+        # unknown (None), not as it was a second ago. No states at all (the source never
+        # started): nothing is known.
+        fresh = [s["info"] if s["info_at"] >= asked_at else None for s in states] or [None]
         report = delivery_report(self._episodes.actors, fresh, states, time.monotonic())
         logger.info("delivery: %s", describe(report))
         return report

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,7 @@ class LocalSource:
             "dropped_stale_updates": self.store.dropped_updates,
             "updates_applied": self.updates_sent, "senders": {},
         }  # fmt: skip
-        return [{"alive": True, "info": info, "info_at": 0.0}]
+        return [{"alive": True, "info": info, "info_at": time.monotonic()}]
 
     def refresh_infos(self, timeout_s: float = 2.0) -> list[dict]:
         return self.shard_states()
@@ -137,6 +138,9 @@ def test_the_loop_trains_sends_priorities_publishes_and_checkpoints(tmp_path: Pa
         progress = [r for r in records if r["event"] == "progress"]
         assert progress[-1]["replay_sizes"] == [512] and progress[-1]["loss"] is not None
         assert list((tmp_path / "checkpoints").glob("checkpoint-0000000040.pt"))
+        # The end-of-run account read the store's fresh counters (no actor reported).
+        assert outcome.delivery["shards_answering"] == 1
+        assert outcome.delivery["transitions_lost"] == 0
     finally:
         subscriber.close()
         subscriber_context.term()

@@ -15,13 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
+from apex.envs import env_shape
 from apex.metrics import read_metrics
-from apex.staging import uses_io_thread
 from bench.processes import run_processes
-from launch.builder import shard_config
-from launch.config import ConfigError, resolve
+from launch.builder import read_spec
 
 RANDOM_CARTPOLE_RETURN = 22.0
 TRAIN_SECONDS = 25
@@ -99,6 +97,8 @@ def test_versions_advance_priorities_update_and_a_checkpoint_is_written(finished
     assert list((run_dir / "checkpoints").glob("checkpoint-*.pt"))
     config = json.loads((run_dir / "config.json").read_text())
     assert config["actors"] == 2 and config["shards"] == 2
+    # The spec was computed once, by the supervisor, for the shards to read.
+    assert read_spec(run_dir) == env_shape("CartPole-v1").transition_spec()
     assert processes_of(run_dir) == []
 
 
@@ -151,67 +151,6 @@ def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: 
     assert list((run_dir / "checkpoints").glob("checkpoint-*.pt"))  # the final checkpoint
 
 
-@pytest.mark.parametrize(
-    ("values", "expected"),
-    [
-        ({"actors": 0}, "actors must be a positive integer, got 0"),
-        (
-            {"replay": {"capacity": 100, "min_size": 200}},
-            "replay.min_size=200 must be in [1, capacity=100]",
-        ),
-        (
-            {"learner": {"batch_size": 512}, "replay": {"min_size": 100}, "shards": 2},
-            "replay.min_size 100 < learner.batch_size 512",
-        ),
-        ({"actor": {"hidden": [64]}}, "actor.hidden (64,) and learner.hidden"),
-        ({"learner": {"device": "tpu"}}, "learner.device must be auto, cpu or cuda"),
-        ({"learner": {"replay_io": "async"}}, "learner.replay_io must be one of auto, thread"),
-        ({"learner": {"no_such_key": 1}}, "learner: unknown setting 'no_such_key'"),
-        ({"colour": "blue"}, "unknown top-level setting 'colour'"),
-        ({"actor": {"gamma": 1.5}}, "actor.gamma must be in [0, 1], got 1.5"),
-    ],
-)
-def test_bad_configs_are_refused_with_every_problem(values, expected) -> None:
-    with pytest.raises(ConfigError) as raised:
-        resolve(values)
-    assert any(expected in problem for problem in raised.value.problems), raised.value.problems
-
-
-def test_all_problems_are_reported_together() -> None:
-    with pytest.raises(ConfigError) as raised:
-        resolve({"actors": 0, "shards": -1, "actor": {"epsilon": 2.0}})
-    assert len(raised.value.problems) >= 3
-
-
-def test_the_replay_io_mode_follows_the_device() -> None:
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert not uses_io_thread("auto", cpu) and uses_io_thread("auto", cuda)
-    assert uses_io_thread("thread", cpu) and not uses_io_thread("inline", cuda)
-
-
-def test_the_default_config_is_valid_and_cartpole() -> None:
-    config = resolve({})
-    assert config.env == "CartPole-v1"
-    assert config.actor.hidden == config.learner.hidden
-
-
-def test_replay_totals_are_split_over_the_shards() -> None:
-    config = resolve(
-        {
-            "shards": 3,
-            "replay": {"capacity": 1000, "min_size": 100, "error_buffer": 600.0},
-        }
-    )
-    shards = [shard_config(config, index, "127.0.0.1") for index in range(3)]
-    assert {shard.capacity for shard in shards} == {334}
-    assert {shard.min_size for shard in shards} == {34}
-    assert {shard.error_buffer for shard in shards} == {200.0}
-    # Every shard together holds at least the totals asked for.
-    assert sum(shard.min_size for shard in shards) >= config.replay.min_size
-    assert sum(shard.capacity for shard in shards) >= config.replay.capacity
-
-
-@pytest.mark.slow
 def test_a_dead_shard_ends_the_run_with_exit_code_3(tmp_path: Path) -> None:
     run_dir = tmp_path / "shard-dies"
     process = train(run_dir, "--max-time", "600")

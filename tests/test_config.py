@@ -1,0 +1,145 @@
+"""Run configs: every problem reported at once, each section validating itself, presets
+living with their environments; and the builder that turns a config into parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from apex.envs import PRESETS, env_shape
+from apex.settings import ActorConfig, LearnerConfig
+from apex.staging import uses_io_thread
+from launch.builder import read_spec, shard_config, write_spec
+from launch.config import ConfigError, ReplayConfig, SlurmConfig, resolve
+from tests.conftest import SMALL_SPEC
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"actors": 0}, "actors must be a positive integer, got 0"),
+        (
+            {"replay": {"capacity": 100, "min_size": 200}},
+            "replay.min_size=200 must be in [1, capacity=100]",
+        ),
+        (
+            {"learner": {"batch_size": 512}, "replay": {"min_size": 100}, "shards": 2},
+            "replay.min_size 100 < learner.batch_size 512",
+        ),
+        ({"actor": {"hidden": [64]}}, "actor.hidden (64,) and learner.hidden"),
+        ({"learner": {"device": "tpu"}}, "learner.device must be auto, cpu or cuda"),
+        ({"learner": {"replay_io": "async"}}, "learner.replay_io must be one of auto, thread"),
+        ({"learner": {"no_such_key": 1}}, "learner: unknown setting 'no_such_key'"),
+        ({"colour": "blue"}, "unknown top-level setting 'colour'"),
+        ({"actor": {"gamma": 1.5}}, "actor.gamma must be in [0, 1], got 1.5"),
+    ],
+)
+def test_bad_configs_are_refused_with_every_problem(values, expected) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve(values)
+    assert any(expected in problem for problem in raised.value.problems), raised.value.problems
+
+
+def test_all_problems_are_reported_together() -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve({"actors": 0, "shards": -1, "actor": {"epsilon": 2.0}})
+    assert len(raised.value.problems) >= 3
+
+
+def test_the_replay_io_mode_follows_the_device() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert not uses_io_thread("auto", cpu) and uses_io_thread("auto", cuda)
+    assert uses_io_thread("thread", cpu) and not uses_io_thread("inline", cuda)
+
+
+def test_the_default_config_is_valid_and_cartpole() -> None:
+    config = resolve({})
+    assert config.env == "CartPole-v1"
+    assert config.actor.hidden == config.learner.hidden
+
+
+def test_replay_totals_are_split_over_the_shards() -> None:
+    config = resolve(
+        {
+            "shards": 3,
+            "replay": {"capacity": 1000, "min_size": 100, "error_buffer": 600.0},
+        }
+    )
+    shards = [shard_config(config, index, "127.0.0.1") for index in range(3)]
+    assert {shard.capacity for shard in shards} == {334}
+    assert {shard.min_size for shard in shards} == {34}
+    assert {shard.error_buffer for shard in shards} == {200.0}
+    # Every shard together holds at least the totals asked for.
+    assert sum(shard.min_size for shard in shards) >= config.replay.min_size
+    assert sum(shard.capacity for shard in shards) >= config.replay.capacity
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"actor": {"max_in_flight": 8}}, "actor.max_in_flight was renamed to actor.insert_credit"),
+        ({"replay": {"samples_per_insert": -1.0}}, "replay.samples_per_insert must be finite"),
+        (
+            {"replay": {"samples_per_insert": 2.0, "error_buffer": -5.0}},
+            "replay.error_buffer must be finite and >= 0",
+        ),
+        ({"learner": {"max_time_s": 0}}, "learner.max_time_s must be > 0"),
+        ({"actor": {"insert_credit": 0}}, "actor.insert_credit must be a positive integer"),
+    ],
+)
+def test_more_bad_configs(values, expected) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve(values)
+    assert any(expected in problem for problem in raised.value.problems), raised.value.problems
+
+
+def test_each_section_validates_itself() -> None:
+    assert ActorConfig().problems() == [] and LearnerConfig().problems() == []
+    assert ReplayConfig().problems() == []
+    assert ActorConfig(gamma=2.0, n_step=0).problems(prefix="") == [
+        "n_step must be a positive integer, got 0",
+        "gamma must be in [0, 1], got 2.0",
+    ]
+    assert LearnerConfig(batch_size=True).problems()[0].startswith("learner.batch_size")
+    assert ReplayConfig(capacity=10, min_size=20).problems() == [
+        "replay.min_size=20 must be in [1, capacity=10]: a shard never holds more than its "
+        "capacity, so it would never sample"
+    ]
+    assert SlurmConfig(actor_nodes=2).problems(actors=3, shards=1) == [
+        "actors 3 do not divide over slurm.actor_nodes 2"
+    ]
+
+
+def test_presets_carry_their_defaults_and_the_user_wins() -> None:
+    pong = resolve({"env": "Pong"})
+    assert pong.replay.capacity == PRESETS["Pong"].defaults["replay"]["capacity"]
+    assert pong.actors == PRESETS["Pong"].defaults["actors"]
+    mine = resolve({"env": "Pong", "replay": {"capacity": 40_000}})
+    assert mine.replay.capacity == 40_000
+    assert mine.replay.min_size == PRESETS["Pong"].defaults["replay"]["min_size"]
+
+
+def test_the_spec_is_saved_once_and_read_back(tmp_path: Path) -> None:
+    assert read_spec(tmp_path) is None
+    write_spec(tmp_path, SMALL_SPEC)
+    assert read_spec(tmp_path) == SMALL_SPEC
+    (tmp_path / "spec.json").write_text('{"obs": [[4], "object"]}')
+    with pytest.raises(ConfigError, match="is not a transition spec"):
+        read_spec(tmp_path)
+    (tmp_path / "spec.json").write_text("[1, 2")
+    with pytest.raises(ConfigError, match="is not a transition spec"):
+        read_spec(tmp_path)
+
+
+def test_a_shard_built_from_a_saved_spec_never_builds_the_env() -> None:
+    # No such environment exists: only the handed spec can make this shard.
+    config = resolve({"env": "NoSuchEnvironment-v0"})
+    shard = shard_config(config, 1, "127.0.0.1", spec=SMALL_SPEC)
+    assert shard.spec == SMALL_SPEC and shard.shard_index == 1 and shard.problems() == []
+    assert shard.seed == config.seed + 200
+    assert (
+        shard_config(resolve({}), 0, "127.0.0.1").spec == env_shape("CartPole-v1").transition_spec()
+    )
