@@ -23,14 +23,23 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
-from replay.errors import EmptyReplayError, InvalidIndexError, InvalidPriorityError
+from replay.errors import (
+    EmptyReplayError,
+    InvalidBatchError,
+    InvalidIndexError,
+    InvalidPriorityError,
+)
 from replay.spec import TransitionSpec
 from replay.storage import BatchBuffers, RingStorage
 from replay.sum_tree import SumTree, first_out_of_range
+
+if TYPE_CHECKING:
+    from replay.frame_storage import FrameStackStorage
 
 
 @njit(cache=True, nogil=True)
@@ -114,28 +123,38 @@ class PrioritizedReplay:
     """A FIFO ring of transitions sampled in proportion to ``priority^α``.
 
     Args:
-        spec: the fields of a transition.
+        spec: the fields of a transition (ignored when ``storage`` is given).
         capacity: number of transitions kept; the oldest is evicted first.
         alpha: priority exponent ``α >= 0``.
         rng: a ``numpy.random.Generator``, or a seed for one, used by :meth:`sample` when
             the caller passes none.
+        storage: where transitions live: a ``RingStorage`` of ``spec`` by default, or
+            another storage with the same methods (``replay.frame_storage``, which writes
+            records and gathers frame stacks, and may evict a transition before its turn:
+            its priority then goes to zero here).
 
     Raises:
-        InvalidIndexError: ``capacity`` is not a positive integer.
+        InvalidIndexError: ``capacity`` is not a positive integer, or not the storage's.
         InvalidPriorityError: ``alpha`` is negative or not finite.
     """
 
     def __init__(
         self,
-        spec: TransitionSpec,
+        spec: TransitionSpec | None,
         capacity: int,
         alpha: float = 0.6,
         rng: np.random.Generator | int | None = None,
+        *,
+        storage: RingStorage | FrameStackStorage | None = None,
     ) -> None:
         if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha >= 0):
             raise InvalidPriorityError(f"alpha must be a finite number >= 0, got {alpha!r}")
         self._alpha = float(alpha)
-        self._storage = RingStorage(spec, capacity)
+        self._storage = storage if storage is not None else RingStorage(spec, capacity)
+        if self._storage.capacity != capacity:
+            raise InvalidIndexError(
+                f"capacity {capacity} is not the storage's {self._storage.capacity}"
+            )
         self._tree = SumTree(capacity)
         self._slot_generations = self._storage.generations
         self._rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
@@ -178,7 +197,7 @@ class PrioritizedReplay:
         return self._tree.min_positive
 
     @property
-    def storage(self) -> RingStorage:
+    def storage(self) -> RingStorage | FrameStackStorage:
         return self._storage
 
     @property
@@ -204,7 +223,30 @@ class PrioritizedReplay:
         powered = self._powered_priorities(priorities, count)
         slots = self._storage.write(batch, count)
         self._tree.set_unchecked(slots, powered[count - slots.size : count])
+        self._zero_evicted()
         return slots
+
+    def add_frames(
+        self, streams: np.ndarray, numbers: np.ndarray, starts: np.ndarray, frames: np.ndarray
+    ) -> np.ndarray:
+        """Stores frames in a frame storage (``FrameStackStorage.add_frames``); transitions
+        it evicts to free their frames get zero priority here at once.
+
+        Raises:
+            InvalidBatchError: the frames are refused (see the storage), or this store
+                keeps whole transitions and has no frames.
+        """
+        add = getattr(self._storage, "add_frames", None)
+        if add is None:
+            raise InvalidBatchError("this replay stores whole transitions: it takes no frames")
+        slots = add(streams, numbers, starts, frames)
+        self._zero_evicted()
+        return slots
+
+    def _zero_evicted(self) -> None:
+        evicted = self._storage.take_evicted()
+        if evicted.size:
+            self._tree.set_unchecked(evicted, np.zeros(evicted.size))
 
     def allocate_batch(self, batch_size: int) -> BatchBuffers:
         """Reusable output buffers for :meth:`sample` (``out=``)."""

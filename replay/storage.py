@@ -200,6 +200,15 @@ class RingStorage:
         self._next_generation += count
         return stamp_generations(self._generations, start, start_generation, kept)
 
+    @property
+    def output_spec(self) -> TransitionSpec:
+        """What :meth:`gather` returns: the spec itself."""
+        return self._spec
+
+    def take_evicted(self) -> np.ndarray:
+        """Slots evicted before their turn: never any, in a plain ring."""
+        return np.empty(0, dtype=np.int64)
+
     def allocate_batch(self, batch_size: int) -> BatchBuffers:
         """Contiguous per-field arrays for ``batch_size`` items, all views of one buffer."""
         flat = np.empty(batch_size * self._item_nbytes, dtype=np.uint8)

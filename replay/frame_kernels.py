@@ -1,0 +1,172 @@
+"""The numba kernels of ``replay.frame_storage``: linking frames, checking and counting
+references to them, and putting stacks together. Pure functions over the store's arrays;
+the store's docstring says what the arrays mean."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Refusal codes of resolve_heads (0: fine).
+UNKNOWN_FRAME, STALE_FRAME, NO_HISTORY = 1, 2, 3
+
+
+@njit(cache=True, nogil=True)
+def link_frames(
+    dense: np.ndarray,
+    numbers: np.ndarray,
+    starts: np.ndarray,
+    table: np.ndarray,
+    frame_stream: np.ndarray,
+    frame_number: np.ndarray,
+    frame_gen: np.ndarray,
+    prev: np.ndarray,
+    prev_gen: np.ndarray,
+    depth: np.ndarray,
+    refs: np.ndarray,
+    cursor_and_gen: np.ndarray,
+    stack: int,
+    out_slots: np.ndarray,
+    out_new: np.ndarray,
+) -> int:
+    """Places frames ``i`` (stream ``dense[i]``, number ``numbers[i]``) at the ring cursor
+    and links them. A frame already held (same stream and number, not overwritten) is not
+    stored again: ``out_slots[i]`` is then its slot and ``out_new[i]`` False. Stops,
+    returning ``i``, at the first
+    frame whose slot still holds a referenced frame (the caller evicts transitions and calls
+    again from ``i``); returns ``len(numbers)`` when done."""
+    capacity = prev.size
+    window = table.shape[1]
+    for i in range(numbers.size):
+        stream = dense[i]
+        number = numbers[i]
+        held = table[stream, number % window]
+        if held >= 0 and frame_stream[held] == stream and frame_number[held] == number:
+            out_slots[i] = held
+            out_new[i] = False
+            continue
+        slot = cursor_and_gen[0]
+        if refs[slot] > 0:
+            return i
+        generation = cursor_and_gen[1]
+        cursor_and_gen[0] = slot + 1 if slot + 1 < capacity else 0
+        cursor_and_gen[1] = generation + 1
+        frame_stream[slot] = stream
+        frame_number[slot] = number
+        frame_gen[slot] = generation
+        before = table[stream, (number - 1) % window]
+        linked = (
+            not starts[i]
+            and before >= 0
+            and frame_stream[before] == stream
+            and frame_number[before] == number - 1
+        )
+        if linked:
+            prev[slot] = before
+            prev_gen[slot] = frame_gen[before]
+            depth[slot] = min(depth[before] + 1, stack - 1)
+        else:
+            prev[slot] = slot
+            prev_gen[slot] = generation
+            # An episode's first frame has its whole (repeated) history; a frame whose
+            # predecessor was never seen here has none.
+            depth[slot] = stack - 1 if starts[i] else 0
+        table[stream, number % window] = slot
+        out_slots[i] = slot
+        out_new[i] = True
+    return numbers.size
+
+
+@njit(cache=True, nogil=True)
+def resolve_heads(
+    dense: np.ndarray,
+    numbers: np.ndarray,
+    table: np.ndarray,
+    frame_stream: np.ndarray,
+    frame_number: np.ndarray,
+    frame_gen: np.ndarray,
+    prev: np.ndarray,
+    prev_gen: np.ndarray,
+    depth: np.ndarray,
+    stack: int,
+    out_slots: np.ndarray,
+) -> tuple[int, int]:
+    """Frame slots of ``(dense[i], numbers[i])``, each checked to head a whole stack of
+    live frames. Returns ``(-1, 0)`` if all are fine, else ``(i, reason)`` of the first bad."""
+    window = table.shape[1]
+    for i in range(numbers.size):
+        stream = dense[i]
+        number = numbers[i]
+        if stream < 0 or number < 0:
+            return i, UNKNOWN_FRAME
+        slot = table[stream, number % window]
+        if slot < 0 or frame_stream[slot] != stream or frame_number[slot] != number:
+            return i, UNKNOWN_FRAME
+        if depth[slot] < stack - 1:
+            return i, NO_HISTORY
+        current = slot
+        for _ in range(stack - 1):
+            before = prev[current]
+            if frame_gen[before] != prev_gen[current]:
+                return i, STALE_FRAME
+            current = before
+        out_slots[i] = slot
+    return -1, 0
+
+
+@njit(cache=True, nogil=True)
+def count_refs(heads: np.ndarray, prev: np.ndarray, refs: np.ndarray, stack: int, step: int):
+    """Adds ``step`` to the references of every frame of the stacks headed by ``heads``."""
+    for i in range(heads.size):
+        current = heads[i]
+        for _ in range(stack):
+            refs[current] += step
+            current = prev[current]
+
+
+@njit(cache=True, nogil=True)
+def release(
+    slots: np.ndarray,
+    obs_head: np.ndarray,
+    next_head: np.ndarray,
+    generations: np.ndarray,
+    prev: np.ndarray,
+    refs: np.ndarray,
+    stack: int,
+) -> int:
+    """Releases the frames of the live transitions at ``slots`` and marks them dead;
+    returns how many were alive."""
+    released = 0
+    for i in range(slots.size):
+        slot = slots[i]
+        if generations[slot] < 0:
+            continue
+        released += 1
+        for head in (obs_head[slot], next_head[slot]):
+            current = head
+            for _ in range(stack):
+                refs[current] -= 1
+                current = prev[current]
+        generations[slot] = -1
+    return released
+
+
+@njit(cache=True, nogil=True)
+def gather_stacks(
+    frames: np.ndarray,
+    prev: np.ndarray,
+    heads: np.ndarray,
+    stack: int,
+    out: np.ndarray,
+) -> None:
+    """``out[b, j]`` = frame ``prev^(stack-1-j)(heads[b])``: the stack ending at each head,
+    oldest first. Frames are flat rows of bytes; ``out`` is ``(n, stack, frame bytes)``."""
+    width = frames.shape[1]
+    for b in range(heads.size):
+        current = heads[b]
+        for j in range(stack - 1, -1, -1):
+            source = frames[current]
+            destination = out[b, j]
+            for x in range(width):
+                destination[x] = source[x]
+            current = prev[current]
