@@ -49,7 +49,7 @@ from replay.frame_kernels import (
     resolve_heads,
 )
 from replay.spec import FieldSpec, TransitionSpec
-from replay.storage import BatchBuffers
+from replay.storage import BatchBuffers, read_only
 
 # Frame numbers of a stream that stay findable by number (a record may refer back this far).
 DEFAULT_WINDOW = 256
@@ -192,9 +192,7 @@ class FrameStackStorage:
     @property
     def generations(self) -> np.ndarray:
         """Per-slot generation, -1 for empty or evicted slots. Read-only."""
-        view = self._generations.view()
-        view.flags.writeable = False
-        return view
+        return read_only(self._generations)
 
     @property
     def frames_stored(self) -> int:
@@ -358,14 +356,7 @@ class FrameStackStorage:
 
     def allocate_batch(self, batch_size: int) -> BatchBuffers:
         """Contiguous per-field arrays of :attr:`output_spec` for ``batch_size`` items."""
-        spec = self.output_spec
-        flat = np.empty(batch_size * spec.item_nbytes, dtype=np.uint8)
-        fields: dict[str, np.ndarray] = {}
-        start = 0
-        for name, field in spec.items():
-            fields[name] = np.ndarray((batch_size, *field.shape), field.dtype, flat, start)
-            start += batch_size * field.item_nbytes
-        return BatchBuffers(flat, fields, batch_size)
+        return BatchBuffers.allocate(self.output_spec, batch_size)
 
     def gather(self, slots: np.ndarray, out: BatchBuffers | None = None) -> dict[str, np.ndarray]:
         """The transitions at ``slots`` (live ones: callers pass sampled slots), with their

@@ -97,11 +97,30 @@ def stamp_generations(
 
 @dataclass(frozen=True)
 class BatchBuffers:
-    """Reusable output of :meth:`RingStorage.gather`: per-field views of one flat buffer."""
+    """Reusable output of a storage's ``gather``: per-field views of one flat buffer."""
 
     flat: np.ndarray
     fields: dict[str, np.ndarray]
     batch_size: int
+
+    @classmethod
+    def allocate(cls, spec: TransitionSpec, batch_size: int) -> BatchBuffers:
+        """Contiguous per-field arrays of ``spec`` for ``batch_size`` items, laid out field
+        after field in one buffer."""
+        flat = np.empty(batch_size * spec.item_nbytes, dtype=np.uint8)
+        fields: dict[str, np.ndarray] = {}
+        start = 0
+        for name, field in spec.items():
+            fields[name] = np.ndarray((batch_size, *field.shape), field.dtype, flat, start)
+            start += batch_size * field.item_nbytes
+        return cls(flat, fields, batch_size)
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A view of ``array`` that cannot be written through."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 class RingStorage:
@@ -134,7 +153,6 @@ class RingStorage:
             [self._row_dtype.fields[name][1] for name in spec], dtype=np.int64
         )
         self._field_nbytes = np.array([f.item_nbytes for f in spec.values()], dtype=np.int64)
-        self._field_layout = [(f.name, f.dtype, f.shape, f.item_nbytes) for f in spec.values()]
         self._item_nbytes = spec.item_nbytes
         self._generations = np.full(self._capacity, -1, dtype=np.int64)
         self._next_generation = 0
@@ -160,9 +178,7 @@ class RingStorage:
     @property
     def generations(self) -> np.ndarray:
         """Per-slot generation (global item number), -1 for never-written slots. Read-only."""
-        view = self._generations.view()
-        view.flags.writeable = False
-        return view
+        return read_only(self._generations)
 
     @property
     def row_nbytes(self) -> int:
@@ -171,9 +187,7 @@ class RingStorage:
 
     def column(self, name: str) -> np.ndarray:
         """A read-only strided view of one field over all slots (for inspection and tests)."""
-        view = self._columns[name].view()
-        view.flags.writeable = False
-        return view
+        return read_only(self._columns[name])
 
     def write(self, batch: Mapping[str, np.ndarray], count: int) -> np.ndarray:
         """Writes ``count`` items whose fields the caller has validated against the spec.
@@ -211,13 +225,7 @@ class RingStorage:
 
     def allocate_batch(self, batch_size: int) -> BatchBuffers:
         """Contiguous per-field arrays for ``batch_size`` items, all views of one buffer."""
-        flat = np.empty(batch_size * self._item_nbytes, dtype=np.uint8)
-        fields: dict[str, np.ndarray] = {}
-        start = 0
-        for name, dtype, shape, nbytes in self._field_layout:
-            fields[name] = np.ndarray((batch_size, *shape), dtype, flat, start)
-            start += batch_size * nbytes
-        return BatchBuffers(flat, fields, batch_size)
+        return BatchBuffers.allocate(self._spec, batch_size)
 
     def gather(self, slots: np.ndarray, out: BatchBuffers | None = None) -> dict[str, np.ndarray]:
         """Copies the items at ``slots`` into contiguous per-field arrays.
