@@ -11,11 +11,16 @@ from numba import njit
 UNKNOWN_FRAME, STALE_FRAME, NO_HISTORY = 1, 2, 3
 
 
+# Fields of the store's cursor array.
+NEXT_GEN, OLDEST_GEN, NEXT_POSITION = 0, 1, 2
+
+
 @njit(cache=True, nogil=True)
 def link_frames(
     dense: np.ndarray,
     numbers: np.ndarray,
     starts: np.ndarray,
+    lengths: np.ndarray,
     table: np.ndarray,
     frame_stream: np.ndarray,
     frame_number: np.ndarray,
@@ -24,18 +29,28 @@ def link_frames(
     prev_gen: np.ndarray,
     depth: np.ndarray,
     refs: np.ndarray,
-    cursor_and_gen: np.ndarray,
+    positions: np.ndarray,
+    frame_length: np.ndarray,
+    cursor: np.ndarray,
+    arena_bytes: int,
     stack: int,
     out_slots: np.ndarray,
     out_new: np.ndarray,
 ) -> int:
-    """Places frames ``i`` (stream ``dense[i]``, number ``numbers[i]``) at the ring cursor
-    and links them. A frame already held (same stream and number, not overwritten) is not
-    stored again: ``out_slots[i]`` is then its slot and ``out_new[i]`` False. Stops,
-    returning ``i``, at the first
-    frame whose slot still holds a referenced frame (the caller evicts transitions and calls
-    again from ``i``); returns ``len(numbers)`` when done."""
-    capacity = prev.size
+    """Places frames ``i`` (stream ``dense[i]``, number ``numbers[i]``, ``lengths[i]``
+    bytes stored) and links them.
+
+    Frame ``g`` (every frame ever placed, counted from 0) takes slot ``g % slots`` and the
+    next ``lengths[i]`` bytes of the arena, counted as ever-growing positions (byte ``p``
+    lives at ``p % arena_bytes``; a frame that would straddle the end starts at the next
+    lap). Placing it drops the oldest frames whose slot it takes or whose bytes it covers:
+    the oldest frame, starting at ``s``, is covered while ``s < p + length − arena_bytes``.
+
+    A frame already held (same stream and number, not dropped) is not stored again:
+    ``out_slots[i]`` is its slot and ``out_new[i]`` False. Stops, returning ``i``, at the
+    first frame that would drop a referenced frame (the caller evicts the oldest
+    transition and calls again from ``i``); returns ``len(numbers)`` when done."""
+    slots = prev.size
     window = table.shape[1]
     for i in range(numbers.size):
         stream = dense[i]
@@ -45,15 +60,31 @@ def link_frames(
             out_slots[i] = held
             out_new[i] = False
             continue
-        slot = cursor_and_gen[0]
-        if refs[slot] > 0:
-            return i
-        generation = cursor_and_gen[1]
-        cursor_and_gen[0] = slot + 1 if slot + 1 < capacity else 0
-        cursor_and_gen[1] = generation + 1
+        length = lengths[i]
+        position = cursor[NEXT_POSITION]
+        if position % arena_bytes + length > arena_bytes:
+            position = (position // arena_bytes + 1) * arena_bytes
+        generation = cursor[NEXT_GEN]
+        while cursor[OLDEST_GEN] < generation:
+            oldest = cursor[OLDEST_GEN] % slots
+            if not (
+                cursor[OLDEST_GEN] <= generation - slots
+                or positions[oldest] < position + length - arena_bytes
+            ):
+                break
+            if refs[oldest] > 0:
+                return i
+            frame_stream[oldest] = -1
+            frame_gen[oldest] = -1
+            cursor[OLDEST_GEN] += 1
+        slot = generation % slots
+        cursor[NEXT_GEN] = generation + 1
+        cursor[NEXT_POSITION] = position + length
         frame_stream[slot] = stream
         frame_number[slot] = number
         frame_gen[slot] = generation
+        positions[slot] = position
+        frame_length[slot] = length
         before = table[stream, (number - 1) % window]
         linked = (
             not starts[i]
@@ -75,6 +106,29 @@ def link_frames(
         out_slots[i] = slot
         out_new[i] = True
     return numbers.size
+
+
+@njit(cache=True, nogil=True)
+def copy_blobs(
+    arena: np.ndarray,
+    positions: np.ndarray,
+    slots: np.ndarray,
+    new: np.ndarray,
+    data: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+) -> None:
+    """Copies blob ``data[starts[i] : starts[i] + lengths[i]]`` to the arena at its frame's
+    position, for each frame ``i`` that was newly placed."""
+    capacity = arena.size
+    for i in range(slots.size):
+        if not new[i]:
+            continue
+        start = positions[slots[i]] % capacity
+        source = data[starts[i] : starts[i] + lengths[i]]
+        destination = arena[start : start + source.size]
+        for k in range(source.size):
+            destination[k] = source[k]
 
 
 @njit(cache=True, nogil=True)
@@ -153,19 +207,23 @@ def release(
 
 @njit(cache=True, nogil=True)
 def gather_stacks(
-    frames: np.ndarray,
+    arena: np.ndarray,
+    positions: np.ndarray,
     prev: np.ndarray,
     heads: np.ndarray,
     stack: int,
     out: np.ndarray,
 ) -> None:
     """``out[b, j]`` = frame ``prev^(stack-1-j)(heads[b])``: the stack ending at each head,
-    oldest first. Frames are flat rows of bytes; ``out`` is ``(n, stack, frame bytes)``."""
-    width = frames.shape[1]
+    oldest first, copied from the arena (frames stored whole). ``out`` is
+    ``(n, stack, frame bytes)``."""
+    capacity = arena.size
+    width = out.shape[2]
     for b in range(heads.size):
         current = heads[b]
         for j in range(stack - 1, -1, -1):
-            source = frames[current]
+            start = positions[current] % capacity
+            source = arena[start : start + width]
             destination = out[b, j]
             for x in range(width):
                 destination[x] = source[x]

@@ -23,6 +23,11 @@ again and late priority updates for them are dropped) until it is free. With the
 frame capacity this happens only when the streams outrun the transitions by far.
 Transitions have their own FIFO ring of ``capacity`` slots, as ``RingStorage``.
 
+Frames are kept whole, or compressed with LZ4 (``compress=True``, see ``replay.lz4_codec``):
+each frame's bytes go into a FIFO byte ring (the arena) that is dropped from its oldest end
+as it wraps, under the same rule (a referenced frame is never dropped). Stacks are decoded
+in one numba kernel at gather time.
+
 Frames are found by ``(stream, frame number)``: each stream keeps a window of its newest
 ``window`` frame numbers. A reference to a number outside the window, never sent, or whose
 frame was overwritten is refused (:class:`InvalidBatchError`), and the store is unchanged.
@@ -33,69 +38,39 @@ Not thread-safe: one owner (a shard's loop) calls it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from replay.errors import InvalidBatchError, InvalidIndexError
 from replay.frame_kernels import (
+    NEXT_GEN,
     NO_HISTORY,
+    OLDEST_GEN,
     STALE_FRAME,
     UNKNOWN_FRAME,
+    copy_blobs,
     count_refs,
     gather_stacks,
     link_frames,
     release,
     resolve_heads,
 )
-from replay.spec import FieldSpec, TransitionSpec
+from replay.frame_spec import FrameStackSpec, StreamIds
+from replay.lz4_codec import compress_bound, kernels
+from replay.spec import TransitionSpec
 from replay.storage import BatchBuffers, read_only
 
 # Frame numbers of a stream that stay findable by number (a record may refer back this far).
 DEFAULT_WINDOW = 256
 DEFAULT_MAX_STREAMS = 8192
+# Arena bytes per frame slot when compressed: a Pong frame takes 245 bytes on average.
+DEFAULT_COMPRESSED_FRAME_BYTES = 640
 _REASONS = {
     UNKNOWN_FRAME: "refers to a frame this shard does not hold (never sent, or out of the "
     "stream's window)",
     STALE_FRAME: "refers to a frame that has been overwritten",
     NO_HISTORY: "needs frames from before the first frame this shard holds of its stream",
 }
-RECORD_FIELDS = ("stream", "obs_frame", "next_obs_frame")
-
-
-@dataclass(frozen=True)
-class FrameStackSpec:
-    """What a frame-stacked transition holds.
-
-    Attributes:
-        frame_shape: one frame's shape, e.g. ``(84, 84)``.
-        frame_dtype: its dtype, e.g. ``uint8``.
-        stack: frames per observation ``k``.
-        scalars: the other fields of a transition (action, reward, discount, ...).
-    """
-
-    frame_shape: tuple[int, ...]
-    frame_dtype: str
-    stack: int
-    scalars: TransitionSpec
-
-    @property
-    def record_spec(self) -> TransitionSpec:
-        """What an actor sends per transition: its stream, two frame numbers, the scalars."""
-        refs = [FieldSpec(name, (), "int64") for name in RECORD_FIELDS]
-        return TransitionSpec([*refs, *self.scalars.values()])
-
-    @property
-    def transition_spec(self) -> TransitionSpec:
-        """What the learner gets: ``obs`` and ``next_obs`` stacks, then the scalars."""
-        shape = (self.stack, *self.frame_shape)
-        stacks = [FieldSpec("obs", shape, self.frame_dtype)]
-        stacks.append(FieldSpec("next_obs", shape, self.frame_dtype))
-        return TransitionSpec([*stacks, *self.scalars.values()])
-
-    @property
-    def frame_nbytes(self) -> int:
-        return int(np.prod(self.frame_shape)) * np.dtype(self.frame_dtype).itemsize
 
 
 class FrameStackStorage:
@@ -112,6 +87,10 @@ class FrameStackStorage:
         window: frame numbers of a stream findable by number.
         max_streams: writer streams this store keeps apart; a new stream beyond it is
             refused.
+        compress: keep frames LZ4-compressed (decoded at gather time).
+        arena_bytes: bytes of the frame arena; default ``frame_capacity`` whole frames, or
+            ``frame_capacity × 640`` compressed. Frames that compress worse than that fill
+            it first, and then the oldest transitions go early.
 
     Raises:
         InvalidIndexError: a capacity, window or stream limit that is not positive.
@@ -124,8 +103,12 @@ class FrameStackStorage:
         frame_capacity: int | None = None,
         window: int = DEFAULT_WINDOW,
         max_streams: int = DEFAULT_MAX_STREAMS,
+        compress: bool = False,
+        arena_bytes: int | None = None,
     ) -> None:
         frame_capacity = frame_capacity or capacity + capacity // 128 + 1024
+        per_frame = DEFAULT_COMPRESSED_FRAME_BYTES if compress else spec.frame_nbytes
+        arena_bytes = arena_bytes or frame_capacity * per_frame
         for name, value in (
             ("capacity", capacity), ("frame_capacity", frame_capacity), ("window", window),
             ("max_streams", max_streams), ("stack", spec.stack),
@@ -134,10 +117,19 @@ class FrameStackStorage:
                 raise InvalidIndexError(f"{name} must be an integer in [1, 2^31), got {value!r}")
         if spec.stack > 127:
             raise InvalidIndexError(f"stack must be at most 127, got {spec.stack}")
+        self._compress = bool(compress)
+        self._largest_blob = compress_bound(spec.frame_nbytes) if compress else spec.frame_nbytes
+        if arena_bytes < self._largest_blob:
+            raise InvalidIndexError(
+                f"arena_bytes {arena_bytes} cannot hold one frame ({self._largest_blob} bytes)"
+            )
+        self._codec = kernels() if compress else None
         self._spec = spec
         self._capacity = int(capacity)
         self._stack = int(spec.stack)
-        self._frames = np.zeros((frame_capacity, spec.frame_nbytes), dtype=np.uint8)
+        self._arena = np.zeros(arena_bytes, dtype=np.uint8)
+        self._positions = np.zeros(frame_capacity, dtype=np.int64)  # ever-growing byte count
+        self._lengths = np.zeros(frame_capacity, dtype=np.int32)
         # Slots and streams fit 32 bits (checked above); generations and numbers do not.
         self._frame_stream = np.full(frame_capacity, -1, dtype=np.int32)
         self._frame_number = np.full(frame_capacity, -1, dtype=np.int64)
@@ -146,10 +138,9 @@ class FrameStackStorage:
         self._prev_gen = np.full(frame_capacity, -1, dtype=np.int64)
         self._depth = np.zeros(frame_capacity, dtype=np.int8)
         self._refs = np.zeros(frame_capacity, dtype=np.int32)
-        self._frame_cursor = np.zeros(2, dtype=np.int64)  # next slot, next generation
+        self._cursor = np.zeros(3, dtype=np.int64)  # see frame_kernels.NEXT_GEN ...
         self._table = np.full((max_streams, window), -1, dtype=np.int32)
-        self._streams: dict[int, int] = {}
-        self._max_streams = int(max_streams)
+        self._streams = StreamIds(max_streams)
         self._scalar_columns = {
             name: np.zeros((self._capacity, *f.shape), dtype=f.dtype)
             for name, f in spec.scalars.items()
@@ -196,15 +187,23 @@ class FrameStackStorage:
 
     @property
     def frames_stored(self) -> int:
-        return int(min(self._frame_cursor[1], self._frames.shape[0]))
+        """Frames held now."""
+        return int(self._cursor[NEXT_GEN] - self._cursor[OLDEST_GEN])
+
+    @property
+    def frame_bytes_stored(self) -> int:
+        """Arena bytes the held frames take (compressed, if compressed)."""
+        held = self._frame_gen >= 0
+        return int(self._lengths[held].sum())
 
     @property
     def nbytes(self) -> int:
         """Bytes of every array this store keeps (frames, links, indices, records)."""
         arrays = [
-            self._frames, self._frame_stream, self._frame_number, self._frame_gen, self._prev,
-            self._prev_gen, self._depth, self._refs, self._table, self._obs_head,
-            self._next_head, self._generations, *self._scalar_columns.values(),
+            self._arena, self._positions, self._lengths, self._frame_stream,
+            self._frame_number, self._frame_gen, self._prev, self._prev_gen, self._depth,
+            self._refs, self._table, self._obs_head, self._next_head, self._generations,
+            *self._scalar_columns.values(),
         ]  # fmt: skip
         return sum(a.nbytes for a in arrays)
 
@@ -221,7 +220,8 @@ class FrameStackStorage:
 
     def add_frames(self, streams: np.ndarray, numbers: np.ndarray, starts: np.ndarray,
                    frames: np.ndarray) -> np.ndarray:  # fmt: skip
-        """Stores frames, each once; a frame already held is skipped.
+        """Stores frames, each once (compressing them if this store compresses); a frame
+        already held is skipped.
 
         Args:
             streams: int64 writer stream of each frame (any id the writer picks, unique
@@ -244,27 +244,77 @@ class FrameStackStorage:
             raise InvalidBatchError(
                 f"frames are {frames.dtype}{frames.shape}, expected {spec.frame_dtype}{expected}"
             )
+        rows = np.ascontiguousarray(frames).reshape(count, -1).view(np.uint8)
+        if self._compress:
+            scratch = np.empty((count, self._largest_blob), dtype=np.uint8)
+            lengths = np.empty(count, dtype=np.int64)
+            self._codec[0](rows, scratch, lengths)
+            data, offsets = scratch.reshape(-1), np.arange(count, dtype=np.int64) * scratch.shape[1]
+        else:
+            data, offsets = rows.reshape(-1), np.arange(count, dtype=np.int64) * rows.shape[1]
+            lengths = np.full(count, rows.shape[1], dtype=np.int64)
+        return self._place(streams, numbers, starts, data, offsets, lengths)
+
+    def add_compressed_frames(self, streams: np.ndarray, numbers: np.ndarray,
+                              starts: np.ndarray, data: np.ndarray,
+                              offsets: np.ndarray) -> np.ndarray:  # fmt: skip
+        """Stores frames compressed by the writer (LZ4 blocks), each checked by decoding it.
+
+        Args:
+            data: u8, the blobs one after another.
+            offsets: int64 ``[m + 1]``: blob ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
+            streams, numbers, starts: as in :meth:`add_frames`.
+
+        Raises:
+            InvalidBatchError: this store does not compress, offsets that do not cut
+                ``data`` into ``m`` blobs, or a blob that does not decode to one frame.
+        """
+        if not self._compress:
+            raise InvalidBatchError("this store keeps frames whole: send them uncompressed")
+        count = len(numbers)
+        data = np.ascontiguousarray(data).reshape(-1)
+        offsets = np.ascontiguousarray(offsets).reshape(-1)
+        if data.dtype != np.uint8 or offsets.dtype.kind not in "iu" or offsets.size != count + 1:
+            raise InvalidBatchError(
+                f"compressed frames need u8 data and {count + 1} integer offsets, got "
+                f"{data.dtype}{data.shape} and {offsets.dtype}{offsets.shape}"
+            )
+        offsets = offsets.astype(np.int64, copy=False)
+        lengths = np.diff(offsets)
+        if count and (offsets[0] != 0 or lengths.min() <= 0 or offsets[-1] != data.size
+                      or lengths.max() > self._largest_blob):  # fmt: skip
+            raise InvalidBatchError("blob offsets do not cut the data into non-empty frames")
+        bad = self._codec[1](data, offsets, self._spec.frame_nbytes, np.empty(
+            self._spec.frame_nbytes, dtype=np.uint8))  # fmt: skip
+        if bad >= 0:
+            raise InvalidBatchError(
+                f"frame {bad} does not decode to one {self._spec.frame_shape} frame"
+            )
+        return self._place(streams, numbers, starts, data, offsets[:-1], lengths)
+
+    def _place(self, streams, numbers, starts, data, offsets, lengths) -> np.ndarray:
+        count = len(numbers)
         streams, numbers = _int64(streams, count, "streams"), _int64(numbers, count, "numbers")
         starts = np.ascontiguousarray(starts, dtype=np.bool_).reshape(-1)
         if starts.size != count:
             raise InvalidBatchError(f"{starts.size} episode-start flags for {count} frames")
         if count and numbers.min() < 0:
             raise InvalidBatchError(f"frame number {numbers.min()} is negative")
-        dense = self._dense_streams(streams, create=True)
+        dense = self._streams.dense(streams, create=True)
         slots = np.empty(count, dtype=np.int64)
         new = np.zeros(count, dtype=np.bool_)
-        flat = np.ascontiguousarray(frames).reshape(count, -1).view(np.uint8)
         done = 0
         while done < count:
             stopped = done + link_frames(
-                dense[done:], numbers[done:], starts[done:], self._table, self._frame_stream,
-                self._frame_number, self._frame_gen, self._prev, self._prev_gen, self._depth,
-                self._refs, self._frame_cursor, self._stack, slots[done:], new[done:],
+                dense[done:], numbers[done:], starts[done:], lengths[done:], self._table,
+                self._frame_stream, self._frame_number, self._frame_gen, self._prev,
+                self._prev_gen, self._depth, self._refs, self._positions, self._lengths,
+                self._cursor, self._arena.size, self._stack, slots[done:], new[done:],
             )  # fmt: skip
             # A frame already held keeps its bytes: a resend must not rewrite a frame that
             # stored transitions refer to.
-            placed = np.flatnonzero(new[done:stopped]) + done
-            self._frames[slots[placed]] = flat[placed]
+            copy_blobs(self._arena, self._positions, slots[done:stopped], new[done:stopped],
+                       data, offsets[done:stopped], lengths[done:stopped])  # fmt: skip
             done = stopped
             if done < count:
                 self._evict_oldest()
@@ -282,7 +332,7 @@ class FrameStackStorage:
             InvalidBatchError: a record refers to a frame this store does not hold whole
                 (see the module docstring); nothing is written then.
         """
-        dense = self._dense_streams(np.asarray(batch["stream"]), create=False)
+        dense = self._streams.dense(np.asarray(batch["stream"]), create=False)
         heads = {}
         for name in ("obs_frame", "next_obs_frame"):
             slots = np.empty(count, dtype=np.int64)
@@ -335,23 +385,6 @@ class FrameStackStorage:
                 return
         raise InvalidBatchError("a frame slot is referenced by no stored transition")  # bug
 
-    def _dense_streams(self, streams: np.ndarray, create: bool) -> np.ndarray:
-        dense = np.empty(len(streams), dtype=np.int64)
-        for value in np.unique(streams).tolist():
-            index = self._streams.get(value)
-            if index is None:
-                if not create:
-                    index = -1  # refused by resolve_heads as an unknown frame
-                elif len(self._streams) >= self._max_streams:
-                    raise InvalidBatchError(
-                        f"stream {value} would be stream {len(self._streams) + 1}, beyond "
-                        f"the {self._max_streams} this store keeps apart"
-                    )
-                else:
-                    index = self._streams[value] = len(self._streams)
-            dense[streams == value] = index
-        return dense
-
     # -- reading ------------------------------------------------------------------------
 
     def allocate_batch(self, batch_size: int) -> BatchBuffers:
@@ -367,7 +400,12 @@ class FrameStackStorage:
             raise InvalidIndexError(f"buffers hold {out.batch_size} items, {n} slots were given")
         for name, heads in (("obs", self._obs_head), ("next_obs", self._next_head)):
             target = out.fields[name].reshape(n, self._stack, -1).view(np.uint8)
-            gather_stacks(self._frames, self._prev, heads[slots], self._stack, target)
+            if self._compress:
+                self._codec[2](self._arena, self._positions, self._lengths, self._prev,
+                               heads[slots], self._stack, target)  # fmt: skip
+            else:
+                gather_stacks(self._arena, self._positions, self._prev, heads[slots],
+                              self._stack, target)  # fmt: skip
         for name, column in self._scalar_columns.items():
             np.take(column, slots, axis=0, out=out.fields[name])
         return out.fields

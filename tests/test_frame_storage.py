@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from replay import PrioritizedReplay, TransitionSpec
 from replay.errors import InvalidBatchError
-from replay.frame_storage import FrameStackSpec, FrameStackStorage
+from replay.frame_spec import FrameStackSpec
+from replay.frame_storage import FrameStackStorage
 
 FRAME = (3, 2)
 SCALARS = TransitionSpec.from_dict(
@@ -135,13 +136,14 @@ def make_spec(stack: int) -> FrameStackSpec:
     capacity=st.integers(3, 60),
     lengths=st.lists(st.lists(st.integers(1, 9), min_size=1, max_size=6), min_size=1, max_size=5),
     seed=st.integers(0, 2**31),
+    compress=st.booleans(),
 )
-def test_gathered_stacks_match_the_reference(stack, n, capacity, lengths, seed) -> None:
+def test_gathered_stacks_match_the_reference(stack, n, capacity, lengths, seed, compress) -> None:
     rng = np.random.default_rng(seed)
     streams = [Stream(1000 + i * 7919, n, episodes) for i, episodes in enumerate(lengths)]
     for stream in streams:
         stream.build(stack)
-    store = FrameStackStorage(make_spec(stack), capacity)
+    store = FrameStackStorage(make_spec(stack), capacity, compress=compress)
     written = feed(store, streams, rng)
     live = check_live(store, written)
     # The default frame ring outlasts the transitions: none is evicted before its turn.
@@ -156,15 +158,20 @@ def test_gathered_stacks_match_the_reference(stack, n, capacity, lengths, seed) 
     frame_capacity=st.integers(12, 40),
     lengths=st.lists(st.lists(st.integers(1, 12), min_size=2, max_size=6), min_size=2, max_size=4),
     seed=st.integers(0, 2**31),
+    arena_frames=st.one_of(st.none(), st.integers(3, 30)),
 )
 def test_a_small_frame_ring_evicts_transitions_first_and_never_serves_a_wrong_frame(
-    stack, frame_capacity, lengths, seed
+    stack, frame_capacity, lengths, seed, arena_frames
 ) -> None:
     rng = np.random.default_rng(seed)
     streams = [Stream(i, 3, episodes) for i, episodes in enumerate(lengths)]
     for stream in streams:
         stream.build(stack)
-    store = FrameStackStorage(make_spec(stack), 64, frame_capacity=frame_capacity)
+    # A short arena (compressed frames of about 10 bytes) drops frames before their slots do.
+    arena = None if arena_frames is None else 30 + 10 * arena_frames
+    store = FrameStackStorage(
+        make_spec(stack), 64, frame_capacity=frame_capacity, compress=True, arena_bytes=arena
+    )
     replay = PrioritizedReplay(None, 64, 0.6, rng=0, storage=store)
     try:
         written = feed(store, streams, rng, replay)
@@ -287,9 +294,55 @@ def test_one_stored_frame_per_step_instead_of_two_stacks() -> None:
     store = FrameStackStorage(spec, capacity, max_streams=1024)
     whole = spec.transition_spec.item_nbytes
     assert whole == 2 * 4 * 84 * 84 + 16  # two stacks of 4 frames, stored whole
-    frames = store._frames.nbytes
+    frames = store._arena.nbytes
     assert frames == (capacity + capacity // 128 + 1024) * 84 * 84
-    # Everything else (links, counts, references, scalars): under 80 bytes a transition,
+    # Everything else (links, positions, counts, references, scalars): under 90 bytes a
+    # transition,
     # the stream table aside (1024 streams × 256 numbers × 4 bytes, whatever the capacity).
     overhead = store.nbytes - frames - store._table.nbytes
-    assert overhead / capacity < 80, overhead / capacity
+    assert overhead / capacity < 90, overhead / capacity
+
+
+def test_frames_compressed_by_the_writer_are_checked_then_served() -> None:
+    import lz4.block
+
+    store = FrameStackStorage(make_spec(2), 8, compress=True)
+    frames = [frame_of(3, k) for k in range(3)]
+    blobs = [lz4.block.compress(f.tobytes(), store_size=False) for f in frames]
+    offsets = np.cumsum([0, *(len(b) for b in blobs)])
+    data = np.frombuffer(b"".join(blobs), np.uint8)
+    store.add_compressed_frames(
+        np.full(3, 3), np.arange(3), np.array([1, 0, 0], bool), data, offsets
+    )
+    store.write(records([1], [2], stream=3), 1)
+    np.testing.assert_array_equal(store.gather(np.array([0]))["next_obs"][0], np.stack(frames[1:]))
+    garbled = data.copy()
+    garbled[offsets[1] : offsets[2]] = 255
+    for bad_data, bad_offsets, pattern in (
+        (garbled, offsets, "frame 1 does not decode"),
+        (data, offsets[:-1], "offsets"),
+        (data, offsets + 1, "do not cut the data"),
+        (data[:-1], offsets, "do not cut the data"),
+    ):
+        with pytest.raises(InvalidBatchError, match=pattern):
+            store.add_compressed_frames(
+                np.full(3, 3), np.arange(10, 13), np.zeros(3, bool), bad_data, bad_offsets
+            )
+    whole = FrameStackStorage(make_spec(2), 8)
+    with pytest.raises(InvalidBatchError, match="keeps frames whole"):
+        whole.add_compressed_frames(np.full(3, 3), np.arange(3), np.ones(3, bool), data, offsets)
+
+
+def test_a_short_arena_drops_the_oldest_frames_and_their_transitions_first() -> None:
+    store = FrameStackStorage(make_spec(2), 64, compress=True, arena_bytes=200)
+    for number in range(60):
+        put(store, 1, [number], number == 0)
+        if number:
+            store.write(records([number - 1], [number], stream=1), 1)
+    assert store.evicted_early > 0  # the arena, not the rings, ran out
+    assert store.frame_bytes_stored <= 200
+    live = np.flatnonzero(store.generations >= 0)
+    gathered = store.gather(live)
+    for position, slot in enumerate(live):
+        newest = store.generations[slot] + 1  # record g refers to frames g and g + 1
+        np.testing.assert_array_equal(gathered["next_obs"][position][-1], frame_of(1, newest))

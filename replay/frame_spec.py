@@ -1,0 +1,81 @@
+"""What a frame-stacked transition is made of, and the writer streams' ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from replay.errors import InvalidBatchError
+from replay.spec import FieldSpec, TransitionSpec
+
+RECORD_FIELDS = ("stream", "obs_frame", "next_obs_frame")
+
+
+@dataclass(frozen=True)
+class FrameStackSpec:
+    """What a frame-stacked transition holds.
+
+    Attributes:
+        frame_shape: one frame's shape, e.g. ``(84, 84)``.
+        frame_dtype: its dtype, e.g. ``uint8``.
+        stack: frames per observation ``k``.
+        scalars: the other fields of a transition (action, reward, discount, ...).
+    """
+
+    frame_shape: tuple[int, ...]
+    frame_dtype: str
+    stack: int
+    scalars: TransitionSpec
+
+    @property
+    def record_spec(self) -> TransitionSpec:
+        """What an actor sends per transition: its stream, two frame numbers, the scalars."""
+        refs = [FieldSpec(name, (), "int64") for name in RECORD_FIELDS]
+        return TransitionSpec([*refs, *self.scalars.values()])
+
+    @property
+    def transition_spec(self) -> TransitionSpec:
+        """What the learner gets: ``obs`` and ``next_obs`` stacks, then the scalars."""
+        shape = (self.stack, *self.frame_shape)
+        stacks = [FieldSpec("obs", shape, self.frame_dtype)]
+        stacks.append(FieldSpec("next_obs", shape, self.frame_dtype))
+        return TransitionSpec([*stacks, *self.scalars.values()])
+
+    @property
+    def frame_nbytes(self) -> int:
+        return int(np.prod(self.frame_shape)) * np.dtype(self.frame_dtype).itemsize
+
+
+class StreamIds:
+    """Writer stream ids (any int64 a writer picks) as dense indices ``0, 1, ...``.
+
+    Args:
+        max_streams: ids kept apart; a new one beyond it is refused.
+    """
+
+    def __init__(self, max_streams: int) -> None:
+        self._indices: dict[int, int] = {}
+        self._max_streams = int(max_streams)
+
+    def dense(self, streams: np.ndarray, create: bool) -> np.ndarray:
+        """The dense index of each stream id; -1 for an unknown one unless ``create``.
+
+        Raises:
+            InvalidBatchError: a new stream beyond ``max_streams``.
+        """
+        dense = np.empty(len(streams), dtype=np.int64)
+        for value in np.unique(streams).tolist():
+            index = self._indices.get(value)
+            if index is None:
+                if not create:
+                    index = -1  # refused by resolve_heads as an unknown frame
+                elif len(self._indices) >= self._max_streams:
+                    raise InvalidBatchError(
+                        f"stream {value} would be stream {len(self._indices) + 1}, beyond "
+                        f"the {self._max_streams} this store keeps apart"
+                    )
+                else:
+                    index = self._indices[value] = len(self._indices)
+            dense[streams == value] = index
+        return dense
