@@ -27,6 +27,7 @@ import zmq
 from apex.channels import EpisodeReporter, WeightSubscriber
 from apex.envs import env_factories, env_shape
 from apex.exploration import actor_epsilon, epsilon_greedy
+from apex.frame_writer import FrameWriter
 from apex.nstep import NStepBuilder
 from apex.policy import build_policy
 from apex.settings import ActorConfig
@@ -34,6 +35,11 @@ from replay.client import InsertClient, ShardEndpoints
 from replay.errors import ReplayTimeout
 
 logger = logging.getLogger(__name__)
+
+
+def _pairs(numbers: np.ndarray) -> np.ndarray:
+    """``(env, frame number)`` per env, the "observation" the reference builder carries."""
+    return np.column_stack([np.arange(len(numbers), dtype=np.int64), numbers])
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,19 @@ class Actor:
             shape.observation_shape,
             shape.observation_dtype,
         )
+        # With frame shards, a second builder in lock-step turns (env, frame number) pairs
+        # into the records' frame references (see apex.frame_writer).
+        self._frames: FrameWriter | None = None
+        if self._inserts.frames is not None:
+            layout = self._inserts.frame_layout
+            self._frames = FrameWriter(
+                config.envs_per_actor, layout["stack"], config.n_step,
+                history=config.insert_batch + 8, compress=layout["compressed"],
+                rng=np.random.default_rng(),
+            )  # fmt: skip
+            self._refs = NStepBuilder(
+                config.envs_per_actor, config.n_step, config.gamma, (2,), np.dtype(np.int64)
+            )
         self._envs = gym.vector.SyncVectorEnv(
             env_factories(config.env, config.envs_per_actor, training=True),
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
@@ -107,6 +126,8 @@ class Actor:
         )
         seeds = [config.actor_seed + e for e in range(config.envs_per_actor)]
         observations, _ = self._envs.reset(seed=seeds)
+        every_env = np.arange(config.envs_per_actor)
+        numbers = self._number_frames(observations, every_env, episode_start=True)
         pending: list[dict[str, np.ndarray]] = []
         pending_count = 0
         episode_returns = np.zeros(config.envs_per_actor)
@@ -131,6 +152,17 @@ class Actor:
                 out = self._builder.step(
                     observations, actions, rewards, transition_next, terminated, truncated
                 )
+                if self._frames is not None:
+                    # An episode's final frame first, then its successor's reset frame.
+                    final = self._number_frames(transition_next, every_env, episode_start=False)
+                    refs = self._refs.step(
+                        _pairs(numbers), actions, rewards, _pairs(final), terminated, truncated
+                    )
+                    out["refs"] = np.column_stack([refs["obs"], refs["next_obs"][:, 1]])
+                    reset = self._number_frames(
+                        next_observations, np.flatnonzero(ended), episode_start=True
+                    )
+                    numbers = np.where(ended, reset, final)
                 if len(out["action"]):
                     pending.append(out)
                     pending_count += len(out["action"])
@@ -168,6 +200,18 @@ class Actor:
             )
             self.close()
 
+    def _number_frames(
+        self, observations: np.ndarray, envs: np.ndarray, episode_start: bool
+    ) -> np.ndarray:
+        """Numbers the newest frame of the observations of ``envs`` (a frame writer's
+        stream each); returns a number per env of the actor (-1 for the others, and for
+        every env without frame shards)."""
+        numbers = np.full(self.config.envs_per_actor, -1, dtype=np.int64)
+        if self._frames is not None:
+            for env in envs.tolist():
+                numbers[env] = self._frames.observe(env, observations[env][-1], episode_start)
+        return numbers
+
     def _send(self, parts: list[dict[str, np.ndarray]]) -> None:
         batch = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
         # Initial priorities: |n-step TD error| under the actor's own network (Ape-X).
@@ -179,7 +223,7 @@ class Actor:
         # Shards push back (rate limiter, full queues): wait, but keep seeing the stop flag.
         while not self._stop.is_set():
             try:
-                self._inserts.insert(batch, priorities, policy_version=self._weights.version)
+                self._insert(batch, priorities)
             except ReplayTimeout:
                 self.insert_waits += 1
                 if self.insert_waits == 1:
@@ -189,6 +233,18 @@ class Actor:
                 continue
             self.transitions_sent += len(priorities)
             return
+
+    def _insert(self, batch: dict[str, np.ndarray], priorities: np.ndarray) -> None:
+        version = self._weights.version
+        if self._frames is None:
+            self._inserts.insert(batch, priorities, policy_version=version)
+            return
+        scalars = {name: batch[name] for name in ("action", "reward", "discount")}
+        shard, insert = self._inserts.insert_frames(
+            lambda index: self._frames.build(index, batch["refs"], scalars, priorities),
+            policy_version=version,
+        )
+        self._frames.sent_to(shard, insert)
 
     def close(self) -> None:
         self._envs.close()

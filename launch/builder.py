@@ -23,6 +23,7 @@ from apex.envs import env_shape
 from launch.config import ConfigError, RunConfig
 from replay.client import ShardEndpoints
 from replay.errors import InvalidBatchError
+from replay.frame_spec import FrameStackSpec
 from replay.shard_config import ShardConfig
 from replay.spec import TransitionSpec
 
@@ -81,8 +82,16 @@ def shard_config(
         spec: the run's spec (see :func:`read_spec`); computed from the env if None.
     """
     replay = config.replay.shard_share(config.shards)
+    spec = spec if spec is not None else transition_spec(config)
+    frames = FrameStackSpec.from_transition_spec(spec) if replay.frames is not False else None
+    if replay.frames and frames is None:
+        raise ConfigError(
+            [f"replay.frames is on, but {config.env}'s observations are no image stack"]
+        )
     return ShardConfig(
-        spec=spec if spec is not None else transition_spec(config),
+        spec=spec,
+        frames=frames,
+        compress_frames=replay.compress_frames,
         capacity=replay.capacity,
         alpha=replay.alpha,
         min_size=replay.min_size,

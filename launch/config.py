@@ -60,6 +60,9 @@ class ReplayConfig:
         min_size: transitions stored in all before the learner samples.
         samples_per_insert: the replay ratio every shard holds (None: no limit).
         error_buffer: allowed deviation from ``samples_per_insert`` in all, in transitions.
+        frames: keep each frame of image-stack observations once (``replay.frame_storage``);
+            None: yes exactly when ``obs`` is a stack of images (Atari), else whole.
+        compress_frames: keep (and send) those frames LZ4-compressed.
     """
 
     capacity: int = DEFAULT_CAPACITY
@@ -67,6 +70,8 @@ class ReplayConfig:
     min_size: int = 50_000
     samples_per_insert: float | None = None
     error_buffer: float = 0.0
+    frames: bool | None = None
+    compress_frames: bool = True
 
     def shard_share(self, shards: int) -> ReplayConfig:
         """One shard's settings: totals divided over ``shards``, integers rounded up."""

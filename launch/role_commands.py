@@ -76,15 +76,24 @@ def _port_option(name: str, help_text: str):
 )
 @click.option("--shard-index", type=click.IntRange(min=0), default=0, help="This shard's index.")
 @click.option("--seed", type=int, default=0, help="Seed of the sampling generator.")
+@click.option(
+    "--frames/--whole",
+    default=False,
+    help="Keep each frame of obs/next_obs image stacks once (writers send INSERT_FRAMES).",
+)
+@click.option(
+    "--compress-frames/--raw-frames", default=True, help="Keep those frames LZ4-compressed."
+)
 def replay_role(
     fields, capacity, alpha, min_size, samples_per_insert, error_buffer, host, insert_port,
-    request_port, config_path, shard_index, seed,
+    request_port, config_path, shard_index, seed, frames, compress_frames,
 ) -> None:  # fmt: skip
     """Run one replay shard until SIGINT or SIGTERM.
 
     Prints one JSON line with its endpoints once bound (``{"ready": ...}``)."""
     from launch import builder, roles
     from replay.errors import ConfigError
+    from replay.frame_spec import FrameStackSpec
     from replay.shard_config import ShardConfig
     from replay.spec import TransitionSpec
 
@@ -94,11 +103,18 @@ def replay_role(
             spec = builder.read_spec(config_path.parent)
             config = builder.shard_config(run, shard_index, host, insert_port, request_port, spec)
         else:
+            spec = TransitionSpec(fields)
+            layout = FrameStackSpec.from_transition_spec(spec) if frames else None
+            if frames and layout is None:
+                raise click.BadParameter(
+                    "--frames needs obs and next_obs fields that are stacks of images",
+                    param_hint="--frames",
+                )
             config = ShardConfig(
-                spec=TransitionSpec(fields), capacity=capacity, alpha=alpha, min_size=min_size,
+                spec=spec, capacity=capacity, alpha=alpha, min_size=min_size,
                 samples_per_insert=samples_per_insert, error_buffer=error_buffer, host=host,
                 insert_port=insert_port, request_port=request_port, shard_index=shard_index,
-                seed=seed,
+                seed=seed, frames=layout, compress_frames=compress_frames,
             )  # fmt: skip
         server = roles.shard_server(config)
     except (ConfigError, ValueError) as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +17,7 @@ import zmq
 
 from replay import messages
 from replay.errors import ProtocolError, ReplayError, ReplayTimeout, ShardError, SpecMismatchError
+from replay.frame_spec import FrameStackSpec
 from replay.requests import RequestClient, await_spec
 from replay.spec import TransitionSpec
 from replay.transport import insert_buffer_bytes, make_socket, send_frames
@@ -163,12 +164,20 @@ class InsertClient:
         if credit is not None and credit < 1:
             raise ValueError(f"credit must be >= 1 or None, got {credit}")
         deadline = time.monotonic() + start_timeout_s
+        layouts = []
         for index, shard in enumerate(shards):
-            remote = await_spec(context, shard.request, sender, deadline)
+            remote, layout = await_spec(context, shard.request, sender, deadline, with_frames=True)
             if remote != spec:
                 raise SpecMismatchError(
                     f"shard {index} at {shard.request} stores {remote}, this actor sends {spec}"
                 )
+            layouts.append(layout)
+        if any(layout != layouts[0] for layout in layouts):
+            raise SpecMismatchError(f"the shards store frames differently: {layouts}")
+        self.frame_layout: dict | None = layouts[0]
+        """The shards' frame layout (``{"stack", "compressed"}``), None for whole
+        transitions: then :meth:`insert`, else :meth:`insert_frames`."""
+        self.frames = FrameStackSpec.from_transition_spec(spec) if layouts[0] else None
         self._spec = spec
         self._sender = sender
         self._timeout_ms = int(timeout_s * 1000)
@@ -189,6 +198,7 @@ class InsertClient:
             self._start_credits(deadline)
         self._next = 0
         self._sequence = 0
+        self._stretch_left = 0
 
     def _start_credits(self, deadline: float) -> None:
         """Learns each shard's count of this sender's batches before sending any."""
@@ -220,15 +230,53 @@ class InsertClient:
             ReplayTimeout: no shard had room within the timeout.
         """
         self._spec.check_batch(batch)
-        frames = encode(
-            messages.Insert(batch, priorities).to_message(
-                self._spec, self._sender, self._sequence, policy_version
-            )
+        message = messages.Insert(batch, priorities).to_message(
+            self._spec, self._sender, self._sequence, policy_version
         )
+        frames = encode(message)
+        return self._send(lambda _index: frames, stretch=1)
+
+    def insert_frames(
+        self,
+        build: Callable[[int], messages.FrameInsert],
+        policy_version: int = -1,
+        stretch: int = 16,
+    ) -> tuple[int, messages.FrameInsert]:
+        """Sends frames and the records that refer to them to one shard with room.
+
+        Each shard must hold every frame its records' stacks reach, so the message depends
+        on the shard: ``build(index)`` makes it (the frames that shard lacks, see
+        ``apex.frame_writer``). The client stays on one shard for ``stretch`` messages
+        when it has room, so a stream's frames are seldom repeated on another shard.
+
+        Returns:
+            ``(shard index, the message sent)``.
+
+        Raises:
+            ReplayTimeout: no shard had room within the timeout.
+        """
+        built: dict[int, tuple[messages.FrameInsert, list]] = {}
+
+        def frames_for(index: int) -> list:
+            if index not in built:
+                insert = build(index)
+                message = insert.to_message(self.frames, self._sender, self._sequence,
+                                            policy_version)  # fmt: skip
+                built[index] = (insert, encode(message))
+            return built[index][1]
+
+        index = self._send(frames_for, stretch)
+        return index, built[index][0]
+
+    def _send(self, frames_for: Callable[[int], list], stretch: int) -> int:
+        """Sends ``frames_for(index)`` to the first shard with room, starting where the
+        last message went if its stretch is not over; returns the index."""
         deadline = time.monotonic() + self._timeout_ms / 1000
         for credit in self._credits:
             if credit is not None and credit.awaiting_reply:
                 self._read_credit(credit)
+        if self._stretch_left <= 0:
+            self._stretch_left = stretch
         while True:
             for offset in range(len(self._sockets)):
                 index = (self._next + offset) % len(self._sockets)
@@ -236,7 +284,7 @@ class InsertClient:
                 if credit is not None and not credit.has_room():
                     continue
                 try:
-                    send_frames(self._sockets[index], frames, zmq.NOBLOCK)
+                    send_frames(self._sockets[index], frames_for(index), zmq.NOBLOCK)
                 except zmq.Again:
                     continue
                 if credit is not None:
@@ -245,7 +293,8 @@ class InsertClient:
                     # runs out: the sender then never stops for a round trip.
                     if credit.in_flight > credit.limit // 2:
                         credit.ask(self._timeout_ms / 1000)
-                self._next = index + 1
+                self._stretch_left = self._stretch_left - 1 if offset == 0 else stretch - 1
+                self._next = index if self._stretch_left > 0 else index + 1
                 self._sequence += 1
                 return index
             remaining = deadline - time.monotonic()

@@ -21,12 +21,15 @@ class FrameStackSpec:
         frame_dtype: its dtype, e.g. ``uint8``.
         stack: frames per observation ``k``.
         scalars: the other fields of a transition (action, reward, discount, ...).
+        order: the order of the fields in :attr:`transition_spec` (default: obs,
+            next_obs, then the scalars).
     """
 
     frame_shape: tuple[int, ...]
     frame_dtype: str
     stack: int
     scalars: TransitionSpec
+    order: tuple[str, ...] | None = None
 
     @property
     def record_spec(self) -> TransitionSpec:
@@ -40,7 +43,20 @@ class FrameStackSpec:
         shape = (self.stack, *self.frame_shape)
         stacks = [FieldSpec("obs", shape, self.frame_dtype)]
         stacks.append(FieldSpec("next_obs", shape, self.frame_dtype))
-        return TransitionSpec([*stacks, *self.scalars.values()])
+        fields = {f.name: f for f in (*stacks, *self.scalars.values())}
+        return TransitionSpec([fields[name] for name in self.order or fields])
+
+    @classmethod
+    def from_transition_spec(cls, spec: TransitionSpec) -> FrameStackSpec | None:
+        """The frame layout of ``spec`` if its ``obs`` and ``next_obs`` are stacks of
+        images (``(k, h, w[, c])``), else None (vector observations stay whole)."""
+        if "obs" not in spec or "next_obs" not in spec:
+            return None
+        obs, following = spec["obs"], spec["next_obs"]
+        if obs.shape != following.shape or obs.dtype != following.dtype or len(obs.shape) < 3:
+            return None
+        scalars = TransitionSpec([f for f in spec.values() if f.name not in ("obs", "next_obs")])
+        return cls(tuple(obs.shape[1:]), obs.dtype.name, obs.shape[0], scalars, tuple(spec))
 
     @property
     def frame_nbytes(self) -> int:

@@ -9,6 +9,11 @@ dtypes against a spec are checked where the data is stored (``PrioritizedReplay.
 Per kind, the arrays are (``F`` = the shard spec's fields, in spec order)::
 
     INSERT        F…, priorities f64[count]                        actor → shard (PUSH)
+    INSERT_FRAMES streams i64[m], numbers i64[m], starts bool[m],   actor → frame shard
+                  then the frames: whole, (m, *frame) of the frame
+                  dtype (scalar 0), or LZ4 blocks, data u8[n] and
+                  offsets i64[m+1] (scalar 1); then the records R…
+                  (``FrameStackSpec.record_spec``), priorities f64
     SAMPLE        none; count = batch size, scalar = β              learner → shard
     SAMPLE_REPLY  stats f64[4], indices i64, generations i64,
                   priorities f64 (stored p^α), weights f32, F…      shard → learner
@@ -17,7 +22,9 @@ Per kind, the arrays are (``F`` = the shard spec's fields, in spec order)::
     UPDATE        indices i64, generations i64, priorities f64      learner → shard
     INFO / SPEC   none                                              client → shard
     INFO_REPLY    utf-8 JSON object as u8[n] (counters only)        shard → client
-    SPEC_REPLY    utf-8 JSON spec as u8[n]                          shard → client
+    SPEC_REPLY    utf-8 JSON as u8[n]: {"fields": [[name, [dims],   shard → client
+                  dtype], ...], "frames": null or {"stack": k,
+                  "compressed": bool}} (a bare field list: version 1)
     ERROR         utf-8 text as u8[n]                               shard → requester
     CREDIT        none; scalar = insert messages the asker waits    actor → shard
                   for, count = longest wait in ms
@@ -39,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.errors import ProtocolError
+from replay.frame_spec import FrameStackSpec
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, array_text, text_array
 
@@ -75,6 +83,73 @@ class Insert:
                 f"{len(message.arrays)} arrays, expected {len(spec)} fields + priorities"
             )
         return cls(dict(zip(spec, message.arrays[:-1], strict=True)), message.arrays[-1])
+
+
+@dataclass(frozen=True)
+class FrameInsert:
+    """New frames of the writer's streams, then records that refer to frames by number.
+
+    Exactly one of ``frames`` (whole) and ``data``/``offsets`` (LZ4 blocks, blob ``i`` is
+    ``data[offsets[i]:offsets[i + 1]]``) is given.
+    """
+
+    streams: np.ndarray
+    numbers: np.ndarray
+    starts: np.ndarray
+    records: Mapping[str, np.ndarray]
+    priorities: np.ndarray
+    frames: np.ndarray | None = None
+    data: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+
+    @property
+    def compressed(self) -> bool:
+        return self.frames is None
+
+    def to_message(self, layout: FrameStackSpec, sender: int, sequence: int, version: int):
+        payload = (
+            (np.ascontiguousarray(self.data, dtype=np.uint8),
+             np.ascontiguousarray(self.offsets, dtype=np.int64))
+            if self.compressed
+            else (np.ascontiguousarray(self.frames),)
+        )  # fmt: skip
+        arrays = (
+            np.ascontiguousarray(self.streams, dtype=np.int64),
+            np.ascontiguousarray(self.numbers, dtype=np.int64),
+            np.ascontiguousarray(self.starts, dtype=np.bool_),
+            *payload,
+            *(np.ascontiguousarray(self.records[name]) for name in layout.record_spec),
+            np.ascontiguousarray(self.priorities, dtype=np.float64),
+        )
+        count = len(arrays[-1])
+        scalar = 1.0 if self.compressed else 0.0
+        return Message(Kind.INSERT_FRAMES, sender, sequence, version, count, scalar, arrays)
+
+    @classmethod
+    def from_message(cls, message: Message, layout: FrameStackSpec) -> FrameInsert:
+        _expect(message, Kind.INSERT_FRAMES)
+        if message.scalar not in (0.0, 1.0):
+            raise ProtocolError(f"INSERT_FRAMES scalar must be 0 or 1, got {message.scalar}")
+        compressed = message.scalar == 1.0
+        head = 5 if compressed else 4
+        fields = layout.record_spec
+        if len(message.arrays) != head + len(fields) + 1:
+            raise ProtocolError(
+                f"INSERT_FRAMES has {len(message.arrays)} arrays, expected {head} for frames, "
+                f"{len(fields)} record fields and priorities"
+            )
+        streams, numbers, starts = message.arrays[:3]
+        count = len(numbers)
+        for name, array in (("streams", streams), ("numbers", numbers), ("starts", starts)):
+            dtype = np.bool_ if name == "starts" else np.int64
+            if array.dtype != dtype or array.shape != (count,):
+                raise ProtocolError(f"INSERT_FRAMES {name} are {array.dtype}{array.shape}")
+        records = dict(zip(fields, message.arrays[head:-1], strict=True))
+        payload = message.arrays[3:head]
+        if compressed:
+            return cls(streams, numbers, starts, records, message.arrays[-1],
+                       data=payload[0], offsets=payload[1])  # fmt: skip
+        return cls(streams, numbers, starts, records, message.arrays[-1], frames=payload[0])
 
 
 @dataclass(frozen=True)
@@ -246,25 +321,50 @@ def read_info(message: Message) -> dict[str, object]:
     return info
 
 
-def spec_reply(spec: TransitionSpec, sender: int, sequence: int) -> Message:
+def spec_reply(
+    spec: TransitionSpec, sender: int, sequence: int, frames: dict | None = None
+) -> Message:
+    """The shard's transition spec (what the learner samples) and, for a frame shard, its
+    frame layout (``{"stack": k, "compressed": bool}``: what its writers send)."""
     entries = [[name, list(shape), dtype] for name, (shape, dtype) in spec.to_dict().items()]
-    return Message(Kind.SPEC_REPLY, sender, sequence, arrays=(text_array(json.dumps(entries)),))
+    payload = json.dumps({"fields": entries, "frames": frames})
+    return Message(Kind.SPEC_REPLY, sender, sequence, arrays=(text_array(payload),))
 
 
 def read_spec(message: Message) -> TransitionSpec:
     """The spec of a SPEC_REPLY.
 
     Raises:
-        ProtocolError: another kind, or not JSON of ``[[name, [dims], dtype], ...]``
-            naming a valid spec.
+        ProtocolError: another kind, or not a valid spec payload.
     """
+    return _spec_payload(message)[0]
+
+
+def read_frame_layout(message: Message) -> dict | None:
+    """A SPEC_REPLY's frame layout: None for a shard of whole transitions.
+
+    Raises:
+        ProtocolError: another kind, or not a valid spec payload.
+    """
+    return _spec_payload(message)[1]
+
+
+def _spec_payload(message: Message) -> tuple[TransitionSpec, dict | None]:
     _expect(message, Kind.SPEC_REPLY)
     try:
-        entries = json.loads(array_text(message.arrays[0]))
-        if not isinstance(entries, list):
-            raise TypeError("not a list")
-        return TransitionSpec.from_dict({str(n): (tuple(s), str(d)) for n, s, d in entries})
-    except (IndexError, ValueError, TypeError) as exc:
+        payload = json.loads(array_text(message.arrays[0]))
+        entries, frames = (
+            (payload["fields"], payload.get("frames"))
+            if isinstance(payload, dict)
+            else (payload, None)
+        )
+        if not isinstance(entries, list) or not (frames is None or isinstance(frames, dict)):
+            raise TypeError("fields must be a list and frames an object or null")
+        spec = TransitionSpec.from_dict({str(n): (tuple(s), str(d)) for n, s, d in entries})
+        if frames is not None:
+            frames = {"stack": int(frames["stack"]), "compressed": bool(frames["compressed"])}
+        return spec, frames
+    except (IndexError, KeyError, ValueError, TypeError) as exc:
         raise ProtocolError(f"malformed spec payload: {exc}") from exc
 
 

@@ -227,19 +227,29 @@ class PrioritizedReplay:
         return slots
 
     def add_frames(
-        self, streams: np.ndarray, numbers: np.ndarray, starts: np.ndarray, frames: np.ndarray
+        self,
+        streams: np.ndarray,
+        numbers: np.ndarray,
+        starts: np.ndarray,
+        frames: np.ndarray | None = None,
+        *,
+        data: np.ndarray | None = None,
+        offsets: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Stores frames in a frame storage (``FrameStackStorage.add_frames``); transitions
-        it evicts to free their frames get zero priority here at once.
+        """Stores frames in a frame storage: whole (``frames``), or as LZ4 blocks
+        (``data``, ``offsets``; see ``FrameStackStorage.add_compressed_frames``).
+        Transitions it evicts to free their frames get zero priority here at once.
 
         Raises:
             InvalidBatchError: the frames are refused (see the storage), or this store
                 keeps whole transitions and has no frames.
         """
-        add = getattr(self._storage, "add_frames", None)
-        if add is None:
+        if not hasattr(self._storage, "add_frames"):
             raise InvalidBatchError("this replay stores whole transitions: it takes no frames")
-        slots = add(streams, numbers, starts, frames)
+        if frames is not None:
+            slots = self._storage.add_frames(streams, numbers, starts, frames)
+        else:
+            slots = self._storage.add_compressed_frames(streams, numbers, starts, data, offsets)
         self._zero_evicted()
         return slots
 

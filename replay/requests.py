@@ -134,6 +134,11 @@ class RequestClient:
     def spec(self) -> TransitionSpec:
         return messages.read_spec(self.call(Kind.SPEC, Kind.SPEC_REPLY))
 
+    def spec_and_frames(self) -> tuple[TransitionSpec, dict | None]:
+        """The spec and the frame layout (None: the shard keeps whole transitions)."""
+        reply = self.call(Kind.SPEC, Kind.SPEC_REPLY)
+        return messages.read_spec(reply), messages.read_frame_layout(reply)
+
     def info(self) -> dict[str, object]:
         return messages.read_info(self.call(Kind.INFO, Kind.INFO_REPLY))
 
@@ -154,12 +159,14 @@ def await_spec(
     deadline: float,
     expected: TransitionSpec | None = None,
     stop_asked: Callable[[], bool] = lambda: False,
-) -> TransitionSpec | None:
+    with_frames: bool = False,
+):
     """The shard's spec, asked again every :data:`SPEC_RETRY_S` until ``deadline`` (shards
     may still be starting: under Slurm every task starts at once).
 
     Returns:
-        The spec, or None if ``stop_asked`` turned true first.
+        The spec (with ``with_frames``: ``(spec, frame layout)``), or None if
+        ``stop_asked`` turned true first.
 
     Raises:
         ReplayTimeout: no answer by ``deadline``.
@@ -169,7 +176,7 @@ def await_spec(
         wait_s = min(SPEC_RETRY_S, max(deadline - time.monotonic(), 0.05))
         client = RequestClient(context, endpoint, sender, wait_s)
         try:
-            remote = client.spec()
+            remote, frames = client.spec_and_frames()
         except ReplayTimeout:
             if time.monotonic() >= deadline:
                 raise
@@ -179,5 +186,5 @@ def await_spec(
             client.close()
         if expected is not None and remote != expected:
             raise SpecMismatchError(f"shard at {endpoint} stores {remote}, expected {expected}")
-        return remote
+        return (remote, frames) if with_frames else remote
     return None

@@ -37,7 +37,7 @@ import zmq
 
 from replay import messages
 from replay.errors import ConfigError, ProtocolError, ReplayError
-from replay.prioritized import PrioritizedReplay
+from replay.ingest import Ingest
 from replay.rate_limiter import RateLimiter
 from replay.senders import (
     REJECT_INSERT,
@@ -89,7 +89,8 @@ class ShardServer:
         if problems:
             raise ConfigError(problems, "shard config")
         self.config = config
-        self.replay = PrioritizedReplay(config.spec, config.capacity, config.alpha, rng=config.seed)
+        self._ingest = Ingest(config)
+        self.replay = self._ingest.replay
         self.limiter = RateLimiter(config.min_size, config.samples_per_insert, config.error_buffer)
         self._stop = threading.Event()
         self._context = zmq.Context()
@@ -177,20 +178,19 @@ class ShardServer:
             return
         stats = self._senders.get(message.sender)
         stats.taken += 1
-        if message.kind != Kind.INSERT:
+        if message.kind not in (Kind.INSERT, Kind.INSERT_FRAMES):
             self._senders.reject(
                 message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL"
             )
             return
         try:
-            insert = messages.Insert.from_message(message, self.config.spec)
-            self.replay.add(insert.fields, insert.priorities)
+            added = self._ingest.take(message)
         except ReplayError as exc:  # ProtocolError included
             self._senders.reject(message.sender, REJECT_INSERT, exc)
             return
-        self.limiter.record_insert(len(insert.priorities))
+        self.limiter.record_insert(added)
         stats.inserts += 1
-        stats.transitions += len(insert.priorities)
+        stats.transitions += added
         stats.last_sequence = message.sequence
         if message.policy_version >= 0:
             version = message.policy_version
@@ -221,9 +221,9 @@ class ShardServer:
         elif message.kind == Kind.CREDIT:
             self._on_credit_request(identity, message)
         elif message.kind == Kind.SPEC:
-            self._send(
-                identity, messages.spec_reply(self.config.spec, self._index, message.sequence)
-            )
+            layout = self._ingest.frame_layout
+            reply = messages.spec_reply(self.config.spec, self._index, message.sequence, layout)
+            self._send(identity, reply)
         else:
             self._refuse(
                 identity, message, REJECT_UNEXPECTED_KIND, f"unexpected kind {message.kind.name}"
@@ -360,4 +360,5 @@ class ShardServer:
             "samples_waiting": len(self._waiting_samples),
             "senders": self._senders.counters(),
             "uptime_s": elapsed,
+            **self._ingest.counters(),
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from replay.frame_spec import FrameStackSpec
 from replay.rate_limiter import RateLimiter
 from replay.spec import TransitionSpec
 
@@ -38,6 +39,10 @@ class ShardConfig:
         insert_batch_hint: transitions per insert message, usually; sizes the insert
             socket's kernel buffers (see replay.transport.insert_buffer_bytes).
         poll_timeout_s: longest wait before the loop looks at the stop flag again.
+        frames: store frame-stacked transitions with each frame once
+            (``replay.frame_storage``): ``spec`` must then be ``frames.transition_spec``,
+            and writers send INSERT_FRAMES. None: whole transitions (INSERT).
+        compress_frames: keep those frames LZ4-compressed.
     """
 
     spec: TransitionSpec
@@ -57,6 +62,8 @@ class ShardConfig:
     socket_hwm: int = 64
     insert_batch_hint: int = 50
     poll_timeout_s: float = 0.05
+    frames: FrameStackSpec | None = None
+    compress_frames: bool = True
 
     def problems(self) -> list[str]:
         """Every problem with these settings (empty if none), with the values involved."""
@@ -81,4 +88,8 @@ class ShardConfig:
                 problems.append(f"{name} must be in [0, 65535], got {getattr(self, name)}")
         if not self.poll_timeout_s > 0:
             problems.append(f"poll_timeout_s must be > 0, got {self.poll_timeout_s}")
+        if self.frames is not None and self.frames.transition_spec != self.spec:
+            problems.append(
+                f"spec {self.spec} is not the frame layout's {self.frames.transition_spec}"
+            )
         return problems

@@ -86,6 +86,7 @@ class Kind(enum.IntEnum):
     ERROR = 9
     CREDIT = 12
     CREDIT_REPLY = 13
+    INSERT_FRAMES = 14
 
 
 @dataclass(frozen=True)

@@ -95,9 +95,10 @@ class ShardProcess:
                 raise AssertionError("shard printed no ready line in time")
         line = self.process.stdout.readline()
         if not line:
-            self.stop()
+            self.process.wait(STOP_TIMEOUT_S)
             self.log.seek(0)
             errors = self.log.read()
+            self.stop()
             raise AssertionError(f"shard exited: {errors}")
         ready = json.loads(line)["ready"]
         self.endpoints = ShardEndpoints(ready["insert"], ready["request"])
