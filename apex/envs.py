@@ -100,7 +100,10 @@ _DEFAULTS: dict[str, dict] = {
     },
     "Pong": {
         "actors": 2,
-        "replay": {"capacity": 200_000, "min_size": 20_000},
+        # Ape-X's 2M transitions. Each frame is kept once and LZ4-compressed (about 250
+        # bytes a Pong frame), so 2M take about 1.5 GB instead of the 113 GB of whole
+        # stacked transitions (bench/RESULTS.md, "Atari-scale replay").
+        "replay": {"capacity": 2_000_000, "min_size": 20_000},
         "actor": {"envs_per_actor": 4, "weight_refresh_steps": 100},
         "learner": {
             "batch_size": 512,

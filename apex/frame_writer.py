@@ -19,6 +19,7 @@ keeps an actor on one shard for a stretch of messages so that this stays a few p
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 import numpy as np
@@ -56,7 +57,10 @@ class FrameWriter:
         if compress:
             import lz4.block
 
-            self._pack = lambda frame: lz4.block.compress(frame.tobytes(), store_size=False)
+            # The array's own buffer: no copy to bytes first.
+            self._pack = lambda frame: lz4.block.compress(
+                np.ascontiguousarray(frame), store_size=False
+            )
         base = int(rng.integers(1, 2**40)) << _ENV_BITS
         self.streams = base + np.arange(env_count, dtype=np.int64)
         self._next = np.zeros(env_count, dtype=np.int64)
@@ -105,12 +109,15 @@ class FrameWriter:
                 reach = self._reach(env, lowest)
                 if sent[env] < reach - 1:  # a gap on this shard: send the whole reach
                     first = reach
-            for number, start, payload in kept:
-                if number >= first:
-                    envs.append(env)
-                    numbers.append(number)
-                    starts.append(number == start)
-                    payloads.append(payload)
+            if not kept:
+                continue
+            # Numbers in the deque are consecutive: skip straight to the first one wanted.
+            skip = max(0, first - kept[0][0])
+            for number, start, payload in itertools.islice(kept, skip, None):
+                envs.append(env)
+                numbers.append(number)
+                starts.append(number == start)
+                payloads.append(payload)
         records = {
             "stream": self.streams[refs[:, 0]],
             "obs_frame": np.ascontiguousarray(refs[:, 1]),
@@ -135,12 +142,10 @@ class FrameWriter:
     def sent_to(self, shard: int, insert: FrameInsert) -> None:
         """Records what ``shard`` now holds after ``insert`` went there."""
         sent = self._sent.setdefault(shard, np.full(len(self._kept), -1, dtype=np.int64))
-        env_of = {int(stream): env for env, stream in enumerate(self.streams)}
-        repeated = 0
-        for stream, number in zip(insert.streams.tolist(), insert.numbers.tolist(), strict=True):
-            env = env_of[stream]
-            if any(number <= other[env] for other in self._sent.values() if other is not sent):
-                repeated += 1
-            sent[env] = max(sent[env], number)
+        envs = insert.streams - self.streams[0]
+        others = [other for other in self._sent.values() if other is not sent]
+        if others:
+            elsewhere = np.max(others, axis=0)
+            self.frames_repeated += int(np.count_nonzero(insert.numbers <= elsewhere[envs]))
+        np.maximum.at(sent, envs, insert.numbers)
         self.frames_sent += len(insert.numbers)
-        self.frames_repeated += repeated

@@ -125,8 +125,9 @@ def bench_replay(
     "--kind",
     "kinds",
     multiple=True,
-    type=click.Choice(["small", "atari"]),
-    help="Transition kinds to ingest [both].",
+    type=click.Choice(["small", "atari", "atari-frames"]),
+    help="Transition kinds to ingest [all three]: atari-frames sends each Pong frame once, "
+    "LZ4-compressed, to frame shards.",
 )
 @_report_options
 @click.option(
@@ -147,7 +148,7 @@ def bench_shard(
             repeats=repeats,
             seconds_per_repeat=seconds_per_repeat,
             pusher_counts=pushers or None,
-            kinds=kinds or ("small", "atari"),
+            kinds=kinds or ("small", "atari", "atari-frames"),
             ingest_rate=ingest_rate,
             progress=lambda line: click.echo(f"... {line}", err=True),
         )
@@ -219,6 +220,19 @@ def bench_actor(quick, repeats, json_path, markdown_path) -> None:
     _run_bench(actor_suite.SUITE, run_suite, json_path, markdown_path)
 
 
+@bench.command("frames")
+@click.option("--quick", is_flag=True, help="Few frames, small stores, a 20K fill.")
+@_report_options
+def bench_frames(quick, json_path, markdown_path) -> None:
+    """Atari-sized replay on real Pong frames: codecs, bytes per transition, sampling, RSS."""
+    from bench import frames_suite
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return frames_suite.run(quick=quick, progress=_progress)
+
+    _run_bench(frames_suite.SUITE, run_suite, json_path, markdown_path)
+
+
 @bench.command("system")
 @click.option("--quick", is_flag=True, help="One small configuration, a 3 s window.")
 @click.option(
@@ -255,7 +269,10 @@ def bench_system(quick, actor_counts, shard_counts, seconds, json_path, markdown
     _run_bench(system_suite.SUITE, run_suite, json_path, markdown_path)
 
 
-SUITES = ("replay", "shard", "learner", "actor", "system", "solve")
+SUITES = ("replay", "shard", "learner", "actor", "system", "solve", "frames")
+# What `apex bench run` runs when no suite is named: frames fills a 2M store, so it runs
+# when asked for.
+DEFAULT_SUITES = SUITES[:-1]
 
 
 @bench.command("run")
@@ -269,9 +286,11 @@ SUITES = ("replay", "shard", "learner", "actor", "system", "solve")
 )
 @click.option("--plots/--no-plots", default=True, help="Write PNG plots (needs matplotlib).")
 def bench_run(suites, quick, out, plots) -> None:
-    """Run several suites (default: all) into one directory, with a report and plots."""
+    """Run several suites (default: all but frames) into one directory, with a report and
+    plots."""
     from bench import (
         actor_suite,
+        frames_suite,
         learner_suite,
         replay_suite,
         report,
@@ -280,7 +299,7 @@ def bench_run(suites, quick, out, plots) -> None:
         system_suite,
     )
 
-    chosen = suites or SUITES
+    chosen = suites or DEFAULT_SUITES
     runners = {
         "replay": lambda memory: replay_suite.run(
             quick=quick, memory_bytes=memory, progress=_progress,
@@ -303,6 +322,7 @@ def bench_run(suites, quick, out, plots) -> None:
         "solve": lambda memory: solve_suite.run(
             quick=quick, max_seconds=6.0 if quick else None, progress=_progress
         ),
+        "frames": lambda memory: frames_suite.run(quick=quick, progress=_progress),
     }  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     sections, problems = [], []

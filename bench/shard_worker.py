@@ -28,6 +28,9 @@ from replay.errors import ReplayTimeout
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, encode
 
+# Envs per frame pusher, and the n-step of its records (as a Pong actor's).
+FRAME_ENVS, FRAME_N = 4, 3
+
 
 def transition_spec(kind: str) -> TransitionSpec:
     obs = ((4,), "float32") if kind == "small" else ((4, 84, 84), "uint8")
@@ -53,6 +56,9 @@ def push(request: dict) -> None:
         stop["flag"] = True
 
     signal.signal(signal.SIGTERM, on_term)
+    if request["kind"] == "atari-frames":
+        push_frames(request, stop)
+        return
     spec = transition_spec(request["kind"])
     batch = make_batch(spec, request["batch"], request["sender"])
     priorities = np.random.default_rng(request["sender"]).uniform(0.1, 2.0, request["batch"])
@@ -94,6 +100,73 @@ def push(request: dict) -> None:
                 if socket.poll(100, zmq.POLLOUT):
                     socket.send_multipart(frames, copy=False)
             socket.close(linger=0)
+    finally:
+        context.destroy(linger=0)
+
+
+class FrameSource:
+    """What a Pong actor sends a frame shard: each env's new frames (real Pong frames,
+    recorded once) and the n-step records that now have their next frame."""
+
+    def __init__(self, batch: int, compress: bool, seed: int) -> None:
+        from apex.frame_writer import FrameWriter
+        from bench.frames_suite import pong_frames
+
+        self.frames = pong_frames(512, seed=seed)
+        self.writer = FrameWriter(
+            FRAME_ENVS, 4, FRAME_N, history=batch + 8, compress=compress,
+            rng=np.random.default_rng(seed),
+        )  # fmt: skip
+        self.per_env = max(1, batch // FRAME_ENVS)
+        self.step = 0
+        for env in range(FRAME_ENVS):
+            self.writer.observe(env, self.frames[env], episode_start=True)
+
+    def next_records(self) -> tuple[np.ndarray, dict, np.ndarray]:
+        refs = []
+        for _ in range(self.per_env):
+            self.step += 1
+            for env in range(FRAME_ENVS):
+                frame = self.frames[(self.step + 97 * env) % len(self.frames)]
+                number = self.writer.observe(env, frame, episode_start=False)
+                if number >= FRAME_N:
+                    refs.append((env, number - FRAME_N, number))
+        refs = np.array(refs, dtype=np.int64).reshape(-1, 3)
+        count = len(refs)
+        scalars = {
+            "action": np.zeros(count, np.int64),
+            "reward": np.zeros(count, np.float32),
+            "discount": np.full(count, 0.97, np.float32),
+        }
+        return refs, scalars, np.ones(count)
+
+
+def push_frames(request: dict, stop: dict) -> None:
+    """Frames and records into frame shards through the insert client, as fast as they
+    take them."""
+    context = zmq.Context()
+    try:
+        shards = [ShardEndpoints(insert, requests) for insert, requests in request["shards"]]
+        client = InsertClient(
+            context, shards, request["sender"], transition_spec("atari"), timeout_s=0.5,
+            hwm=16, start_timeout_s=30.0, batch_hint=request["batch"],
+            **({} if request.get("credit", True) else {"credit": None}),
+        )  # fmt: skip
+        source = FrameSource(request["batch"], client.frame_layout["compressed"], request["sender"])
+        deadline = time.monotonic() + request["max_seconds"]
+        while not stop["flag"] and time.monotonic() < deadline:
+            refs, scalars, priorities = source.next_records()
+            while not stop["flag"]:
+                try:
+                    shard, insert = client.insert_frames(
+                        lambda i, r=refs, s=scalars, p=priorities: source.writer.build(i, r, s, p),
+                        policy_version=0,
+                    )
+                except ReplayTimeout:
+                    continue
+                source.writer.sent_to(shard, insert)
+                break
+        client.close(linger_s=0)
     finally:
         context.destroy(linger=0)
 

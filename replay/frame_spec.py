@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,13 +32,14 @@ class FrameStackSpec:
     scalars: TransitionSpec
     order: tuple[str, ...] | None = None
 
-    @property
+    # Derived specs are cached: a shard asks for them with every insert message.
+    @functools.cached_property
     def record_spec(self) -> TransitionSpec:
         """What an actor sends per transition: its stream, two frame numbers, the scalars."""
         refs = [FieldSpec(name, (), "int64") for name in RECORD_FIELDS]
         return TransitionSpec([*refs, *self.scalars.values()])
 
-    @property
+    @functools.cached_property
     def transition_spec(self) -> TransitionSpec:
         """What the learner gets: ``obs`` and ``next_obs`` stacks, then the scalars."""
         shape = (self.stack, *self.frame_shape)
@@ -58,7 +60,7 @@ class FrameStackSpec:
         scalars = TransitionSpec([f for f in spec.values() if f.name not in ("obs", "next_obs")])
         return cls(tuple(obs.shape[1:]), obs.dtype.name, obs.shape[0], scalars, tuple(spec))
 
-    @property
+    @functools.cached_property
     def frame_nbytes(self) -> int:
         return int(np.prod(self.frame_shape)) * np.dtype(self.frame_dtype).itemsize
 
@@ -80,8 +82,9 @@ class StreamIds:
         Raises:
             InvalidBatchError: a new stream beyond ``max_streams``.
         """
-        dense = np.empty(len(streams), dtype=np.int64)
-        for value in np.unique(streams).tolist():
+        values = streams.tolist()
+        indices = []
+        for value in values:
             index = self._indices.get(value)
             if index is None:
                 if not create:
@@ -93,5 +96,5 @@ class StreamIds:
                     )
                 else:
                     index = self._indices[value] = len(self._indices)
-            dense[streams == value] = index
-        return dense
+            indices.append(index)
+        return np.array(indices, dtype=np.int64)

@@ -108,6 +108,10 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     for kind in ("small", "atari"):
         for implementation in ("apex", "raw-pyzmq"):
             assert (f"ingest-{kind}-1p", implementation, "ingest") in measured
+    # Frame shards: each Pong frame sent once, LZ4-compressed; no raw baseline.
+    assert ("ingest-atari-frames-1p", "apex", "ingest") in measured
+    frames = next(r for r in document["records"] if r["case"] == "ingest-atari-frames-1p")
+    assert frames["median"] > 0 and frames["params"]["transition_nbytes"] < 1000
     for shards in (1, 2):
         assert (f"sample-{shards}shard", "apex", "ready_batches") in measured
     ingest_ratios = [r for r in document["ratios"] if r["metric"] == "ingest"]
