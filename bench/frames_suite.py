@@ -167,6 +167,14 @@ def _codec_records(frames: np.ndarray, timing: dict) -> list[dict]:
     return records
 
 
+def _ratio(by: dict, case: str, metric: str, numerator: str, denominator: str) -> dict | None:
+    top, bottom = by.get((case, numerator, metric)), by.get((case, denominator, metric))
+    if top is None or bottom is None:
+        return None
+    return {"suite": SUITE, "case": case, "metric": metric, "numerator": numerator,
+            "denominator": denominator, "ratio": top["median"] / bottom["median"]}  # fmt: skip
+
+
 def _fixed(metric: str, unit: str, value: float) -> dict:
     return {"metric": metric, "unit": unit, "median": value, "min": value, "max": value,
             "repeats": 1, "per_repeat_s": 0.0}  # fmt: skip
@@ -259,26 +267,17 @@ def run(*, quick: bool = False, progress: Callable[[str], None] | None = None) -
     fill = 20_000 if quick else 2_000_000
     say(f"frames: a process filled with {fill} compressed transitions")
     records.append(_rss_record(fill))
-    ratios = []
     by = {(r["case"], r["implementation"], r.get("metric")): r for r in records if "metric" in r}
-    peer = by.get((f"pong-{capacity}", "cpprb-stack", "sample"))
-    for name in ("apex-frames", "apex-frames-lz4"):
-        mine = by.get((f"pong-{capacity}", name, "sample"))
-        if peer and mine:
-            ratios.append(
-                {"suite": SUITE, "case": f"pong-{capacity}", "metric": "sample",
-                 "numerator": name, "denominator": "cpprb-stack",
-                 "ratio": mine["median"] / peer["median"]}
-            )  # fmt: skip
-    whole = by.get((f"pong-{capacity}", "apex-whole", "bytes_per_transition"))
-    for name in ("apex-frames", "apex-frames-lz4"):
-        mine = by.get((f"pong-{capacity}", name, "bytes_per_transition"))
-        if whole and mine:
-            ratios.append(
-                {"suite": SUITE, "case": f"pong-{capacity}", "metric": "bytes_per_transition",
-                 "numerator": "apex-whole", "denominator": name,
-                 "ratio": whole["median"] / mine["median"]}
-            )  # fmt: skip
+    case = f"pong-{capacity}"
+    ratios = [
+        ratio
+        for name in ("apex-frames", "apex-frames-lz4")
+        for ratio in (
+            _ratio(by, case, "sample", name, "cpprb-stack"),
+            _ratio(by, case, "bytes_per_transition", "apex-whole", name),
+        )
+        if ratio is not None
+    ]
     config = {"quick": quick, "capacity": capacity, "fill": fill, **timing}
     return {"records": records, "ratios": ratios, "config": config}
 

@@ -39,6 +39,10 @@ SAMPLE_PREFETCH = 8
 # Ingestion during the sample-service figure: twice the whole 360-actor fleet of the
 # Ape-X paper (about 50K transitions/s). 0 means as fast as one actor process can push.
 DEFAULT_INGEST_RATE = 100_000.0
+# The frame shard's sample service: a store of 20K Pong transitions, and a fleet that
+# makes 5K transitions/s (about 20 Pong actors of 4 envs on this machine's speed).
+ATARI_SAMPLE_FILL = 20_000
+ATARI_SAMPLE_INGEST_RATE = 5_000.0
 
 
 def _spawn(module: str, *arguments: str) -> subprocess.Popen:
@@ -211,34 +215,54 @@ def _measure_apex(
     return rates
 
 
+def _fill(kind: str, context, endpoints, spec, transitions: int) -> None:
+    """Puts ``transitions`` into the shards, as an actor would (frames for frame shards)."""
+    from bench.shard_worker import FrameSource, make_batch
+    from replay.client import InsertClient
+
+    filler = InsertClient(context, endpoints, sender=98, spec=spec, timeout_s=30.0)
+    if kind == "atari-frames":
+        source = FrameSource(INSERT_BATCH, filler.frame_layout["compressed"], seed=98)
+        sent = 0
+        while sent < transitions:
+            refs, scalars, priorities = source.next_records()
+            shard, insert = filler.insert_frames(
+                lambda i, r=refs, s=scalars, p=priorities: source.writer.build(i, r, s, p),
+                stretch=1,  # spread the fill evenly over the shards
+            )
+            source.writer.sent_to(shard, insert)
+            sent += len(priorities)
+    else:
+        block = make_batch(spec, 4096, 0)
+        for _ in range(transitions // 4096):
+            filler.insert(block, np.ones(4096))
+    filler.close()
+
+
 def _measure_sampling(
-    shard_count: int, timing: dict, fill: int, ingest_rate: float
+    shard_count: int, timing: dict, fill: int, ingest_rate: float, kind: str = "small"
 ) -> tuple[list[float], list[float]]:
     import zmq
 
     from apex.staging import DeviceStager
-    from bench.shard_worker import make_batch, transition_spec
-    from replay.client import InsertClient, ShardEndpoints
+    from bench.shard_worker import transition_spec
+    from replay.client import ShardEndpoints
     from replay.requests import RequestClient
     from replay.sampler import SamplerConfig
     from replay.sampler_drivers import make_sampler
 
-    spec = transition_spec("small")
-    started = [_start_shard("small", 2 * fill, index) for index in range(shard_count)]
+    spec = transition_spec("atari" if kind == "atari-frames" else kind)
+    started = [_start_shard(kind, 2 * fill, index) for index in range(shard_count)]
     shards = [process for process, _ in started]
     readies = [ready for _, ready in started]
     context = zmq.Context()
     processes = list(shards)
     try:
         endpoints = [ShardEndpoints(r["insert"], r["request"]) for r in readies]
-        filler = InsertClient(context, endpoints, sender=98, spec=spec, timeout_s=30.0)
-        block = make_batch(spec, 4096, 0)
-        for _ in range(fill * shard_count // 4096):
-            filler.insert(block, np.ones(4096))
-        filler.close()
+        _fill(kind, context, endpoints, spec, fill * shard_count)
         clients = [RequestClient(context, r["request"], sender=97) for r in readies]
         deadline = time.monotonic() + START_TIMEOUT_S
-        while sum(c.info()["size"] for c in clients) < fill * shard_count:
+        while sum(c.info()["size"] for c in clients) < fill * shard_count * 0.95:
             if time.monotonic() > deadline:
                 raise TimeoutError("shards were not filled in time")
             time.sleep(0.05)
@@ -248,7 +272,7 @@ def _measure_sampling(
             + timing["repeats"] * timing["seconds_per_repeat"]
             + 30
         )
-        processes.append(_pusher("apex", "small", 1, readies, budget, rate=ingest_rate))
+        processes.append(_pusher("apex", kind, 1, readies, budget, rate=ingest_rate))
         filled = sum(c.info()["transitions_added"] for c in clients)
         while sum(c.info()["transitions_added"] for c in clients) == filled:
             if time.monotonic() > deadline + START_TIMEOUT_S:
@@ -355,6 +379,18 @@ def run(
             "fill_per_shard": fill,
         }
         batches, ingest = _measure_sampling(shard_count, timing, fill, ingest_rate)
+        records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
+        records.append(
+            _record(case, "apex", "ingest_while_sampling", "transitions/s", ingest, params)
+        )
+    if "atari-frames" in kinds and not quick:
+        # Pong stacks of 512 put together by a frame shard (LZ4) while a Pong pusher inserts.
+        case, rate = "sample-atari-frames-1shard", ATARI_SAMPLE_INGEST_RATE
+        if progress:
+            progress(f"shard {case} apex")
+        params = {"shards": 1, "batch_size": SAMPLE_BATCH, "prefetch": SAMPLE_PREFETCH,
+                  "fill_per_shard": ATARI_SAMPLE_FILL, "ingest_rate": rate}  # fmt: skip
+        batches, ingest = _measure_sampling(1, timing, ATARI_SAMPLE_FILL, rate, "atari-frames")
         records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
         records.append(
             _record(case, "apex", "ingest_while_sampling", "transitions/s", ingest, params)

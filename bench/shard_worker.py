@@ -154,7 +154,14 @@ def push_frames(request: dict, stop: dict) -> None:
         )  # fmt: skip
         source = FrameSource(request["batch"], client.frame_layout["compressed"], request["sender"])
         deadline = time.monotonic() + request["max_seconds"]
+        interval_s = request["batch"] / request["rate"] if request.get("rate") else 0.0
+        next_send = time.monotonic()
         while not stop["flag"] and time.monotonic() < deadline:
+            if interval_s:  # paced to ``rate`` transitions/s, as in push()
+                next_send += interval_s
+                delay = next_send - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
             refs, scalars, priorities = source.next_records()
             while not stop["flag"]:
                 try:

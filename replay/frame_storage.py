@@ -58,7 +58,7 @@ from replay.frame_kernels import (
 from replay.frame_spec import FrameStackSpec, StreamIds
 from replay.lz4_codec import compress_bound, kernels
 from replay.spec import TransitionSpec
-from replay.storage import BatchBuffers, read_only
+from replay.storage import BatchBuffers, RingSlots
 
 # Frame numbers of a stream that stay findable by number (a record may refer back this far).
 DEFAULT_WINDOW = 256
@@ -73,7 +73,7 @@ _REASONS = {
 }
 
 
-class FrameStackStorage:
+class FrameStackStorage(RingSlots):
     """A FIFO ring of frame-stacked transitions over a FIFO ring of frames.
 
     Args:
@@ -168,22 +168,9 @@ class FrameStackStorage:
         return self._spec.transition_spec
 
     @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
     def size(self) -> int:
         """Transitions stored and alive."""
         return self._live
-
-    @property
-    def items_written(self) -> int:
-        return self._next_generation
-
-    @property
-    def generations(self) -> np.ndarray:
-        """Per-slot generation, -1 for empty or evicted slots. Read-only."""
-        return read_only(self._generations)
 
     @property
     def frames_stored(self) -> int:

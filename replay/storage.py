@@ -123,7 +123,30 @@ def read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
-class RingStorage:
+class RingSlots:
+    """What every storage shares: a ring of ``capacity`` slots, each stamped with the
+    generation (global item number) of what it holds, -1 when empty."""
+
+    _capacity: int
+    _next_generation: int
+    _generations: np.ndarray
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def items_written(self) -> int:
+        """Items ever written, evicted ones included (the next item's generation)."""
+        return self._next_generation
+
+    @property
+    def generations(self) -> np.ndarray:
+        """Per-slot generation, -1 for a slot that holds nothing. Read-only."""
+        return read_only(self._generations)
+
+
+class RingStorage(RingSlots):
     """Fixed-capacity FIFO ring of transitions with a given spec.
 
     Args:
@@ -162,23 +185,9 @@ class RingStorage:
         return self._spec
 
     @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
     def size(self) -> int:
         """Number of slots holding data: ``min(items written, capacity)``."""
         return min(self._next_generation, self._capacity)
-
-    @property
-    def items_written(self) -> int:
-        """Items ever written, evicted ones included (the next item's generation)."""
-        return self._next_generation
-
-    @property
-    def generations(self) -> np.ndarray:
-        """Per-slot generation (global item number), -1 for never-written slots. Read-only."""
-        return read_only(self._generations)
 
     @property
     def row_nbytes(self) -> int:
