@@ -7,8 +7,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Refusal codes of resolve_heads (0: fine).
+# Refusal codes of resolve_heads (0: fine), and what each means.
 UNKNOWN_FRAME, STALE_FRAME, NO_HISTORY = 1, 2, 3
+REASONS = {
+    UNKNOWN_FRAME: "refers to a frame this shard does not hold (never sent, or out of the "
+    "stream's window)",
+    STALE_FRAME: "refers to a frame that has been overwritten",
+    NO_HISTORY: "needs frames from before the first frame this shard holds of its stream",
+}
 
 
 # Fields of the store's cursor array.
@@ -31,6 +37,7 @@ def link_frames(
     refs: np.ndarray,
     positions: np.ndarray,
     frame_length: np.ndarray,
+    stream_newest: np.ndarray,
     cursor: np.ndarray,
     arena_bytes: int,
     stack: int,
@@ -85,6 +92,7 @@ def link_frames(
         frame_gen[slot] = generation
         positions[slot] = position
         frame_length[slot] = length
+        stream_newest[stream] = generation
         before = table[stream, (number - 1) % window]
         linked = (
             not starts[i]

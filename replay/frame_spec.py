@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,32 +70,46 @@ class StreamIds:
     """Writer stream ids (any int64 a writer picks) as dense indices ``0, 1, ...``.
 
     Args:
-        max_streams: ids kept apart; a new one beyond it is refused.
+        max_streams: ids kept apart at once.
+        reclaim: when all are taken, returns the dense index of a stream that holds no
+            frame any more (its row cleared), or None. A restarted actor brings new
+            streams, so over a long run old ones must give their places back.
     """
 
-    def __init__(self, max_streams: int) -> None:
+    def __init__(self, max_streams: int, reclaim: Callable[[], int | None]) -> None:
         self._indices: dict[int, int] = {}
+        self._ids: list[int] = []
         self._max_streams = int(max_streams)
+        self._reclaim = reclaim
+        self.reclaimed = 0
 
     def dense(self, streams: np.ndarray, create: bool) -> np.ndarray:
         """The dense index of each stream id; -1 for an unknown one unless ``create``.
 
         Raises:
-            InvalidBatchError: a new stream beyond ``max_streams``.
+            InvalidBatchError: a new stream while all ``max_streams`` hold frames.
         """
-        values = streams.tolist()
         indices = []
-        for value in values:
+        for value in streams.tolist():
             index = self._indices.get(value)
             if index is None:
-                if not create:
-                    index = -1  # refused by resolve_heads as an unknown frame
-                elif len(self._indices) >= self._max_streams:
-                    raise InvalidBatchError(
-                        f"stream {value} would be stream {len(self._indices) + 1}, beyond "
-                        f"the {self._max_streams} this store keeps apart"
-                    )
-                else:
-                    index = self._indices[value] = len(self._indices)
+                index = self._assign(value) if create else -1  # -1: refused as unknown
             indices.append(index)
         return np.array(indices, dtype=np.int64)
+
+    def _assign(self, value: int) -> int:
+        if len(self._ids) < self._max_streams:
+            index = len(self._ids)
+            self._ids.append(value)
+        else:
+            index = self._reclaim()
+            if index is None:
+                raise InvalidBatchError(
+                    f"stream {value} is new, and all {self._max_streams} streams this store "
+                    "keeps apart still hold frames"
+                )
+            del self._indices[self._ids[index]]
+            self._ids[index] = value
+            self.reclaimed += 1
+        self._indices[value] = index
+        return index

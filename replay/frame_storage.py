@@ -44,10 +44,8 @@ import numpy as np
 from replay.errors import InvalidBatchError, InvalidIndexError
 from replay.frame_kernels import (
     NEXT_GEN,
-    NO_HISTORY,
     OLDEST_GEN,
-    STALE_FRAME,
-    UNKNOWN_FRAME,
+    REASONS,
     copy_blobs,
     count_refs,
     gather_stacks,
@@ -65,12 +63,6 @@ DEFAULT_WINDOW = 256
 DEFAULT_MAX_STREAMS = 8192
 # Arena bytes per frame slot when compressed: a Pong frame takes 245 bytes on average.
 DEFAULT_COMPRESSED_FRAME_BYTES = 640
-_REASONS = {
-    UNKNOWN_FRAME: "refers to a frame this shard does not hold (never sent, or out of the "
-    "stream's window)",
-    STALE_FRAME: "refers to a frame that has been overwritten",
-    NO_HISTORY: "needs frames from before the first frame this shard holds of its stream",
-}
 
 
 class FrameStackStorage(RingSlots):
@@ -85,8 +77,8 @@ class FrameStackStorage(RingSlots):
             the transition ring therefore frees its oldest frames as the oldest
             transitions go. If it runs short, the oldest transitions go a little early.
         window: frame numbers of a stream findable by number.
-        max_streams: writer streams this store keeps apart; a new stream beyond it is
-            refused.
+        max_streams: writer streams this store keeps apart at once; a new one beyond it
+            takes the place of a stream that holds no frame any more, or is refused.
         compress: keep frames LZ4-compressed (decoded at gather time).
         arena_bytes: bytes of the frame arena; default ``frame_capacity`` whole frames, or
             ``frame_capacity × 640`` compressed. Frames that compress worse than that fill
@@ -140,7 +132,10 @@ class FrameStackStorage(RingSlots):
         self._refs = np.zeros(frame_capacity, dtype=np.int32)
         self._cursor = np.zeros(3, dtype=np.int64)  # see frame_kernels.NEXT_GEN ...
         self._table = np.full((max_streams, window), -1, dtype=np.int32)
-        self._streams = StreamIds(max_streams)
+        # Generation of each stream's newest frame: a stream whose newest frame is older
+        # than the oldest frame held has nothing left here, and may give its place back.
+        self._stream_newest = np.full(max_streams, -1, dtype=np.int64)
+        self._streams = StreamIds(max_streams, self._reclaim_stream)
         self._scalar_columns = {
             name: np.zeros((self._capacity, *f.shape), dtype=f.dtype)
             for name, f in spec.scalars.items()
@@ -296,7 +291,8 @@ class FrameStackStorage(RingSlots):
                 dense[done:], numbers[done:], starts[done:], lengths[done:], self._table,
                 self._frame_stream, self._frame_number, self._frame_gen, self._prev,
                 self._prev_gen, self._depth, self._refs, self._positions, self._lengths,
-                self._cursor, self._arena.size, self._stack, slots[done:], new[done:],
+                self._stream_newest, self._cursor, self._arena.size, self._stack, slots[done:],
+                new[done:],
             )  # fmt: skip
             # A frame already held keeps its bytes: a resend must not rewrite a frame that
             # stored transitions refer to.
@@ -331,7 +327,7 @@ class FrameStackStorage(RingSlots):
             if bad >= 0:
                 raise InvalidBatchError(
                     f"record {bad} ({name} {batch[name][bad]} of stream "
-                    f"{batch['stream'][bad]}) {_REASONS[reason]}"
+                    f"{batch['stream'][bad]}) {REASONS[reason]}"
                 )
             heads[name] = slots
         kept = min(count, self._capacity)
@@ -352,6 +348,21 @@ class FrameStackStorage(RingSlots):
         self._live += kept
         self._oldest = max(self._oldest, self._next_generation - self._capacity)
         return slots
+
+    def _reclaim_stream(self) -> int | None:
+        """A stream that holds no frame any more, its row of numbers cleared; or None."""
+        gone = np.flatnonzero(self._stream_newest < self._cursor[OLDEST_GEN])
+        if not gone.size:
+            return None
+        index = int(gone[np.argmin(self._stream_newest[gone])])
+        self._table[index] = -1
+        # Held from now on until its own frames age out.
+        self._stream_newest[index] = self._cursor[NEXT_GEN]
+        return index
+
+    @property
+    def streams_reclaimed(self) -> int:
+        return self._streams.reclaimed
 
     def _release(self, slots: np.ndarray) -> int:
         return release(

@@ -84,5 +84,6 @@ class Ingest:
             "frames_stored": storage.frames_stored,
             "frame_bytes_stored": storage.frame_bytes_stored,
             "transitions_evicted_early": storage.evicted_early,
+            "streams_reclaimed": storage.streams_reclaimed,
             "store_nbytes": storage.nbytes,
         }

@@ -282,10 +282,24 @@ def test_malformed_frames_and_too_many_streams_are_refused() -> None:
     store.add_frames(
         np.array([6]), np.array([0]), np.array([True]), np.zeros((1, *FRAME), np.uint8)
     )
-    with pytest.raises(InvalidBatchError, match="beyond the 2"):
-        store.add_frames(
-            np.array([7]), np.array([0]), np.array([True]), np.zeros((1, *FRAME), np.uint8)
-        )
+    with pytest.raises(InvalidBatchError, match="all 2 streams this store keeps apart still"):
+        put(store, 7, [0], True)
+
+
+def test_a_stream_whose_frames_are_all_gone_gives_its_place_to_a_new_one() -> None:
+    # Two places; the ring keeps 8 frames, so stream 1's frames age out under stream 2's.
+    store = FrameStackStorage(make_spec(2), 16, frame_capacity=8, max_streams=2)
+    put(store, 1, [0, 1], [True, False])
+    put(store, 2, range(10), np.arange(10) == 0)
+    put(store, 3, [0, 1, 2], [True, False, False])  # takes stream 1's place
+    assert store.streams_reclaimed == 1
+    store.write(records([1], [2], stream=3), 1)
+    np.testing.assert_array_equal(store.gather(np.array([0]))["next_obs"][0], stack_of(3, (1, 2)))
+    with pytest.raises(InvalidBatchError, match="does not hold"):
+        store.write(records([0], [1], stream=1), 1)  # stream 1 is no longer known
+    # Stream 2 still holds frames: a fourth stream finds no place.
+    with pytest.raises(InvalidBatchError, match="still hold frames"):
+        put(store, 4, [0], True)
 
 
 def test_one_stored_frame_per_step_instead_of_two_stacks() -> None:
