@@ -90,6 +90,17 @@ def merge_parts(
     """
     replies = [reply for _, reply in parts]
     global_min = min([*live_minima, *(r.min_priority for r in replies)])
+    if len(parts) == 1 and all(a.flags.writeable for a in replies[0].fields.values()):
+        # One shard's part, already in arrays of its own (a frame shard's stacks, put
+        # together on receipt): used as they are, not copied again (29 MB of Pong).
+        ((shard, reply),) = parts
+        return ReplayBatch(
+            transitions=dict(reply.fields),
+            weights=reply.weights * np.float32((global_min / reply.min_priority) ** beta),
+            shards=np.full(len(reply.indices), shard, dtype=np.int32),
+            indices=reply.indices, generations=reply.generations,
+            priorities=reply.priorities, sequence=sequence,
+        )  # fmt: skip
     weights = np.concatenate(
         [r.weights * np.float32((global_min / r.min_priority) ** beta) for r in replies]
     )

@@ -236,3 +236,31 @@ def gather_stacks(
             for x in range(width):
                 destination[x] = source[x]
             current = prev[current]
+
+
+@njit(cache=True, nogil=True)
+def chain_slots(prev: np.ndarray, heads: np.ndarray, stack: int, out: np.ndarray, column: int):
+    """``out[b, column + j]`` = slot of frame ``prev^(stack-1-j)(heads[b])``, oldest first."""
+    for b in range(heads.size):
+        current = heads[b]
+        for j in range(stack - 1, -1, -1):
+            out[b, column + j] = current
+            current = prev[current]
+
+
+@njit(cache=True, nogil=True)
+def copy_out_blobs(
+    arena: np.ndarray,
+    positions: np.ndarray,
+    lengths: np.ndarray,
+    slots: np.ndarray,
+    offsets: np.ndarray,
+    data: np.ndarray,
+) -> None:
+    """Blob of frame ``slots[i]`` into ``data[offsets[i]:offsets[i + 1]]``."""
+    capacity = arena.size
+    for i in range(slots.size):
+        start = positions[slots[i]] % capacity
+        destination = data[offsets[i] : offsets[i + 1]]
+        for k in range(lengths[slots[i]]):
+            destination[k] = arena[start + k]

@@ -113,3 +113,17 @@ class StreamIds:
             self.reclaimed += 1
         self._indices[value] = index
         return index
+
+
+def as_int64(values: np.ndarray, count: int, name: str) -> np.ndarray:
+    """``count`` integers as int64.
+
+    Raises:
+        InvalidBatchError: another count, or not integers.
+    """
+    array = np.ascontiguousarray(values).reshape(-1)
+    if array.size != count or array.dtype.kind not in "iu":
+        raise InvalidBatchError(
+            f"{name}: expected {count} integers, got {array.dtype}{array.shape}"
+        )
+    return array.astype(np.int64, copy=False)

@@ -11,7 +11,7 @@ Frames of a stream link to their predecessor (``prev``). A stack of ``k`` ending
 itself, so the stacks at an episode's start repeat its first frame, which is what
 gymnasium's ``FrameStackObservation`` (``padding_type="reset"``, its default) gives. A frame
 whose predecessor this shard never saw (the start of a stretch of a stream sent to this
-shard, see ``replay.frame_messages``) links to itself too but has no history (``depth``
+shard, see ``apex.frame_writer``) links to itself too but has no history (``depth``
 0): a transition whose stack would reach past it is refused, never filled with a wrong
 frame.
 
@@ -46,14 +46,17 @@ from replay.frame_kernels import (
     NEXT_GEN,
     OLDEST_GEN,
     REASONS,
+    chain_slots,
     copy_blobs,
+    copy_out_blobs,
     count_refs,
     gather_stacks,
     link_frames,
     release,
     resolve_heads,
 )
-from replay.frame_spec import FrameStackSpec, StreamIds
+from replay.frame_payload import FramePayload, check_blobs
+from replay.frame_spec import FrameStackSpec, StreamIds, as_int64
 from replay.lz4_codec import compress_bound, kernels
 from replay.spec import TransitionSpec
 from replay.storage import BatchBuffers, RingSlots
@@ -254,29 +257,17 @@ class FrameStackStorage(RingSlots):
         if not self._compress:
             raise InvalidBatchError("this store keeps frames whole: send them uncompressed")
         count = len(numbers)
-        data = np.ascontiguousarray(data).reshape(-1)
-        offsets = np.ascontiguousarray(offsets).reshape(-1)
-        if data.dtype != np.uint8 or offsets.dtype.kind not in "iu" or offsets.size != count + 1:
-            raise InvalidBatchError(
-                f"compressed frames need u8 data and {count + 1} integer offsets, got "
-                f"{data.dtype}{data.shape} and {offsets.dtype}{offsets.shape}"
-            )
-        offsets = offsets.astype(np.int64, copy=False)
-        lengths = np.diff(offsets)
-        if count and (offsets[0] != 0 or lengths.min() <= 0 or offsets[-1] != data.size
-                      or lengths.max() > self._largest_blob):  # fmt: skip
-            raise InvalidBatchError("blob offsets do not cut the data into non-empty frames")
-        bad = self._codec[1](data, offsets, self._spec.frame_nbytes, np.empty(
-            self._spec.frame_nbytes, dtype=np.uint8))  # fmt: skip
+        data, offsets = check_blobs(data, offsets, count, self._largest_blob)
+        nbytes = self._spec.frame_nbytes
+        bad = self._codec[1](data, offsets, nbytes, np.empty(nbytes, dtype=np.uint8))
         if bad >= 0:
-            raise InvalidBatchError(
-                f"frame {bad} does not decode to one {self._spec.frame_shape} frame"
-            )
+            raise InvalidBatchError(f"frame {bad} does not decode to {nbytes} bytes of frame")
+        lengths = np.diff(offsets)
         return self._place(streams, numbers, starts, data, offsets[:-1], lengths)
 
     def _place(self, streams, numbers, starts, data, offsets, lengths) -> np.ndarray:
         count = len(numbers)
-        streams, numbers = _int64(streams, count, "streams"), _int64(numbers, count, "numbers")
+        streams, numbers = as_int64(streams, count, "streams"), as_int64(numbers, count, "numbers")
         starts = np.ascontiguousarray(starts, dtype=np.bool_).reshape(-1)
         if starts.size != count:
             raise InvalidBatchError(f"{starts.size} episode-start flags for {count} frames")
@@ -389,6 +380,23 @@ class FrameStackStorage(RingSlots):
         """Contiguous per-field arrays of :attr:`output_spec` for ``batch_size`` items."""
         return BatchBuffers.allocate(self.output_spec, batch_size)
 
+    def gather_packed(self, slots: np.ndarray) -> tuple[dict[str, np.ndarray], FramePayload]:
+        """The transitions at ``slots`` with their stacks left apart: each distinct frame
+        once (as stored, LZ4 or whole) and, per item, the indices of its ``obs`` and
+        ``next_obs`` frames among them (see ``replay.frame_payload``)."""
+        n, k = slots.size, self._stack
+        chains = np.empty((n, 2 * k), dtype=np.int64)
+        chain_slots(self._prev, self._obs_head[slots], k, chains, 0)
+        chain_slots(self._prev, self._next_head[slots], k, chains, k)
+        unique, inverse = np.unique(chains, return_inverse=True)
+        offsets = np.zeros(unique.size + 1, dtype=np.int64)
+        np.cumsum(self._lengths[unique], out=offsets[1:])
+        data = np.empty(offsets[-1], dtype=np.uint8)
+        copy_out_blobs(self._arena, self._positions, self._lengths, unique, offsets, data)
+        scalars = {name: column[slots] for name, column in self._scalar_columns.items()}
+        index = inverse.reshape(n, 2 * k).astype(np.int32)
+        return scalars, FramePayload(index, data, offsets, self._compress)
+
     def gather(self, slots: np.ndarray, out: BatchBuffers | None = None) -> dict[str, np.ndarray]:
         """The transitions at ``slots`` (live ones: callers pass sampled slots), with their
         stacks put together."""
@@ -407,12 +415,3 @@ class FrameStackStorage(RingSlots):
         for name, column in self._scalar_columns.items():
             np.take(column, slots, axis=0, out=out.fields[name])
         return out.fields
-
-
-def _int64(values: np.ndarray, count: int, name: str) -> np.ndarray:
-    array = np.ascontiguousarray(values).reshape(-1)
-    if array.size != count or array.dtype.kind not in "iu":
-        raise InvalidBatchError(
-            f"{name}: expected {count} integers, got {array.dtype}{array.shape}"
-        )
-    return array.astype(np.int64, copy=False)

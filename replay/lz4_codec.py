@@ -64,8 +64,8 @@ def compress_bound(nbytes: int) -> int:
 
 @functools.lru_cache(maxsize=1)
 def kernels():
-    """``(compress_rows, decompress_check, gather_compressed)``: numba kernels bound to the
-    C codec.
+    """``(compress_rows, decompress_check, gather_compressed, decode_rows)``: numba
+    kernels bound to the C codec.
 
     Raises:
         CodecUnavailable: lz4 is not installed.
@@ -112,4 +112,18 @@ def kernels():
                 )
                 current = prev[current]
 
-    return compress_rows, decompress_check, gather_compressed
+    @njit(nogil=True)
+    def decode_rows(data: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> int:
+        """Blob ``i`` decoded into ``out[i]``; the index of the first blob that does not
+        decode to exactly one row, or -1."""
+        for i in range(out.shape[0]):
+            start, end = offsets[i], offsets[i + 1]
+            if end <= start or end > data.size:
+                return i
+            got = decompress(data[start:].ctypes.data, out[i].ctypes.data, end - start,
+                             out.shape[1])  # fmt: skip
+            if got != out.shape[1]:
+                return i
+        return -1
+
+    return compress_rows, decompress_check, gather_compressed, decode_rows

@@ -18,7 +18,11 @@ Per kind, the arrays are (``F`` = the shard spec's fields, in spec order)::
     SAMPLE_REPLY  stats f64[4], indices i64, generations i64,
                   priorities f64 (stored p^α), weights f32, F…      shard → learner
                   stats = (total priority, min positive, size, capacity);
-                  weights = (q_min / q_i)^β with this shard's q_min
+                  weights = (q_min / q_i)^β with this shard's q_min.
+                  From a frame shard (scalar 1: LZ4, 2: whole frames),
+                  F less obs and next_obs, then frame index
+                  i32[count, 2k], frame data u8[n], frame offsets
+                  i64[u+1] (``replay.frame_payload``)
     UPDATE        indices i64, generations i64, priorities f64      learner → shard
     INFO / SPEC   none                                              client → shard
     INFO_REPLY    utf-8 JSON object as u8[n] (counters only)        shard → client
@@ -46,9 +50,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.errors import ProtocolError
+from replay.frame_payload import FrameInsert, FramePayload, unpack
 from replay.frame_spec import FrameStackSpec
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, array_text, text_array
+
+__all__ = ["FrameInsert"]  # re-exported: writers build inserts from here
 
 # The longest a shard holds a CREDIT request, whatever the asker asked for.
 MAX_CREDIT_WAIT_MS = 10_000
@@ -86,73 +93,6 @@ class Insert:
 
 
 @dataclass(frozen=True)
-class FrameInsert:
-    """New frames of the writer's streams, then records that refer to frames by number.
-
-    Exactly one of ``frames`` (whole) and ``data``/``offsets`` (LZ4 blocks, blob ``i`` is
-    ``data[offsets[i]:offsets[i + 1]]``) is given.
-    """
-
-    streams: np.ndarray
-    numbers: np.ndarray
-    starts: np.ndarray
-    records: Mapping[str, np.ndarray]
-    priorities: np.ndarray
-    frames: np.ndarray | None = None
-    data: np.ndarray | None = None
-    offsets: np.ndarray | None = None
-
-    @property
-    def compressed(self) -> bool:
-        return self.frames is None
-
-    def to_message(self, layout: FrameStackSpec, sender: int, sequence: int, version: int):
-        payload = (
-            (np.ascontiguousarray(self.data, dtype=np.uint8),
-             np.ascontiguousarray(self.offsets, dtype=np.int64))
-            if self.compressed
-            else (np.ascontiguousarray(self.frames),)
-        )  # fmt: skip
-        arrays = (
-            np.ascontiguousarray(self.streams, dtype=np.int64),
-            np.ascontiguousarray(self.numbers, dtype=np.int64),
-            np.ascontiguousarray(self.starts, dtype=np.bool_),
-            *payload,
-            *(np.ascontiguousarray(self.records[name]) for name in layout.record_spec),
-            np.ascontiguousarray(self.priorities, dtype=np.float64),
-        )
-        count = len(arrays[-1])
-        scalar = 1.0 if self.compressed else 0.0
-        return Message(Kind.INSERT_FRAMES, sender, sequence, version, count, scalar, arrays)
-
-    @classmethod
-    def from_message(cls, message: Message, layout: FrameStackSpec) -> FrameInsert:
-        _expect(message, Kind.INSERT_FRAMES)
-        if message.scalar not in (0.0, 1.0):
-            raise ProtocolError(f"INSERT_FRAMES scalar must be 0 or 1, got {message.scalar}")
-        compressed = message.scalar == 1.0
-        head = 5 if compressed else 4
-        fields = layout.record_spec
-        if len(message.arrays) != head + len(fields) + 1:
-            raise ProtocolError(
-                f"INSERT_FRAMES has {len(message.arrays)} arrays, expected {head} for frames, "
-                f"{len(fields)} record fields and priorities"
-            )
-        streams, numbers, starts = message.arrays[:3]
-        count = len(numbers)
-        for name, array in (("streams", streams), ("numbers", numbers), ("starts", starts)):
-            dtype = np.bool_ if name == "starts" else np.int64
-            if array.dtype != dtype or array.shape != (count,):
-                raise ProtocolError(f"INSERT_FRAMES {name} are {array.dtype}{array.shape}")
-        records = dict(zip(fields, message.arrays[head:-1], strict=True))
-        payload = message.arrays[3:head]
-        if compressed:
-            return cls(streams, numbers, starts, records, message.arrays[-1],
-                       data=payload[0], offsets=payload[1])  # fmt: skip
-        return cls(streams, numbers, starts, records, message.arrays[-1], frames=payload[0])
-
-
-@dataclass(frozen=True)
 class SampleRequest:
     """Asks a shard for ``batch_size`` prioritized transitions, weighted with ``beta``."""
 
@@ -184,7 +124,10 @@ class SampleReply:
         indices, generations: the sampled slots and their generations.
         priorities: their stored priorities ``p^α``.
         weights: ``(q_s / q_i)^β``, weighed by this shard's own minimum.
-        fields: ``{name: array}`` in spec order.
+        fields: ``{name: array}`` in spec order (a frame shard's: without obs and
+            next_obs, which ``frames`` carries until :meth:`from_message` puts them
+            together).
+        frames: a frame shard's sampled frames, each once.
     """
 
     total_priority: float
@@ -196,6 +139,7 @@ class SampleReply:
     priorities: np.ndarray
     weights: np.ndarray
     fields: Mapping[str, np.ndarray]
+    frames: FramePayload | None = None
 
     def to_message(self, sender: int, sequence: int) -> Message:
         stats = np.array(
@@ -205,11 +149,25 @@ class SampleReply:
             stats, self.indices, self.generations, self.priorities, self.weights,
             *self.fields.values(),
         )  # fmt: skip
-        return Message(Kind.SAMPLE_REPLY, sender, sequence, count=len(self.indices), arrays=arrays)
+        scalar = 0.0
+        if self.frames is not None:
+            arrays += (self.frames.index, self.frames.data, self.frames.offsets)
+            scalar = 1.0 if self.frames.compressed else 2.0
+        return Message(
+            Kind.SAMPLE_REPLY, sender, sequence, count=len(self.indices), scalar=scalar,
+            arrays=arrays,
+        )  # fmt: skip
 
     @classmethod
     def from_message(cls, message: Message, spec: TransitionSpec) -> SampleReply:
+        """The reply, with a frame shard's stacks put together (``fields`` in spec order).
+
+        Raises:
+            ProtocolError: arrays that do not fit ``spec``.
+        """
         _expect(message, Kind.SAMPLE_REPLY)
+        if message.scalar in (1.0, 2.0):
+            return cls._from_frames(message, spec)
         if len(message.arrays) != 5 + len(spec):
             raise ProtocolError(
                 f"SAMPLE_REPLY has {len(message.arrays)} arrays, expected {5 + len(spec)}"
@@ -234,6 +192,28 @@ class SampleReply:
             total, smallest, int(size), int(capacity), indices, generations, priorities, weights,
             dict(zip(spec, fields, strict=True)),
         )  # fmt: skip
+
+    @classmethod
+    def _from_frames(cls, message: Message, spec: TransitionSpec) -> SampleReply:
+        layout = FrameStackSpec.from_transition_spec(spec)
+        if layout is None:
+            raise ProtocolError(f"a frame reply for {spec}, which has no frame stacks")
+        scalars = [name for name in spec if name not in ("obs", "next_obs")]
+        if len(message.arrays) != 5 + len(scalars) + 3:
+            raise ProtocolError(
+                f"frame SAMPLE_REPLY has {len(message.arrays)} arrays, expected "
+                f"{5 + len(scalars) + 3}"
+            )
+        *head, index, data, offsets = message.arrays
+        payload = FramePayload(index, data, offsets, message.scalar == 1.0)
+        obs, following = unpack(payload, layout)
+        if len(obs) != len(head[1]):
+            raise ProtocolError(f"{len(obs)} frame stacks for {len(head[1])} items")
+        fields = dict(zip(scalars, head[5:], strict=True))
+        fields.update(obs=obs, next_obs=following)
+        whole = Message(Kind.SAMPLE_REPLY, message.sender, message.sequence, arrays=(
+            *head[:5], *(fields[name] for name in spec)))  # fmt: skip
+        return cls.from_message(whole, spec)
 
 
 @dataclass(frozen=True)

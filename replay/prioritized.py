@@ -39,6 +39,7 @@ from replay.storage import BatchBuffers, RingStorage
 from replay.sum_tree import SumTree, first_out_of_range
 
 if TYPE_CHECKING:
+    from replay.frame_payload import FramePayload
     from replay.frame_storage import FrameStackStorage
 
 
@@ -110,6 +111,8 @@ class SampledBatch:
         generations: int64 generation of each slot when sampled (guards stale updates).
         priorities: float64 stored priorities ``q_i = p_i^α`` of the sampled items.
         weights: float32 importance weights ``w_i = (N·P(i))^-β / max_j w_j``, in (0, 1].
+        frames: with ``sample(packed=True)`` from a frame storage, the stacks' frames
+            (``transitions`` then lacks obs and next_obs).
     """
 
     transitions: dict[str, np.ndarray]
@@ -117,6 +120,7 @@ class SampledBatch:
     generations: np.ndarray
     priorities: np.ndarray
     weights: np.ndarray
+    frames: FramePayload | None = None
 
 
 class PrioritizedReplay:
@@ -270,6 +274,7 @@ class PrioritizedReplay:
         rng: np.random.Generator | None = None,
         uniforms: np.ndarray | None = None,
         out: BatchBuffers | None = None,
+        packed: bool = False,
     ) -> SampledBatch:
         """Draws a stratified prioritized minibatch with importance weights.
 
@@ -280,6 +285,8 @@ class PrioritizedReplay:
             uniforms: one draw in ``[0, 1)`` per stratum, for exact tests.
             out: buffers from :meth:`allocate_batch`; the returned transitions are views
                 of them and are overwritten by the next call that passes them.
+            packed: a frame storage's stacks left apart (``SampledBatch.frames``, see
+                ``replay.frame_payload``), for sending.
 
         Raises:
             EmptyReplayError: nothing with positive priority is stored.
@@ -304,6 +311,9 @@ class PrioritizedReplay:
             generations,
             weights,
         )
+        if packed:
+            transitions, frames = self._storage.gather_packed(slots)
+            return SampledBatch(transitions, slots, generations, priorities, weights, frames)
         transitions = self._storage.gather(slots, out)
         return SampledBatch(transitions, slots, generations, priorities, weights)
 

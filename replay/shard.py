@@ -287,7 +287,9 @@ class ShardServer:
         self, identity: bytes, sequence: int, request: messages.SampleRequest
     ) -> None:
         try:
-            sample = self.replay.sample(request.batch_size, request.beta)
+            # A frame shard sends each distinct frame once, not the stacks (frame_payload).
+            packed = self._ingest.frames is not None
+            sample = self.replay.sample(request.batch_size, request.beta, packed=packed)
         except ReplayError as exc:  # e.g. every stored priority is zero
             self._reply_error(identity, sequence, f"cannot sample: {exc}")
             return
@@ -301,6 +303,7 @@ class ShardServer:
             sample.priorities,
             sample.weights,
             sample.transitions,
+            sample.frames,
         )
         self._send(identity, reply.to_message(self._index, sequence))
         self.limiter.record_sample(request.batch_size)

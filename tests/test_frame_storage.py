@@ -360,3 +360,52 @@ def test_a_short_arena_drops_the_oldest_frames_and_their_transitions_first() -> 
     for position, slot in enumerate(live):
         newest = store.generations[slot] + 1  # record g refers to frames g and g + 1
         np.testing.assert_array_equal(gathered["next_obs"][position][-1], frame_of(1, newest))
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_packed_samples_carry_each_frame_once_and_unpack_to_the_same_stacks(compress) -> None:
+    from replay.frame_payload import unpack
+    from replay.messages import SampleReply
+    from replay.wire import decode, encode
+
+    rng = np.random.default_rng(4)
+    streams = [Stream(20 + i, 3, [7, 3, 11]) for i in range(3)]
+    for stream in streams:
+        stream.build(4)
+    store = FrameStackStorage(make_spec(4), 40, compress=compress)
+    feed(store, streams, rng)
+    slots = rng.choice(np.flatnonzero(store.generations >= 0), 16)
+    scalars, payload = store.gather_packed(slots)
+    whole = store.gather(slots)
+    obs, following = unpack(payload, make_spec(4))
+    np.testing.assert_array_equal(obs, whole["obs"])
+    np.testing.assert_array_equal(following, whole["next_obs"])
+    np.testing.assert_array_equal(scalars["action"], whole["action"])
+    assert payload.offsets.size - 1 == np.unique(payload.index).size <= 16 * 8
+    # Through the wire, as a frame shard answers SAMPLE.
+    spec = make_spec(4).transition_spec
+    reply = SampleReply(1.0, 0.5, 40, 40, slots, np.zeros(16, np.int64), np.ones(16),
+                        np.ones(16, np.float32), scalars, payload)  # fmt: skip
+    frames = [bytes(memoryview(f).cast("B")) if not isinstance(f, bytes) else f
+              for f in encode(reply.to_message(0, 1))]  # fmt: skip
+    got = SampleReply.from_message(decode(frames), spec)
+    assert list(got.fields) == list(spec)
+    np.testing.assert_array_equal(got.fields["next_obs"], whole["next_obs"])
+
+
+def test_a_packed_payload_that_does_not_fit_is_refused() -> None:
+    from replay.errors import ProtocolError
+    from replay.frame_payload import FramePayload, unpack
+
+    store = small_store()
+    store.write(records([3], [5]), 1)
+    _, payload = store.gather_packed(np.array([0]))
+    layout = make_spec(4)
+    for broken, pattern in (
+        (FramePayload(payload.index + 99, payload.data, payload.offsets, False), "outside"),
+        (FramePayload(payload.index[:, :4], payload.data, payload.offsets, False), "expected"),
+        (FramePayload(payload.index, payload.data[:-1], payload.offsets, False), "cut the data"),
+        (FramePayload(payload.index, payload.data, payload.offsets, True), "does not decode"),
+    ):
+        with pytest.raises(ProtocolError, match=pattern):
+            unpack(broken, layout)
