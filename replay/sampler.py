@@ -150,6 +150,7 @@ class SamplerPump:
         self._next_batch = 0
         self._unsent = 0  # numbers requests that could not be sent (negative keys)
         self.info_asked_at = -float("inf")
+        self._first_probe_at: float | None = None
 
     def check_specs(self, stop_asked: Callable[[], bool]) -> bool:
         """Checks every shard's spec before sampling starts; False if a stop was asked
@@ -195,11 +196,16 @@ class SamplerPump:
         return others
 
     def refill(self, now: float | None = None) -> None:
-        """Requests batches until ``prefetch`` are pending or ready."""
+        """Requests batches until ``prefetch`` are pending or ready. The first batch waits
+        until every live shard's mass is known (its first INFO answered, or it is marked
+        down after ``shard_timeout_s``): split over the shards that answered first, the
+        first batches would all come from them."""
+        now = time.monotonic() if now is None else now
+        if not self.started and not self._masses_known(now):
+            return
         if not any(h.usable for h in self.health):
             return
         self.started = True
-        now = time.monotonic() if now is None else now
         while len(self._pending) + self.ready.qsize() < self.config.prefetch:
             if not self._request_batch(now):
                 return
@@ -238,7 +244,19 @@ class SamplerPump:
 
     # -- the pipeline -------------------------------------------------------------------
 
+    def _masses_known(self, now: float) -> bool:
+        waiting = [h for h in self.health if h.alive and h.info is None]
+        if not waiting or self._first_probe_at is None:
+            return not waiting
+        if now - self._first_probe_at < self.config.shard_timeout_s:
+            return False
+        for health in waiting:
+            health.mark_down(now, "no INFO at start", self.config.probe_interval_s)
+        return True
+
     def _probe(self, now: float) -> None:
+        if self._first_probe_at is None:
+            self._first_probe_at = now
         for health, client in zip(self.health, self._clients, strict=True):
             if health.wants_info(now):
                 client.send(Kind.INFO)
