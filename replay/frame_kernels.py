@@ -262,5 +262,6 @@ def copy_out_blobs(
     for i in range(slots.size):
         start = positions[slots[i]] % capacity
         destination = data[offsets[i] : offsets[i + 1]]
-        for k in range(lengths[slots[i]]):
-            destination[k] = arena[start + k]
+        source = arena[start : start + destination.size]
+        for k in range(destination.size):
+            destination[k] = source[k]
