@@ -24,18 +24,16 @@ class Algorithm(Protocol):
     @property
     def policy(self) -> nn.Module:
         """The network published to the actors and evaluated greedily."""
-        ...
 
     def step(self, batch: DeviceBatch) -> StepResult:
         """One update; ``StepResult.new_priorities`` has one value per batch item."""
-        ...
 
     def state_dict(self) -> dict:
         """Everything to resume from: tensors and plain containers only (checkpoints
         are read with ``weights_only=True``)."""
-        ...
 
-    def load_state_dict(self, state: dict) -> None: ...
+    def load_state_dict(self, state: dict) -> None:
+        """Takes back what :meth:`state_dict` gave (older checkpoints may lack ``steps``)."""
 
 
 def build_algorithm(config: LearnerConfig, shape: EnvShape, device: torch.device) -> Algorithm:

@@ -82,9 +82,11 @@ class WeightPublisher:
 class WeightTaker(Protocol):
     """What takes published weights: an actor's policy (see apex.policy)."""
 
-    def parameter_shapes(self) -> dict[str, tuple[int, ...]]: ...
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each parameter's name and shape, in the order the learner publishes them."""
 
-    def load(self, arrays: dict[str, np.ndarray]) -> None: ...
+    def load(self, arrays: dict[str, np.ndarray]) -> None:
+        """Takes a full set of parameters (checked against :meth:`parameter_shapes`)."""
 
 
 class WeightSubscriber:

@@ -55,17 +55,23 @@ FINAL_INFO_TIMEOUT_S = 2.0
 class BatchSource(Protocol):
     """Where the learner's batches come from (``replay.sampler_drivers`` in a run)."""
 
-    def start(self, cancelled: threading.Event | None = None) -> bool: ...
+    def start(self, cancelled: threading.Event | None = None) -> bool:
+        """Waits until there is data to sample; False if ``cancelled`` was set first."""
 
-    def next_batch(self, timeout_s: float = 10.0) -> DeviceBatch: ...
+    def next_batch(self, timeout_s: float = 10.0) -> DeviceBatch:
+        """The next batch, staged on the learner's device."""
 
-    def update_priorities(self, batch: ReplayBatch, priorities: np.ndarray) -> None: ...
+    def update_priorities(self, batch: ReplayBatch, priorities: np.ndarray) -> None:
+        """New priorities for ``batch``'s items, one each."""
 
-    def shard_states(self) -> list[dict[str, object]]: ...
+    def shard_states(self) -> list[dict[str, object]]:
+        """Each shard as the source last saw it, with its latest INFO counters."""
 
-    def refresh_infos(self, timeout_s: float = 2.0) -> list[dict[str, object]]: ...
+    def refresh_infos(self, timeout_s: float = 2.0) -> list[dict[str, object]]:
+        """:meth:`shard_states` after asking every shard for fresh counters."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stops the source's I/O."""
 
 
 @dataclass

@@ -105,11 +105,6 @@ def _stores(capacity: int):
     }
 
 
-def _tree_nbytes(replay) -> int:
-    tree = replay.tree
-    return sum(a.nbytes for a in vars(tree).values() if isinstance(a, np.ndarray))
-
-
 def _codec_records(frames: np.ndarray, timing: dict) -> list[dict]:
     import lz4.block
 
@@ -226,7 +221,7 @@ def _store_records(frames: np.ndarray, capacity: int, timing: dict) -> list[dict
             stored = replay.storage.nbytes
         params = {"capacity": capacity, "size": replay.size, "streams": STREAMS}
         base = {"suite": SUITE, "case": f"pong-{capacity}", "implementation": name, "status": "ok"}
-        per = (stored + _tree_nbytes(replay)) / capacity
+        per = (stored + replay.tree.nbytes) / capacity
         records.append({**base, **_fixed("bytes_per_transition", "B", per), "params": params})
         if name == "apex-frames-lz4":
             used = replay.storage.frame_bytes_stored / replay.size

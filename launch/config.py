@@ -302,8 +302,8 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
         section, key = old.split(".")
         if key in values.get(section, {}):
             problems.append(f"{old} was renamed to {new}")
-            values = _merge(values, {section: {key: None}})
-            del values[section][key]
+            kept = {k: v for k, v in values[section].items() if k != key}
+            values = {**values, section: kept}
     top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS)
     for key in values:
         if key not in top_level | set(SECTIONS):

@@ -92,8 +92,8 @@ def replay_role(
 
     Prints one JSON line with its endpoints once bound (``{"ready": ...}``)."""
     from launch import builder, roles
-    from replay.errors import ConfigError
     from replay.frame_spec import FrameStackSpec
+    from replay.shard import ShardServer
     from replay.shard_config import ShardConfig
     from replay.spec import TransitionSpec
 
@@ -116,8 +116,8 @@ def replay_role(
                 insert_port=insert_port, request_port=request_port, shard_index=shard_index,
                 seed=seed, frames=layout, compress_frames=compress_frames,
             )  # fmt: skip
-        server = roles.shard_server(config)
-    except (ConfigError, ValueError) as exc:
+        server = ShardServer(config)
+    except ValueError as exc:  # ConfigError included
         raise click.UsageError(str(exc)) from exc
     sys.exit(roles.run_shard(server))
 
@@ -157,14 +157,15 @@ def learner_role(config_path, shards, run_dir, resume, host, weights_port, episo
 )
 def actor_role(config_path, index, shards, weights, episodes, max_steps) -> None:
     """Run one actor until SIGINT/SIGTERM."""
-    from launch import roles
+    from launch import builder, roles
 
     run = load_run_config(config_path, {})
     if index >= run.actors:
         raise click.BadParameter(
             f"index {index} but the config has {run.actors} actors", param_hint="--index"
         )
-    sys.exit(roles.run_actor(run, index, tuple(shards), weights, episodes, max_steps))
+    actor = builder.actor(run, index, tuple(shards), weights, episodes, max_steps)
+    sys.exit(roles.run_actor(actor))
 
 
 @click.command("train")

@@ -11,13 +11,15 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launch import builder
 from launch.config import RunConfig
 from launch.signals import on_stop_signal
-from replay.client import ShardEndpoints
 from replay.shard import ShardServer
-from replay.shard_config import ShardConfig
+
+if TYPE_CHECKING:
+    from apex.actor import Actor
 
 logger = logging.getLogger(__name__)
 
@@ -33,17 +35,9 @@ def announce(kind: str, payload: dict) -> None:
     print(json.dumps({kind: payload}), flush=True)
 
 
-def shard_server(shard: ShardConfig) -> ShardServer:
-    """The shard's server, bound.
-
-    Raises:
-        ConfigError: listing every problem with ``shard``.
-        zmq.ZMQError: a port cannot be bound.
-    """
-    return ShardServer(shard)
-
-
 def run_shard(server: ShardServer) -> int:
+    """Serves a bound shard (``ShardServer(config)``, which refuses a bad config with a
+    ``ConfigError`` before anything is bound) until SIGINT or SIGTERM."""
     on_stop_signal(server.stop)
     announce(
         "ready",
@@ -102,18 +96,11 @@ def run_learner(
     return EXIT_OK if outcome.reason in NORMAL_ENDS else EXIT_FAILED
 
 
-def run_actor(
-    config: RunConfig,
-    index: int,
-    shards: tuple[ShardEndpoints, ...],
-    weights: str,
-    episodes: str,
-    max_steps: int | None = None,
-) -> int:
-    # Not apex.cpu_math: it imports torch, which a CartPole actor (numpy MLP) never needs,
-    # and 32 actors importing it at once on 2 cores delayed training by 20 s.
-    actor = builder.actor(config, index, shards, weights, episodes, max_steps)
+def run_actor(actor: Actor) -> int:
+    """Runs an actor built by ``launch.builder.actor`` until SIGINT/SIGTERM or its step
+    limit. Not apex.cpu_math here: it imports torch, which a CartPole actor (numpy MLP)
+    never needs, and 32 actors importing it at once on 2 cores delayed training by 20 s."""
     on_stop_signal(actor.stop)
-    announce("ready", {"actor": index})
+    announce("ready", {"actor": actor.config.actor_index})
     actor.run()
     return EXIT_OK

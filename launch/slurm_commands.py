@@ -255,6 +255,7 @@ def task(role: str, run_dir: Path) -> None:
     from launch import builder, roles
     from launch.config import ConfigError, read_resolved
     from launch.slurm_layout import SlurmEnvironmentError, job_layout, role_index
+    from replay.shard import ShardServer
 
     try:
         config = read_resolved(run_dir / "config.json")
@@ -267,9 +268,10 @@ def task(role: str, run_dir: Path) -> None:
         insert_port, request_port = layout.shard_ports[index]
         spec = builder.read_spec(run_dir)
         shard = builder.shard_config(config, index, "0.0.0.0", insert_port, request_port, spec)
-        sys.exit(roles.run_shard(roles.shard_server(shard)))
+        sys.exit(roles.run_shard(ShardServer(shard)))
     if role == "actor":
-        sys.exit(roles.run_actor(config, index, layout.shards, layout.weights, layout.episodes))
+        actor = builder.actor(config, index, layout.shards, layout.weights, layout.episodes)
+        sys.exit(roles.run_actor(actor))
     resume = checkpoint.latest(run_dir / "checkpoints") is not None
     code = roles.run_learner(
         config,

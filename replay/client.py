@@ -166,7 +166,7 @@ class InsertClient:
         deadline = time.monotonic() + start_timeout_s
         layouts = []
         for index, shard in enumerate(shards):
-            remote, layout = await_spec(context, shard.request, sender, deadline, with_frames=True)
+            remote, layout = await_spec(context, shard.request, sender, deadline)
             if remote != spec:
                 raise SpecMismatchError(
                     f"shard {index} at {shard.request} stores {remote}, this actor sends {spec}"

@@ -18,7 +18,9 @@ REASONS = {
 
 
 # Fields of the store's cursor array.
-NEXT_GEN, OLDEST_GEN, NEXT_POSITION = 0, 1, 2
+# ... and the arena bytes the held frames take, kept as frames come and go: an INFO must not
+# scan the whole ring.
+NEXT_GEN, OLDEST_GEN, NEXT_POSITION, BYTES_HELD = 0, 1, 2, 3
 
 
 @njit(cache=True, nogil=True)
@@ -84,9 +86,11 @@ def link_frames(
             frame_stream[oldest] = -1
             frame_gen[oldest] = -1
             cursor[OLDEST_GEN] += 1
+            cursor[BYTES_HELD] -= frame_length[oldest]
         slot = generation % slots
         cursor[NEXT_GEN] = generation + 1
         cursor[NEXT_POSITION] = position + length
+        cursor[BYTES_HELD] += length
         frame_stream[slot] = stream
         frame_number[slot] = number
         frame_gen[slot] = generation
@@ -177,13 +181,19 @@ def resolve_heads(
 
 
 @njit(cache=True, nogil=True)
+def _count_stack(head: int, prev: np.ndarray, refs: np.ndarray, stack: int, step: int) -> None:
+    """Adds ``step`` to the references of every frame of the stack ending at ``head``."""
+    current = head
+    for _ in range(stack):
+        refs[current] += step
+        current = prev[current]
+
+
+@njit(cache=True, nogil=True)
 def count_refs(heads: np.ndarray, prev: np.ndarray, refs: np.ndarray, stack: int, step: int):
     """Adds ``step`` to the references of every frame of the stacks headed by ``heads``."""
     for i in range(heads.size):
-        current = heads[i]
-        for _ in range(stack):
-            refs[current] += step
-            current = prev[current]
+        _count_stack(heads[i], prev, refs, stack, step)
 
 
 @njit(cache=True, nogil=True)
@@ -204,11 +214,8 @@ def release(
         if generations[slot] < 0:
             continue
         released += 1
-        for head in (obs_head[slot], next_head[slot]):
-            current = head
-            for _ in range(stack):
-                refs[current] -= 1
-                current = prev[current]
+        _count_stack(obs_head[slot], prev, refs, stack, -1)
+        _count_stack(next_head[slot], prev, refs, stack, -1)
         generations[slot] = -1
     return released
 

@@ -89,13 +89,14 @@ class StreamIds:
         Raises:
             InvalidBatchError: a new stream while all ``max_streams`` hold frames.
         """
-        indices = []
-        for value in streams.tolist():
+        dense = np.empty(len(streams), dtype=np.int64)
+        # A message carries a few streams and many records: one pass per distinct id.
+        for value in set(streams.tolist()):
             index = self._indices.get(value)
             if index is None:
                 index = self._assign(value) if create else -1  # -1: refused as unknown
-            indices.append(index)
-        return np.array(indices, dtype=np.int64)
+            dense[streams == value] = index
+        return dense
 
     def _assign(self, value: int) -> int:
         if len(self._ids) < self._max_streams:

@@ -43,6 +43,7 @@ import numpy as np
 
 from replay.errors import InvalidBatchError, InvalidIndexError
 from replay.frame_kernels import (
+    BYTES_HELD,
     NEXT_GEN,
     OLDEST_GEN,
     REASONS,
@@ -133,7 +134,7 @@ class FrameStackStorage(RingSlots):
         self._prev_gen = np.full(frame_capacity, -1, dtype=np.int64)
         self._depth = np.zeros(frame_capacity, dtype=np.int8)
         self._refs = np.zeros(frame_capacity, dtype=np.int32)
-        self._cursor = np.zeros(3, dtype=np.int64)  # see frame_kernels.NEXT_GEN ...
+        self._cursor = np.zeros(4, dtype=np.int64)  # see frame_kernels.NEXT_GEN ...
         self._table = np.full((max_streams, window), -1, dtype=np.int32)
         # Generation of each stream's newest frame: a stream whose newest frame is older
         # than the oldest frame held has nothing left here, and may give its place back.
@@ -178,8 +179,7 @@ class FrameStackStorage(RingSlots):
     @property
     def frame_bytes_stored(self) -> int:
         """Arena bytes the held frames take (compressed, if compressed)."""
-        held = self._frame_gen >= 0
-        return int(self._lengths[held].sum())
+        return int(self._cursor[BYTES_HELD])
 
     @property
     def nbytes(self) -> int:

@@ -42,6 +42,13 @@ class Ingest:
         self.frames_received = 0
 
     @property
+    def packs_samples(self) -> bool:
+        """Whether SAMPLE replies carry each distinct frame once (``replay.frame_payload``)
+        instead of stacks: for compressed frames; whole ones would save one frame in
+        eight, at the price of a copy out of the arena."""
+        return self.frames is not None and self.config.compress_frames
+
+    @property
     def frame_layout(self) -> dict | None:
         """What SPEC_REPLY tells writers (None: whole transitions)."""
         if self.frames is None:

@@ -32,7 +32,8 @@ SPEC_RETRY_S = 2.0
 class Request(Protocol):
     """Anything in ``replay.messages`` that a client sends (SampleRequest, ...)."""
 
-    def to_message(self, sender: int, sequence: int) -> Message: ...
+    def to_message(self, sender: int, sequence: int) -> Message:
+        """The request as numbered by the client."""
 
 
 class RequestClient:
@@ -159,13 +160,12 @@ def await_spec(
     deadline: float,
     expected: TransitionSpec | None = None,
     stop_asked: Callable[[], bool] = lambda: False,
-    with_frames: bool = False,
-):
+) -> tuple[TransitionSpec, dict | None] | None:
     """The shard's spec, asked again every :data:`SPEC_RETRY_S` until ``deadline`` (shards
     may still be starting: under Slurm every task starts at once).
 
     Returns:
-        The spec (with ``with_frames``: ``(spec, frame layout)``), or None if
+        ``(spec, frame layout)`` (see :meth:`RequestClient.spec_and_frames`), or None if
         ``stop_asked`` turned true first.
 
     Raises:
@@ -186,5 +186,5 @@ def await_spec(
             client.close()
         if expected is not None and remote != expected:
             raise SpecMismatchError(f"shard at {endpoint} stores {remote}, expected {expected}")
-        return (remote, frames) if with_frames else remote
+        return remote, frames
     return None

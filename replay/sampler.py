@@ -162,10 +162,10 @@ class SamplerPump:
         """
         deadline = time.monotonic() + self.config.start_timeout_s
         for endpoint in self.config.endpoints:
-            spec = await_spec(
+            answer = await_spec(
                 self._context, endpoint, self.config.sender, deadline, self.spec, stop_asked
             )
-            if spec is None:
+            if answer is None:
                 return False
         return True
 

@@ -90,17 +90,11 @@ class _SamplerBase:
         return values
 
     def __enter__(self):
-        self.start()
+        self.start()  # each driver's own
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def start(self, cancelled: threading.Event | None = None) -> bool:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
 
 
 class InlineSampler(_SamplerBase):

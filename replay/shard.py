@@ -287,9 +287,7 @@ class ShardServer:
         self, identity: bytes, sequence: int, request: messages.SampleRequest
     ) -> None:
         try:
-            # A compressing frame shard sends each distinct frame once, as stored, not the
-            # stacks (frame_payload). Whole frames would save only one frame in eight.
-            packed = self._ingest.frames is not None and self.config.compress_frames
+            packed = self._ingest.packs_samples
             sample = self.replay.sample(request.batch_size, request.beta, packed=packed)
         except ReplayError as exc:  # e.g. every stored priority is zero
             self._reply_error(identity, sequence, f"cannot sample: {exc}")

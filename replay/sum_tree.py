@@ -226,6 +226,11 @@ class SumTree:
         return self._capacity
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the tree's arrays (the leaves are part of them)."""
+        return self._sums.nbytes + self._mins.nbytes
+
+    @property
     def depth(self) -> int:
         """Number of levels below the root (the number of steps of one descent)."""
         return self._offsets.size - 2

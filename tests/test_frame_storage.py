@@ -150,6 +150,8 @@ def test_gathered_stacks_match_the_reference(stack, n, capacity, lengths, seed, 
     assert store.evicted_early == 0
     assert live == min(len(written), capacity) == store.size
     assert store._refs.sum() == 2 * stack * live
+    # The running count of arena bytes is the sum over the frames held.
+    assert store.frame_bytes_stored == store._lengths[store._frame_gen >= 0].sum()
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))

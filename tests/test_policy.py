@@ -57,15 +57,16 @@ def test_a_vector_observation_actor_never_imports_torch() -> None:
         "import sys\n"
         "import apex.actor\n"
         "class NoLoop:\n"
-        "    def __init__(self, *args, **kwargs): pass\n"
+        "    def __init__(self, config, endpoints): self.config = config\n"
         "    def run(self): pass\n"
         "    def stop(self): pass\n"
         "apex.actor.Actor = NoLoop\n"
         "from apex.policy import build_policy\n"
         "from launch.config import resolve\n"
+        "from launch.builder import actor\n"
         "from launch.roles import run_actor\n"
         "build_policy((4,), 2, (256, 256), seed=0)\n"
-        "run_actor(resolve({}), 0, (), 'tcp://127.0.0.1:1', 'tcp://127.0.0.1:2')\n"
+        "run_actor(actor(resolve({}), 0, (), 'tcp://127.0.0.1:1', 'tcp://127.0.0.1:2'))\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     completed = subprocess.run(
