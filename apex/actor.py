@@ -96,7 +96,7 @@ class Actor:
             self._frames = FrameWriter(
                 config.envs_per_actor, layout["stack"], config.n_step,
                 history=config.insert_batch + 8, compress=layout["compressed"],
-                rng=np.random.default_rng(),
+                rng=np.random.default_rng(), frame_shape=self._inserts.frames.frame_shape,
             )  # fmt: skip
             self._refs = NStepBuilder(
                 config.envs_per_actor, config.n_step, config.gamma, (2,), np.dtype(np.int64)
@@ -207,9 +207,8 @@ class Actor:
         stream each); returns a number per env of the actor (-1 for the others, and for
         every env without frame shards)."""
         numbers = np.full(self.config.envs_per_actor, -1, dtype=np.int64)
-        if self._frames is not None:
-            for env in envs.tolist():
-                numbers[env] = self._frames.observe(env, observations[env][-1], episode_start)
+        if self._frames is not None and len(envs):
+            numbers[envs] = self._frames.observe(envs, observations[envs, -1], episode_start)
         return numbers
 
     def _send(self, parts: list[dict[str, np.ndarray]]) -> None:

@@ -19,19 +19,48 @@ keeps an actor on one shard for a stretch of messages so that this stays a few p
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
-
 import numpy as np
+from numba import njit
 
+from replay.frame_kernels import copy_out_blobs
+from replay.lz4_codec import compress_bound, kernels
 from replay.messages import FrameInsert
 
 # Stream ids: a random 40-bit actor incarnation, then 16 bits of env index.
 _ENV_BITS = 16
+_NONE = np.iinfo(np.int64).max
+
+
+@njit(cache=True, nogil=True)
+def _number(
+    next_number: np.ndarray,
+    episode_start: np.ndarray,
+    episode_first: np.ndarray,
+    envs: np.ndarray,
+    starts: bool,
+    size: int,
+    slots: np.ndarray,
+) -> np.ndarray:
+    """Numbers the next frame of each of ``envs``; fills its ring slot into ``slots``."""
+    numbers = np.empty(envs.size, dtype=np.int64)
+    for i in range(envs.size):
+        env = envs[i]
+        number = next_number[env]
+        next_number[env] = number + 1
+        if starts:
+            episode_start[env] = number
+        slots[i] = env * size + number % size
+        episode_first[slots[i]] = episode_start[env]
+        numbers[i] = number
+    return numbers
 
 
 class FrameWriter:
     """Numbers, keeps and sends one actor's frames.
+
+    Frames live in a ring of ``stack + n + history`` slots per stream, whole or as LZ4
+    blocks (compressed in one numba call per vector step), so neither observing nor
+    building a message has a Python step per frame.
 
     Args:
         env_count: env copies (streams).
@@ -41,6 +70,7 @@ class FrameWriter:
             waiting to be sent (the actor's ``insert_batch``).
         compress: send LZ4 blocks (what a compressing shard takes) instead of whole frames.
         rng: draws this incarnation's stream ids.
+        frame_shape: shape of one frame (84×84 for the Atari presets).
     """
 
     def __init__(
@@ -51,36 +81,45 @@ class FrameWriter:
         history: int,
         compress: bool,
         rng: np.random.Generator,
+        frame_shape: tuple[int, ...] = (84, 84),
     ) -> None:
         self.stack = stack
         self._compress = compress
-        if compress:
-            import lz4.block
-
-            # The array's own buffer: no copy to bytes first.
-            self._pack = lambda frame: lz4.block.compress(
-                np.ascontiguousarray(frame), store_size=False
-            )
+        self._frame_shape = tuple(frame_shape)
+        frame_bytes = int(np.prod(frame_shape))
         base = int(rng.integers(1, 2**40)) << _ENV_BITS
         self.streams = base + np.arange(env_count, dtype=np.int64)
         self._next = np.zeros(env_count, dtype=np.int64)
-        size = stack + n + history
-        # Per stream: (number, episode start number, frame or blob), oldest first.
-        self._kept: list[deque] = [deque(maxlen=size) for _ in range(env_count)]
+        self._size = stack + n + history
+        slots = env_count * self._size
+        # Per slot: the frame number of its episode's first frame (for a stack's reach).
+        self._episode_first = np.zeros(slots, dtype=np.int64)
         self._episode_start = np.zeros(env_count, dtype=np.int64)
+        if compress:
+            self._compress_into = kernels().compress_into
+            self._bound = compress_bound(frame_bytes)
+            self._blobs = np.empty((slots, self._bound), dtype=np.uint8)
+            self._positions = np.arange(slots, dtype=np.int64) * self._bound
+            self._lengths = np.zeros(slots, dtype=np.int64)
+        else:
+            self._frames = np.empty((slots, frame_bytes), dtype=np.uint8)
         self._sent: dict[int, np.ndarray] = {}
         self.frames_sent = 0
         self.frames_repeated = 0
 
-    def observe(self, env: int, frame: np.ndarray, episode_start: bool) -> int:
-        """Adds the newest frame of an observation of ``env``; returns its number."""
-        number = int(self._next[env])
-        self._next[env] = number + 1
-        if episode_start:
-            self._episode_start[env] = number
-        payload = self._pack(frame) if self._compress else np.array(frame, copy=True)
-        self._kept[env].append((number, int(self._episode_start[env]), payload))
-        return number
+    def observe(self, envs: np.ndarray, frames: np.ndarray, episode_start: bool) -> np.ndarray:
+        """Adds the newest frame of an observation of each of ``envs`` (``frames[i]`` is
+        env ``envs[i]``'s); returns their numbers."""
+        envs = np.asarray(envs, dtype=np.int64)
+        slots = np.empty(envs.size, dtype=np.int64)
+        numbers = _number(self._next, self._episode_start, self._episode_first, envs,
+                          bool(episode_start), self._size, slots)  # fmt: skip
+        rows = frames.reshape(envs.size, -1)
+        if self._compress:
+            self._compress_into(rows, self._blobs, slots, self._lengths)
+        else:
+            self._frames[slots] = rows
+        return numbers
 
     def build(
         self,
@@ -97,51 +136,51 @@ class FrameWriter:
             scalars: action, reward, discount, ... per record.
             priorities: one per record.
         """
+        env_count = len(self.streams)
         sent = self._sent.get(shard)
         if sent is None:
-            sent = np.full(len(self._kept), -1, dtype=np.int64)
-        envs, numbers, starts, payloads = [], [], [], []
-        for env, kept in enumerate(self._kept):
-            mine = refs[:, 0] == env
-            lowest = int(refs[mine, 1].min()) if mine.any() else None
-            first = int(sent[env]) + 1
-            if lowest is not None:
-                reach = self._reach(env, lowest)
-                if sent[env] < reach - 1:  # a gap on this shard: send the whole reach
-                    first = reach
-            if not kept:
-                continue
-            # Numbers in the deque are consecutive: skip straight to the first one wanted.
-            skip = max(0, first - kept[0][0])
-            for number, start, payload in itertools.islice(kept, skip, None):
-                envs.append(env)
-                numbers.append(number)
-                starts.append(number == start)
-                payloads.append(payload)
+            sent = np.full(env_count, -1, dtype=np.int64)
+        lowest = np.full(env_count, _NONE, dtype=np.int64)
+        np.minimum.at(lowest, refs[:, 0], refs[:, 1])
+        first = sent + 1
+        referred = np.flatnonzero(lowest != _NONE)
+        reach = self._reach(referred, lowest[referred])
+        # A gap on this shard: send the whole reach of the records' stacks.
+        first[referred] = np.where(sent[referred] < reach - 1, reach, first[referred])
+        first = np.maximum(first, np.maximum(self._next - self._size, 0))
+        counts = np.maximum(self._next - first, 0)
+        envs = np.repeat(np.arange(env_count, dtype=np.int64), counts)
+        runs = np.cumsum(counts) - counts
+        numbers = first[envs] + np.arange(len(envs)) - runs[envs]
+        slots = envs * self._size + numbers % self._size
         records = {
             "stream": self.streams[refs[:, 0]],
             "obs_frame": np.ascontiguousarray(refs[:, 1]),
             "next_obs_frame": np.ascontiguousarray(refs[:, 2]),
             **scalars,
         }
-        head = (self.streams[np.asarray(envs, dtype=np.int64)], np.asarray(numbers, np.int64),
-                np.asarray(starts, dtype=bool))  # fmt: skip
+        head = (self.streams[envs], numbers, self._episode_first[slots] == numbers)
         if self._compress:
-            offsets = np.cumsum([0, *(len(p) for p in payloads)], dtype=np.int64)
-            data = np.frombuffer(b"".join(payloads), dtype=np.uint8)
+            offsets = np.zeros(len(slots) + 1, dtype=np.int64)
+            np.cumsum(self._lengths[slots], out=offsets[1:])
+            data = np.empty(offsets[-1], dtype=np.uint8)
+            copy_out_blobs(self._blobs.reshape(-1), self._positions, self._lengths, slots,
+                           offsets, data)  # fmt: skip
             return FrameInsert(*head, records, priorities, data=data, offsets=offsets)
-        return FrameInsert(*head, records, priorities, frames=np.stack(payloads))
+        frames = self._frames[slots].reshape(len(slots), *self._frame_shape)
+        return FrameInsert(*head, records, priorities, frames=frames)
 
-    def _reach(self, env: int, obs_number: int) -> int:
-        """The oldest frame number a stack ending at ``obs_number`` reaches."""
-        for number, start, _ in self._kept[env]:
-            if number == obs_number:
-                return max(obs_number - (self.stack - 1), start)
-        return obs_number - (self.stack - 1)  # fell out of history: the shard refuses it
+    def _reach(self, envs: np.ndarray, obs_numbers: np.ndarray) -> np.ndarray:
+        """The oldest frame number the stack ending at each ``obs_numbers`` reaches: the
+        episode's first frame bounds it when the frame is still kept."""
+        reach = obs_numbers - (self.stack - 1)
+        kept = (obs_numbers < self._next[envs]) & (obs_numbers >= self._next[envs] - self._size)
+        slots = envs * self._size + obs_numbers % self._size
+        return np.where(kept, np.maximum(reach, self._episode_first[slots]), reach)
 
     def sent_to(self, shard: int, insert: FrameInsert) -> None:
         """Records what ``shard`` now holds after ``insert`` went there."""
-        sent = self._sent.setdefault(shard, np.full(len(self._kept), -1, dtype=np.int64))
+        sent = self._sent.setdefault(shard, np.full(len(self.streams), -1, dtype=np.int64))
         envs = insert.streams - self.streams[0]
         others = [other for other in self._sent.values() if other is not sent]
         if others:

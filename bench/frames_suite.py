@@ -8,7 +8,8 @@ preprocessing (84×84 grayscale, frame skip 4, stacks of 4), random play:
 * bytes per stored transition, every array and the sum-tree included, for whole
   transitions (``RingStorage``), frames kept whole, and frames LZ4-compressed, filled with
   the same streams;
-* ready batches of 512 stacked transitions from each of those stores;
+* ready batches of 512 stacked transitions from each of those stores (stacks put together
+  on ``replay.parts``' default threads, and on one);
 * the RSS of a fresh process holding ``capacity`` compressed Pong transitions (a worker of
   its own: ``python -m bench.frames_suite fill CAPACITY``); 2M in a full run.
 """
@@ -102,6 +103,14 @@ def _stores(capacity: int):
         "apex-frames-lz4": lambda: PrioritizedReplay(
             None, capacity, 0.6, rng=0, storage=FrameStackStorage(layout, capacity, compress=True)
         ),
+        # The same store gathering on one thread (the others use replay.parts' default).
+        "apex-frames-1thread": lambda: PrioritizedReplay(
+            None,
+            capacity,
+            0.6,
+            rng=0,
+            storage=FrameStackStorage(layout, capacity, gather_threads=1),
+        ),
     }
 
 
@@ -117,7 +126,7 @@ def _codec_records(frames: np.ndarray, timing: dict) -> list[dict]:
     offsets = np.cumsum([0, *(len(b) for b in blobs)], dtype=np.int64)
     data = np.frombuffer(b"".join(blobs), np.uint8)
     # The shard's path: one numba loop over C calls, through the gather kernel.
-    _, _, gather = kernels()
+    gather = kernels().gather_compressed
     order = np.random.default_rng(1).integers(0, len(frames), BATCH * 7)
     out = np.empty((order.size, 1, nbytes), np.uint8)
     positions, lengths = offsets[:-1].copy(), np.diff(offsets).astype(np.int32)
@@ -266,7 +275,7 @@ def run(*, quick: bool = False, progress: Callable[[str], None] | None = None) -
     case = f"pong-{capacity}"
     ratios = [
         ratio
-        for name in ("apex-frames", "apex-frames-lz4")
+        for name in ("apex-frames", "apex-frames-lz4", "apex-frames-1thread")
         for ratio in (
             _ratio(by, case, "sample", name, "cpprb-stack"),
             _ratio(by, case, "bytes_per_transition", "apex-whole", name),

@@ -208,7 +208,10 @@ def _measure_apex(
             time.sleep(timing["seconds_per_repeat"])
             after, ended = client.info()["transitions_added"], time.monotonic()
             rates.append((after - before) / (ended - started))
+        rejected = client.info()["rejected"]
         client.close()
+        if rejected:
+            raise RuntimeError(f"the shard rejected messages from the pushers: {rejected}")
     finally:
         context.destroy(linger=0)
         _stop([*senders, shard])
@@ -225,13 +228,12 @@ def _fill(kind: str, context, endpoints, spec, transitions: int) -> None:
         source = FrameSource(INSERT_BATCH, filler.frame_layout["compressed"], seed=98)
         sent = 0
         while sent < transitions:
-            refs, scalars, priorities = source.next_records()
             shard, insert = filler.insert_frames(
-                lambda i, r=refs, s=scalars, p=priorities: source.writer.build(i, r, s, p),
+                source.next_builder(),
                 stretch=1,  # spread the fill evenly over the shards
             )
             source.writer.sent_to(shard, insert)
-            sent += len(priorities)
+            sent += len(insert.priorities)
     else:
         block = make_batch(spec, 4096, 0)
         for _ in range(transitions // 4096):

@@ -5,7 +5,8 @@
 * ``push``: sends INSERT batches until SIGTERM or ``max_seconds``, at ``rate``
   transitions/s if given. ``mode`` "apex" goes
   through :class:`replay.client.InsertClient` (spec check, validation, encoding); "raw"
-  sends the same pre-encoded frames with a bare PUSH socket.
+  sends the same pre-encoded frames with a bare PUSH socket. Kind "atari-frames" sends
+  frame messages (``FrameSource`` live, or ``RecordedFrames`` into a single shard).
 * ``pull``: the baseline receiver. Binds a PULL socket, prints ``{"ready": endpoint}``,
   then counts the messages received in ``repeats`` windows of ``seconds_per_repeat``
   after ``warmup_s``, and prints ``{"rates": [...]}`` (messages/s per window).
@@ -14,10 +15,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 import zmq
@@ -25,6 +28,7 @@ import zmq
 from bench.workers import random_batch
 from replay.client import InsertClient, ShardEndpoints
 from replay.errors import ReplayTimeout
+from replay.frame_payload import FrameInsert
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, encode
 
@@ -119,19 +123,18 @@ class FrameSource:
         )  # fmt: skip
         self.per_env = max(1, batch // FRAME_ENVS)
         self.step = 0
-        for env in range(FRAME_ENVS):
-            self.writer.observe(env, self.frames[env], episode_start=True)
+        self.envs = np.arange(FRAME_ENVS)
+        self.writer.observe(self.envs, self.frames[self.envs], episode_start=True)
 
     def next_records(self) -> tuple[np.ndarray, dict, np.ndarray]:
-        refs = []
+        parts = []
         for _ in range(self.per_env):
             self.step += 1
-            for env in range(FRAME_ENVS):
-                frame = self.frames[(self.step + 97 * env) % len(self.frames)]
-                number = self.writer.observe(env, frame, episode_start=False)
-                if number >= FRAME_N:
-                    refs.append((env, number - FRAME_N, number))
-        refs = np.array(refs, dtype=np.int64).reshape(-1, 3)
+            frames = self.frames[(self.step + 97 * self.envs) % len(self.frames)]
+            numbers = self.writer.observe(self.envs, frames, episode_start=False)
+            ready = numbers >= FRAME_N
+            parts.append(np.stack([self.envs[ready], numbers[ready] - FRAME_N, numbers[ready]], 1))
+        refs = np.concatenate(parts).astype(np.int64)
         count = len(refs)
         scalars = {
             "action": np.zeros(count, np.int64),
@@ -139,6 +142,50 @@ class FrameSource:
             "discount": np.full(count, 0.97, np.float32),
         }
         return refs, scalars, np.ones(count)
+
+    def next_builder(self) -> Callable[[int], FrameInsert]:
+        """The next message, as ``InsertClient.insert_frames`` wants it: made per shard."""
+        refs, scalars, priorities = self.next_records()
+        return lambda shard: self.writer.build(shard, refs, scalars, priorities)
+
+
+def _always(insert: FrameInsert) -> Callable[[int], FrameInsert]:
+    return lambda _shard: insert
+
+
+class RecordedFrames:
+    """A Pong pusher's messages to one shard, made once by a real frame writer and then
+    replayed with their frame numbers moved on by a cycle's worth each lap.
+
+    The shard sees what a live writer sends (new LZ4 frames, records, one stream per env,
+    numbers running on), while the pusher's cost per message is encoding and sending, as
+    for the whole-transition pushers, which resend one prebuilt batch: the ingest figure is
+    the shard's, not the pusher's Python (measured apart: ``FrameSource``).
+    """
+
+    def __init__(self, batch: int, compress: bool, seed: int, cycle: int = 64) -> None:
+        source = FrameSource(batch, compress, seed)
+        self._inserts = []
+        for _ in range(cycle + 1):  # the first message also carries each stream's first frame
+            refs, scalars, priorities = source.next_records()
+            insert = source.writer.build(0, refs, scalars, priorities)
+            source.writer.sent_to(0, insert)
+            self._inserts.append(insert)
+        self._cycle = cycle
+        self._shift = source.per_env * cycle
+        self._sent = 0
+
+    def next_insert(self):
+        lap, index = divmod(self._sent - 1, self._cycle) if self._sent else (0, -1)
+        self._sent += 1
+        insert = self._inserts[index + 1]
+        if lap == 0:
+            return insert
+        shift = lap * self._shift
+        records = dict(insert.records)
+        for name in ("obs_frame", "next_obs_frame"):
+            records[name] = records[name] + shift
+        return dataclasses.replace(insert, numbers=insert.numbers + shift, records=records)
 
 
 def push_frames(request: dict, stop: dict) -> None:
@@ -152,7 +199,12 @@ def push_frames(request: dict, stop: dict) -> None:
             hwm=16, start_timeout_s=30.0, batch_hint=request["batch"],
             **({} if request.get("credit", True) else {"credit": None}),
         )  # fmt: skip
-        source = FrameSource(request["batch"], client.frame_layout["compressed"], request["sender"])
+        compress = client.frame_layout["compressed"]
+        recorded = None
+        if len(shards) == 1:
+            recorded = RecordedFrames(request["batch"], compress, request["sender"])
+        else:
+            source = FrameSource(request["batch"], compress, request["sender"])
         deadline = time.monotonic() + request["max_seconds"]
         interval_s = request["batch"] / request["rate"] if request.get("rate") else 0.0
         next_send = time.monotonic()
@@ -162,16 +214,14 @@ def push_frames(request: dict, stop: dict) -> None:
                 delay = next_send - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-            refs, scalars, priorities = source.next_records()
+            build = _always(recorded.next_insert()) if recorded else source.next_builder()
             while not stop["flag"]:
                 try:
-                    shard, insert = client.insert_frames(
-                        lambda i, r=refs, s=scalars, p=priorities: source.writer.build(i, r, s, p),
-                        policy_version=0,
-                    )
+                    shard, insert = client.insert_frames(build, policy_version=0)
                 except ReplayTimeout:
                     continue
-                source.writer.sent_to(shard, insert)
+                if recorded is None:
+                    source.writer.sent_to(shard, insert)
                 break
         client.close(linger_s=0)
     finally:

@@ -92,6 +92,7 @@ def shard_config(
         spec=spec,
         frames=frames,
         compress_frames=replay.compress_frames,
+        gather_threads=replay.gather_threads or None,
         capacity=replay.capacity,
         alpha=replay.alpha,
         min_size=replay.min_size,

@@ -63,6 +63,8 @@ class ReplayConfig:
         frames: keep each frame of image-stack observations once (``replay.frame_storage``);
             None: yes exactly when ``obs`` is a stack of images (Atari), else whole.
         compress_frames: keep (and send) those frames LZ4-compressed.
+        gather_threads: threads a shard puts a sampled batch's stacks together with; 0:
+            the cores it may use, at most 4.
     """
 
     capacity: int = DEFAULT_CAPACITY
@@ -72,6 +74,7 @@ class ReplayConfig:
     error_buffer: float = 0.0
     frames: bool | None = None
     compress_frames: bool = True
+    gather_threads: int = 0
 
     def shard_share(self, shards: int) -> ReplayConfig:
         """One shard's settings: totals divided over ``shards``, integers rounded up."""
@@ -88,6 +91,9 @@ class ReplayConfig:
         problems = not_positive_integers(
             {f"{prefix}capacity": self.capacity, f"{prefix}min_size": self.min_size}
         )
+        threads = self.gather_threads
+        if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 64:
+            problems.append(f"{prefix}gather_threads must be in [0, 64], got {self.gather_threads}")
         if problems:
             return problems
         return [

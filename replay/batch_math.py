@@ -66,8 +66,10 @@ def split_counts(masses: np.ndarray, count: int, uniforms: np.ndarray) -> np.nda
     total = masses.sum()
     if not total > 0:
         return None
-    targets = (np.arange(count) + uniforms) * (total / count)
-    owner = np.searchsorted(np.cumsum(masses), targets, side="right")
+    # Over shares of the total, not the masses themselves: tiny masses (denormals) would
+    # round every target to 0.
+    targets = (np.arange(count) + uniforms) / count
+    owner = np.searchsorted(np.cumsum(masses / total), targets, side="right")
     # A target at the very top (rounding) belongs to the last shard with mass.
     owner = np.minimum(owner, np.flatnonzero(masses > 0)[-1])
     return np.bincount(owner, minlength=len(masses))

@@ -87,7 +87,7 @@ class ShardCredit:
             return
         wanted = 0.0
         if self._baseline is not None:
-            wanted = self._baseline + self.sent - self.limit // 2
+            wanted = max(0.0, self._baseline + self.sent - self.limit // 2)
         wait_ms = max(0, int(wait_s * 1000))
         if self._requests.send(messages.CreditRequest(wanted, wait_ms)) is None:
             return
@@ -291,7 +291,7 @@ class InsertClient:
                     credit.sent += 1
                     # Asked ahead, so that the answer is usually back before the credit
                     # runs out: the sender then never stops for a round trip.
-                    if credit.in_flight > credit.limit // 2:
+                    if credit.in_flight > credit.limit // 4:
                         credit.ask(self._timeout_ms / 1000)
                 self._stretch_left = self._stretch_left - 1 if offset == 0 else stretch - 1
                 self._next = index if self._stretch_left > 0 else index + 1

@@ -224,6 +224,7 @@ def release(
 def gather_stacks(
     arena: np.ndarray,
     positions: np.ndarray,
+    lengths: np.ndarray,
     prev: np.ndarray,
     heads: np.ndarray,
     stack: int,
@@ -231,7 +232,7 @@ def gather_stacks(
 ) -> None:
     """``out[b, j]`` = frame ``prev^(stack-1-j)(heads[b])``: the stack ending at each head,
     oldest first, copied from the arena (frames stored whole). ``out`` is
-    ``(n, stack, frame bytes)``."""
+    ``(n, stack, frame bytes)``. ``lengths`` is unused: the LZ4 kernel's signature."""
     capacity = arena.size
     width = out.shape[2]
     for b in range(heads.size):

@@ -20,6 +20,7 @@ from numba import njit
 
 from replay.errors import InvalidBatchError, ProtocolError
 from replay.frame_spec import FrameStackSpec
+from replay.parts import default_threads, run_in_parts
 from replay.wire import Kind, Message
 
 
@@ -151,12 +152,20 @@ def unpack(payload: FramePayload, layout: FrameStackSpec) -> tuple[np.ndarray, n
     if index.size and (index.min() < 0 or index.max() >= count):
         raise ProtocolError(f"a frame index is outside [0, {count})")
     frames = np.empty((count, nbytes), dtype=np.uint8)
+    threads = default_threads()
     if payload.compressed:
         from replay.lz4_codec import kernels
 
-        bad = kernels()[3](data, offsets, frames)
-        if bad >= 0:
-            raise ProtocolError(f"frame {bad} does not decode to {nbytes} bytes")
+        decode, bad = kernels().decode_rows, []
+
+        def decode_part(start: int, stop: int) -> None:
+            first_bad = decode(data, offsets[start : stop + 1], frames[start:stop])
+            if first_bad >= 0:
+                bad.append(start + first_bad)
+
+        run_in_parts(count, decode_part, threads)
+        if bad:
+            raise ProtocolError(f"frame {min(bad)} does not decode to {nbytes} bytes")
     else:
         if data.size != count * nbytes or (count and (np.diff(offsets) != nbytes).any()):
             raise ProtocolError(f"whole frames must be {nbytes} bytes each")
@@ -165,9 +174,13 @@ def unpack(payload: FramePayload, layout: FrameStackSpec) -> tuple[np.ndarray, n
     obs = np.empty(shape, dtype=layout.frame_dtype)
     following = np.empty(shape, dtype=layout.frame_dtype)
     rows = (len(index), k, nbytes)
-    stack_rows(
-        frames, index, obs.reshape(rows).view(np.uint8), following.reshape(rows).view(np.uint8)
-    )
+    obs_rows = obs.reshape(rows).view(np.uint8)
+    following_rows = following.reshape(rows).view(np.uint8)
+
+    def stack_part(start: int, stop: int) -> None:
+        stack_rows(frames, index[start:stop], obs_rows[start:stop], following_rows[start:stop])
+
+    run_in_parts(len(index), stack_part, threads)
     return obs, following
 
 

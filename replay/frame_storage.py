@@ -59,6 +59,7 @@ from replay.frame_kernels import (
 from replay.frame_payload import FramePayload, check_blobs
 from replay.frame_spec import FrameStackSpec, StreamIds, as_int64
 from replay.lz4_codec import compress_bound, kernels
+from replay.parts import default_threads, run_in_parts
 from replay.spec import TransitionSpec
 from replay.storage import BatchBuffers, RingSlots
 
@@ -87,6 +88,7 @@ class FrameStackStorage(RingSlots):
         arena_bytes: bytes of the frame arena; default ``frame_capacity`` whole frames, or
             ``frame_capacity × 640`` compressed. Frames that compress worse than that fill
             it first, and then the oldest transitions go early.
+        gather_threads: threads that put a batch's stacks together (``replay.parts``).
 
     Raises:
         InvalidIndexError: a capacity, window or stream limit that is not positive.
@@ -101,6 +103,7 @@ class FrameStackStorage(RingSlots):
         max_streams: int = DEFAULT_MAX_STREAMS,
         compress: bool = False,
         arena_bytes: int | None = None,
+        gather_threads: int | None = None,
     ) -> None:
         frame_capacity = frame_capacity or capacity + capacity // 128 + 1024
         per_frame = DEFAULT_COMPRESSED_FRAME_BYTES if compress else spec.frame_nbytes
@@ -120,6 +123,7 @@ class FrameStackStorage(RingSlots):
                 f"arena_bytes {arena_bytes} cannot hold one frame ({self._largest_blob} bytes)"
             )
         self._codec = kernels() if compress else None
+        self._gather_threads = gather_threads or default_threads()
         self._spec = spec
         self._capacity = int(capacity)
         self._stack = int(spec.stack)
@@ -139,7 +143,7 @@ class FrameStackStorage(RingSlots):
         # Generation of each stream's newest frame: a stream whose newest frame is older
         # than the oldest frame held has nothing left here, and may give its place back.
         self._stream_newest = np.full(max_streams, -1, dtype=np.int64)
-        self._streams = StreamIds(max_streams, self._reclaim_stream)
+        self.streams = StreamIds(max_streams, self._reclaim_stream)  # writer ids -> rows
         self._scalar_columns = {
             name: np.zeros((self._capacity, *f.shape), dtype=f.dtype)
             for name, f in spec.scalars.items()
@@ -233,7 +237,7 @@ class FrameStackStorage(RingSlots):
         if self._compress:
             scratch = np.empty((count, self._largest_blob), dtype=np.uint8)
             lengths = np.empty(count, dtype=np.int64)
-            self._codec[0](rows, scratch, lengths)
+            self._codec.compress_rows(rows, scratch, lengths)
             data, offsets = scratch.reshape(-1), np.arange(count, dtype=np.int64) * scratch.shape[1]
         else:
             data, offsets = rows.reshape(-1), np.arange(count, dtype=np.int64) * rows.shape[1]
@@ -259,7 +263,7 @@ class FrameStackStorage(RingSlots):
         count = len(numbers)
         data, offsets = check_blobs(data, offsets, count, self._largest_blob)
         nbytes = self._spec.frame_nbytes
-        bad = self._codec[1](data, offsets, nbytes, np.empty(nbytes, dtype=np.uint8))
+        bad = self._codec.decompress_check(data, offsets, nbytes, np.empty(nbytes, dtype=np.uint8))
         if bad >= 0:
             raise InvalidBatchError(f"frame {bad} does not decode to {nbytes} bytes of frame")
         lengths = np.diff(offsets)
@@ -273,7 +277,7 @@ class FrameStackStorage(RingSlots):
             raise InvalidBatchError(f"{starts.size} episode-start flags for {count} frames")
         if count and numbers.min() < 0:
             raise InvalidBatchError(f"frame number {numbers.min()} is negative")
-        dense = self._streams.dense(streams, create=True)
+        dense = self.streams.dense(streams, create=True)
         slots = np.empty(count, dtype=np.int64)
         new = np.zeros(count, dtype=np.bool_)
         done = 0
@@ -306,7 +310,7 @@ class FrameStackStorage(RingSlots):
             InvalidBatchError: a record refers to a frame this store does not hold whole
                 (see the module docstring); nothing is written then.
         """
-        dense = self._streams.dense(np.asarray(batch["stream"]), create=False)
+        dense = self.streams.dense(np.asarray(batch["stream"]), create=False)
         heads = {}
         for name in ("obs_frame", "next_obs_frame"):
             slots = np.empty(count, dtype=np.int64)
@@ -351,10 +355,6 @@ class FrameStackStorage(RingSlots):
         self._stream_newest[index] = self._cursor[NEXT_GEN]
         return index
 
-    @property
-    def streams_reclaimed(self) -> int:
-        return self._streams.reclaimed
-
     def _release(self, slots: np.ndarray) -> int:
         return release(
             slots, self._obs_head, self._next_head, self._generations, self._prev, self._refs,
@@ -398,20 +398,23 @@ class FrameStackStorage(RingSlots):
         return scalars, FramePayload(index, data, offsets, self._compress)
 
     def gather(self, slots: np.ndarray, out: BatchBuffers | None = None) -> dict[str, np.ndarray]:
-        """The transitions at ``slots`` (live ones: callers pass sampled slots), with their
-        stacks put together."""
+        """The transitions at ``slots`` (sampled, so alive), their stacks put together."""
         n = slots.size
         out = out or self.allocate_batch(n)
         if out.batch_size != n:
             raise InvalidIndexError(f"buffers hold {out.batch_size} items, {n} slots were given")
-        for name, heads in (("obs", self._obs_head), ("next_obs", self._next_head)):
-            target = out.fields[name].reshape(n, self._stack, -1).view(np.uint8)
-            if self._compress:
-                self._codec[2](self._arena, self._positions, self._lengths, self._prev,
-                               heads[slots], self._stack, target)  # fmt: skip
-            else:
-                gather_stacks(self._arena, self._positions, self._prev, heads[slots],
-                              self._stack, target)  # fmt: skip
+        k, gather = self._stack, self._codec.gather_compressed if self._compress else gather_stacks
+        stored = (self._arena, self._positions, self._lengths, self._prev)
+        work = [
+            (self._obs_head[slots], out.fields["obs"].reshape(n, k, -1).view(np.uint8)),
+            (self._next_head[slots], out.fields["next_obs"].reshape(n, k, -1).view(np.uint8)),
+        ]
+
+        def part(start: int, stop: int) -> None:
+            for heads, target in work:
+                gather(*stored, heads[start:stop], k, target[start:stop])
+
+        run_in_parts(n, part, self._gather_threads)
         for name, column in self._scalar_columns.items():
             np.take(column, slots, axis=0, out=out.fields[name])
         return out.fields

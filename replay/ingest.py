@@ -34,8 +34,9 @@ class Ingest:
         storage = None
         if self.frames is not None:
             storage = FrameStackStorage(
-                self.frames, config.capacity, compress=config.compress_frames
-            )
+                self.frames, config.capacity, compress=config.compress_frames,
+                gather_threads=config.gather_threads,
+            )  # fmt: skip
         self.replay = PrioritizedReplay(
             config.spec, config.capacity, config.alpha, rng=config.seed, storage=storage
         )
@@ -91,6 +92,6 @@ class Ingest:
             "frames_stored": storage.frames_stored,
             "frame_bytes_stored": storage.frame_bytes_stored,
             "transitions_evicted_early": storage.evicted_early,
-            "streams_reclaimed": storage.streams_reclaimed,
+            "streams_reclaimed": storage.streams.reclaimed,
             "store_nbytes": storage.nbytes,
         }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -62,10 +63,19 @@ def compress_bound(nbytes: int) -> int:
     return int(_library().LZ4_compressBound(nbytes))
 
 
+class Lz4Kernels(NamedTuple):
+    """Numba kernels bound to the C codec (each documented where it is made)."""
+
+    compress_rows: Any
+    compress_into: Any
+    decompress_check: Any
+    gather_compressed: Any
+    decode_rows: Any
+
+
 @functools.lru_cache(maxsize=1)
-def kernels():
-    """``(compress_rows, decompress_check, gather_compressed, decode_rows)``: numba
-    kernels bound to the C codec.
+def kernels() -> Lz4Kernels:
+    """The numba kernels bound to the C codec, compiled on first use in this process.
 
     Raises:
         CodecUnavailable: lz4 is not installed.
@@ -80,6 +90,16 @@ def kernels():
         for i in range(rows.shape[0]):
             lengths[i] = compress(
                 rows[i].ctypes.data, scratch[i].ctypes.data, rows.shape[1], scratch.shape[1]
+            )
+
+    @njit(nogil=True)
+    def compress_into(rows: np.ndarray, blobs: np.ndarray, slots: np.ndarray,
+                      lengths: np.ndarray) -> None:  # fmt: skip
+        """Compresses row ``i`` into ``blobs[slots[i]]``; its size into ``lengths[slots[i]]``."""
+        for i in range(rows.shape[0]):
+            slot = slots[i]
+            lengths[slot] = compress(
+                rows[i].ctypes.data, blobs[slot].ctypes.data, rows.shape[1], blobs.shape[1]
             )
 
     @njit(nogil=True)
@@ -126,4 +146,6 @@ def kernels():
                 return i
         return -1
 
-    return compress_rows, decompress_check, gather_compressed, decode_rows
+    return Lz4Kernels(
+        compress_rows, compress_into, decompress_check, gather_compressed, decode_rows
+    )

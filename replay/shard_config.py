@@ -43,6 +43,8 @@ class ShardConfig:
             (``replay.frame_storage``): ``spec`` must then be ``frames.transition_spec``,
             and writers send INSERT_FRAMES. None: whole transitions (INSERT).
         compress_frames: keep those frames LZ4-compressed.
+        gather_threads: threads that put a sampled batch's stacks together (frames kept
+            whole); None: the cores this process may use, at most 4 (``replay.parts``).
     """
 
     spec: TransitionSpec
@@ -64,6 +66,7 @@ class ShardConfig:
     poll_timeout_s: float = 0.05
     frames: FrameStackSpec | None = None
     compress_frames: bool = True
+    gather_threads: int | None = None
 
     def problems(self) -> list[str]:
         """Every problem with these settings (empty if none), with the values involved."""
@@ -86,6 +89,8 @@ class ShardConfig:
         for name in ("insert_port", "request_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 problems.append(f"{name} must be in [0, 65535], got {getattr(self, name)}")
+        if self.gather_threads is not None and not 1 <= self.gather_threads <= 64:
+            problems.append(f"gather_threads must be in [1, 64] or None, got {self.gather_threads}")
         if not self.poll_timeout_s > 0:
             problems.append(f"poll_timeout_s must be > 0, got {self.poll_timeout_s}")
         if self.frames is not None and self.frames.transition_spec != self.spec:

@@ -294,7 +294,7 @@ def test_a_stream_whose_frames_are_all_gone_gives_its_place_to_a_new_one() -> No
     put(store, 1, [0, 1], [True, False])
     put(store, 2, range(10), np.arange(10) == 0)
     put(store, 3, [0, 1, 2], [True, False, False])  # takes stream 1's place
-    assert store.streams_reclaimed == 1
+    assert store.streams.reclaimed == 1
     store.write(records([1], [2], stream=3), 1)
     np.testing.assert_array_equal(store.gather(np.array([0]))["next_obs"][0], stack_of(3, (1, 2)))
     with pytest.raises(InvalidBatchError, match="does not hold"):
@@ -376,23 +376,55 @@ def test_packed_samples_carry_each_frame_once_and_unpack_to_the_same_stacks(comp
         stream.build(4)
     store = FrameStackStorage(make_spec(4), 40, compress=compress)
     feed(store, streams, rng)
-    slots = rng.choice(np.flatnonzero(store.generations >= 0), 16)
+    slots = rng.choice(np.flatnonzero(store.generations >= 0), 200)  # parts on threads
     scalars, payload = store.gather_packed(slots)
     whole = store.gather(slots)
     obs, following = unpack(payload, make_spec(4))
     np.testing.assert_array_equal(obs, whole["obs"])
     np.testing.assert_array_equal(following, whole["next_obs"])
     np.testing.assert_array_equal(scalars["action"], whole["action"])
-    assert payload.offsets.size - 1 == np.unique(payload.index).size <= 16 * 8
+    assert payload.offsets.size - 1 == np.unique(payload.index).size <= 40 * 8
     # Through the wire, as a frame shard answers SAMPLE.
     spec = make_spec(4).transition_spec
-    reply = SampleReply(1.0, 0.5, 40, 40, slots, np.zeros(16, np.int64), np.ones(16),
-                        np.ones(16, np.float32), scalars, payload)  # fmt: skip
+    reply = SampleReply(1.0, 0.5, 40, 40, slots, np.zeros(200, np.int64), np.ones(200),
+                        np.ones(200, np.float32), scalars, payload)  # fmt: skip
     frames = [bytes(memoryview(f).cast("B")) if not isinstance(f, bytes) else f
               for f in encode(reply.to_message(0, 1))]  # fmt: skip
     got = SampleReply.from_message(decode(frames), spec)
     assert list(got.fields) == list(spec)
     np.testing.assert_array_equal(got.fields["next_obs"], whole["next_obs"])
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_a_batch_gathered_on_several_threads_is_the_reference(compress) -> None:
+    rng = np.random.default_rng(8)
+    streams = [Stream(50 + i, 3, [40, 9, 70]) for i in range(4)]
+    for stream in streams:
+        stream.build(4)
+    store = FrameStackStorage(make_spec(4), 300, compress=compress, gather_threads=3)
+    written = feed(store, streams, rng)
+    assert check_live(store, written) == 300  # one batch of 300: three parts
+    slots = rng.integers(0, 300, 1000)
+    parts = store.gather(slots)
+    store._gather_threads = 1
+    whole = store.gather(slots)
+    for name in ("obs", "next_obs", "action"):
+        np.testing.assert_array_equal(parts[name], whole[name])
+
+
+def test_run_in_parts_covers_each_item_once_and_reraises() -> None:
+    from replay.parts import run_in_parts
+
+    seen = np.zeros(1000, dtype=np.int64)
+    run_in_parts(1000, lambda start, stop: np.add.at(seen, np.arange(start, stop), 1), 4)
+    assert (seen == 1).all()
+
+    def fail_late(start: int, stop: int) -> None:
+        if start > 0:
+            raise ValueError("part failed")
+
+    with pytest.raises(ValueError, match="part failed"):
+        run_in_parts(1000, fail_late, 4)
 
 
 def test_a_packed_payload_that_does_not_fit_is_refused() -> None:

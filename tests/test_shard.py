@@ -198,6 +198,7 @@ def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
                 sent += 1
         counters = info(context, shard)
         added = counters["transitions_added"]
+        assert counters["rejected_total"] == 0, counters["rejected"]  # credit asks included
         if credit is None:
             # Client queue (16) + shard queue (64) + two kernel buffers of ~2 loopback
             # segments.
