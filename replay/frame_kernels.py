@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from replay.prefetch import FRAMES_AHEAD, prefetch_range
+
 # Refusal codes of resolve_heads (0: fine), and what each means.
 UNKNOWN_FRAME, STALE_FRAME, NO_HISTORY = 1, 2, 3
 REASONS = {
@@ -232,18 +234,29 @@ def gather_stacks(
 ) -> None:
     """``out[b, j]`` = frame ``prev^(stack-1-j)(heads[b])``: the stack ending at each head,
     oldest first, copied from the arena (frames stored whole). ``out`` is
-    ``(n, stack, frame bytes)``. ``lengths`` is unused: the LZ4 kernel's signature."""
+    ``(n, stack, frame bytes)``. ``lengths`` is unused: the LZ4 kernel's signature.
+
+    The links are followed first, so that the frames after the one being copied can be
+    prefetched (``replay.prefetch``)."""
     capacity = arena.size
     width = out.shape[2]
+    total = heads.size * stack
+    starts = np.empty(total, dtype=np.int64)
     for b in range(heads.size):
         current = heads[b]
         for j in range(stack - 1, -1, -1):
-            start = positions[current] % capacity
-            source = arena[start : start + width]
-            destination = out[b, j]
-            for x in range(width):
-                destination[x] = source[x]
+            starts[b * stack + j] = positions[current] % capacity
             current = prev[current]
+    base = arena.ctypes.data
+    for i in range(min(FRAMES_AHEAD, total)):
+        prefetch_range(base, starts[i], width)
+    for i in range(total):
+        if i + FRAMES_AHEAD < total:
+            prefetch_range(base, starts[i + FRAMES_AHEAD], width)
+        source = arena[starts[i] : starts[i] + width]
+        destination = out[i // stack, i % stack]
+        for x in range(width):
+            destination[x] = source[x]
 
 
 @njit(cache=True, nogil=True)

@@ -21,6 +21,7 @@ from numba import njit
 from replay.errors import InvalidBatchError, ProtocolError
 from replay.frame_spec import FrameStackSpec
 from replay.parts import default_threads, run_in_parts
+from replay.prefetch import FRAMES_AHEAD, prefetch_range
 from replay.wire import Kind, Message
 
 
@@ -149,38 +150,39 @@ def unpack(payload: FramePayload, layout: FrameStackSpec) -> tuple[np.ndarray, n
     count = offsets.size - 1
     if count < 0 or (count and (offsets[0] != 0 or offsets[-1] != data.size)):
         raise ProtocolError("frame offsets do not cut the data")
+    if (np.diff(offsets) <= 0).any():
+        raise ProtocolError("frame offsets must rise: every frame has bytes")
     if index.size and (index.min() < 0 or index.max() >= count):
         raise ProtocolError(f"a frame index is outside [0, {count})")
-    frames = np.empty((count, nbytes), dtype=np.uint8)
-    threads = default_threads()
-    if payload.compressed:
-        from replay.lz4_codec import kernels
-
-        decode, bad = kernels().decode_rows, []
-
-        def decode_part(start: int, stop: int) -> None:
-            first_bad = decode(data, offsets[start : stop + 1], frames[start:stop])
-            if first_bad >= 0:
-                bad.append(start + first_bad)
-
-        run_in_parts(count, decode_part, threads)
-        if bad:
-            raise ProtocolError(f"frame {min(bad)} does not decode to {nbytes} bytes")
-    else:
-        if data.size != count * nbytes or (count and (np.diff(offsets) != nbytes).any()):
-            raise ProtocolError(f"whole frames must be {nbytes} bytes each")
-        frames[:] = data.reshape(count, nbytes)
     shape = (len(index), k, *layout.frame_shape)
     obs = np.empty(shape, dtype=layout.frame_dtype)
     following = np.empty(shape, dtype=layout.frame_dtype)
     rows = (len(index), k, nbytes)
     obs_rows = obs.reshape(rows).view(np.uint8)
     following_rows = following.reshape(rows).view(np.uint8)
+    if payload.compressed:
+        from replay.lz4_codec import kernels
+
+        decode, bad = kernels().decode_stacks, []
+
+        def decode_part(start: int, stop: int) -> None:
+            first_bad = decode(data, offsets, index[start:stop], obs_rows[start:stop],
+                               following_rows[start:stop])  # fmt: skip
+            if first_bad >= 0:
+                bad.append(first_bad)
+
+        run_in_parts(len(index), decode_part, default_threads())
+        if bad:
+            raise ProtocolError(f"frame {min(bad)} does not decode to {nbytes} bytes")
+        return obs, following
+    if data.size != count * nbytes or (count and (np.diff(offsets) != nbytes).any()):
+        raise ProtocolError(f"whole frames must be {nbytes} bytes each")
+    frames = data.reshape(count, nbytes)
 
     def stack_part(start: int, stop: int) -> None:
         stack_rows(frames, index[start:stop], obs_rows[start:stop], following_rows[start:stop])
 
-    run_in_parts(len(index), stack_part, threads)
+    run_in_parts(len(index), stack_part, default_threads())
     return obs, following
 
 
@@ -191,9 +193,13 @@ def stack_rows(frames: np.ndarray, index: np.ndarray, obs: np.ndarray, following
     rows measured slower)."""
     k = obs.shape[1]
     width = frames.shape[1]
-    for b in range(index.shape[0]):
-        for j in range(2 * k):
-            source = frames[index[b, j]]
-            destination = obs[b, j] if j < k else following[b, j - k]
-            for x in range(width):
-                destination[x] = source[x]
+    base, total = frames.ctypes.data, index.shape[0] * 2 * k
+    for i in range(total):
+        if i + FRAMES_AHEAD < total:
+            ahead = index[(i + FRAMES_AHEAD) // (2 * k), (i + FRAMES_AHEAD) % (2 * k)]
+            prefetch_range(base, ahead * width, width)
+        b, j = i // (2 * k), i % (2 * k)
+        source = frames[index[b, j]]
+        destination = obs[b, j] if j < k else following[b, j - k]
+        for x in range(width):
+            destination[x] = source[x]

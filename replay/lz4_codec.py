@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from replay.errors import ReplayError
+from replay.prefetch import FRAMES_AHEAD, prefetch_range
 
 
 class CodecUnavailable(ReplayError):
@@ -71,6 +72,7 @@ class Lz4Kernels(NamedTuple):
     decompress_check: Any
     gather_compressed: Any
     decode_rows: Any
+    decode_stacks: Any
 
 
 @functools.lru_cache(maxsize=1)
@@ -123,14 +125,22 @@ def kernels() -> Lz4Kernels:
         """As ``frame_kernels.gather_stacks``, decoding each frame from ``arena``."""
         capacity = arena.size
         nbytes = out.shape[2]
+        total = heads.size * stack
+        frames = np.empty(total, dtype=np.int64)
         for b in range(heads.size):
             current = heads[b]
             for j in range(stack - 1, -1, -1):
-                start = positions[current] % capacity
-                decompress(
-                    arena[start:].ctypes.data, out[b, j].ctypes.data, lengths[current], nbytes
-                )
+                frames[b * stack + j] = current
                 current = prev[current]
+        base = arena.ctypes.data
+        for i in range(total):
+            if i + FRAMES_AHEAD < total:
+                ahead = frames[i + FRAMES_AHEAD]
+                prefetch_range(base, positions[ahead] % capacity, lengths[ahead])
+            frame = frames[i]
+            start = positions[frame] % capacity
+            decompress(arena[start:].ctypes.data, out[i // stack, i % stack].ctypes.data,
+                       lengths[frame], nbytes)  # fmt: skip
 
     @njit(nogil=True)
     def decode_rows(data: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> int:
@@ -146,6 +156,32 @@ def kernels() -> Lz4Kernels:
                 return i
         return -1
 
+    @njit(nogil=True)
+    def decode_stacks(data: np.ndarray, offsets: np.ndarray, index: np.ndarray,
+                      obs: np.ndarray, following: np.ndarray) -> int:  # fmt: skip
+        """``obs[b, j]`` = blob ``index[b, j]`` decoded, ``following[b, j]`` = blob
+        ``index[b, k + j]``: stacks straight from a packed payload (no buffer of distinct
+        frames between). The first blob that does not decode to one frame, or -1."""
+        k, nbytes = obs.shape[1], obs.shape[2]
+        base = data.ctypes.data
+        total = index.shape[0] * 2 * k
+        for i in range(total):
+            if i + FRAMES_AHEAD < total:
+                ahead = index[(i + FRAMES_AHEAD) // (2 * k), (i + FRAMES_AHEAD) % (2 * k)]
+                prefetch_range(base, offsets[ahead], offsets[ahead + 1] - offsets[ahead])
+            b, j = i // (2 * k), i % (2 * k)
+            blob = index[b, j]
+            start, end = offsets[blob], offsets[blob + 1]
+            if end <= start or end > data.size:
+                return blob
+            destination = obs[b, j] if j < k else following[b, j - k]
+            got = decompress(data[start:].ctypes.data, destination.ctypes.data, end - start,
+                             nbytes)  # fmt: skip
+            if got != nbytes:
+                return blob
+        return -1
+
     return Lz4Kernels(
-        compress_rows, compress_into, decompress_check, gather_compressed, decode_rows
-    )
+        compress_rows, compress_into, decompress_check, gather_compressed, decode_rows,
+        decode_stacks,
+    )  # fmt: skip

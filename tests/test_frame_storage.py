@@ -435,11 +435,14 @@ def test_a_packed_payload_that_does_not_fit_is_refused() -> None:
     store.write(records([3], [5]), 1)
     _, payload = store.gather_packed(np.array([0]))
     layout = make_spec(4)
+    stalled = payload.offsets.copy()
+    stalled[1] = 0  # an empty first frame
     for broken, pattern in (
         (FramePayload(payload.index + 99, payload.data, payload.offsets, False), "outside"),
         (FramePayload(payload.index[:, :4], payload.data, payload.offsets, False), "expected"),
         (FramePayload(payload.index, payload.data[:-1], payload.offsets, False), "cut the data"),
         (FramePayload(payload.index, payload.data, payload.offsets, True), "does not decode"),
+        (FramePayload(payload.index, payload.data, stalled, False), "must rise"),
     ):
         with pytest.raises(ProtocolError, match=pattern):
             unpack(broken, layout)
