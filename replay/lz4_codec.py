@@ -71,7 +71,6 @@ class Lz4Kernels(NamedTuple):
     compress_into: Any
     decompress_check: Any
     gather_compressed: Any
-    decode_rows: Any
     decode_stacks: Any
 
 
@@ -143,20 +142,6 @@ def kernels() -> Lz4Kernels:
                        lengths[frame], nbytes)  # fmt: skip
 
     @njit(nogil=True)
-    def decode_rows(data: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> int:
-        """Blob ``i`` decoded into ``out[i]``; the index of the first blob that does not
-        decode to exactly one row, or -1."""
-        for i in range(out.shape[0]):
-            start, end = offsets[i], offsets[i + 1]
-            if end <= start or end > data.size:
-                return i
-            got = decompress(data[start:].ctypes.data, out[i].ctypes.data, end - start,
-                             out.shape[1])  # fmt: skip
-            if got != out.shape[1]:
-                return i
-        return -1
-
-    @njit(nogil=True)
     def decode_stacks(data: np.ndarray, offsets: np.ndarray, index: np.ndarray,
                       obs: np.ndarray, following: np.ndarray) -> int:  # fmt: skip
         """``obs[b, j]`` = blob ``index[b, j]`` decoded, ``following[b, j]`` = blob
@@ -182,6 +167,5 @@ def kernels() -> Lz4Kernels:
         return -1
 
     return Lz4Kernels(
-        compress_rows, compress_into, decompress_check, gather_compressed, decode_rows,
-        decode_stacks,
+        compress_rows, compress_into, decompress_check, gather_compressed, decode_stacks
     )  # fmt: skip

@@ -111,7 +111,8 @@ class ShardServer:
         self._poller.register(self._router, zmq.POLLIN)
         self._waiting_samples: deque[tuple[bytes, int, messages.SampleRequest]] = deque()
         self._index = config.shard_index
-        self._held_credit: list[HeldCredit] = []
+        # One held question per sender (a client asks again only once answered).
+        self._held_credit: dict[int, HeldCredit] = {}
         self._senders = SenderBook(config.shard_index)
         self._started = time.monotonic()
         self.samples_served = 0
@@ -174,10 +175,12 @@ class ShardServer:
         except ProtocolError as exc:
             sender = claimed_sender(frames[0])
             self._senders.get(sender).taken += 1
+            self._credit_if_due(sender)
             self._senders.reject(sender, REJECT_PROTOCOL, exc)
             return
         stats = self._senders.get(message.sender)
         stats.taken += 1
+        self._credit_if_due(message.sender)
         if message.kind not in (Kind.INSERT, Kind.INSERT_FRAMES):
             self._senders.reject(
                 message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL"
@@ -257,6 +260,9 @@ class ShardServer:
             request.wanted,
             time.monotonic() + request.wait_ms / 1000,
         )
+        earlier = self._held_credit.pop(held.sender, None)
+        if earlier is not None:
+            self._send_credit(earlier)
         if (
             self._senders.get(message.sender).taken >= held.wanted
             or request.wait_ms == 0
@@ -264,17 +270,24 @@ class ShardServer:
         ):
             self._send_credit(held)
         else:
-            self._held_credit.append(held)
+            self._held_credit[held.sender] = held
+
+    def _credit_if_due(self, sender: int) -> None:
+        """Answers ``sender``'s held question as soon as its count is reached: at the end
+        of the round (up to ``max_inserts_per_round`` messages later) the sender may have
+        stopped for want of credit."""
+        held = self._held_credit.get(sender)
+        if held is not None and self._senders.get(sender).taken >= held.wanted:
+            del self._held_credit[sender]
+            self._send_credit(held)
 
     def _answer_held_credit(self) -> None:
+        """Answers the questions whose wait has run out."""
         now = time.monotonic()
-        still_held = []
-        for held in self._held_credit:
-            if self._senders.get(held.sender).taken >= held.wanted or now >= held.deadline:
+        for sender, held in list(self._held_credit.items()):
+            if now >= held.deadline:
+                del self._held_credit[sender]
                 self._send_credit(held)
-            else:
-                still_held.append(held)
-        self._held_credit = still_held
 
     def _send_credit(self, held: HeldCredit) -> None:
         taken = float(self._senders.get(held.sender).taken)
