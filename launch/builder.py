@@ -68,6 +68,11 @@ def read_spec(run_dir: Path) -> TransitionSpec | None:
         raise ConfigError([f"{path} is not a transition spec: {exc}"]) from exc
 
 
+def shard_snapshot_dir(run_dir: Path, index: int) -> Path:
+    """Where shard ``index`` of the run in ``run_dir`` keeps its snapshots."""
+    return run_dir / "replay" / f"shard-{index}"
+
+
 def shard_config(
     config: RunConfig,
     index: int,
@@ -75,11 +80,15 @@ def shard_config(
     insert_port: int = 0,
     request_port: int = 0,
     spec: TransitionSpec | None = None,
+    run_dir: Path | None = None,
 ) -> ShardConfig:
     """Shard ``index``'s settings: its share of the run's replay (``ReplayConfig``).
 
     Args:
         spec: the run's spec (see :func:`read_spec`); computed from the env if None.
+        run_dir: the run's directory: the shard snapshots into
+            :func:`shard_snapshot_dir` and starts from the newest snapshot there (a resumed
+            or requeued run; a new run has none). None: no snapshots.
     """
     replay = config.replay.shard_share(config.shards)
     spec = spec if spec is not None else transition_spec(config)
@@ -88,11 +97,15 @@ def shard_config(
         raise ConfigError(
             [f"replay.frames is on, but {config.env}'s observations are no image stack"]
         )
+    snapshots = run_dir is not None and replay.snapshot_interval_s > 0
     return ShardConfig(
         spec=spec,
         frames=frames,
         compress_frames=replay.compress_frames,
         gather_threads=replay.gather_threads or None,
+        snapshot_dir=str(shard_snapshot_dir(run_dir, index)) if snapshots else None,
+        snapshot_interval_s=replay.snapshot_interval_s if snapshots else None,
+        restore=snapshots,
         capacity=replay.capacity,
         alpha=replay.alpha,
         min_size=replay.min_size,

@@ -65,6 +65,9 @@ class ReplayConfig:
         compress_frames: keep (and send) those frames LZ4-compressed.
         gather_threads: threads a shard puts a sampled batch's stacks together with; 0:
             the cores it may use, at most 4.
+        snapshot_interval_s: seconds between a shard's background snapshots in a run
+            (``RUN_DIR/replay/shard-N``; a shard also writes one when it stops, and comes
+            back from the newest when the run resumes or requeues); 0: no snapshots.
     """
 
     capacity: int = DEFAULT_CAPACITY
@@ -75,6 +78,7 @@ class ReplayConfig:
     frames: bool | None = None
     compress_frames: bool = True
     gather_threads: int = 0
+    snapshot_interval_s: float = 300.0
 
     def shard_share(self, shards: int) -> ReplayConfig:
         """One shard's settings: totals divided over ``shards``, integers rounded up."""
@@ -91,6 +95,9 @@ class ReplayConfig:
         problems = not_positive_integers(
             {f"{prefix}capacity": self.capacity, f"{prefix}min_size": self.min_size}
         )
+        interval = self.snapshot_interval_s
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval < 0:
+            problems.append(f"{prefix}snapshot_interval_s must be >= 0 (0: none), got {interval!r}")
         threads = self.gather_threads
         if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 64:
             problems.append(f"{prefix}gather_threads must be in [0, 64], got {self.gather_threads}")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -84,9 +85,38 @@ def _port_option(name: str, help_text: str):
 @click.option(
     "--compress-frames/--raw-frames", default=True, help="Keep those frames LZ4-compressed."
 )
+@click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write snapshots of the whole shard here: every --snapshot-interval, on request, "
+    "and on SIGTERM/SIGINT.",
+)
+@click.option(
+    "--snapshot-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds between background snapshots (forked, the shard keeps serving).",
+)
+@click.option(
+    "--restore",
+    "restore_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Start from the newest usable snapshot in this directory (and keep writing "
+    "snapshots there); empty if it has none.",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="With --config: the run's directory; the shard snapshots into RUN_DIR/replay/"
+    "shard-N on the run's replay.snapshot_interval_s and starts from the newest there.",
+)
 def replay_role(
     fields, capacity, alpha, min_size, samples_per_insert, error_buffer, host, insert_port,
-    request_port, config_path, shard_index, seed, frames, compress_frames,
+    request_port, config_path, shard_index, seed, frames, compress_frames, snapshot_dir,
+    snapshot_interval, restore_dir, run_dir,
 ) -> None:  # fmt: skip
     """Run one replay shard until SIGINT or SIGTERM.
 
@@ -101,7 +131,9 @@ def replay_role(
         if config_path is not None:
             run = load_run_config(config_path, {})
             spec = builder.read_spec(config_path.parent)
-            config = builder.shard_config(run, shard_index, host, insert_port, request_port, spec)
+            config = builder.shard_config(
+                run, shard_index, host, insert_port, request_port, spec, run_dir=run_dir
+            )
         else:
             spec = TransitionSpec(fields)
             layout = FrameStackSpec.from_transition_spec(spec) if frames else None
@@ -116,6 +148,21 @@ def replay_role(
                 insert_port=insert_port, request_port=request_port, shard_index=shard_index,
                 seed=seed, frames=layout, compress_frames=compress_frames,
             )  # fmt: skip
+        if run_dir is not None and config_path is None:
+            raise click.BadParameter("needs --config", param_hint="--run-dir")
+        if restore_dir is not None and snapshot_dir not in (None, restore_dir):
+            raise click.BadParameter(
+                "--restore DIR also names where snapshots go: give one directory",
+                param_hint="--snapshot-dir",
+            )
+        snapshot_dir = restore_dir or snapshot_dir or config.snapshot_dir
+        config = replace(
+            config, snapshot_dir=str(snapshot_dir) if snapshot_dir else None,
+            snapshot_interval_s=snapshot_interval or config.snapshot_interval_s,
+            restore=restore_dir is not None or config.restore,
+        )  # fmt: skip
+        if config.snapshot_interval_s and config.snapshot_dir is None:
+            raise click.BadParameter("needs --snapshot-dir", param_hint="--snapshot-interval")
         server = ShardServer(config)
     except ValueError as exc:  # ConfigError included
         raise click.UsageError(str(exc)) from exc

@@ -267,7 +267,9 @@ def task(role: str, run_dir: Path) -> None:
     if role == "shard":
         insert_port, request_port = layout.shard_ports[index]
         spec = builder.read_spec(run_dir)
-        shard = builder.shard_config(config, index, "0.0.0.0", insert_port, request_port, spec)
+        shard = builder.shard_config(
+            config, index, "0.0.0.0", insert_port, request_port, spec, run_dir=run_dir
+        )
         sys.exit(roles.run_shard(ShardServer(shard)))
     if role == "actor":
         actor = builder.actor(config, index, layout.shards, layout.weights, layout.episodes)

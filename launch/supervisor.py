@@ -192,6 +192,7 @@ class Supervisor:
                 command = self._command(
                     "replay", *config_arg, "--shard-index", str(index), "--host", host,
                     "--insert-port", str(insert_port), "--request-port", str(request_port),
+                    "--run-dir", str(self.run_dir),
                 )  # fmt: skip
                 self._children.append(Child("shard", index, command, logs / f"shard-{index}.log"))
             learner_command = self._command(

@@ -98,6 +98,19 @@ class StreamIds:
             dense[streams == value] = index
         return dense
 
+    def ids_array(self) -> np.ndarray:
+        """The ids in order of their dense index (for a snapshot)."""
+        return np.array(self._ids, dtype=np.int64)
+
+    def restore(self, ids: np.ndarray, reclaimed: int) -> None:
+        """Takes back :meth:`ids_array` (distinct ids, at most ``max_streams``)."""
+        values = [int(value) for value in ids.reshape(-1)]
+        if len(values) > self._max_streams or len(set(values)) != len(values):
+            raise InvalidBatchError(f"{len(values)} stream ids, not all distinct or too many")
+        self._ids = values
+        self._indices = {value: index for index, value in enumerate(values)}
+        self.reclaimed = reclaimed
+
     def _assign(self, value: int) -> int:
         if len(self._ids) < self._max_streams:
             index = len(self._ids)

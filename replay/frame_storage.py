@@ -47,21 +47,20 @@ from replay.frame_kernels import (
     NEXT_GEN,
     OLDEST_GEN,
     REASONS,
-    chain_slots,
     copy_blobs,
-    copy_out_blobs,
     count_refs,
-    gather_stacks,
     link_frames,
     release,
     resolve_heads,
 )
-from replay.frame_payload import FramePayload, check_blobs
+from replay.frame_payload import check_blobs
+from replay.frame_reading import FrameStackReader
 from replay.frame_spec import FrameStackSpec, StreamIds, as_int64
 from replay.lz4_codec import compress_bound, kernels
-from replay.parts import default_threads, run_in_parts
+from replay.parts import default_threads
 from replay.spec import TransitionSpec
-from replay.storage import BatchBuffers, RingSlots
+from replay.state import Reader, json_like, meta_counts, meta_int, require_same
+from replay.storage import RingSlots
 
 # Frame numbers of a stream that stay findable by number (a record may refer back this far).
 DEFAULT_WINDOW = 256
@@ -70,7 +69,7 @@ DEFAULT_MAX_STREAMS = 8192
 DEFAULT_COMPRESSED_FRAME_BYTES = 640
 
 
-class FrameStackStorage(RingSlots):
+class FrameStackStorage(FrameStackReader, RingSlots):
     """A FIFO ring of frame-stacked transitions over a FIFO ring of frames.
 
     Args:
@@ -188,13 +187,45 @@ class FrameStackStorage(RingSlots):
     @property
     def nbytes(self) -> int:
         """Bytes of every array this store keeps (frames, links, indices, records)."""
-        arrays = [
-            self._arena, self._positions, self._lengths, self._frame_stream,
-            self._frame_number, self._frame_gen, self._prev, self._prev_gen, self._depth,
-            self._refs, self._table, self._obs_head, self._next_head, self._generations,
-            *self._scalar_columns.values(),
-        ]  # fmt: skip
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in self._arrays().values())
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        named = {"arena": self._arena, "positions": self._positions, "lengths": self._lengths,
+                 "frame_stream": self._frame_stream, "frame_number": self._frame_number,
+                 "frame_gen": self._frame_gen, "prev": self._prev, "prev_gen": self._prev_gen,
+                 "depth": self._depth, "refs": self._refs, "cursor": self._cursor,
+                 "table": self._table, "stream_newest": self._stream_newest,
+                 "obs_head": self._obs_head, "next_head": self._next_head,
+                 "generations": self._generations}  # fmt: skip
+        return {**named, **{f"field.{k}": v for k, v in self._scalar_columns.items()}}
+
+    def _settings(self) -> dict[str, object]:
+        spec = self._spec
+        return {"kind": "frames", "capacity": self._capacity, "arena": int(self._arena.size),
+                "frames": int(self._prev.size), "window": int(self._table.shape[1]),
+                "streams": int(self._table.shape[0]), "compress": self._compress,
+                "layout": [list(spec.frame_shape), str(spec.frame_dtype), spec.stack,
+                           spec.record_spec.to_dict()]}  # fmt: skip
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Arrays and scalars for a snapshot (``replay.state``): taken right after an add
+        or a sample, so no early eviction is pending."""
+        counts = [self._next_generation, self._live, self._oldest, self.evicted_early]
+        meta = {"settings": self._settings(), "counts": counts, "reclaimed": self.streams.reclaimed}
+        return {**self._arrays(), "stream_ids": self.streams.ids_array()}, meta
+
+    def restore(self, read: Reader, meta: dict) -> None:
+        """Takes back a :meth:`state`.
+
+        Raises:
+            SnapshotError: a store built otherwise, or an unreadable array.
+        """
+        require_same(json_like(meta.get("settings")), json_like(self._settings()), "frame store")
+        numbers = meta_counts(meta.get("counts"), 4)
+        for name, array in self._arrays().items():
+            read(name, array)
+        self.streams.restore(read("stream_ids", None), meta_int(meta, "reclaimed"))
+        self._next_generation, self._live, self._oldest, self.evicted_early = numbers
 
     def take_evicted(self) -> np.ndarray:
         """Slots of transitions evicted early since the last call (their priorities must
@@ -373,48 +404,3 @@ class FrameStackStorage(RingSlots):
                 self.evicted_early += 1
                 return
         raise InvalidBatchError("a frame slot is referenced by no stored transition")  # bug
-
-    # -- reading ------------------------------------------------------------------------
-
-    def allocate_batch(self, batch_size: int) -> BatchBuffers:
-        """Contiguous per-field arrays of :attr:`output_spec` for ``batch_size`` items."""
-        return BatchBuffers.allocate(self.output_spec, batch_size)
-
-    def gather_packed(self, slots: np.ndarray) -> tuple[dict[str, np.ndarray], FramePayload]:
-        """The transitions at ``slots`` with their stacks left apart: each distinct frame
-        once (as stored, LZ4 or whole) and, per item, the indices of its ``obs`` and
-        ``next_obs`` frames among them (see ``replay.frame_payload``)."""
-        n, k = slots.size, self._stack
-        chains = np.empty((n, 2 * k), dtype=np.int64)
-        chain_slots(self._prev, self._obs_head[slots], k, chains, 0)
-        chain_slots(self._prev, self._next_head[slots], k, chains, k)
-        unique, inverse = np.unique(chains, return_inverse=True)
-        offsets = np.zeros(unique.size + 1, dtype=np.int64)
-        np.cumsum(self._lengths[unique], out=offsets[1:])
-        data = np.empty(offsets[-1], dtype=np.uint8)
-        copy_out_blobs(self._arena, self._positions, self._lengths, unique, offsets, data)
-        scalars = {name: column[slots] for name, column in self._scalar_columns.items()}
-        index = inverse.reshape(n, 2 * k).astype(np.int32)
-        return scalars, FramePayload(index, data, offsets, self._compress)
-
-    def gather(self, slots: np.ndarray, out: BatchBuffers | None = None) -> dict[str, np.ndarray]:
-        """The transitions at ``slots`` (sampled, so alive), their stacks put together."""
-        n = slots.size
-        out = out or self.allocate_batch(n)
-        if out.batch_size != n:
-            raise InvalidIndexError(f"buffers hold {out.batch_size} items, {n} slots were given")
-        k, gather = self._stack, self._codec.gather_compressed if self._compress else gather_stacks
-        stored = (self._arena, self._positions, self._lengths, self._prev)
-        work = [
-            (self._obs_head[slots], out.fields["obs"].reshape(n, k, -1).view(np.uint8)),
-            (self._next_head[slots], out.fields["next_obs"].reshape(n, k, -1).view(np.uint8)),
-        ]
-
-        def part(start: int, stop: int) -> None:
-            for heads, target in work:
-                gather(*stored, heads[start:stop], k, target[start:stop])
-
-        run_in_parts(n, part, self._gather_threads)
-        for name, column in self._scalar_columns.items():
-            np.take(column, slots, axis=0, out=out.fields[name])
-        return out.fields

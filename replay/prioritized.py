@@ -208,6 +208,11 @@ class PrioritizedReplay:
     def tree(self) -> SumTree:
         return self._tree
 
+    @property
+    def rng(self) -> np.random.Generator:
+        """The generator that draws samples (its state goes into snapshots)."""
+        return self._rng
+
     def add(self, batch: Mapping[str, np.ndarray], priorities: np.ndarray) -> np.ndarray:
         """Appends a batch of any length, evicting the oldest items when full.
 

@@ -143,6 +143,11 @@ class RequestClient:
     def info(self) -> dict[str, object]:
         return messages.read_info(self.call(Kind.INFO, Kind.INFO_REPLY))
 
+    def snapshot(self) -> dict[str, object]:
+        """Asks the shard for a snapshot now; its INFO counters, ``snapshot_in_progress``
+        and ``last_snapshot`` among them, come back at once."""
+        return messages.read_info(self.call(Kind.SNAPSHOT, Kind.INFO_REPLY))
+
     def sample(self, batch_size: int, beta: float, spec: TransitionSpec) -> messages.SampleReply:
         """One SAMPLE round trip."""
         reply = self.call(messages.SampleRequest(batch_size, beta), Kind.SAMPLE_REPLY)

@@ -8,8 +8,11 @@ cannot grow the shard's memory.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
+
+from replay.snapshot import SnapshotError
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +96,39 @@ class SenderBook:
             }
             for sender, s in self._senders.items()
         }
+
+    def state(self) -> list:
+        """Every sender's counters as JSON (for a snapshot)."""
+        return [[sender, dataclasses.asdict(stats)] for sender, stats in self._senders.items()]
+
+    def restore(self, entries: object) -> None:
+        """Takes back :meth:`state`.
+
+        Raises:
+            SnapshotError: anything but a list of ``[sender, counters]`` of the known
+                fields, integers (or None where allowed), at most the tracked number.
+        """
+        if not isinstance(entries, list) or len(entries) > MAX_TRACKED_SENDERS + 1:
+            raise SnapshotError("sender counters: not a list of at most the tracked senders")
+        restored = {}
+        names = {f.name for f in dataclasses.fields(SenderStats)}
+        for entry in entries:
+            if not (isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0])
+                    and isinstance(entry[1], dict) and set(entry[1]) <= names):  # fmt: skip
+                raise SnapshotError(f"sender counters: malformed entry {entry!r:.100}")
+            values = entry[1]
+            rejected = values.get("rejected", {})
+            if not (isinstance(rejected, dict) and all(_is_int(n) for n in rejected.values())):
+                raise SnapshotError(f"sender counters: malformed rejections {rejected!r:.100}")
+            if not all(_is_int(v) or (v is None and k not in ("inserts", "taken", "transitions",
+                       "requests")) for k, v in values.items() if k != "rejected"):  # fmt: skip
+                raise SnapshotError(f"sender counters: malformed counts {values!r:.100}")
+            restored[entry[0]] = SenderStats(**values)
+        self._senders = restored
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def claimed_sender(header_frame: object) -> int:

@@ -31,11 +31,12 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
 
 from replay import messages
+from replay.credit_desk import CreditDesk
 from replay.errors import ConfigError, ProtocolError, ReplayError
 from replay.ingest import Ingest
 from replay.rate_limiter import RateLimiter
@@ -50,24 +51,13 @@ from replay.senders import (
     claimed_sender,
 )
 from replay.shard_config import ShardConfig
+from replay.shard_snapshots import ShardSnapshots, replay_state, restore_replay
+from replay.snapshot import Snapshot, SnapshotError, load_newest
+from replay.state import meta_counts
 from replay.transport import bind, insert_buffer_bytes, make_socket, send_frames
 from replay.wire import Kind, Message, decode, encode
 
 logger = logging.getLogger(__name__)
-
-# CREDIT requests held at once (about one per actor); more are answered at once.
-MAX_HELD_CREDIT_REQUESTS = 4096
-
-
-@dataclass(frozen=True)
-class HeldCredit:
-    """A CREDIT request held until its sender's insert messages taken reach ``wanted``."""
-
-    identity: bytes
-    sender: int
-    sequence: int
-    wanted: float
-    deadline: float
 
 
 class ShardServer:
@@ -92,6 +82,19 @@ class ShardServer:
         self._ingest = Ingest(config)
         self.replay = self._ingest.replay
         self.limiter = RateLimiter(config.min_size, config.samples_per_insert, config.error_buffer)
+        self._index = config.shard_index
+        self._senders = SenderBook(config.shard_index)
+        self.samples_served = 0
+        self.transitions_sampled = 0
+        self.updates_applied = 0
+        self._snapshots = None
+        if config.snapshot_dir is not None:
+            root = Path(config.snapshot_dir)
+            if config.restore:
+                self._restore_newest(root)
+            self._snapshots = ShardSnapshots(
+                root, config.snapshot_interval_s, self.state, config.shard_index
+            )
         self._stop = threading.Event()
         self._context = zmq.Context()
         self._pull = make_socket(
@@ -110,14 +113,8 @@ class ShardServer:
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._router, zmq.POLLIN)
         self._waiting_samples: deque[tuple[bytes, int, messages.SampleRequest]] = deque()
-        self._index = config.shard_index
-        # One held question per sender (a client asks again only once answered).
-        self._held_credit: dict[int, HeldCredit] = {}
-        self._senders = SenderBook(config.shard_index)
+        self._credit = CreditDesk(self._senders, self._send, config.shard_index)
         self._started = time.monotonic()
-        self.samples_served = 0
-        self.transitions_sampled = 0
-        self.updates_applied = 0
 
     def stop(self) -> None:
         """Asks :meth:`serve` to return after its current round (safe from any thread or
@@ -146,9 +143,13 @@ class ShardServer:
                     self._drain(self._router, self.config.max_requests_per_round, self._on_request)
                 while self._waiting_samples and self.limiter.can_sample(self.replay.size):
                     self._answer_sample(*self._waiting_samples.popleft())
-                if self._held_credit:
-                    self._answer_held_credit()
+                if self._credit:
+                    self._credit.expire()
+                if self._snapshots is not None:
+                    self._snapshots.tick()
         finally:
+            if self._snapshots is not None:
+                self._snapshots.final()
             self.close()
             logger.info("shard %d stopped: %s", self.config.shard_index, self.counters())
 
@@ -175,12 +176,12 @@ class ShardServer:
         except ProtocolError as exc:
             sender = claimed_sender(frames[0])
             self._senders.get(sender).taken += 1
-            self._credit_if_due(sender)
+            self._credit.taken(sender)
             self._senders.reject(sender, REJECT_PROTOCOL, exc)
             return
         stats = self._senders.get(message.sender)
         stats.taken += 1
-        self._credit_if_due(message.sender)
+        self._credit.taken(message.sender)
         if message.kind not in (Kind.INSERT, Kind.INSERT_FRAMES):
             self._senders.reject(
                 message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL"
@@ -222,7 +223,18 @@ class ShardServer:
                 identity, messages.info_reply(self.counters(), self._index, message.sequence)
             )
         elif message.kind == Kind.CREDIT:
-            self._on_credit_request(identity, message)
+            try:
+                self._credit.ask(identity, message)
+            except ProtocolError as exc:
+                self._refuse(identity, message, REJECT_REQUEST, str(exc))
+        elif message.kind == Kind.SNAPSHOT:
+            if self._snapshots is None:
+                self._refuse(identity, message, REJECT_REQUEST, "this shard keeps no snapshots")
+                return
+            self._snapshots.request()
+            self._send(
+                identity, messages.info_reply(self.counters(), self._index, message.sequence)
+            )
         elif message.kind == Kind.SPEC:
             layout = self._ingest.frame_layout
             reply = messages.spec_reply(self.config.spec, self._index, message.sequence, layout)
@@ -244,57 +256,6 @@ class ShardServer:
             self._waiting_samples.append((identity, message.sequence, request))
         else:
             self._refuse(identity, message, REJECT_REQUEST, "too many SAMPLE requests waiting")
-
-    # -- credit: how far an actor may run ahead (see replay.client.ShardCredit) --------
-
-    def _on_credit_request(self, identity: bytes, message: Message) -> None:
-        try:
-            request = messages.CreditRequest.from_message(message)
-        except ProtocolError as exc:
-            self._refuse(identity, message, REJECT_REQUEST, str(exc))
-            return
-        held = HeldCredit(
-            identity,
-            message.sender,
-            message.sequence,
-            request.wanted,
-            time.monotonic() + request.wait_ms / 1000,
-        )
-        earlier = self._held_credit.pop(held.sender, None)
-        if earlier is not None:
-            self._send_credit(earlier)
-        if (
-            self._senders.get(message.sender).taken >= held.wanted
-            or request.wait_ms == 0
-            or len(self._held_credit) >= MAX_HELD_CREDIT_REQUESTS
-        ):
-            self._send_credit(held)
-        else:
-            self._held_credit[held.sender] = held
-
-    def _credit_if_due(self, sender: int) -> None:
-        """Answers ``sender``'s held question as soon as its count is reached: at the end
-        of the round (up to ``max_inserts_per_round`` messages later) the sender may have
-        stopped for want of credit."""
-        held = self._held_credit.get(sender)
-        if held is not None and self._senders.get(sender).taken >= held.wanted:
-            del self._held_credit[sender]
-            self._send_credit(held)
-
-    def _answer_held_credit(self) -> None:
-        """Answers the questions whose wait has run out."""
-        now = time.monotonic()
-        for sender, held in list(self._held_credit.items()):
-            if now >= held.deadline:
-                del self._held_credit[sender]
-                self._send_credit(held)
-
-    def _send_credit(self, held: HeldCredit) -> None:
-        taken = float(self._senders.get(held.sender).taken)
-        self._send(
-            held.identity,
-            messages.CreditReply(taken).to_message(self._index, held.sequence),
-        )
 
     def _answer_sample(
         self, identity: bytes, sequence: int, request: messages.SampleRequest
@@ -376,4 +337,60 @@ class ShardServer:
             "senders": self._senders.counters(),
             "uptime_s": elapsed,
             **self._ingest.counters(),
+            **(self._snapshots.counters() if self._snapshots is not None else {}),
         }
+
+    # -- snapshots (see replay.shard_snapshots) ------------------------------------------
+
+    def state(self) -> tuple[dict, dict]:
+        """Everything a snapshot keeps: the store, and the counts that make totals."""
+        arrays, meta = replay_state(self.replay)
+        meta["shard"] = {"index": self._index, "written_unix": time.time(),
+                         "limiter": [self.limiter.inserted, self.limiter.sampled],
+                         "served": [self.samples_served, self.transitions_sampled,
+                                    self.updates_applied],
+                         "frames_received": self._ingest.frames_received,
+                         "senders": self._senders.state()}  # fmt: skip
+        return arrays, meta
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Takes back :meth:`state` from ``snapshot``.
+
+        Raises:
+            SnapshotError: a snapshot of another store or settings, or unusable.
+        """
+        restore_replay(self.replay, snapshot.read, snapshot.meta)
+        shard = snapshot.meta.get("shard")
+        if not isinstance(shard, dict):
+            raise SnapshotError(f"{snapshot.path}: no shard counters")
+        counts = [*meta_counts(shard.get("limiter"), 2), *meta_counts(shard.get("served"), 3)]
+        self._senders.restore(shard.get("senders"))
+        self.limiter.inserted, self.limiter.sampled = counts[:2]
+        self.samples_served, self.transitions_sampled, self.updates_applied = counts[2:]
+        self._ingest.frames_received = meta_counts([shard.get("frames_received")], 1)[0]
+
+    def _restore_newest(self, root: Path) -> None:
+        """Brings back the newest usable snapshot under ``root``, older ones when newer
+        are refused; starts empty if there is none, and refuses to start if there are
+        some and none is usable (starting empty would lose them silently)."""
+        attempts = []
+
+        def load(snapshot: Snapshot) -> None:
+            if attempts:  # a refused snapshot may have been half read: start clean
+                self._ingest = Ingest(self.config)
+                self.replay = self._ingest.replay
+            attempts.append(snapshot.path)
+            self.restore(snapshot)
+
+        started = time.monotonic()
+        snapshot, refused = load_newest(root, load)
+        for reason in refused:
+            logger.warning("shard %d: snapshot refused: %s", self._index, reason)
+        if snapshot is None and refused:
+            raise ConfigError([f"no usable snapshot in {root}: {reason}" for reason in refused],
+                              "shard restore")  # fmt: skip
+        if snapshot is None:
+            logger.info("shard %d: no snapshot in %s yet, starting empty", self._index, root)
+            return
+        logger.info("shard %d: restored %s: %d transitions in %.2f s", self._index,
+                    snapshot.path, self.replay.size, time.monotonic() - started)  # fmt: skip

@@ -45,6 +45,11 @@ class ShardConfig:
         compress_frames: keep those frames LZ4-compressed.
         gather_threads: threads that put a sampled batch's stacks together (frames kept
             whole); None: the cores this process may use, at most 4 (``replay.parts``).
+        snapshot_dir: where this shard's snapshots go (``replay.shard_snapshots``); None:
+            no snapshots.
+        snapshot_interval_s: seconds between background snapshots (None: only on
+            request and when stopping).
+        restore: start from the newest usable snapshot in ``snapshot_dir``.
     """
 
     spec: TransitionSpec
@@ -67,6 +72,9 @@ class ShardConfig:
     frames: FrameStackSpec | None = None
     compress_frames: bool = True
     gather_threads: int | None = None
+    snapshot_dir: str | None = None
+    snapshot_interval_s: float | None = None
+    restore: bool = False
 
     def problems(self) -> list[str]:
         """Every problem with these settings (empty if none), with the values involved."""
@@ -91,6 +99,10 @@ class ShardConfig:
                 problems.append(f"{name} must be in [0, 65535], got {getattr(self, name)}")
         if self.gather_threads is not None and not 1 <= self.gather_threads <= 64:
             problems.append(f"gather_threads must be in [1, 64] or None, got {self.gather_threads}")
+        if self.snapshot_interval_s is not None and not self.snapshot_interval_s > 0:
+            problems.append(f"snapshot_interval_s must be > 0, got {self.snapshot_interval_s}")
+        if self.restore and self.snapshot_dir is None:
+            problems.append("restore needs a snapshot_dir to restore from")
         if not self.poll_timeout_s > 0:
             problems.append(f"poll_timeout_s must be > 0, got {self.poll_timeout_s}")
         if self.frames is not None and self.frames.transition_spec != self.spec:

@@ -27,6 +27,7 @@ from numba import njit
 
 from replay.errors import InvalidIndexError
 from replay.spec import TransitionSpec
+from replay.state import Reader, json_like, meta_int, require_same
 from replay.sum_tree import aligned_empty, first_out_of_range
 
 # Float fields start as NaN so that reading a never-written slot is obvious. Integer
@@ -222,6 +223,26 @@ class RingStorage(RingSlots):
                     column[:second_part] = source[skip + first_part :]
         self._next_generation += count
         return stamp_generations(self._generations, start, start_generation, kept)
+
+    def _settings(self) -> dict[str, object]:
+        return {"kind": "ring", "capacity": self._capacity, "spec": self._spec.to_dict()}
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Arrays and scalars for a snapshot (see ``replay.state``)."""
+        arrays = {"rows": self._rows_u8, "generations": self._generations}
+        return arrays, {"settings": self._settings(), "next_generation": self._next_generation}
+
+    def restore(self, read: Reader, meta: dict) -> None:
+        """Takes back a :meth:`state`.
+
+        Raises:
+            SnapshotError: a store of another spec or capacity, or an unreadable array.
+        """
+        require_same(json_like(meta.get("settings")), json_like(self._settings()), "replay storage")
+        next_generation = meta_int(meta, "next_generation")
+        read("rows", self._rows_u8)
+        read("generations", self._generations)
+        self._next_generation = next_generation
 
     @property
     def output_spec(self) -> TransitionSpec:

@@ -30,6 +30,7 @@ import numpy as np
 from numba import njit
 
 from replay.errors import EmptyReplayError, InvalidIndexError, InvalidPriorityError
+from replay.snapshot import SnapshotError
 
 ARITY = 8
 _SHIFT = 3  # log2(ARITY)
@@ -341,6 +342,27 @@ class SumTree:
             out = np.empty(batch_size, dtype=np.int64)
         find_leaves(self._sums, self._offsets, self._targets, out)
         return out
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The leaves (the inner nodes are rebuilt from them), for a snapshot."""
+        return {"leaves": self._leaves}, {"capacity": self._capacity}
+
+    def restore(self, read, meta: dict) -> None:
+        """Takes back a :meth:`state`; raises ``SnapshotError`` for another capacity or
+        priorities that are not finite and >= 0."""
+        if meta.get("capacity") != self._capacity:
+            raise SnapshotError(
+                f"sum-tree of {meta.get('capacity')!r} leaves, here {self._capacity}"
+            )
+        leaves = read("leaves", None)
+        if leaves.dtype != np.float64 or leaves.shape != (self._capacity,):
+            raise SnapshotError(f"sum-tree leaves are {leaves.dtype}{leaves.shape}")
+        if first_invalid_priority(leaves) >= 0:
+            raise SnapshotError("sum-tree leaves hold a negative or non-finite priority")
+        start = self._offsets[self._offsets.size - 2]
+        self._sums[start : start + self._capacity] = leaves
+        self._mins[start : start + self._capacity] = np.where(leaves > 0.0, leaves, np.inf)
+        self.rebuild()
 
     def rebuild(self) -> None:
         """Recomputes all inner nodes from the leaves. O(capacity)."""

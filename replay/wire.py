@@ -87,6 +87,7 @@ class Kind(enum.IntEnum):
     CREDIT = 12
     CREDIT_REPLY = 13
     INSERT_FRAMES = 14
+    SNAPSHOT = 15
 
 
 @dataclass(frozen=True)

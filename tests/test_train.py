@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from apex.envs import env_shape
 from apex.metrics import read_metrics
 from bench.processes import run_processes
 from launch.builder import read_spec
+from replay.snapshot import complete_snapshots, open_snapshot
 
 RANDOM_CARTPOLE_RETURN = 22.0
 TRAIN_SECONDS = 25
@@ -100,6 +102,12 @@ def test_versions_advance_priorities_update_and_a_checkpoint_is_written(finished
     # The spec was computed once, by the supervisor, for the shards to read.
     assert read_spec(run_dir) == env_shape("CartPole-v1").transition_spec()
     assert processes_of(run_dir) == []
+    # Each shard wrote its whole replay when the run stopped.
+    for index, size in enumerate(progress[-1]["replay_sizes"]):
+        snapshots = complete_snapshots(run_dir / "replay" / f"shard-{index}")
+        assert snapshots, index
+        stored = open_snapshot(snapshots[0][1]).meta["storage"]["next_generation"]
+        assert stored >= size > 0
 
 
 @pytest.mark.slow
@@ -119,6 +127,10 @@ def test_resume_continues_from_the_checkpoint_counters(finished_run) -> None:
     assert after["reason"] == "max_updates", output
     assert after["updates"] >= before["updates"] + 200, output
     assert after["weight_version"] > before["weight_version"]
+    # The shards came back with what they held, not empty.
+    for index in range(2):
+        log = (run_dir / "logs" / f"shard-{index}.log").read_text()
+        assert re.search(r"restored \S+: [1-9]\d* transitions", log), log[-2000:]
 
 
 @pytest.mark.slow

@@ -1,0 +1,93 @@
+"""A shard's side of credit: CREDIT questions held until the asker's count is reached.
+
+An actor asks a shard (CREDIT, on the ROUTER) to answer once the shard has taken a number
+of its insert messages (see ``replay.client.ShardCredit``); the answer says how many it
+has taken. A question is answered as soon as the insert that reaches the count is taken,
+when its wait runs out, or at once if the count is already reached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from replay import messages
+from replay.senders import SenderBook
+from replay.wire import Message
+
+# CREDIT questions held at once (about one per actor); more are answered at once.
+MAX_HELD_CREDIT_REQUESTS = 4096
+
+
+@dataclass(frozen=True)
+class HeldCredit:
+    """A CREDIT request held until its sender's insert messages taken reach ``wanted``."""
+
+    identity: bytes
+    sender: int
+    sequence: int
+    wanted: float
+    deadline: float
+
+
+class CreditDesk:
+    """Holds and answers CREDIT questions.
+
+    Args:
+        senders: the shard's per-sender counters (``taken`` is what is answered).
+        send: ``send(identity, message)`` on the shard's ROUTER.
+        shard_index: the shard's index, the sender of the answers.
+    """
+
+    def __init__(
+        self, senders: SenderBook, send: Callable[[bytes, Message], None], shard_index: int
+    ) -> None:
+        self._senders = senders
+        self._send = send
+        self._index = shard_index
+        # One held question per sender (a client asks again only once answered).
+        self._held: dict[int, HeldCredit] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._held)
+
+    def ask(self, identity: bytes, message: Message) -> None:
+        """Takes a CREDIT question; raises ``ProtocolError`` for a malformed one."""
+        request = messages.CreditRequest.from_message(message)
+        held = HeldCredit(identity, message.sender, message.sequence, request.wanted,
+                          time.monotonic() + request.wait_ms / 1000)  # fmt: skip
+        earlier = self._held.pop(held.sender, None)
+        if earlier is not None:
+            self._answer(earlier)
+        if (
+            self._senders.get(held.sender).taken >= held.wanted
+            or request.wait_ms == 0
+            or len(self._held) >= MAX_HELD_CREDIT_REQUESTS
+        ):
+            self._answer(held)
+        else:
+            self._held[held.sender] = held
+
+    def taken(self, sender: int) -> None:
+        """Answers ``sender``'s held question if an insert just reached its count: at the
+        end of the shard's round (up to ``max_inserts_per_round`` messages later) the
+        sender may have stopped for want of credit."""
+        held = self._held.get(sender)
+        if held is not None and self._senders.get(sender).taken >= held.wanted:
+            del self._held[sender]
+            self._answer(held)
+
+    def expire(self) -> None:
+        """Answers the questions whose wait has run out."""
+        now = time.monotonic()
+        for sender, held in list(self._held.items()):
+            if now >= held.deadline:
+                del self._held[sender]
+                self._answer(held)
+
+    def _answer(self, held: HeldCredit) -> None:
+        taken = float(self._senders.get(held.sender).taken)
+        self._send(
+            held.identity, messages.CreditReply(taken).to_message(self._index, held.sequence)
+        )

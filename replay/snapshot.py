@@ -1,0 +1,247 @@
+"""Snapshots on disk: raw arrays and a JSON manifest in a directory, made whole atomically.
+
+Layout under a snapshot root::
+
+    snapshot-000012/        a complete snapshot
+        manifest.json       format, version, meta, and per array: file, dtype, shape, crc32
+        00-<name>.bin       the array's bytes in C order
+    .partial-000013/        one being written; never read, removed when found stale
+
+A snapshot is written under a ``.partial-`` name, every file and the directory fsynced,
+then renamed to its final name (atomic on POSIX) and the root fsynced. So a snapshot under
+its final name is always complete; a crash or a full disk leaves only a partial
+directory, and the previous snapshot stays. The newest ``keep`` complete snapshots are
+kept; older ones go once a new one is complete.
+
+Nothing is pickled. A manifest is a file someone else may have written: its format,
+version, array names, dtypes (plain numbers and bools only), shapes and sizes are checked,
+and every array's CRC-32 is checked as it is read. Any mismatch raises
+:class:`SnapshotError` naming the snapshot and the problem; :func:`load_newest` then falls
+back to the previous snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from replay.errors import ReplayError
+
+FORMAT = "apex-replay-snapshot"
+VERSION = 1
+MANIFEST = "manifest.json"
+_COMPLETE = re.compile(r"^snapshot-(\d{6,})$")
+_NAME = re.compile(r"^[a-z0-9_.]{1,64}$")
+_CHUNK = 64 << 20  # bytes written or read (and checksummed) at a time
+_MAX_MANIFEST_BYTES = 16 << 20
+
+
+class SnapshotError(ReplayError):
+    """A snapshot that cannot be written or used (missing, truncated, corrupted, other)."""
+
+
+@dataclass(frozen=True)
+class ArrayEntry:
+    file: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    crc32: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A complete snapshot on disk, its manifest checked; arrays are read on demand."""
+
+    path: Path
+    sequence: int
+    meta: dict
+    arrays: dict[str, ArrayEntry]
+
+    def read(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Array ``name``, read into ``out`` (same dtype and shape) or a new array.
+
+        Raises:
+            SnapshotError: unknown name, a mismatched ``out``, a short file or a bad CRC.
+        """
+        entry = self.arrays.get(name)
+        if entry is None:
+            raise SnapshotError(f"{self.path}: no array {name!r}")
+        if out is None:
+            out = np.empty(entry.shape, dtype=entry.dtype)
+        elif out.dtype != entry.dtype or out.shape != entry.shape or not out.flags.c_contiguous:
+            raise SnapshotError(
+                f"{self.path}: {name} is {entry.dtype}{entry.shape}, this store holds "
+                f"{out.dtype}{out.shape}"
+            )
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        crc = 0
+        with open(self.path / entry.file, "rb") as file:
+            for start in range(0, entry.nbytes, _CHUNK):
+                part = view[start : start + _CHUNK]
+                if file.readinto(part) != len(part):
+                    raise SnapshotError(f"{self.path}: {entry.file} is truncated")
+                crc = zlib.crc32(part, crc)
+        if crc != entry.crc32:
+            raise SnapshotError(f"{self.path}: {entry.file} fails its checksum (corrupted)")
+        return out
+
+
+def _fsync_directory(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _write_array(path: Path, array: np.ndarray) -> int:
+    data = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    crc = 0
+    with open(path, "wb") as file:
+        for start in range(0, len(data), _CHUNK):
+            part = data[start : start + _CHUNK]
+            file.write(part)
+            crc = zlib.crc32(part, crc)
+        file.flush()
+        os.fsync(file.fileno())
+    return crc
+
+
+def complete_snapshots(root: Path) -> list[tuple[int, Path]]:
+    """``(sequence, path)`` of the complete snapshots under ``root``, newest first."""
+    if not root.is_dir():
+        return []
+    found = [
+        (int(match.group(1)), path)
+        for path in root.iterdir()
+        if (match := _COMPLETE.match(path.name)) and path.is_dir()
+    ]
+    return sorted(found, reverse=True)
+
+
+def write_snapshot(
+    root: Path, sequence: int, arrays: Mapping[str, np.ndarray], meta: dict, keep: int = 2
+) -> Path:
+    """Writes a complete snapshot ``root/snapshot-<sequence>``; returns its path.
+
+    Raises:
+        SnapshotError: a bad name, or the disk refused (full, read-only...): the partial
+            directory is removed and earlier snapshots are untouched.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"snapshot-{sequence:06d}"
+    partial = root / f".partial-{sequence:06d}"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        partial.mkdir()
+        entries = {}
+        for number, (name, array) in enumerate(arrays.items()):
+            if not _NAME.match(name):
+                raise SnapshotError(f"array name {name!r} is not [a-z0-9_.]{{1,64}}")
+            file = f"{number:02d}-{name}.bin"
+            crc = _write_array(partial / file, array)
+            entries[name] = {"file": file, "dtype": array.dtype.str, "shape": list(array.shape),
+                             "crc32": crc}  # fmt: skip
+        manifest = {"format": FORMAT, "version": VERSION, "sequence": sequence, "meta": meta,
+                    "arrays": entries}  # fmt: skip
+        with open(partial / MANIFEST, "w", encoding="utf-8") as file:
+            json.dump(manifest, file)
+            file.flush()
+            os.fsync(file.fileno())
+        _fsync_directory(partial)
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)
+        _fsync_directory(root)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise SnapshotError(f"cannot write snapshot {final}: {exc}") from exc
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    for _, old in complete_snapshots(root)[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _entry(path: Path, name: object, raw: object) -> ArrayEntry:
+    if not isinstance(name, str) or not _NAME.match(name) or not isinstance(raw, dict):
+        raise SnapshotError(f"{path}: bad array entry {name!r}")
+    file, dtype, shape, crc = (raw.get(key) for key in ("file", "dtype", "shape", "crc32"))
+    if not isinstance(file, str) or "/" in file or file.startswith("."):
+        raise SnapshotError(f"{path}: array {name} has a bad file name {file!r}")
+    try:
+        dtype = np.dtype(dtype) if isinstance(dtype, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf" or dtype.hasobject:
+        raise SnapshotError(f"{path}: array {name} has an unsupported dtype {raw.get('dtype')!r}")
+    if not isinstance(shape, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    ):
+        raise SnapshotError(f"{path}: array {name} has a bad shape {shape!r}")
+    if not isinstance(crc, int) or not 0 <= crc < 2**32:
+        raise SnapshotError(f"{path}: array {name} has a bad checksum {crc!r}")
+    entry = ArrayEntry(file, dtype, tuple(shape), crc)
+    size = (path / file).stat().st_size if (path / file).is_file() else -1
+    if size != entry.nbytes:
+        raise SnapshotError(
+            f"{path}: {file} holds {size} bytes, its manifest says {entry.nbytes} (truncated?)"
+        )
+    return entry
+
+
+def open_snapshot(path: Path) -> Snapshot:
+    """The snapshot at ``path``, its manifest and file sizes checked.
+
+    Raises:
+        SnapshotError: no manifest, not JSON, another format or version, bad entries.
+    """
+    manifest_path = path / MANIFEST
+    try:
+        if manifest_path.stat().st_size > _MAX_MANIFEST_BYTES:
+            raise SnapshotError(f"{manifest_path} is larger than any manifest")
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError(f"{path}: unreadable manifest ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise SnapshotError(f"{path}: not an {FORMAT}")
+    if manifest.get("version") != VERSION:
+        raise SnapshotError(
+            f"{path}: snapshot version {manifest.get('version')!r}, this build reads {VERSION}"
+        )
+    sequence, meta, arrays = (manifest.get(key) for key in ("sequence", "meta", "arrays"))
+    if not isinstance(sequence, int) or not isinstance(meta, dict) or not isinstance(arrays, dict):
+        raise SnapshotError(f"{path}: manifest lacks sequence, meta or arrays")
+    entries = {name: _entry(path, name, raw) for name, raw in arrays.items()}
+    return Snapshot(path, sequence, meta, entries)
+
+
+def load_newest(root: Path, load: Callable[[Snapshot], None]) -> tuple[Snapshot | None, list[str]]:
+    """Calls ``load`` on the newest complete snapshot under ``root`` that it accepts.
+
+    ``load`` raises :class:`SnapshotError` (or :class:`ReplayError`) to refuse one; the
+    next older one is then tried. Returns the snapshot loaded (None if none) and why each
+    newer one was refused.
+    """
+    refused = []
+    for _, path in complete_snapshots(root):
+        try:
+            snapshot = open_snapshot(path)
+            load(snapshot)
+        except ReplayError as exc:
+            refused.append(str(exc))
+            continue
+        return snapshot, refused
+    return None, refused
