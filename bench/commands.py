@@ -220,6 +220,19 @@ def bench_actor(quick, repeats, json_path, markdown_path) -> None:
     _run_bench(actor_suite.SUITE, run_suite, json_path, markdown_path)
 
 
+@bench.command("snapshot")
+@click.option("--quick", is_flag=True, help="Small shards, 2 s windows.")
+@_report_options
+def bench_snapshot(quick, json_path, markdown_path) -> None:
+    """What shard snapshots cost the sample service (p99), and the time to restore."""
+    from bench import snapshot_suite
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return snapshot_suite.run(quick=quick, progress=_progress)
+
+    _run_bench(snapshot_suite.SUITE, run_suite, json_path, markdown_path)
+
+
 @bench.command("frames")
 @click.option("--quick", is_flag=True, help="Few frames, small stores, a 20K fill.")
 @_report_options

@@ -8,9 +8,12 @@ order that loses nothing: actors first, then the learner (which writes its final
 checkpoint), then the shards. Each gets SIGTERM, then
 SIGKILL once the shared stop budget runs out.
 
-An actor that dies is restarted with exponential backoff. A shard or the learner dying
-ends the run with a message and exit code 3; the learner ending normally (solved, or a
-limit reached) ends the run with its outcome.
+An actor that dies is restarted with exponential backoff. So is a shard, on the same
+ports, from its newest snapshot (``RUN_DIR/replay/shard-N``, see
+``replay.shard_snapshots``): actors and the learner reconnect by themselves. A shard that
+dies more than ``SHARD_RESTART_BUDGET`` times, or the learner dying, ends the run with a
+message and exit code 3; the learner ending normally (solved, or a limit reached) ends the
+run with its outcome. Shards are given time to write their final snapshot when stopped.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ logger = logging.getLogger(__name__)
 READY_TIMEOUT_S = 120.0
 STOP_BUDGET_S = 20.0
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+SHARD_RESTART_BUDGET = 5
+# A stopping shard writes its whole replay to disk first (about 1 GB for 2M Pong frames).
+SHARD_STOP_BUDGET_S = 120.0
 PROGRESS_INTERVAL_S = 5.0
 WATCH_INTERVAL_S = 0.2
 
@@ -63,6 +69,7 @@ class RunSummary:
     seconds: float
     outcome: dict = field(default_factory=dict)
     actor_restarts: int = 0
+    shard_restarts: int = 0
 
     def line(self) -> str:
         updates = self.outcome.get("updates", "?")
@@ -71,7 +78,8 @@ class RunSummary:
         return (
             f"{solved} | reason: {self.reason} | updates: {updates} | transitions trained: "
             f"{trained} | last eval: {self.outcome.get('last_eval_return')} | actor restarts: "
-            f"{self.actor_restarts} | exit code {self.exit_code}"
+            f"{self.actor_restarts} | shard restarts: {self.shard_restarts} | exit code "
+            f"{self.exit_code}"
         )
 
 
@@ -245,27 +253,33 @@ class Supervisor:
                     {},
                 )
             for child in self._children:
-                if child.role == "shard" and child.process.poll() is not None:
+                if (
+                    child.role == "shard"
+                    and child.restarts >= SHARD_RESTART_BUDGET
+                    and child.process.poll() is not None
+                ):
                     return self._finish(
                         EXIT_ROLE_DIED,
-                        f"shard {child.index} died with exit code "
-                        f"{child.process.returncode}; see {child.log_path}",
+                        f"shard {child.index} died with exit code {child.process.returncode}"
+                        f" after {child.restarts} restarts; see {child.log_path}",
                         {},
                     )
-                if child.role == "actor":
-                    self._tend_actor(child)
+                if child.role in ("actor", "shard"):
+                    self._tend(child)
             if time.monotonic() >= next_progress:
                 self._progress()
                 next_progress = time.monotonic() + PROGRESS_INTERVAL_S
         return self._stopped_by_user(learner)
 
-    def _tend_actor(self, child: Child) -> None:
+    def _tend(self, child: Child) -> None:
+        """Restarts a dead actor or shard after its backoff (a shard from its snapshot)."""
         now = time.monotonic()
         if child.restart_at is None and child.process.poll() is not None:
             delay = RESTART_BACKOFF_S[min(child.restarts, len(RESTART_BACKOFF_S) - 1)]
+            source = " from its newest snapshot" if child.role == "shard" else ""
             self.echo(
-                f"actor {child.index} died (exit code {child.process.returncode}); "
-                f"restarting in {delay:.0f} s"
+                f"{child.role} {child.index} died (exit code {child.process.returncode}); "
+                f"restarting in {delay:.0f} s{source}"
             )
             child.process.stdout.close()
             child.restart_at = now + delay
@@ -306,6 +320,7 @@ class Supervisor:
             seconds=time.monotonic() - self._started,  # wall clock, process start-up included
             outcome=outcome,
             actor_restarts=sum(c.restarts for c in self._children if c.role == "actor"),
+            shard_restarts=sum(c.restarts for c in self._children if c.role == "shard"),
         )
         (self.run_dir / "summary.json").write_text(
             json.dumps({**summary.__dict__, "line": summary.line()}, indent=2, default=str) + "\n"
@@ -331,7 +346,8 @@ class Supervisor:
     def _stop_role(self, role: str) -> None:
         children = [c for c in self._children if c.role == role]
         self._terminate(children)
-        self._wait(children, time.monotonic() + STOP_BUDGET_S / 3)
+        budget = SHARD_STOP_BUDGET_S if role == "shard" else STOP_BUDGET_S / 3
+        self._wait(children, time.monotonic() + budget)
 
     def _stop_all(self) -> None:
         for role in ("actor", "learner", "shard"):

@@ -55,6 +55,11 @@ class ShardCredit:
         self.taken = 0.0
         self._baseline: float | None = None
         self._asked_until: float | None = None
+        self._incarnation: int | None = None
+        self.restarts_seen = 0
+        """Times the shard answered as a new process (it restarted)."""
+        self.unconfirmed = 0.0
+        """Batches sent to a shard's earlier incarnation that it never confirmed taking."""
         self._requests = RequestClient(context, endpoint, sender, hwm=16)
 
     @property
@@ -108,8 +113,16 @@ class ShardCredit:
                 raise ProtocolError(
                     f"{self.endpoint}: expected CREDIT_REPLY, got {reply.kind.name}"
                 )
-            taken = messages.CreditReply.from_message(reply).taken
+            answer = messages.CreditReply.from_message(reply)
+            taken = answer.taken
             self._asked_until = None
+            if self._incarnation is not None and answer.incarnation != self._incarnation:
+                # A restarted shard counts from what it restored: start the count again.
+                # What was in flight to its predecessor did not all arrive.
+                self.restarts_seen += 1
+                self.unconfirmed += max(0.0, self.in_flight)
+                self._baseline, self.sent, self.taken = None, 0, 0.0
+            self._incarnation = answer.incarnation
             if self._baseline is None:
                 self._baseline = taken
             self.taken = max(self.taken, taken - self._baseline)

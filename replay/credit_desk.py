@@ -8,6 +8,7 @@ when its wait runs out, or at once if the count is already reached.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ class CreditDesk:
         self._senders = senders
         self._send = send
         self._index = shard_index
+        self.incarnation = secrets.randbits(32) or 1
         # One held question per sender (a client asks again only once answered).
         self._held: dict[int, HeldCredit] = {}
 
@@ -89,5 +91,6 @@ class CreditDesk:
     def _answer(self, held: HeldCredit) -> None:
         taken = float(self._senders.get(held.sender).taken)
         self._send(
-            held.identity, messages.CreditReply(taken).to_message(self._index, held.sequence)
+            held.identity,
+            messages.CreditReply(taken, self.incarnation).to_message(self._index, held.sequence),
         )

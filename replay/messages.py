@@ -263,17 +263,21 @@ class CreditRequest:
 
 @dataclass(frozen=True)
 class CreditReply:
-    """How many insert messages the shard has taken from the asker so far."""
+    """How many insert messages the shard has taken from the asker so far, and which
+    incarnation of the shard says so (a random u32 per shard process: a restarted shard
+    counts anew, so its counts are not comparable with its predecessor's)."""
 
     taken: float
+    incarnation: int = 0
 
     def to_message(self, sender: int, sequence: int) -> Message:
-        return Message(Kind.CREDIT_REPLY, sender, sequence, scalar=float(self.taken))
+        return Message(Kind.CREDIT_REPLY, sender, sequence, count=self.incarnation,
+                       scalar=float(self.taken))  # fmt: skip
 
     @classmethod
     def from_message(cls, message: Message) -> CreditReply:
         _expect(message, Kind.CREDIT_REPLY)
-        return cls(message.scalar)
+        return cls(message.scalar, message.count)
 
 
 def request(kind: Kind, sender: int, sequence: int) -> Message:

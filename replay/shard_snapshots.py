@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 # How long a stopping shard waits for a snapshot child before it kills it.
 CHILD_WAIT_S = 600.0
+# Background snapshots go at most this fast (the final one, at a stop, at full speed).
+BACKGROUND_BYTES_PER_S = 64e6
 
 
 def replay_state(replay: PrioritizedReplay) -> tuple[dict, dict]:
@@ -89,6 +91,7 @@ class ShardSnapshots:
         self._interval_s = interval_s
         self._capture = capture
         self._index = shard_index
+        self._pace = BACKGROUND_BYTES_PER_S
         newest = complete_snapshots(root)
         self._sequence = newest[0][0] + 1 if newest else 1
         self._child: tuple[int, int, float] | None = None  # pid, sequence, started
@@ -125,8 +128,14 @@ class ShardSnapshots:
         if pid == 0:  # the child: write, and leave without running any parent's cleanup
             code = 1
             try:
+                # Background work: it runs only when no other process wants the core,
+                # and yields at once when the shard's loop wakes (SCHED_IDLE, Linux).
+                if hasattr(os, "SCHED_IDLE"):
+                    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+                else:
+                    os.nice(19)
                 arrays, meta = self._capture()
-                write_snapshot(self._root, sequence, arrays, meta)
+                write_snapshot(self._root, sequence, arrays, meta, bytes_per_s=self._pace)
                 code = 0
             except BaseException as exc:
                 print(f"shard {self._index}: snapshot {sequence} failed: {exc}", file=sys.stderr)

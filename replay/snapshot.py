@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,7 +41,8 @@ VERSION = 1
 MANIFEST = "manifest.json"
 _COMPLETE = re.compile(r"^snapshot-(\d{6,})$")
 _NAME = re.compile(r"^[a-z0-9_.]{1,64}$")
-_CHUNK = 64 << 20  # bytes written or read (and checksummed) at a time
+_CHUNK = 64 << 20  # bytes read (and checksummed) at a time
+_WRITE_CHUNK = 4 << 20
 _MAX_MANIFEST_BYTES = 16 << 20
 
 
@@ -106,14 +108,33 @@ def _fsync_directory(path: Path) -> None:
         os.close(descriptor)
 
 
-def _write_array(path: Path, array: np.ndarray) -> int:
+class _Pace:
+    """Keeps a writer under ``bytes_per_s`` (None: as fast as it goes). A background
+    snapshot streams the whole store through the caches it shares with the serving loop;
+    spread out, it costs that loop's tail latency much less."""
+
+    def __init__(self, bytes_per_s: float | None) -> None:
+        self._rate = bytes_per_s
+        self._started = time.monotonic()
+        self._done = 0
+
+    def wrote(self, nbytes: int) -> None:
+        self._done += nbytes
+        if self._rate:
+            ahead = self._done / self._rate - (time.monotonic() - self._started)
+            if ahead > 0:
+                time.sleep(ahead)
+
+
+def _write_array(path: Path, array: np.ndarray, pace: _Pace) -> int:
     data = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
     crc = 0
     with open(path, "wb") as file:
-        for start in range(0, len(data), _CHUNK):
-            part = data[start : start + _CHUNK]
+        for start in range(0, len(data), _WRITE_CHUNK):
+            part = data[start : start + _WRITE_CHUNK]
             file.write(part)
             crc = zlib.crc32(part, crc)
+            pace.wrote(len(part))
         file.flush()
         os.fsync(file.fileno())
     return crc
@@ -132,9 +153,15 @@ def complete_snapshots(root: Path) -> list[tuple[int, Path]]:
 
 
 def write_snapshot(
-    root: Path, sequence: int, arrays: Mapping[str, np.ndarray], meta: dict, keep: int = 2
+    root: Path,
+    sequence: int,
+    arrays: Mapping[str, np.ndarray],
+    meta: dict,
+    keep: int = 2,
+    bytes_per_s: float | None = None,
 ) -> Path:
-    """Writes a complete snapshot ``root/snapshot-<sequence>``; returns its path.
+    """Writes a complete snapshot ``root/snapshot-<sequence>``, at most ``bytes_per_s``
+    fast if given; returns its path.
 
     Raises:
         SnapshotError: a bad name, or the disk refused (full, read-only...): the partial
@@ -146,12 +173,12 @@ def write_snapshot(
     shutil.rmtree(partial, ignore_errors=True)
     try:
         partial.mkdir()
-        entries = {}
+        entries, pace = {}, _Pace(bytes_per_s)
         for number, (name, array) in enumerate(arrays.items()):
             if not _NAME.match(name):
                 raise SnapshotError(f"array name {name!r} is not [a-z0-9_.]{{1,64}}")
             file = f"{number:02d}-{name}.bin"
-            crc = _write_array(partial / file, array)
+            crc = _write_array(partial / file, array, pace)
             entries[name] = {"file": file, "dtype": array.dtype.str, "shape": list(array.shape),
                              "crc32": crc}  # fmt: skip
         manifest = {"format": FORMAT, "version": VERSION, "sequence": sequence, "meta": meta,

@@ -13,6 +13,7 @@ import zmq
 
 from replay import PrioritizedReplay
 from replay.client import InsertClient
+from replay.errors import ReplayTimeout
 from replay.frame_storage import FrameStackStorage
 from replay.requests import RequestClient
 from replay.shard_snapshots import replay_state, restore_replay
@@ -232,3 +233,43 @@ def test_restore_refuses_to_start_empty_over_unusable_snapshots(tmp_path: Path) 
     write_snapshot(tmp_path, 1, arrays, meta)  # capacity 50: not the shard's 100000
     with pytest.raises(AssertionError, match="no usable snapshot"):
         _shard("--restore", str(tmp_path))
+
+
+def test_a_client_out_of_credit_carries_on_with_a_restarted_shard(tmp_path: Path) -> None:
+    # Nothing samples: the limiter stops inserts, the client runs out of credit, and its
+    # last CREDIT question goes unanswered when the shard is killed. The restarted shard
+    # (same ports, its snapshot) counts its senders' messages anew; the client must see that
+    # from the answer's incarnation and start counting again, or wait forever.
+    limits = ("--min-size", "100", "--samples-per-insert", "1", "--error-buffer", "400")
+    shard = ShardProcess("--capacity", "10000", *limits, "--snapshot-dir", str(tmp_path))
+    context = zmq.Context()
+    client = InsertClient(context, [shard.endpoints], sender=5, spec=SMALL_SPEC, timeout_s=0.5)
+    try:
+        sent = 0
+        with pytest.raises(ReplayTimeout):
+            for i in range(200):
+                client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
+                sent += 1
+        assert sent < 200
+        shard.process.send_signal(signal.SIGKILL)
+        shard.process.wait(10)
+        shard.stop()
+        # An empty restart with the limiter open: the client's batches must flow again.
+        ports = [e.rsplit(":", 1)[1] for e in (shard.endpoints.insert, shard.endpoints.request)]
+        shard = ShardProcess("--capacity", "10000", "--insert-port", ports[0],
+                             "--request-port", ports[1], "--restore", str(tmp_path))  # fmt: skip
+
+        def flows() -> bool:
+            try:
+                client.insert(make_batch(SMALL_SPEC, 50, 0), np.ones(50))
+            except ReplayTimeout:
+                return False
+            return True
+
+        for _ in range(30):  # far beyond one credit limit: credit was given back
+            wait_for(flows, timeout_s=15, what="inserts into the restarted shard")
+        assert client._credits[0].restarts_seen == 1
+    finally:
+        client.close(linger_s=0)
+        shard.stop()
+        context.term()

@@ -163,19 +163,36 @@ def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: 
     assert list((run_dir / "checkpoints").glob("checkpoint-*.pt"))  # the final checkpoint
 
 
-def test_a_dead_shard_ends_the_run_with_exit_code_3(tmp_path: Path) -> None:
+def test_a_killed_shard_comes_back_from_its_snapshot_and_the_run_goes_on(tmp_path: Path) -> None:
     run_dir = tmp_path / "shard-dies"
-    process = train(run_dir, "--max-time", "600")
+    # Snapshots every second, so that the shard has one when it is killed.
+    process = train(run_dir, "--max-time", "600", "--set", "replay.snapshot_interval_s=1")
     seen: list[str] = []
     try:
         wait_for_progress(process, seen, run_dir)
+        wait_until(process, seen, lambda: complete_snapshots(run_dir / "replay" / "shard-0"),
+                   30, "a shard snapshot")  # fmt: skip
         shard = processes_of(run_dir, "shard")
         os.kill(shard[0], signal.SIGKILL)
-        rest, _ = process.communicate(timeout=90)
+
+        def updates() -> int:
+            progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
+            return progress[-1]["updates"] if progress else 0
+
+        wait_until(process, seen, lambda: set(processes_of(run_dir, "shard")) - set(shard), 30,
+                   "a restarted shard")  # fmt: skip
+        after_restart = updates()
+        wait_until(process, seen, lambda: updates() > after_restart + 200, 60,
+                   "updates after the restart")  # fmt: skip
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=120)
         output = "".join(seen) + rest
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 3, output
-    assert "shard 0 died" in output
+    assert process.returncode == 0, output
+    assert "shard 0 died" in output and "from its newest snapshot" in output
+    assert "shard restarts: 1" in output
+    log = (run_dir / "logs" / "shard-0.log").read_text()
+    assert re.search(r"restored \S+: [1-9]\d* transitions", log), log[-2000:]
     assert processes_of(run_dir) == []
