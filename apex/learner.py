@@ -136,6 +136,7 @@ class Learner:
         self._last_eval: float | None = None
         self._started = time.monotonic()
         self._last_progress = self._started
+        self._running = False
 
     @property
     def weights_endpoint(self) -> str:
@@ -161,15 +162,19 @@ class Learner:
         )
 
     def save_checkpoint(self) -> Path:
+        # The training time so far, this run's included: a run resumed from a periodic
+        # checkpoint (the learner was killed) keeps its time budget.
+        counters = {**asdict(self.counters), "train_seconds": self._elapsed_s()}
         state = {
             **self.algorithm.state_dict(),
-            "counters": json.dumps(asdict(self.counters)),
+            "counters": json.dumps(counters),
             "config": json.dumps(self._resolved_config, sort_keys=True),
         }
         return checkpoint.save(self.run_dir / "checkpoints", self.counters.updates, state)
 
     def _elapsed_s(self) -> float:
-        return self.counters.train_seconds + (time.monotonic() - self._started)
+        running = time.monotonic() - self._started if self._running else 0.0
+        return self.counters.train_seconds + running
 
     def run(self) -> Outcome:
         config = self.config
@@ -184,6 +189,7 @@ class Learner:
             }
         )
         self._started = self._last_progress = time.monotonic()
+        self._running = True
         outcome = Outcome("stopped", False, self.counters)
         tasks = Periodic()
         tasks.every(
@@ -217,7 +223,8 @@ class Learner:
             outcome.reason = f"replay failed: {exc}"
             logger.error("learner stopping: %s", exc)
         finally:
-            self.counters.train_seconds += time.monotonic() - self._started
+            self.counters.train_seconds = self._elapsed_s()
+            self._running = False
             outcome.last_eval_return = self._last_eval
             path = self.save_checkpoint()
             outcome.delivery = self._account()

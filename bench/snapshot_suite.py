@@ -54,7 +54,10 @@ def _latencies(client, spec, info, seconds: float, snapshot: bool) -> tuple[list
     outside, during, written = [], [], []
     in_progress, last_poll, seen = False, 0.0, info()["snapshots_written"]
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    # With snapshots: at least one must complete (a paced Pong snapshot takes ~10 s).
+    hard_deadline = deadline + 600
+    while time.monotonic() < deadline or (snapshot and not written
+                                          and time.monotonic() < hard_deadline):  # fmt: skip
         now = time.monotonic()
         if now - last_poll > 0.02:  # look at the shard's state every 20 ms
             state = info()

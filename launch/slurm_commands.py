@@ -254,8 +254,8 @@ def task(role: str, run_dir: Path) -> None:
     from apex import checkpoint
     from launch import builder, roles
     from launch.config import ConfigError, read_resolved
+    from launch.keeper import run_restarting
     from launch.slurm_layout import SlurmEnvironmentError, job_layout, role_index
-    from replay.shard import ShardServer
 
     try:
         config = read_resolved(run_dir / "config.json")
@@ -265,12 +265,15 @@ def task(role: str, run_dir: Path) -> None:
         raise click.ClickException(str(exc)) from exc
     slurm_settings = config.slurm
     if role == "shard":
+        # The shard runs as a child that comes back from its snapshot if it dies
+        # (launch.keeper): Slurm restarts no task inside a running step.
         insert_port, request_port = layout.shard_ports[index]
-        spec = builder.read_spec(run_dir)
-        shard = builder.shard_config(
-            config, index, "0.0.0.0", insert_port, request_port, spec, run_dir=run_dir
-        )
-        sys.exit(roles.run_shard(ShardServer(shard)))
+        command = [
+            sys.executable, "-m", "launch", "replay", "--config", str(run_dir / "config.json"),
+            "--run-dir", str(run_dir), "--shard-index", str(index), "--host", "0.0.0.0",
+            "--insert-port", str(insert_port), "--request-port", str(request_port),
+        ]  # fmt: skip
+        sys.exit(run_restarting(command, f"shard {index}"))
     if role == "actor":
         actor = builder.actor(config, index, layout.shards, layout.weights, layout.episodes)
         sys.exit(roles.run_actor(actor))

@@ -11,9 +11,12 @@ SIGKILL once the shared stop budget runs out.
 An actor that dies is restarted with exponential backoff. So is a shard, on the same
 ports, from its newest snapshot (``RUN_DIR/replay/shard-N``, see
 ``replay.shard_snapshots``): actors and the learner reconnect by themselves. A shard that
-dies more than ``SHARD_RESTART_BUDGET`` times, or the learner dying, ends the run with a
-message and exit code 3; the learner ending normally (solved, or a limit reached) ends the
-run with its outcome. Shards are given time to write their final snapshot when stopped.
+dies more than ``SHARD_RESTART_BUDGET`` times ends the run with a message and exit code 3.
+A learner that dies without an outcome (killed, crashed) is restarted with ``--resume``
+from its newest checkpoint (which carries its training time), up to
+``LEARNER_RESTART_BUDGET`` times; the learner ending normally (solved, or a limit
+reached) ends the run with its outcome. Shards are given time to write their final
+snapshot when stopped.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ READY_TIMEOUT_S = 120.0
 STOP_BUDGET_S = 20.0
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 SHARD_RESTART_BUDGET = 5
+LEARNER_RESTART_BUDGET = 3
 # A stopping shard writes its whole replay to disk first (about 1 GB for 2M Pong frames).
 SHARD_STOP_BUDGET_S = 120.0
 PROGRESS_INTERVAL_S = 5.0
@@ -70,6 +74,7 @@ class RunSummary:
     outcome: dict = field(default_factory=dict)
     actor_restarts: int = 0
     shard_restarts: int = 0
+    learner_restarts: int = 0
 
     def line(self) -> str:
         updates = self.outcome.get("updates", "?")
@@ -78,8 +83,8 @@ class RunSummary:
         return (
             f"{solved} | reason: {self.reason} | updates: {updates} | transitions trained: "
             f"{trained} | last eval: {self.outcome.get('last_eval_return')} | actor restarts: "
-            f"{self.actor_restarts} | shard restarts: {self.shard_restarts} | exit code "
-            f"{self.exit_code}"
+            f"{self.actor_restarts} | shard restarts: {self.shard_restarts} | learner restarts: "
+            f"{self.learner_restarts} | exit code {self.exit_code}"
         )
 
 
@@ -239,19 +244,28 @@ class Supervisor:
     def _watch(self, learner: Child) -> RunSummary:
         next_progress = time.monotonic() + PROGRESS_INTERVAL_S
         while not self._stop.is_set():
-            outcome = self._read_line(learner, WATCH_INTERVAL_S)
-            if outcome and "outcome" in outcome:
-                result = outcome["outcome"]
-                learner.process.wait(STOP_BUDGET_S)
-                code = EXIT_OK if learner.process.returncode == 0 else EXIT_FAILED
-                return self._finish(code, result["reason"], result)
-            if learner.process.poll() is not None:
+            if learner.restart_at is None:
+                outcome = self._read_line(learner, WATCH_INTERVAL_S)
+                if outcome and "outcome" in outcome:
+                    result = outcome["outcome"]
+                    learner.process.wait(STOP_BUDGET_S)
+                    code = EXIT_OK if learner.process.returncode == 0 else EXIT_FAILED
+                    return self._finish(code, result["reason"], result)
+            else:
+                self._stop.wait(WATCH_INTERVAL_S)
+            # Died without an outcome (killed, crashed): back from its newest checkpoint.
+            if (
+                learner.restart_at is None
+                and learner.process.poll() is not None
+                and learner.restarts >= LEARNER_RESTART_BUDGET
+            ):
                 return self._finish(
                     EXIT_ROLE_DIED,
-                    f"learner died with exit code {learner.process.returncode}; "
-                    f"see {learner.log_path}",
+                    f"learner died with exit code {learner.process.returncode} after "
+                    f"{learner.restarts} restarts; see {learner.log_path}",
                     {},
                 )
+            self._tend(learner)
             for child in self._children:
                 if (
                     child.role == "shard"
@@ -272,11 +286,15 @@ class Supervisor:
         return self._stopped_by_user(learner)
 
     def _tend(self, child: Child) -> None:
-        """Restarts a dead actor or shard after its backoff (a shard from its snapshot)."""
+        """Restarts a dead role after its backoff (a shard from its snapshot, the learner
+        from its checkpoint)."""
         now = time.monotonic()
         if child.restart_at is None and child.process.poll() is not None:
             delay = RESTART_BACKOFF_S[min(child.restarts, len(RESTART_BACKOFF_S) - 1)]
-            source = " from its newest snapshot" if child.role == "shard" else ""
+            source = {"shard": " from its newest snapshot",
+                      "learner": " from its newest checkpoint"}.get(child.role, "")  # fmt: skip
+            if child.role == "learner" and "--resume" not in child.command:
+                child.command.append("--resume")
             self.echo(
                 f"{child.role} {child.index} died (exit code {child.process.returncode}); "
                 f"restarting in {delay:.0f} s{source}"
@@ -292,7 +310,8 @@ class Supervisor:
         self.echo("stopping: actors, then the learner (final checkpoint), then the shards")
         self._stop_role("actor")
         self._terminate([learner])
-        outcome = self._read_line(learner, STOP_BUDGET_S) or {}
+        waiting = learner.restart_at is not None  # dead, between restarts: nothing to read
+        outcome = {} if waiting else self._read_line(learner, STOP_BUDGET_S) or {}
         return self._finish(EXIT_OK, "interrupted", outcome.get("outcome", {}))
 
     def _progress(self) -> None:
@@ -321,6 +340,7 @@ class Supervisor:
             outcome=outcome,
             actor_restarts=sum(c.restarts for c in self._children if c.role == "actor"),
             shard_restarts=sum(c.restarts for c in self._children if c.role == "shard"),
+            learner_restarts=sum(c.restarts for c in self._children if c.role == "learner"),
         )
         (self.run_dir / "summary.json").write_text(
             json.dumps({**summary.__dict__, "line": summary.line()}, indent=2, default=str) + "\n"

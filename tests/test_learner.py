@@ -160,6 +160,20 @@ def test_resuming_restores_networks_counters_and_the_target_schedule(tmp_path: P
     assert outcome.counters.updates == 25
 
 
+def test_periodic_checkpoints_carry_the_training_time_so_far(tmp_path: Path) -> None:
+    from apex import checkpoint
+
+    store = filled_store(np.random.default_rng(3))
+    learner = make_learner(tmp_path, store, max_updates=60, checkpoint_interval_s=1e-6)
+    learner.run()
+    paths = sorted((tmp_path / "checkpoints").glob("checkpoint-*.pt"))
+    assert len(paths) >= 2  # periodic ones, then the final one
+    seconds = [json.loads(checkpoint.load(p)["counters"])["train_seconds"] for p in paths]
+    # A learner killed after any of them resumes with its time budget spent so far.
+    assert all(s > 0 for s in seconds) and seconds == sorted(seconds)
+    assert seconds[-1] == pytest.approx(learner.counters.train_seconds)
+
+
 def test_a_stop_request_ends_the_run_with_a_final_checkpoint(tmp_path: Path) -> None:
     learner = make_learner(tmp_path, filled_store(np.random.default_rng(2)))
     learner.stop()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -378,6 +379,10 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes(cluster, tmp_path: Pat
     assert starts[1]["weight_version"] == ends[0]["weight_version"] + 1
     assert ends[1]["reason"] == "max_updates" and ends[1]["updates"] == 3000
     assert "requeueing job" in output and "restart 1" in output
+    # The shard wrote its replay at the signal, and the requeued job's shard started from it.
+    final = re.findall(r"snapshot \d+ written \(final", output)
+    restored = [int(n) for n in re.findall(r"restored \S+: (\d+) transitions", output)]
+    assert final and len(restored) == 1 and restored[0] > 0, output
     assert json.loads((run_dir / "config.json").read_text())["learner"]["max_updates"] == 3000
 
 

@@ -1,0 +1,73 @@
+"""Keeps one role's process alive inside a Slurm task.
+
+Slurm restarts nothing inside a running step: with ``--kill-on-bad-exit=0`` a task that
+dies simply stays dead until the job ends (a requeue restarts the whole job). So a shard's
+task runs the shard as a child and restarts it, with backoff, when it dies on its own
+(a crash, the OOM killer, kill -9 of the shard process); the new shard binds the same
+ports and starts from its newest snapshot, and actors and the learner reconnect by
+themselves. On a stop signal (SIGTERM from ``scancel`` or the batch script, which Slurm
+sends to every process of the step) the child writes its final snapshot and exits, and the
+keeper ends with its exit code.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import threading
+import time
+
+logger = logging.getLogger(__name__)
+
+RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+
+
+def run_restarting(
+    command: list[str], what: str, budget: int = 5, forward_after_s: float = 30.0
+) -> int:
+    """Runs ``command`` until it ends after a stop signal, restarting it up to ``budget``
+    times when it dies on its own; returns its last exit code.
+
+    A stop signal is not passed on at once: Slurm signals every process of the step, the
+    child included, and a second SIGTERM would cut the child's final snapshot short (the
+    roles take a second signal as "kill now"). Only a child still running
+    ``forward_after_s`` after the stop (the signal came to the keeper alone) gets it.
+    """
+    stopping = threading.Event()
+
+    def on_stop(signum, frame) -> None:
+        stopping.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_stop)
+    restarts = 0
+    while True:
+        child = subprocess.Popen(command)
+        code = _wait(child, stopping, forward_after_s)
+        if stopping.is_set():
+            return code
+        if restarts >= budget:
+            logger.error("%s died (exit code %d) after %d restarts; giving up", what, code,
+                         restarts)  # fmt: skip
+            return code
+        delay = RESTART_BACKOFF_S[min(restarts, len(RESTART_BACKOFF_S) - 1)]
+        logger.warning("%s died (exit code %d); restarting in %.0f s", what, code, delay)
+        if stopping.wait(delay):
+            return code
+        restarts += 1
+
+
+def _wait(child: subprocess.Popen, stopping: threading.Event, forward_after_s: float) -> int:
+    forward_at = None
+    while True:
+        try:
+            return child.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+        if stopping.is_set():
+            now = time.monotonic()
+            forward_at = forward_at or now + forward_after_s
+            if now >= forward_at:
+                child.send_signal(signal.SIGTERM)
+                forward_at = float("inf")

@@ -1,0 +1,92 @@
+"""The keeper behind a Slurm shard task restarts its child when it dies on its own, and
+on a stop signal lets the child stop (passing the signal on only if the child did not get
+it too) instead of restarting it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import wait_for
+
+# Dies at its first start (as a killed shard would), then waits for SIGTERM and exits 0.
+CHILD = """
+import pathlib, signal, sys
+marker = pathlib.Path(sys.argv[1])
+starts = int(marker.read_text()) if marker.exists() else 0
+marker.write_text(str(starts + 1))
+if starts == 0:
+    sys.exit(7)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+signal.pause()
+"""
+
+KEEPER = """
+import sys
+from launch.keeper import run_restarting
+command = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
+sys.exit(run_restarting(command, "child", budget=3, forward_after_s=0.5))
+"""
+
+
+def test_a_dead_child_is_restarted_and_a_stop_is_passed_on(tmp_path: Path) -> None:
+    marker = tmp_path / "starts"
+    keeper = subprocess.Popen([sys.executable, "-c", KEEPER, CHILD, str(marker)],
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_for(lambda: marker.exists() and marker.read_text() == "2", timeout_s=30,
+                 what="the restarted child", interval_s=0.05)  # fmt: skip
+        keeper.send_signal(signal.SIGTERM)
+        assert keeper.wait(10) == 0
+        errors = keeper.stderr.read()
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+        keeper.stderr.close()
+    assert marker.read_text() == "2"  # started twice: not again after the stop
+    assert "child died (exit code 7); restarting in 1 s" in errors
+
+
+def test_the_keeper_gives_up_after_its_budget(tmp_path: Path) -> None:
+    always_dies = "import sys; sys.exit(5)"
+    keeper = subprocess.run(
+        [sys.executable, "-c", KEEPER.replace("budget=3", "budget=1"), always_dies, "x"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert keeper.returncode == 5
+    assert "after 1 restarts; giving up" in keeper.stderr
+
+
+# Takes a while to stop after its first SIGTERM, and a second one kills it (as the roles do).
+SLOW_STOPPER = """
+import signal, sys, threading
+done = threading.Event()
+def first(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    done.set()
+signal.signal(signal.SIGTERM, first)
+print("up", flush=True)
+done.wait()
+done.clear()
+done.wait(1.0)  # the final snapshot
+sys.exit(0)
+"""
+
+
+def test_a_signal_to_the_whole_step_reaches_the_child_once() -> None:
+    keeper_code = KEEPER.replace("forward_after_s=0.5", "forward_after_s=10.0")
+    keeper = subprocess.Popen(
+        [sys.executable, "-c", keeper_code, SLOW_STOPPER, "x"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert keeper.stdout.readline().strip() == "up"
+        os.killpg(keeper.pid, signal.SIGTERM)  # what slurmstepd does to a step's tasks
+        assert keeper.wait(20) == 0  # the child finished its stop, not killed by a second
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+        keeper.stdout.close()
