@@ -125,6 +125,14 @@ def check_live(store: FrameStackStorage, written: list[tuple[int, dict]]) -> int
     return live.size
 
 
+def built_streams(first: int, count: int, episodes: list[int], n: int = 3, stack: int = 4):
+    """``count`` writer streams (ids from ``first``) of the given episode lengths, n-step."""
+    streams = [Stream(first + i, n, episodes) for i in range(count)]
+    for stream in streams:
+        stream.build(stack)
+    return streams
+
+
 def make_spec(stack: int) -> FrameStackSpec:
     return FrameStackSpec(FRAME, "uint8", stack, SCALARS)
 
@@ -371,9 +379,7 @@ def test_packed_samples_carry_each_frame_once_and_unpack_to_the_same_stacks(comp
     from replay.wire import decode, encode
 
     rng = np.random.default_rng(4)
-    streams = [Stream(20 + i, 3, [7, 3, 11]) for i in range(3)]
-    for stream in streams:
-        stream.build(4)
+    streams = built_streams(20, 3, [7, 3, 11])
     store = FrameStackStorage(make_spec(4), 40, compress=compress)
     feed(store, streams, rng)
     slots = rng.choice(np.flatnonzero(store.generations >= 0), 200)  # parts on threads
@@ -398,9 +404,7 @@ def test_packed_samples_carry_each_frame_once_and_unpack_to_the_same_stacks(comp
 @pytest.mark.parametrize("compress", [True, False])
 def test_a_batch_gathered_on_several_threads_is_the_reference(compress) -> None:
     rng = np.random.default_rng(8)
-    streams = [Stream(50 + i, 3, [40, 9, 70]) for i in range(4)]
-    for stream in streams:
-        stream.build(4)
+    streams = built_streams(50, 4, [40, 9, 70])
     store = FrameStackStorage(make_spec(4), 300, compress=compress, gather_threads=3)
     written = feed(store, streams, rng)
     assert check_live(store, written) == 300  # one batch of 300: three parts

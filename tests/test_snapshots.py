@@ -25,7 +25,7 @@ from replay.snapshot import (
     write_snapshot,
 )
 from tests.conftest import SMALL_SPEC, ShardProcess, make_batch, wait_for
-from tests.test_frame_storage import Stream, feed, make_spec
+from tests.test_frame_storage import built_streams, feed, make_spec
 
 
 def _arrays() -> dict[str, np.ndarray]:
@@ -142,9 +142,7 @@ def test_a_frame_store_comes_back_exactly(tmp_path: Path, compress: bool) -> Non
         return PrioritizedReplay(None, 60, 0.6, rng=seed, storage=storage)
 
     replay = make(5)
-    streams = [Stream(40 + i, 3, [9, 30, 12, 25]) for i in range(3)]
-    for stream in streams:
-        stream.build(4)
+    streams = built_streams(40, 3, [9, 30, 12, 25])
     feed(replay.storage, streams, np.random.default_rng(2), replay=replay)
     fresh = make(99)
     _through_disk(replay, fresh, tmp_path)

@@ -141,29 +141,47 @@ def test_resume_continues_from_the_checkpoint_counters(finished_run) -> None:
         assert re.search(r"restored \S+: [1-9]\d* transitions", log), log[-2000:]
 
 
+def kill_and_stop(process, run_dir: Path, role: str, before_kill=None, after_restart=None):
+    """Waits for training, kills the role's first process (kill -9), waits for its
+    replacement, then stops the run with SIGINT; returns everything the run printed.
+    ``before_kill`` and ``after_restart`` are extra ``(condition, what)`` to wait for."""
+    seen: list[str] = []
+    try:
+        wait_for_progress(process, seen, run_dir)
+        if before_kill:
+            wait_until(process, seen, before_kill[0], 30, before_kill[1])
+        victims = processes_of(run_dir, role)
+        os.kill(victims[0], signal.SIGKILL)
+        wait_until(process, seen, lambda: set(processes_of(run_dir, role)) - set(victims), 30,
+                   f"a restarted {role}")  # fmt: skip
+        if after_restart:
+            wait_until(process, seen, after_restart[0], 90, after_restart[1])
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=120)
+        return "".join(seen) + rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def more_updates(run_dir: Path, count: int):
+    """True once the run has made ``count`` updates more than at the first call."""
+    first: list[int] = []
+
+    def check() -> bool:
+        progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
+        updates = progress[-1]["updates"] if progress else 0
+        first[:] = first or [updates]
+        return updates > first[0] + count
+
+    return check
+
+
 @pytest.mark.slow
 def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: Path) -> None:
     run_dir = tmp_path / "interrupted"
     process = train(run_dir, "--actors", "2", "--max-time", "600")
-    seen: list[str] = []
-    try:
-        wait_for_progress(process, seen, run_dir)
-        actors = processes_of(run_dir, "actor")
-        assert len(actors) == 2
-        os.kill(actors[0], signal.SIGKILL)
-        wait_until(
-            process,
-            seen,
-            lambda: set(processes_of(run_dir, "actor")) - set(actors),
-            30,
-            "a restarted actor",
-        )
-        process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=60)
-        output = "".join(seen) + rest
-    finally:
-        if process.poll() is None:
-            process.kill()
+    output = kill_and_stop(process, run_dir, "actor")
     assert process.returncode == 0, output
     assert "actor 0 died" in output and "restarting" in output
     assert "reason: interrupted" in output
@@ -175,29 +193,9 @@ def test_a_killed_shard_comes_back_from_its_snapshot_and_the_run_goes_on(tmp_pat
     run_dir = tmp_path / "shard-dies"
     # Snapshots every second, so that the shard has one when it is killed.
     process = train(run_dir, "--max-time", "600", "--set", "replay.snapshot_interval_s=1")
-    seen: list[str] = []
-    try:
-        wait_for_progress(process, seen, run_dir)
-        wait_until(process, seen, lambda: complete_snapshots(run_dir / "replay" / "shard-0"),
-                   30, "a shard snapshot")  # fmt: skip
-        shard = processes_of(run_dir, "shard")
-        os.kill(shard[0], signal.SIGKILL)
-
-        def updates() -> int:
-            progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
-            return progress[-1]["updates"] if progress else 0
-
-        wait_until(process, seen, lambda: set(processes_of(run_dir, "shard")) - set(shard), 30,
-                   "a restarted shard")  # fmt: skip
-        after_restart = updates()
-        wait_until(process, seen, lambda: updates() > after_restart + 200, 60,
-                   "updates after the restart")  # fmt: skip
-        process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=120)
-        output = "".join(seen) + rest
-    finally:
-        if process.poll() is None:
-            process.kill()
+    snapshot = (lambda: complete_snapshots(run_dir / "replay" / "shard-0"), "a shard snapshot")
+    output = kill_and_stop(process, run_dir, "shard", snapshot,
+                           (more_updates(run_dir, 200), "updates after the restart"))  # fmt: skip
     assert process.returncode == 0, output
     assert "shard 0 died" in output and "from its newest snapshot" in output
     assert "shard restarts: 1" in output
@@ -211,31 +209,18 @@ def test_a_killed_learner_resumes_from_its_checkpoint_and_the_run_goes_on(tmp_pa
     run_dir = tmp_path / "learner-dies"
     process = train(run_dir, "--max-time", "600", "--target-return", "1e9",
                     "--set", "learner.checkpoint_interval_s=1")  # fmt: skip
-    seen: list[str] = []
-    try:
-        wait_for_progress(process, seen, run_dir)
-        wait_until(process, seen, lambda: list((run_dir / "checkpoints").glob("*.pt")), 30,
-                   "a periodic checkpoint")  # fmt: skip
-        learner = processes_of(run_dir, "learner")
-        os.kill(learner[0], signal.SIGKILL)
-        wait_until(process, seen, lambda: set(processes_of(run_dir, "learner")) - set(learner),
-                   30, "a restarted learner")  # fmt: skip
+    checkpoint = (lambda: list((run_dir / "checkpoints").glob("*.pt")), "a periodic checkpoint")
 
-        def resumed_and_training() -> bool:
-            records = read_metrics(run_dir)
-            starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
-            return len(starts) == 2 and any(
-                r.get("event") == "progress" and r["updates"] > records[starts[1]]["updates"]
-                for r in records[starts[1] :]
-            )
+    def resumed_and_training() -> bool:
+        records = read_metrics(run_dir)
+        starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
+        return len(starts) == 2 and any(
+            r.get("event") == "progress" and r["updates"] > records[starts[1]]["updates"]
+            for r in records[starts[1] :]
+        )
 
-        wait_until(process, seen, resumed_and_training, 90, "training after the restart")
-        process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=120)
-        output = "".join(seen) + rest
-    finally:
-        if process.poll() is None:
-            process.kill()
+    output = kill_and_stop(process, run_dir, "learner", checkpoint,
+                           (resumed_and_training, "training after the restart"))  # fmt: skip
     assert process.returncode == 0, output
     assert "learner 0 died" in output and "from its newest checkpoint" in output
     assert "learner restarts: 1" in output
