@@ -229,6 +229,9 @@ class Actor:
                     logger.info(
                         "actor %d: shards are not taking data yet; waiting", self.config.actor_index
                     )
+                # Alive while it waits: the learner must not count a blocked actor as gone.
+                if self._episodes.heartbeat_due():
+                    self._episodes.report([], [], self._weights.version, self.transitions_sent)
                 continue
             self.transitions_sent += len(priorities)
             return

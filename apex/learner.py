@@ -253,11 +253,15 @@ class Learner:
             try:
                 batch = self.source.next_batch(timeout_s=BATCH_POLL_S)
                 break
-            except ReplayTimeout:
+            except ReplayTimeout as exc:
                 if self._stop.is_set():
                     return False
                 if time.monotonic() >= deadline:
-                    raise
+                    # Name the wait that ran out, not the last short poll inside it.
+                    raise ReplayTimeout(
+                        f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards down, empty or "
+                        "rate-limited)"
+                    ) from exc
         result = self.algorithm.step(batch)
         self.source.update_priorities(batch.source, result.new_priorities.numpy())
         self.counters.updates += 1

@@ -1,0 +1,50 @@
+"""An actor that waits on its shards (they take nothing) still tells the learner it lives."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import zmq
+
+from apex.actor import Actor, ActorEndpoints
+from apex.channels import HEARTBEAT_S, ApexKind
+from apex.settings import ActorConfig
+from replay.wire import decode
+from tests.conftest import ShardProcess, wait_for
+
+
+def test_a_blocked_actor_keeps_sending_heartbeats() -> None:
+    # Nothing samples: the limiter stops inserts after about 600 transitions.
+    shard = ShardProcess("--capacity", "10000", "--min-size", "100", "--samples-per-insert",
+                         "1", "--error-buffer", "500")  # fmt: skip
+    context = zmq.Context()
+    episodes = context.socket(zmq.PULL)
+    endpoint = f"tcp://127.0.0.1:{episodes.bind_to_random_port('tcp://127.0.0.1')}"
+    config = ActorConfig(env="CartPole-v1", envs_per_actor=2, insert_batch=50, seed=1)
+    actor = Actor(config, ActorEndpoints((shard.endpoints,), "tcp://127.0.0.1:1", endpoint))
+    runner = threading.Thread(target=actor.run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: actor.insert_waits > 0, timeout_s=60, what="the actor to be blocked",
+                 interval_s=0.05)  # fmt: skip
+        heard, sent = [], actor.transitions_sent
+        while episodes.poll(0):  # what it said before it was blocked
+            episodes.recv_multipart()
+        deadline = time.monotonic() + 5 * HEARTBEAT_S
+        while time.monotonic() < deadline:
+            if episodes.poll(100):
+                message = decode(episodes.recv_multipart(), kinds=ApexKind)
+                heard.append((time.monotonic(), message.kind))
+        assert actor.transitions_sent == sent  # blocked all along
+        assert len(heard) >= 3, heard  # a heartbeat about every second while blocked
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(heard)]
+        assert max(gaps) < 3 * HEARTBEAT_S, gaps
+    finally:
+        actor.stop()
+        runner.join(30)
+        episodes.close(linger=0)
+        shard.stop()
+        context.term()
+    assert not runner.is_alive()
