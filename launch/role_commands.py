@@ -36,6 +36,12 @@ def _port_option(name: str, help_text: str):
     return click.option(name, type=click.IntRange(0, 65535), default=0, help=help_text)
 
 
+def _directory_option(*names: str, help_text: str):
+    """An optional directory (need not exist yet)."""
+    path = click.Path(file_okay=False, path_type=Path)
+    return click.option(*names, type=path, default=None, help=help_text)
+
+
 @click.command("replay")
 @click.option(
     "--field",
@@ -85,12 +91,10 @@ def _port_option(name: str, help_text: str):
 @click.option(
     "--compress-frames/--raw-frames", default=True, help="Keep those frames LZ4-compressed."
 )
-@click.option(
+@_directory_option(
     "--snapshot-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Write snapshots of the whole shard here: every --snapshot-interval, on request, "
-    "and on SIGTERM/SIGINT.",
+    help_text="Write snapshots of the whole shard here: every --snapshot-interval, on "
+    "request, and on SIGTERM/SIGINT.",
 )
 @click.option(
     "--snapshot-interval",
@@ -98,20 +102,16 @@ def _port_option(name: str, help_text: str):
     default=None,
     help="Seconds between background snapshots (forked, the shard keeps serving).",
 )
-@click.option(
+@_directory_option(
     "--restore",
     "restore_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Start from the newest usable snapshot in this directory (and keep writing "
+    help_text="Start from the newest usable snapshot in this directory (and keep writing "
     "snapshots there); empty if it has none.",
 )
-@click.option(
+@_directory_option(
     "--run-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="With --config: the run's directory; the shard snapshots into RUN_DIR/replay/"
-    "shard-N on the run's replay.snapshot_interval_s and starts from the newest there.",
+    help_text="With --config: the run's directory; the shard snapshots into RUN_DIR/"
+    "replay/shard-N on the run's replay.snapshot_interval_s and starts from the newest there.",
 )
 def replay_role(
     fields, capacity, alpha, min_size, samples_per_insert, error_buffer, host, insert_port,
