@@ -37,6 +37,21 @@ def latest(directory: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def latest_readable(directory: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint in ``directory`` that loads, and why each newer one did not
+    (truncated by a full disk, corrupted, foreign): a damaged newest checkpoint must not
+    keep a run from resuming from the one before it."""
+    refused = []
+    for path in sorted(_checkpoints(directory), reverse=True) if directory.is_dir() else []:
+        try:
+            load(path)
+        except ValueError as exc:
+            refused.append(str(exc))
+            continue
+        return path, refused
+    return None, refused
+
+
 def load(path: Path) -> dict:
     """Reads a checkpoint made by :func:`save`.
 

@@ -67,9 +67,14 @@ def run_learner(
 
     flush_denormals()
 
-    resume_from = checkpoint.latest(run_dir / "checkpoints") if resume else None
+    resume_from, refused = None, []
+    if resume:
+        resume_from, refused = checkpoint.latest_readable(run_dir / "checkpoints")
+    for reason in refused:
+        logger.warning("--resume: checkpoint refused: %s", reason)
     if resume and resume_from is None:
-        logger.warning("--resume: no checkpoint in %s, starting fresh", run_dir / "checkpoints")
+        logger.warning("--resume: no usable checkpoint in %s, starting fresh",
+                       run_dir / "checkpoints")  # fmt: skip
     learner = builder.learner(
         config, shard_requests, run_dir, resume_from, host, weights_port, episodes_port
     )

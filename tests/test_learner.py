@@ -174,6 +174,25 @@ def test_periodic_checkpoints_carry_the_training_time_so_far(tmp_path: Path) -> 
     assert seconds[-1] == pytest.approx(learner.counters.train_seconds)
 
 
+def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(tmp_path: Path) -> None:
+    from apex import checkpoint
+
+    store = filled_store(np.random.default_rng(4))
+    make_learner(tmp_path, store, max_updates=30, checkpoint_interval_s=1e-6).run()
+    paths = sorted((tmp_path / "checkpoints").glob("checkpoint-*.pt"))
+    newest = paths[-1]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a full disk
+    found, refused = checkpoint.latest_readable(tmp_path / "checkpoints")
+    assert found == paths[-2]
+    assert len(refused) == 1 and newest.name in refused[0]
+    resumed = make_learner(tmp_path, store, resume_from=found, max_updates=40)
+    try:
+        assert 0 < resumed.counters.updates < 30
+    finally:
+        resumed.source.close()
+        resumed.close()
+
+
 def test_a_stop_request_ends_the_run_with_a_final_checkpoint(tmp_path: Path) -> None:
     learner = make_learner(tmp_path, filled_store(np.random.default_rng(2)))
     learner.stop()
