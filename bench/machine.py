@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
@@ -12,12 +13,10 @@ PACKAGES = ("numpy", "numba", "pyzmq", "torch", "gymnasium", "cpprb", "torchrl",
 
 
 def _cpu_model() -> str:
-    try:
+    with contextlib.suppress(OSError):  # no /proc: another system
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or "unknown"
 
 

@@ -12,6 +12,7 @@ keeper ends with its exit code.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import subprocess
@@ -61,10 +62,8 @@ def run_restarting(
 def _wait(child: subprocess.Popen, stopping: threading.Event, forward_after_s: float) -> int:
     forward_at = None
     while True:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             return child.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            pass
         if stopping.is_set():
             now = time.monotonic()
             forward_at = forward_at or now + forward_after_s

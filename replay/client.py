@@ -58,8 +58,6 @@ class ShardCredit:
         self._incarnation: int | None = None
         self.restarts_seen = 0
         """Times the shard answered as a new process (it restarted)."""
-        self.unconfirmed = 0.0
-        """Batches sent to a shard's earlier incarnation that it never confirmed taking."""
         self._requests = RequestClient(context, endpoint, sender, hwm=16)
 
     @property
@@ -118,9 +116,7 @@ class ShardCredit:
             self._asked_until = None
             if self._incarnation is not None and answer.incarnation != self._incarnation:
                 # A restarted shard counts from what it restored: start the count again.
-                # What was in flight to its predecessor did not all arrive.
                 self.restarts_seen += 1
-                self.unconfirmed += max(0.0, self.in_flight)
                 self._baseline, self.sent, self.taken = None, 0, 0.0
             self._incarnation = answer.incarnation
             if self._baseline is None:

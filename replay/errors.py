@@ -45,6 +45,10 @@ class SpecMismatchError(ReplayError, ValueError):
     """A shard stores different fields than the client was configured for."""
 
 
+class SnapshotError(ReplayError):
+    """A snapshot that cannot be written or used (missing, truncated, corrupted, other)."""
+
+
 class ConfigError(ReplayError, ValueError):
     """Every problem found in a config, one per line (``problems``), found at once."""
 

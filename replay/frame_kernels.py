@@ -241,12 +241,9 @@ def gather_stacks(
     capacity = arena.size
     width = out.shape[2]
     total = heads.size * stack
-    starts = np.empty(total, dtype=np.int64)
-    for b in range(heads.size):
-        current = heads[b]
-        for j in range(stack - 1, -1, -1):
-            starts[b * stack + j] = positions[current] % capacity
-            current = prev[current]
+    frames = np.empty((heads.size, stack), dtype=np.int64)
+    chain_slots(prev, heads, stack, frames, 0)
+    starts = positions[frames.reshape(-1)] % capacity
     base = arena.ctypes.data
     for i in range(min(FRAMES_AHEAD, total)):
         prefetch_range(base, starts[i], width)

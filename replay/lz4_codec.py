@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from replay.errors import ReplayError
+from replay.frame_kernels import chain_slots
 from replay.prefetch import FRAMES_AHEAD, prefetch_range
 
 
@@ -125,12 +126,9 @@ def kernels() -> Lz4Kernels:
         capacity = arena.size
         nbytes = out.shape[2]
         total = heads.size * stack
-        frames = np.empty(total, dtype=np.int64)
-        for b in range(heads.size):
-            current = heads[b]
-            for j in range(stack - 1, -1, -1):
-                frames[b * stack + j] = current
-                current = prev[current]
+        chains = np.empty((heads.size, stack), dtype=np.int64)
+        chain_slots(prev, heads, stack, chains, 0)
+        frames = chains.reshape(-1)
         base = arena.ctypes.data
         for i in range(total):
             if i + FRAMES_AHEAD < total:

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from replay.snapshot import SnapshotError
+from replay.errors import SnapshotError
 
 logger = logging.getLogger(__name__)
 

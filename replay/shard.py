@@ -37,7 +37,7 @@ import zmq
 
 from replay import messages
 from replay.credit_desk import CreditDesk
-from replay.errors import ConfigError, ProtocolError, ReplayError
+from replay.errors import ConfigError, ProtocolError, ReplayError, SnapshotError
 from replay.ingest import Ingest
 from replay.rate_limiter import RateLimiter
 from replay.senders import (
@@ -52,7 +52,7 @@ from replay.senders import (
 )
 from replay.shard_config import ShardConfig
 from replay.shard_snapshots import ShardSnapshots, replay_state, restore_replay
-from replay.snapshot import Snapshot, SnapshotError, load_newest
+from replay.snapshot import Snapshot, load_newest
 from replay.state import meta_counts
 from replay.transport import bind, insert_buffer_bytes, make_socket, send_frames
 from replay.wire import Kind, Message, decode, encode

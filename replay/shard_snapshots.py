@@ -26,8 +26,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from replay.errors import SnapshotError
 from replay.prioritized import PrioritizedReplay
-from replay.snapshot import SnapshotError, complete_snapshots, open_snapshot, write_snapshot
+from replay.snapshot import complete_snapshots, open_snapshot, write_snapshot
 from replay.state import Reader, prefixed, sub_reader
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,6 @@ class ShardSnapshots:
         self._interval_s = interval_s
         self._capture = capture
         self._index = shard_index
-        self._pace = BACKGROUND_BYTES_PER_S
         newest = complete_snapshots(root)
         self._sequence = newest[0][0] + 1 if newest else 1
         self._child: tuple[int, int, float] | None = None  # pid, sequence, started
@@ -101,10 +101,9 @@ class ShardSnapshots:
         self.failed = 0
         self.last: dict | None = None
 
-    def request(self) -> int:
-        """Asks for a snapshot as soon as the loop can start one; returns its sequence."""
+    def request(self) -> None:
+        """Asks for a snapshot as soon as the loop can start one."""
         self._requested = True
-        return self._child[1] + 1 if self._child else self._sequence
 
     def tick(self) -> None:
         """Reaps a finished child; starts a snapshot when one is due or asked for."""
@@ -135,7 +134,9 @@ class ShardSnapshots:
                 else:
                     os.nice(19)
                 arrays, meta = self._capture()
-                write_snapshot(self._root, sequence, arrays, meta, bytes_per_s=self._pace)
+                write_snapshot(
+                    self._root, sequence, arrays, meta, bytes_per_s=BACKGROUND_BYTES_PER_S
+                )
                 code = 0
             except BaseException as exc:
                 print(f"shard {self._index}: snapshot {sequence} failed: {exc}", file=sys.stderr)

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from replay.errors import ReplayError
+from replay.errors import ReplayError, SnapshotError
+from replay.sum_tree import aligned_empty
 
 FORMAT = "apex-replay-snapshot"
 VERSION = 1
@@ -45,10 +46,6 @@ _NAME = re.compile(r"^[a-z0-9_.]{1,64}$")
 _CHUNK = 64 << 20  # bytes read (and checksummed) at a time
 _WRITE_CHUNK = 4 << 20
 _MAX_MANIFEST_BYTES = 16 << 20
-
-
-class SnapshotError(ReplayError):
-    """A snapshot that cannot be written or used (missing, truncated, corrupted, other)."""
 
 
 @dataclass(frozen=True)
@@ -134,14 +131,14 @@ def _write_direct(path: Path, data: memoryview, pace: _Pace) -> int | None:
     """Writes ``data`` with ``O_DIRECT`` (no page cache: the I/O is done by this process,
     not by the kernel's writeback threads that the serving shard shares its cores with);
     returns the CRC-32, or None where the file system refuses ``O_DIRECT`` (tmpfs)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_DIRECT", 0)
-    if flags == flags & ~getattr(os, "O_DIRECT", 0):
+    direct = getattr(os, "O_DIRECT", 0)  # Linux
+    if not direct:
         return None
     try:
-        descriptor = os.open(path, flags, 0o644)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | direct, 0o644)
     except OSError:
         return None
-    bounce = aligned_bytes(_WRITE_CHUNK, _DIRECT_ALIGN)
+    bounce = aligned_empty(_WRITE_CHUNK, np.uint8, _DIRECT_ALIGN)
     crc, start = 0, 0
     try:
         for start in range(0, len(data), _WRITE_CHUNK):
@@ -162,12 +159,6 @@ def _write_direct(path: Path, data: memoryview, pace: _Pace) -> int | None:
     finally:
         os.close(descriptor)
     return crc
-
-
-def aligned_bytes(nbytes: int, alignment: int) -> np.ndarray:
-    raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    return raw[start : start + nbytes]
 
 
 def _write_array(path: Path, array: np.ndarray, pace: _Pace) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from replay.snapshot import SnapshotError
+from replay.errors import SnapshotError
 
 # ``read(name, out)``: the snapshot's array ``name``, read into ``out`` if given.
 Reader = Callable[[str, "np.ndarray | None"], np.ndarray]

@@ -29,8 +29,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from replay.errors import EmptyReplayError, InvalidIndexError, InvalidPriorityError
-from replay.snapshot import SnapshotError
+from replay.errors import (
+    EmptyReplayError,
+    InvalidIndexError,
+    InvalidPriorityError,
+    SnapshotError,
+)
 
 ARITY = 8
 _SHIFT = 3  # log2(ARITY)
