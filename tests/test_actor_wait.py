@@ -15,6 +15,20 @@ from replay.wire import decode
 from tests.conftest import ShardProcess, wait_for
 
 
+def _steadily_blocked(actor: Actor):
+    """True once the actor has timed out on its inserts three times with nothing sent
+    between: a single timeout can be a slow first credit reply, not the limiter."""
+    seen = {"sent": -1, "waits": 0}
+
+    def blocked() -> bool:
+        if actor.transitions_sent != seen["sent"]:
+            seen["sent"], seen["waits"] = actor.transitions_sent, actor.insert_waits
+            return False
+        return actor.insert_waits - seen["waits"] >= 3
+
+    return blocked
+
+
 def test_a_blocked_actor_keeps_sending_heartbeats() -> None:
     # Nothing samples: the limiter stops inserts after about 600 transitions.
     shard = ShardProcess("--capacity", "10000", "--min-size", "100", "--samples-per-insert",
@@ -27,7 +41,7 @@ def test_a_blocked_actor_keeps_sending_heartbeats() -> None:
     runner = threading.Thread(target=actor.run, daemon=True)
     runner.start()
     try:
-        wait_for(lambda: actor.insert_waits > 0, timeout_s=60, what="the actor to be blocked",
+        wait_for(_steadily_blocked(actor), timeout_s=60, what="the actor to be blocked",
                  interval_s=0.05)  # fmt: skip
         heard, sent = [], actor.transitions_sent
         while episodes.poll(0):  # what it said before it was blocked
