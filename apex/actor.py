@@ -34,6 +34,9 @@ from apex.settings import ActorConfig
 from replay.client import InsertClient, ShardEndpoints
 from replay.errors import ReplayTimeout
 
+# At its end an actor waits this long for the shards to confirm what it sent.
+FLUSH_TIMEOUT_S = 5.0
+
 logger = logging.getLogger(__name__)
 
 
@@ -110,6 +113,7 @@ class Actor:
         self.transitions_sent = 0
         self.episodes_finished = 0
         self.insert_waits = 0
+        self._shard_restarts: dict[int, int] = {}
 
     def stop(self) -> None:
         """Asks :meth:`run` to return after its current step (safe from a signal handler)."""
@@ -173,17 +177,14 @@ class Actor:
                 episode_lengths += 1
                 if ended.any():
                     finished = np.flatnonzero(ended)
-                    self._episodes.report(
-                        episode_returns[finished].tolist(),
-                        episode_lengths[finished].tolist(),
-                        self._weights.version,
-                        self.transitions_sent,
+                    self._report(
+                        episode_returns[finished].tolist(), episode_lengths[finished].tolist()
                     )
                     self.episodes_finished += finished.size
                     episode_returns[finished] = 0.0
                     episode_lengths[finished] = 0
                 elif self._episodes.heartbeat_due():
-                    self._episodes.report([], [], self._weights.version, self.transitions_sent)
+                    self._report([], [])
                 observations = next_observations
                 self.steps += 1
         finally:
@@ -231,7 +232,7 @@ class Actor:
                     )
                 # Alive while it waits: the learner must not count a blocked actor as gone.
                 if self._episodes.heartbeat_due():
-                    self._episodes.report([], [], self._weights.version, self.transitions_sent)
+                    self._report([], [])
                 continue
             self.transitions_sent += len(priorities)
             return
@@ -242,16 +243,29 @@ class Actor:
             self._inserts.insert(batch, priorities, policy_version=version)
             return
         scalars = {name: batch[name] for name in ("action", "reward", "discount")}
+        for index, restarts in enumerate(self._inserts.shard_restarts()):
+            if restarts != self._shard_restarts.get(index, 0):
+                self._shard_restarts[index] = restarts
+                self._frames.forget(index)
         shard, insert = self._inserts.insert_frames(
             lambda index: self._frames.build(index, batch["refs"], scalars, priorities),
             policy_version=version,
         )
         self._frames.sent_to(shard, insert)
 
+    def _report(self, returns: list[float], lengths: list[int], final: bool = False) -> None:
+        """Episodes (or none: a heartbeat) and what this actor handed to the replay."""
+        self._episodes.report(returns, lengths, self._weights.version, self.transitions_sent,
+                              self._inserts.delivery(), final=final)  # fmt: skip
+
     def close(self) -> None:
         self._envs.close()
-        # The last word: how many transitions this actor handed over in all.
-        self._episodes.report([], [], self._weights.version, self.transitions_sent)
+        # What the shards have not confirmed yet is sent again if they lost it; what is
+        # still unconfirmed after this is reported as the actor's last word.
+        if not self._inserts.flush(FLUSH_TIMEOUT_S):
+            logger.warning("actor %d: stopping with %s", self.config.actor_index,
+                           self._inserts.delivery())  # fmt: skip
+        self._report([], [], final=True)
         self._inserts.close(linger_s=1.0)
         self._episodes.close()
         self._weights.close()

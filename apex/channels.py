@@ -10,6 +10,9 @@
   carries the actor's running count of transitions handed to the replay client, and an
   actor sends one (maybe empty) message at least every ``HEARTBEAT_S``: the learner knows
   which actors are alive and can compare what each sent with what the shards received.
+  A third array holds the actor's delivery counts (:data:`DELIVERY_COUNTS`): transitions
+  the shards have not confirmed yet, batches resent, shard restarts seen, and whether this is
+  its last word (sent after it waited for its shards' confirmations).
 
 A message that does not fit (malformed, other parameter names or shapes) is counted and
 skipped, never loaded.
@@ -44,6 +47,8 @@ WEIGHTS_HWM = 2
 EPISODES_HWM = 1000
 HEARTBEAT_S = 1.0
 MAX_TRACKED_ACTORS = 65_536
+# An EPISODES message's third array, in this order (the last is 1 in an actor's last word).
+DELIVERY_COUNTS = ("unconfirmed", "resent", "shard_restarts_seen", "final")
 
 
 class ApexKind(enum.IntEnum):
@@ -157,8 +162,18 @@ class EpisodeReporter:
         lengths: list[int],
         policy_version: int,
         transitions_sent: int,
+        delivery: dict[str, int] | None = None,
+        final: bool = False,
     ) -> None:
-        arrays = (np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64))
+        """Sends finished episodes (none: a heartbeat) and the actor's delivery counts
+        (``replay.client.InsertClient.delivery``); ``final``: its last word."""
+        delivery = delivery or {}
+        counts = [delivery.get(name, 0) for name in DELIVERY_COUNTS[:-1]] + [int(final)]
+        arrays = (
+            np.asarray(returns, dtype=np.float64),
+            np.asarray(lengths, dtype=np.int64),
+            np.asarray(counts, dtype=np.int64),
+        )
         frames = encode(
             Message(
                 ApexKind.EPISODES,
@@ -184,11 +199,16 @@ class EpisodeReporter:
 
 @dataclass
 class ActorStatus:
-    """What the learner has heard from one actor (times from ``time.monotonic``)."""
+    """What the learner has heard from one actor (times from ``time.monotonic``); the
+    delivery counts are as of its last report."""
 
     last_heard: float
     transitions_sent: int = 0
     longest_silence_s: float = 0.0
+    unconfirmed: int = 0
+    resent: int = 0
+    shard_restarts_seen: int = 0
+    final: bool = False
 
 
 class EpisodeCollector:
@@ -200,7 +220,7 @@ class EpisodeCollector:
         self.rejected = 0
         self.actors: dict[int, ActorStatus] = {}
 
-    def _heard(self, sender: int, transitions_sent: float) -> None:
+    def _heard(self, sender: int, transitions_sent: float, counts: np.ndarray) -> None:
         now = time.monotonic()
         status = self.actors.get(sender)
         if status is None:
@@ -210,6 +230,8 @@ class EpisodeCollector:
         status.longest_silence_s = max(status.longest_silence_s, now - status.last_heard)
         status.last_heard = now
         status.transitions_sent = max(status.transitions_sent, int(transitions_sent))
+        status.unconfirmed, status.resent, status.shard_restarts_seen, final = counts.tolist()
+        status.final = bool(final)
 
     def drain(self, limit: int = 1000) -> list[tuple[int, int, float, int]]:
         """Up to ``limit`` episodes as ``(actor, policy_version, return, length)``."""
@@ -221,17 +243,20 @@ class EpisodeCollector:
                 break
             try:
                 message = decode(frames, ApexKind)
-                if message.kind != ApexKind.EPISODES or len(message.arrays) != 2:
+                if message.kind != ApexKind.EPISODES or len(message.arrays) != 3:
                     raise ProtocolError(f"expected EPISODES, got {message.kind.name}")
-                returns, lengths = message.arrays
+                returns, lengths, counts = message.arrays
                 if returns.shape != lengths.shape or returns.dtype != np.float64:
                     raise ProtocolError("returns and lengths disagree")
+                if counts.shape != (len(DELIVERY_COUNTS),) or counts.dtype != np.int64 or (
+                        counts < 0).any():  # fmt: skip
+                    raise ProtocolError("malformed delivery counts")
                 if not 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
                     raise ProtocolError(f"transitions sent {message.scalar} is not a count")
             except ProtocolError:
                 self.rejected += 1
                 continue
-            self._heard(message.sender, message.scalar)
+            self._heard(message.sender, message.scalar, counts)
             for value, length in zip(returns.tolist(), lengths.tolist(), strict=True):
                 episodes.append((message.sender, message.policy_version, value, length))
         return episodes

@@ -14,15 +14,24 @@ _NAME = re.compile(r"^checkpoint-(\d{10})\.pt$")
 
 
 def save(directory: Path, updates: int, state: dict) -> Path:
-    """Writes ``state`` as ``checkpoint-<updates>.pt`` and keeps the newest three."""
+    """Writes ``state`` as ``checkpoint-<updates>.pt`` and keeps the newest three.
+
+    Raises:
+        OSError: the write failed (a full disk, say); the partial file is removed, so the
+            space it took is free again and the older checkpoints stay as they were.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"checkpoint-{updates:010d}.pt"
     temporary = final.with_suffix(".pt.tmp")
-    with open(temporary, "wb") as handle:
-        torch.save(state, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    temporary.replace(final)
+    try:
+        with open(temporary, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.replace(final)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     for old in sorted(_checkpoints(directory))[:-3]:
         old.unlink(missing_ok=True)
     return final
@@ -30,6 +39,11 @@ def save(directory: Path, updates: int, state: dict) -> Path:
 
 def _checkpoints(directory: Path) -> list[Path]:
     return [path for path in directory.glob("checkpoint-*.pt") if _NAME.match(path.name)]
+
+
+def every_checkpoint(directory: Path) -> list[Path]:
+    """The checkpoints in ``directory``, oldest first."""
+    return sorted(_checkpoints(directory)) if directory.is_dir() else []
 
 
 def latest(directory: Path) -> Path | None:

@@ -1,10 +1,13 @@
 """What reached the replay, and what did not: the account a run gives at its end.
 
 Each actor's heartbeats tell the learner how many transitions it handed to its replay
-client; each shard's INFO tells how many it received from every sender. An actor still
-heard at the end may have data in transit (queued behind a rate limiter or a slow link);
-an actor gone silent lost whatever its process held. Shard outages are as the learner's
-sampler saw them.
+client, and how many of those its shards have not confirmed yet (it keeps them and sends
+them again if a shard loses them, see ``replay.lanes``); each shard's INFO tells how many
+it holds from every sender. What a live actor has not had confirmed is in transit; what
+it sent beyond that and no shard holds was lost by a shard that came back from an older
+snapshot; an actor gone silent lost whatever its process held. An actor's last word
+comes after it waited for its confirmations: what is missing then is lost. Shard outages
+are as the learner's sampler saw them.
 """
 
 from __future__ import annotations
@@ -31,19 +34,22 @@ def delivery_report(
     lost = in_transit = 0
     for index, status in sorted(actors.items()):
         silent_for = now - status.last_heard
-        gone = silent_for > SILENT_AFTER_S
+        gone = silent_for > SILENT_AFTER_S and not status.final  # stopped is not gone
         got = received.get(index, 0)
         missing = max(0, status.transitions_sent - got) if shards_answered else None
+        held = 0
         if missing is not None:
-            if gone:
-                lost += missing
-            else:
-                in_transit += missing
+            held = 0 if gone or status.final else min(missing, status.unconfirmed)
+            lost += missing - held
+            in_transit += held
         per_actor[str(index)] = {
             "transitions_sent": status.transitions_sent,
             "transitions_received": got,
             "missing": missing,
+            "in_transit": held if missing is not None else None,
             "gone": gone,
+            "stopped": status.final,
+            "resent_batches": status.resent,
             "silent_for_s": round(silent_for, 2),
             "longest_silence_s": round(max(status.longest_silence_s, silent_for), 2),
         }
@@ -54,6 +60,12 @@ def delivery_report(
         "transitions_lost": lost if shards_answered else None,
         "transitions_in_transit": in_transit if shards_answered else None,
         "shards_answering": sum(info is not None for info in shard_infos),
+        # Batch messages a shard dropped as already held, and lane numbers it found
+        # lost when it came back (see replay.lanes).
+        "duplicates_dropped": sum((i or {}).get("duplicates_dropped", 0) for i in shard_infos),
+        "batches_lost_at_shard_restart": sum(
+            (i or {}).get("lost_at_restart", 0) for i in shard_infos
+        ),
         "shard_outages": [
             {"shard": s["index"], "outages": s["outages"], "down_s": round(s["down_s"], 2)}
             for s in shard_states

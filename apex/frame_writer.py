@@ -178,6 +178,11 @@ class FrameWriter:
         slots = envs * self._size + obs_numbers % self._size
         return np.where(kept, np.maximum(reach, self._episode_first[slots]), reach)
 
+    def forget(self, shard: int) -> None:
+        """``shard`` came back from a snapshot and may lack recent frames: the next
+        message to it carries its records' whole stacks again."""
+        self._sent.pop(shard, None)
+
     def sent_to(self, shard: int, insert: FrameInsert) -> None:
         """Records what ``shard`` now holds after ``insert`` went there."""
         sent = self._sent.setdefault(shard, np.full(len(self.streams), -1, dtype=np.int64))

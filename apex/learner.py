@@ -137,6 +137,7 @@ class Learner:
         self._started = time.monotonic()
         self._last_progress = self._started
         self._running = False
+        self.checkpoints_failed = 0
 
     @property
     def weights_endpoint(self) -> str:
@@ -172,6 +173,17 @@ class Learner:
         }
         return checkpoint.save(self.run_dir / "checkpoints", self.counters.updates, state)
 
+    def _checkpoint_or_count(self) -> Path | None:
+        """A checkpoint, or None and a count and an error line when it cannot be written
+        (a full disk): training goes on, and the newest good checkpoint stays."""
+        try:
+            return self.save_checkpoint()
+        except OSError as exc:
+            self.checkpoints_failed += 1
+            logger.error("checkpoint at update %d not written (%s); %d failed so far",
+                         self.counters.updates, exc, self.checkpoints_failed)  # fmt: skip
+            return None
+
     def _elapsed_s(self) -> float:
         running = time.monotonic() - self._started if self._running else 0.0
         return self.counters.train_seconds + running
@@ -199,7 +211,7 @@ class Learner:
         tasks.every("episodes", self._take_episodes)
         tasks.every("evaluation", self._evaluate, seconds=config.eval_interval_s)
         tasks.every("progress", self._write_progress, seconds=config.metrics_interval_s)
-        tasks.every("checkpoint", self.save_checkpoint, seconds=config.checkpoint_interval_s)
+        tasks.every("checkpoint", self._checkpoint_or_count, seconds=config.checkpoint_interval_s)
         try:
             logger.info("waiting for the shards to hold data to sample")
             if not self.source.start(cancelled=self._stop):
@@ -226,7 +238,7 @@ class Learner:
             self.counters.train_seconds = self._elapsed_s()
             self._running = False
             outcome.last_eval_return = self._last_eval
-            path = self.save_checkpoint()
+            path = self._checkpoint_or_count()
             outcome.delivery = self._account()
             metrics.write(
                 {
@@ -237,7 +249,9 @@ class Learner:
                     "weight_version": self.counters.weight_version,
                     "train_seconds": self.counters.train_seconds,
                     "last_eval_return": self._last_eval,
-                    "checkpoint": str(path),
+                    "checkpoint": str(path) if path else None,
+                    "checkpoints_failed": self.checkpoints_failed,
+                    "metrics_dropped": metrics.dropped,
                     "delivery": outcome.delivery,
                 }
             )

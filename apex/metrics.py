@@ -3,6 +3,7 @@ TensorBoard scalars when ``torch.utils.tensorboard`` can be imported."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -12,9 +13,14 @@ logger = logging.getLogger(__name__)
 
 
 class MetricsWriter:
+    """Appends records to ``metrics.jsonl``. A record that cannot be written (a full disk)
+    is counted in ``dropped`` and logged once, never raised: metrics must not stop
+    training."""
+
     def __init__(self, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "metrics.jsonl"
+        self.dropped = 0
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         self._tensorboard = None
         try:
@@ -29,8 +35,14 @@ class MetricsWriter:
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in record.items()
         }
-        self._file.write(json.dumps(clean) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(clean) + "\n")
+            self._file.flush()
+        except OSError as exc:
+            self.dropped += 1
+            if self.dropped == 1:
+                logger.error("metrics record not written (%s); counting the ones dropped", exc)
+            return
         if self._tensorboard is not None:
             step = int(record.get("updates", 0))
             for key, value in clean.items():
@@ -38,7 +50,8 @@ class MetricsWriter:
                     self._tensorboard.add_scalar(key, value, step)
 
     def close(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # what is still buffered, on a full disk
+            self._file.close()
         if self._tensorboard is not None:
             self._tensorboard.close()
 

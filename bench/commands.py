@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from bench.compare_command import bench_compare
 from bench.workers import REPO_ROOT
 
 
@@ -55,6 +56,11 @@ def _timing_options(what: str, default_s: float, quick_s: float, min_s: float):
         )(command)
 
     return decorate
+
+
+# The fault suite's cases, named without importing it (it imports apex and the launcher).
+FAULTS = ("kill-actor", "kill-shard", "kill-learner", "stop-shard", "corrupt-snapshot",
+          "corrupt-checkpoint", "full-disk")  # fmt: skip
 
 
 @click.group(context_settings={"show_default": True})
@@ -246,6 +252,20 @@ def bench_frames(quick, json_path, markdown_path) -> None:
     _run_bench(frames_suite.SUITE, run_suite, json_path, markdown_path)
 
 
+@bench.command("faults")
+@click.option("--quick", is_flag=True, help="5 s stops and full disks instead of 30 s.")
+@click.option("--fault", "faults", multiple=True, type=click.Choice(FAULTS), help="[all]")
+@_report_options
+def bench_faults(quick, faults, json_path, markdown_path) -> None:
+    """Kill, stop, corrupt and fill under a real run: recovery time and what was lost."""
+    from bench import faults_suite
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return faults_suite.run(quick=quick, faults=faults or None, progress=_progress)
+
+    _run_bench(faults_suite.SUITE, run_suite, json_path, markdown_path)
+
+
 @bench.command("system")
 @click.option("--quick", is_flag=True, help="One small configuration, a 3 s window.")
 @click.option(
@@ -356,36 +376,6 @@ def bench_run(suites, quick, out, plots) -> None:
         raise click.ClickException("benchmark documents failed validation: " + "; ".join(problems))
 
 
-@bench.command("compare")
-@click.argument("old", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("new", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--threshold",
-    type=click.FloatRange(min=0, min_open=True),
-    default=0.9,
-    help="Flag figures whose new/old speed falls below this.",
-)
-@click.option("--fail-on-regression", is_flag=True, help="Exit 1 if any figure is flagged.")
-def bench_compare(old, new, threshold, fail_on_regression) -> None:
-    """Ratios between two benchmark JSON files (NEW against OLD), to catch regressions."""
-    import json
-
-    from bench import compare
-
-    documents = []
-    for path in (old, new):
-        try:
-            documents.append(json.loads(path.read_text()))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise click.BadParameter(f"{path} is not a benchmark JSON file: {exc}") from exc
-    rows = compare.compare(*documents, threshold=threshold)
-    if not rows:
-        raise click.ClickException(f"{old} and {new} share no figure to compare")
-    click.echo(compare.markdown(rows, threshold))
-    if fail_on_regression and any(row["regression"] for row in rows):
-        raise SystemExit(1)
-
-
 def _progress(line: str) -> None:
     click.echo(f"... {line}", err=True)
 
@@ -406,3 +396,6 @@ def _run_bench(suite: str, run_suite, json_path: Path | None, markdown_path: Pat
     click.echo(text)
     if problems:
         raise click.ClickException("benchmark document failed validation: " + "; ".join(problems))
+
+
+bench.add_command(bench_compare, "compare")

@@ -1,4 +1,5 @@
-"""The actors' side of replay: the insert client and its credit with each shard.
+"""The actors' side of replay: the insert client, which sends each batch to a shard with
+room and keeps it until that shard confirms it (``replay.shard_credit``).
 
 Every blocking wait goes through a poller with a timeout and raises
 :class:`ReplayTimeout` when it runs out; nothing blocks forever on a dead shard. Requests
@@ -8,6 +9,7 @@ Every blocking wait goes through a poller with a timeout and raises
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,12 +18,13 @@ import numpy as np
 import zmq
 
 from replay import messages
-from replay.errors import ProtocolError, ReplayError, ReplayTimeout, ShardError, SpecMismatchError
+from replay.errors import ReplayError, ReplayTimeout, SpecMismatchError
 from replay.frame_spec import FrameStackSpec
-from replay.requests import RequestClient, await_spec
+from replay.requests import await_spec
+from replay.shard_credit import ShardCredit
 from replay.spec import TransitionSpec
 from replay.transport import insert_buffer_bytes, make_socket, send_frames
-from replay.wire import Kind, encode
+from replay.wire import encode, restamp
 
 logger = logging.getLogger(__name__)
 
@@ -32,99 +35,6 @@ class ShardEndpoints:
 
     insert: str
     request: str
-
-
-class ShardCredit:
-    """How many of one client's insert batches a shard has not taken in yet: the credit.
-
-    High-water marks count messages in ZeroMQ's queues, but the kernel's socket buffers
-    (128 KiB or more each side, see ``replay.transport``) hold thousands of small batches
-    beyond them. With many actors and shards, that is hundreds of thousands of transitions
-    made by an old policy, out of the rate limiter's reach, and actors that burn the cores
-    making them. So the client counts what it sent and asks the shard (CREDIT, on its own
-    DEALER) how many it has taken; the shard holds the answer until enough are taken.
-
-    Args:
-        limit: batches this client may have sent and not yet seen taken.
-    """
-
-    def __init__(self, context: zmq.Context, endpoint: str, sender: int, limit: int) -> None:
-        self.endpoint = endpoint
-        self.limit = limit
-        self.sent = 0
-        self.taken = 0.0
-        self._baseline: float | None = None
-        self._asked_until: float | None = None
-        self._incarnation: int | None = None
-        self.restarts_seen = 0
-        """Times the shard answered as a new process (it restarted)."""
-        self._requests = RequestClient(context, endpoint, sender, hwm=16)
-
-    @property
-    def socket(self) -> zmq.Socket:
-        return self._requests.socket
-
-    @property
-    def in_flight(self) -> float:
-        return self.sent - self.taken
-
-    def has_room(self) -> bool:
-        return self.in_flight < self.limit
-
-    @property
-    def started(self) -> bool:
-        return self._baseline is not None
-
-    @property
-    def awaiting_reply(self) -> bool:
-        """A question is out (or was, and its late answer may still come)."""
-        return self._asked_until is not None
-
-    def ask(self, wait_s: float) -> None:
-        """Asks the shard to answer once the batches in flight fall to half the limit.
-
-        Does nothing while an earlier question may still be answered.
-        """
-        now = time.monotonic()
-        if self._asked_until is not None and now < self._asked_until:
-            return
-        wanted = 0.0
-        if self._baseline is not None:
-            wanted = max(0.0, self._baseline + self.sent - self.limit // 2)
-        wait_ms = max(0, int(wait_s * 1000))
-        if self._requests.send(messages.CreditRequest(wanted, wait_ms)) is None:
-            return
-        # An answer that has not come a second after the shard's own deadline is lost.
-        self._asked_until = now + wait_ms / 1000 + 1.0
-
-    def read_replies(self) -> None:
-        """Takes in every answer that has arrived.
-
-        Raises:
-            ShardError: the shard answered with an ERROR (it does not know CREDIT).
-            ProtocolError: it answered with another kind.
-        """
-        for reply in self._requests.drain():
-            if reply.kind == Kind.ERROR:
-                raise ShardError(f"{self.endpoint}: {messages.read_error(reply)}")
-            if reply.kind != Kind.CREDIT_REPLY:
-                raise ProtocolError(
-                    f"{self.endpoint}: expected CREDIT_REPLY, got {reply.kind.name}"
-                )
-            answer = messages.CreditReply.from_message(reply)
-            taken = answer.taken
-            self._asked_until = None
-            if self._incarnation is not None and answer.incarnation != self._incarnation:
-                # A restarted shard counts from what it restored: start the count again.
-                self.restarts_seen += 1
-                self._baseline, self.sent, self.taken = None, 0, 0.0
-            self._incarnation = answer.incarnation
-            if self._baseline is None:
-                self._baseline = taken
-            self.taken = max(self.taken, taken - self._baseline)
-
-    def close(self) -> None:
-        self._requests.close()
 
 
 class InsertClient:
@@ -201,9 +111,13 @@ class InsertClient:
             socket.connect(shard.insert)
             self._sockets.append(socket)
         self._credits: list[ShardCredit | None] = [None] * len(shards)
+        self.incarnation = 0
+        """This client's life on the lanes (``replay.lanes``), 0 without credit."""
         if credit is not None:
+            self.incarnation = secrets.randbits(32) or 1
             share = -(-credit // len(shards))
-            self._credits = [ShardCredit(context, shard.request, sender, share) for shard in shards]
+            self._credits = [ShardCredit(context, shard.request, sender, share, self.incarnation)
+                             for shard in shards]  # fmt: skip
             self._start_credits(deadline)
         self._next = 0
         self._sequence = 0
@@ -287,17 +201,24 @@ class InsertClient:
         if self._stretch_left <= 0:
             self._stretch_left = stretch
         while True:
+            for index, credit in enumerate(self._credits):
+                if credit is not None and credit.resend_at is not None:
+                    self._resend(index, credit)
             for offset in range(len(self._sockets)):
                 index = (self._next + offset) % len(self._sockets)
                 credit = self._credits[index]
                 if credit is not None and not credit.has_room():
                     continue
+                frames = frames_for(index)
+                if credit is not None:
+                    frames = restamp(frames, sequence=credit.sent, incarnation=self.incarnation,
+                                     held=credit.in_flight)  # fmt: skip
                 try:
-                    send_frames(self._sockets[index], frames_for(index), zmq.NOBLOCK)
+                    send_frames(self._sockets[index], frames, zmq.NOBLOCK)
                 except zmq.Again:
                     continue
                 if credit is not None:
-                    credit.sent += 1
+                    credit.sent_one(frames)
                     # Asked ahead, so that the answer is usually back before the credit
                     # runs out: the sender then never stops for a round trip.
                     if credit.in_flight > credit.limit // 4:
@@ -311,13 +232,67 @@ class InsertClient:
                 raise ReplayTimeout(f"no shard accepted a batch within {self._timeout_ms} ms")
             self._wait_for_room(remaining)
 
+    def _resend(self, index: int, credit: ShardCredit) -> None:
+        """Sends the kept messages from ``credit.resend_at`` again, in order, as far as
+        the socket takes them now; the rest wait for the next call."""
+        position = max(0, credit.resend_at - credit.taken)
+        while position < len(credit.retained):
+            frames = restamp(credit.retained[position], sequence=credit.taken + position,
+                             incarnation=self.incarnation, held=position)  # fmt: skip
+            try:
+                send_frames(self._sockets[index], frames, zmq.NOBLOCK)
+            except zmq.Again:
+                credit.resend_at = credit.taken + position
+                return
+            position += 1
+            credit.resent += 1
+        credit.resend_at = None
+
+    def flush(self, timeout_s: float) -> bool:
+        """Waits until the shards have confirmed every message this client sent, sending
+        again what a restarted shard or a broken connection lost; True if they did within
+        ``timeout_s`` (always, without credit: nothing is counted then)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            waiting = [(index, credit) for index, credit in enumerate(self._credits)
+                       if credit is not None and credit.in_flight]  # fmt: skip
+            remaining = deadline - time.monotonic()
+            if not waiting or remaining <= 0:
+                return not waiting
+            wait_s = min(remaining, 1.0)
+            poller = zmq.Poller()
+            for index, credit in waiting:
+                if credit.resend_at is not None:
+                    self._resend(index, credit)
+                credit.ask(wait_s, everything=True)
+                poller.register(credit.socket, zmq.POLLIN)
+            ready = dict(poller.poll(int(wait_s * 1000) + 1))
+            for _, credit in waiting:
+                if credit.socket in ready:
+                    self._read_credit(credit)
+
+    def delivery(self) -> dict[str, int]:
+        """What the lanes hold and did: transitions (and messages) kept unconfirmed,
+        messages resent, and shard restarts seen."""
+        credits = [credit for credit in self._credits if credit is not None]
+        return {
+            "unconfirmed": sum(credit.retained_transitions for credit in credits),
+            "unconfirmed_messages": sum(len(credit.retained) for credit in credits),
+            "resent": sum(credit.resent for credit in credits),
+            "shard_restarts_seen": sum(credit.restarts_seen for credit in credits),
+        }
+
+    def shard_restarts(self) -> list[int]:
+        """Per shard, the times it answered as a new process."""
+        return [0 if credit is None else credit.restarts_seen for credit in self._credits]
+
     def _wait_for_room(self, timeout_s: float) -> None:
         """Waits until a shard may have room: its queue drained, or it took more batches."""
         poller = zmq.Poller()
         for socket, credit in zip(self._sockets, self._credits, strict=True):
-            if credit is None or credit.has_room():
+            if credit is None or credit.has_room() or credit.resend_at is not None:
                 poller.register(socket, zmq.POLLOUT)
-            else:
+            if credit is not None and not credit.has_room():
                 credit.ask(timeout_s)
                 poller.register(credit.socket, zmq.POLLIN)
         ready = dict(poller.poll(int(timeout_s * 1000) + 1))

@@ -1,9 +1,11 @@
-"""A shard's side of credit: CREDIT questions held until the asker's count is reached.
+"""A shard's side of credit: CREDIT questions held until the asker's lane reaches a number.
 
-An actor asks a shard (CREDIT, on the ROUTER) to answer once the shard has taken a number
-of its insert messages (see ``replay.client.ShardCredit``); the answer says how many it
-has taken. A question is answered as soon as the insert that reaches the count is taken,
-when its wait runs out, or at once if the count is already reached.
+An actor asks a shard (CREDIT, on the ROUTER) to answer once the shard expects a given
+lane number from it (it has taken every message below; see ``replay.lanes`` and
+``replay.shard_credit.ShardCredit``); the answer says the number, whether messages after it
+were refused for a gap (send them again), and the shard's incarnation. A question is
+answered as soon as the insert that reaches the number is taken, when its wait runs out,
+or at once if the number is already reached.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from replay import messages
+from replay.lanes import delivered
 from replay.senders import SenderBook
 from replay.wire import Message
 
@@ -27,6 +30,7 @@ class HeldCredit:
 
     identity: bytes
     sender: int
+    incarnation: int
     sequence: int
     wanted: float
     deadline: float
@@ -57,13 +61,13 @@ class CreditDesk:
     def ask(self, identity: bytes, message: Message) -> None:
         """Takes a CREDIT question; raises ``ProtocolError`` for a malformed one."""
         request = messages.CreditRequest.from_message(message)
-        held = HeldCredit(identity, message.sender, message.sequence, request.wanted,
-                          time.monotonic() + request.wait_ms / 1000)  # fmt: skip
+        held = HeldCredit(identity, message.sender, message.incarnation, message.sequence,
+                          request.wanted, time.monotonic() + request.wait_ms / 1000)  # fmt: skip
         earlier = self._held.pop(held.sender, None)
         if earlier is not None:
             self._answer(earlier)
         if (
-            self._senders.get(held.sender).taken >= held.wanted
+            self._delivered(held) >= held.wanted
             or request.wait_ms == 0
             or len(self._held) >= MAX_HELD_CREDIT_REQUESTS
         ):
@@ -76,7 +80,7 @@ class CreditDesk:
         end of the shard's round (up to ``max_inserts_per_round`` messages later) the
         sender may have stopped for want of credit."""
         held = self._held.get(sender)
-        if held is not None and self._senders.get(sender).taken >= held.wanted:
+        if held is not None and self._delivered(held) >= held.wanted:
             del self._held[sender]
             self._answer(held)
 
@@ -88,9 +92,16 @@ class CreditDesk:
                 del self._held[sender]
                 self._answer(held)
 
+    def _delivered(self, held: HeldCredit) -> float:
+        """The asker's next lane number here; for an untracked asker, what it wants (it
+        is not held back, and has nothing resent)."""
+        expected = delivered(self._senders.tracked(held.sender), held.incarnation)
+        return held.wanted if expected is None else expected
+
     def _answer(self, held: HeldCredit) -> None:
-        taken = float(self._senders.get(held.sender).taken)
-        self._send(
-            held.identity,
-            messages.CreditReply(taken, self.incarnation).to_message(self._index, held.sequence),
-        )
+        stats = self._senders.tracked(held.sender)
+        resend = stats is not None and stats.incarnation == held.incarnation and stats.gap_pending
+        if resend:
+            stats.gap_pending = 0
+        reply = messages.CreditReply(self._delivered(held), self.incarnation, bool(resend))
+        self._send(held.identity, reply.to_message(self._index, held.sequence))

@@ -243,8 +243,9 @@ class PriorityUpdate:
 
 @dataclass(frozen=True)
 class CreditRequest:
-    """Asks a shard to answer once it has taken ``wanted`` insert messages from the asker,
-    or after ``wait_ms`` (at most :data:`MAX_CREDIT_WAIT_MS`)."""
+    """Asks a shard to answer once it expects lane number ``wanted`` from the asker (see
+    ``replay.lanes``), or after ``wait_ms`` (at most :data:`MAX_CREDIT_WAIT_MS`). The
+    asker's incarnation, in the header, names its lane."""
 
     wanted: float
     wait_ms: int
@@ -263,21 +264,23 @@ class CreditRequest:
 
 @dataclass(frozen=True)
 class CreditReply:
-    """How many insert messages the shard has taken from the asker so far, and which
-    incarnation of the shard says so (a random u32 per shard process: a restarted shard
-    counts anew, so its counts are not comparable with its predecessor's)."""
+    """The lane number the shard expects next from the asker (``taken``: it has every
+    message below), whether it refused later ones for a gap (``resend``: send them again
+    from ``taken``), and which life of the shard says so (``incarnation``, a random u32
+    per shard process: a restarted shard may have lost what its predecessor confirmed)."""
 
     taken: float
     incarnation: int = 0
+    resend: bool = False
 
     def to_message(self, sender: int, sequence: int) -> Message:
-        return Message(Kind.CREDIT_REPLY, sender, sequence, count=self.incarnation,
-                       scalar=float(self.taken))  # fmt: skip
+        return Message(Kind.CREDIT_REPLY, sender, sequence, count=int(self.resend),
+                       scalar=float(self.taken), incarnation=self.incarnation)  # fmt: skip
 
     @classmethod
     def from_message(cls, message: Message) -> CreditReply:
         _expect(message, Kind.CREDIT_REPLY)
-        return cls(message.scalar, message.count)
+        return cls(message.scalar, message.incarnation, bool(message.count & 1))
 
 
 def request(kind: Kind, sender: int, sequence: int) -> Message:

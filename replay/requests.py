@@ -9,6 +9,7 @@ shards, and a blocking side (``call``) that waits for the answer to its own requ
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ class RequestClient:
         sender: this process's u32 id.
         timeout_s: how long a blocking :meth:`call` waits, to send and for its answer.
         hwm: high-water mark of the socket.
+        incarnation: this process life's u32 id, put in every request's header (0: none).
     """
 
     def __init__(
@@ -54,9 +56,11 @@ class RequestClient:
         sender: int,
         timeout_s: float = 5.0,
         hwm: int = 64,
+        incarnation: int = 0,
     ) -> None:
         self.endpoint = endpoint
         self.sender = sender
+        self.incarnation = incarnation
         self.timeout_s = timeout_s
         self.socket = make_socket(context, zmq.DEALER, hwm)
         self.socket.connect(endpoint)
@@ -79,6 +83,8 @@ class RequestClient:
             if isinstance(request, Kind)
             else request.to_message(self.sender, sequence)
         )
+        if self.incarnation:
+            message = dataclasses.replace(message, incarnation=self.incarnation)
         frames = encode(message)
         if block and not self.socket.poll(int(self.timeout_s * 1000), zmq.POLLOUT):
             raise ReplayTimeout(f"{self.endpoint}: could not send {message.kind.name} in time")

@@ -38,6 +38,16 @@ class SenderStats:
     policy_version_min: int | None = None
     policy_version_max: int | None = None
     last_sequence: int | None = None
+    # Delivery lanes (``replay.lanes``): the client life heard last, the lane number
+    # expected next from it, and the same for the life before.
+    incarnation: int = 0
+    expected: int = 0
+    previous_incarnation: int = 0
+    previous_expected: int = 0
+    gap_pending: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    lost_at_restart: int = 0
 
 
 class SenderBook:
@@ -51,6 +61,11 @@ class SenderBook:
         self._shard_index = shard_index
         self._senders: dict[int, SenderStats] = {}
         self._logged: set[tuple[int, str]] = set()
+
+    def tracked(self, sender: int) -> SenderStats | None:
+        """``sender``'s own counters, None if it falls in the pooled bucket."""
+        stats = self.get(sender)
+        return stats if self._senders.get(sender) is stats else None
 
     def get(self, sender: int) -> SenderStats:
         stats = self._senders.get(sender)
@@ -81,6 +96,15 @@ class SenderBook:
                 totals[reason] = totals.get(reason, 0) + count
         return totals
 
+    def delivery(self) -> dict[str, int]:
+        """Delivery totals over every sender (``replay.lanes``)."""
+        stats = self._senders.values()
+        return {
+            "duplicates_dropped": sum(s.duplicates for s in stats),
+            "out_of_order_refused": sum(s.out_of_order for s in stats),
+            "lost_at_restart": sum(s.lost_at_restart for s in stats),
+        }
+
     def counters(self) -> dict[str, dict[str, object]]:
         """Per sender, plain JSON types (INFO's ``senders``)."""
         return {
@@ -93,6 +117,9 @@ class SenderBook:
                 "policy_version_min": s.policy_version_min,
                 "policy_version_max": s.policy_version_max,
                 "last_sequence": s.last_sequence,
+                "duplicates": s.duplicates,
+                "out_of_order": s.out_of_order,
+                "lost_at_restart": s.lost_at_restart,
             }
             for sender, s in self._senders.items()
         }

@@ -8,7 +8,7 @@ Sockets (both bound by the shard, one context per process):
   outcome shows in INFO's counters), so the learner never waits on a round trip to send
   priorities. CREDIT is held until the asker's insert messages taken reach the number
   it asked for (or its wait runs out): the credit that keeps an actor from running far
-  ahead of what the shard has taken (see ``replay.client.ShardCredit``).
+  ahead of what the shard has taken (see ``replay.shard_credit.ShardCredit``).
 
 What each message carries is defined in ``replay.messages``.
 
@@ -39,6 +39,7 @@ from replay import messages
 from replay.credit_desk import CreditDesk
 from replay.errors import ConfigError, ProtocolError, ReplayError, SnapshotError
 from replay.ingest import Ingest
+from replay.lanes import Verdict, admit
 from replay.rate_limiter import RateLimiter
 from replay.senders import (
     REJECT_INSERT,
@@ -176,16 +177,19 @@ class ShardServer:
         except ProtocolError as exc:
             sender = claimed_sender(frames[0])
             self._senders.get(sender).taken += 1
-            self._credit.taken(sender)
             self._senders.reject(sender, REJECT_PROTOCOL, exc)
             return
         stats = self._senders.get(message.sender)
         stats.taken += 1
-        self._credit.taken(message.sender)
         if message.kind not in (Kind.INSERT, Kind.INSERT_FRAMES):
             self._senders.reject(
                 message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL"
             )
+            return
+        verdict = admit(self._senders.tracked(message.sender), message.incarnation,
+                        message.sequence, message.held)  # fmt: skip
+        self._credit.taken(message.sender)
+        if verdict != Verdict.TAKE:
             return
         try:
             added = self._ingest.take(message)
@@ -335,6 +339,7 @@ class ShardServer:
             "inserts_waiting": not self.limiter.can_insert(),
             "samples_waiting": len(self._waiting_samples),
             "senders": self._senders.counters(),
+            **self._senders.delivery(),
             "uptime_s": elapsed,
             **self._ingest.counters(),
             **(self._snapshots.counters() if self._snapshots is not None else {}),

@@ -8,7 +8,7 @@ Frame layout (all integers little-endian)::
     frame 0  header
         offset size  field
              0    2  magic            b"AX"
-             2    1  version          PROTOCOL_VERSION (2)
+             2    1  version          PROTOCOL_VERSION (3)
              3    1  kind             Kind (INSERT, SAMPLE, ...)
              4    4  sender           u32 id of the sending process (actor index, ...)
              8    8  sequence         u64, per sender and socket, starting at 0
@@ -17,7 +17,10 @@ Frame layout (all integers little-endian)::
             28    2  array_count      u16 number of array frames that follow
             30    2  reserved         must be 0
             32    8  scalar           f64 kind-specific number (β for SAMPLE)
-            40       one descriptor per array:
+            40    4  incarnation      u32 random id of the sending process's life (0: none)
+            44    4  held             u32 inserts: how many of the sender's messages just
+                                      before this one on its lane it still holds; else 0
+            48       one descriptor per array:
                   1  dtype code       index into DTYPES
                   1  ndim             0..MAX_NDIM
                   2  reserved         must be 0
@@ -35,7 +38,10 @@ kind, descriptor bounds, frame count, frame sizes) and raises :class:`ProtocolEr
 checking arrays against a spec is the receiver's job (``replay.messages``).
 
 Version 2 moved the application kinds from 10-11 to 32-33 and renamed RECEIVED to CREDIT
-(same numbers, 12 and 13); a version 1 message is refused.
+(same numbers, 12 and 13). Version 3 added ``incarnation``, which lets a receiver tell a
+restarted peer from its predecessor, and made an insert's ``sequence`` its number on the
+sender's lane to that shard, with ``held`` (see ``replay.lanes``). Older versions are
+refused.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ import numpy as np
 from replay.errors import ProtocolError
 
 MAGIC = b"AX"
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 MAX_NDIM = 8
 # Frames are counted in the header as u16; a message never needs more than a handful.
 MAX_ARRAYS = 64
@@ -65,9 +71,13 @@ DTYPES: tuple[np.dtype, ...] = tuple(
     )
 )  # fmt: skip
 _DTYPE_CODE = {dtype: code for code, dtype in enumerate(DTYPES)}
-_HEADER = struct.Struct("<2sBBIQqIHHd")
+_HEADER = struct.Struct("<2sBBIQqIHHdII")
 _DESCRIPTOR = struct.Struct("<BBH")
 HEADER_NBYTES = _HEADER.size
+# Where restamp writes: sequence at 8; incarnation and held at 40.
+_SEQUENCE_OFFSET, _SEQUENCE = 8, struct.Struct("<Q")
+_LIFE_OFFSET, _LIFE = 40, struct.Struct("<II")
+_COUNT_OFFSET, _COUNT = 24, struct.Struct("<I")
 # Kinds an application on top of replay may define for its own sockets (see above).
 APPLICATION_KINDS = range(32, 64)
 
@@ -101,6 +111,9 @@ class Message:
         policy_version: weights version the payload was made with, -1 if none.
         count: kind-specific count (transitions in an INSERT, batch size of a SAMPLE).
         scalar: kind-specific number (β of a SAMPLE).
+        incarnation: u32 id of the sender's process life (0: it does not say).
+        held: for inserts, the messages just before this one that the sender still holds
+            (``replay.lanes``); 0 otherwise.
         arrays: the payload; after ``decode`` these are read-only views of the frames.
     """
 
@@ -111,6 +124,8 @@ class Message:
     count: int = 0
     scalar: float = 0.0
     arrays: tuple[np.ndarray, ...] = ()
+    incarnation: int = 0
+    held: int = 0
 
 
 def encode(message: Message) -> list[bytes | memoryview | np.ndarray]:
@@ -147,11 +162,30 @@ def encode(message: Message) -> list[bytes | memoryview | np.ndarray]:
             len(message.arrays),
             0,
             message.scalar,
+            message.incarnation,
+            message.held,
         )
     except struct.error as exc:
         raise ProtocolError(f"header value out of range: {exc}") from exc
     # An empty array travels as an empty frame (a zero-size buffer cannot be cast to bytes).
     return [header + b"".join(descriptors), *(a if a.size else b"" for a in message.arrays)]
+
+
+def restamp(frames: list, *, sequence: int, incarnation: int, held: int) -> list:
+    """``frames`` of an encoded message with new ``sequence``, ``incarnation`` and
+    ``held`` in the header (the array frames are shared, not copied)."""
+    header = bytearray(_buffer(frames[0]))
+    try:
+        _SEQUENCE.pack_into(header, _SEQUENCE_OFFSET, sequence)
+        _LIFE.pack_into(header, _LIFE_OFFSET, incarnation, held)
+    except struct.error as exc:
+        raise ProtocolError(f"header value out of range: {exc}") from exc
+    return [bytes(header), *frames[1:]]
+
+
+def peek_count(frames: list) -> int:
+    """The header's ``count`` of an encoded message (transitions, for an insert)."""
+    return _COUNT.unpack_from(_buffer(frames[0]), _COUNT_OFFSET)[0]
 
 
 def _buffer(frame: object) -> memoryview:
@@ -181,7 +215,7 @@ def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Messag
     if len(header) < HEADER_NBYTES:
         raise ProtocolError(f"header of {len(header)} bytes is shorter than {HEADER_NBYTES}")
     (magic, version, kind_code, sender, sequence, policy_version, count, array_count,
-     reserved, scalar) = _HEADER.unpack_from(header)  # fmt: skip
+     reserved, scalar, incarnation, held) = _HEADER.unpack_from(header)  # fmt: skip
     if magic != MAGIC:
         raise ProtocolError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != PROTOCOL_VERSION:
@@ -212,7 +246,9 @@ def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Messag
                 f"{dtype} needs {nbytes}"
             )
         arrays.append(flat.reshape(shape))
-    return Message(kind, sender, sequence, policy_version, count, scalar, tuple(arrays))
+    return Message(
+        kind, sender, sequence, policy_version, count, scalar, tuple(arrays), incarnation, held
+    )
 
 
 @functools.lru_cache(maxsize=256)

@@ -16,9 +16,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+import zmq
 
 from replay import TransitionSpec
 from replay.client import ShardEndpoints
+from replay.requests import RequestClient
 
 SMALL_SPEC = TransitionSpec.from_dict(
     {
@@ -115,3 +117,12 @@ class ShardProcess:
         finally:
             self.process.stdout.close()
             self.log.close()
+
+
+def info(context: zmq.Context, shard: ShardProcess) -> dict:
+    """One INFO round trip to ``shard``."""
+    client = RequestClient(context, shard.endpoints.request, sender=99)
+    try:
+        return client.info()
+    finally:
+        client.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 
@@ -18,7 +19,7 @@ from replay.client import InsertClient
 from replay.errors import ReplayTimeout, ShardError, SpecMismatchError
 from replay.requests import RequestClient
 from replay.wire import Kind, Message, decode, encode
-from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, make_batch, wait_for
+from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, info, make_batch, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +34,6 @@ def context() -> Iterator[zmq.Context]:
     context = zmq.Context()
     yield context
     context.destroy(linger=0)
-
-
-def info(context: zmq.Context, shard: ShardProcess) -> dict:
-    client = RequestClient(context, shard.endpoints.request, sender=99)
-    try:
-        return client.info()
-    finally:
-        client.close()
 
 
 def test_insert_sample_update_round_trip(shard: ShardProcess, context: zmq.Context) -> None:
@@ -223,15 +216,19 @@ def test_a_credit_request_is_held_until_enough_inserts_are_taken(
     pusher.connect(shard.endpoints.insert)
 
     def ask(wanted: float, wait_ms: int) -> None:
-        asker.send_multipart(encode(Message(Kind.CREDIT, 31, 0, -1, wait_ms, wanted)))
+        asker.send_multipart(encode(Message(Kind.CREDIT, 31, 0, -1, wait_ms, wanted,
+                                            incarnation=7)))  # fmt: skip
 
     def reply():
         assert asker.poll(5000), "no CREDIT reply"
         return decode(asker.recv_multipart())
 
+    lanes = itertools.count()
+
     def push_batch() -> None:
         arrays = (*make_batch(SMALL_SPEC, 4).values(), np.ones(4))
-        pusher.send_multipart(encode(Message(Kind.INSERT, 31, 0, -1, 4, 0.0, arrays)))
+        pusher.send_multipart(encode(Message(Kind.INSERT, 31, next(lanes), -1, 4, 0.0, arrays,
+                                             incarnation=7)))  # fmt: skip
 
     ask(0.0, 0)
     start = reply().scalar  # what this sender id had sent before (nothing)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import struct
 
 import numpy as np
@@ -35,6 +36,8 @@ def assert_same(decoded: Message, original: Message) -> None:
     assert decoded.policy_version == original.policy_version
     assert decoded.count == original.count
     assert decoded.scalar == original.scalar
+    assert decoded.incarnation == original.incarnation
+    assert decoded.held == original.held
     assert len(decoded.arrays) == len(original.arrays)
     for got, sent in zip(decoded.arrays, original.arrays, strict=True):
         assert got.dtype == sent.dtype and got.shape == sent.shape
@@ -46,7 +49,7 @@ def every_kind() -> list[Message]:
     rng = np.random.default_rng(0)
     slots = rng.integers(0, 1 << 20, 512)
     return [
-        Message(Kind.INSERT, 7, 12, 3, 50, 0.0, (*batch.values(), rng.random(50))),
+        Message(Kind.INSERT, 7, 12, 3, 50, 0.0, (*batch.values(), rng.random(50)), 2**32 - 1),
         Message(Kind.SAMPLE, 1, 2**64 - 1, -1, 512, 0.4),
         Message(
             Kind.SAMPLE_REPLY,
@@ -72,6 +75,14 @@ def every_kind() -> list[Message]:
 @pytest.mark.parametrize("message", every_kind(), ids=lambda m: m.kind.name)
 def test_every_kind_round_trips(message: Message) -> None:
     assert_same(round_trip(message), message)
+
+
+def test_restamp_changes_only_the_stamped_fields() -> None:
+    message = every_kind()[0]
+    frames = encode(message)
+    again = decode(as_bytes(wire.restamp(frames, sequence=9, incarnation=5, held=3)))
+    assert_same(again, dataclasses.replace(message, sequence=9, incarnation=5, held=3))
+    assert_same(decode(as_bytes(frames)), message)
 
 
 def test_decoded_arrays_are_read_only_views_of_the_frames() -> None:
@@ -109,10 +120,10 @@ def header_with(**changes: int) -> bytes:
     fields = {
         "magic": wire.MAGIC, "version": wire.PROTOCOL_VERSION, "kind": int(Kind.INFO),
         "sender": 1, "sequence": 0, "policy": -1, "count": 0, "arrays": 0, "reserved": 0,
-        "scalar": 0.0,
+        "scalar": 0.0, "incarnation": 0, "held": 0,
     }  # fmt: skip
     fields.update(changes)
-    return struct.pack("<2sBBIQqIHHd", *fields.values())
+    return struct.pack("<2sBBIQqIHHdII", *fields.values())
 
 
 @pytest.mark.parametrize(
@@ -122,7 +133,8 @@ def header_with(**changes: int) -> bytes:
         ([b"AX\x01"], "shorter than"),
         ([header_with(magic=b"ZZ")], "bad magic"),
         ([header_with(version=1)], "unknown protocol version 1"),
-        ([header_with(version=3)], "unknown protocol version 3"),
+        ([header_with(version=2)], "unknown protocol version 2"),
+        ([header_with(version=4)], "unknown protocol version 4"),
         ([header_with(kind=99)], "unknown message kind 99"),
         ([header_with(kind=10)], "unknown message kind 10"),
         ([header_with(kind=32)], "unknown message kind 32"),

@@ -1,0 +1,129 @@
+"""An insert client's lane to one shard: its credit there, and the messages it keeps until
+the shard confirms them (the protocol is in ``replay.lanes``)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import zmq
+
+from replay import messages
+from replay.errors import ProtocolError, ShardError
+from replay.requests import RequestClient
+from replay.wire import Kind, peek_count
+
+
+class ShardCredit:
+    """One shard's lane of a client (``replay.lanes``): the insert messages it sent there,
+    those the shard has confirmed, and a copy of every one not yet confirmed.
+
+    High-water marks count messages in ZeroMQ's queues, but the kernel's socket buffers
+    (128 KiB or more each side, see ``replay.transport``) hold thousands of small batches
+    beyond them. With many actors and shards, that is hundreds of thousands of transitions
+    made by an old policy, out of the rate limiter's reach, and actors that burn the cores
+    making them. So the client counts what it sent and asks the shard (CREDIT, on its own
+    DEALER) how far it has taken; the shard holds the answer until it has taken enough.
+    The same count says which messages to keep for sending again: those past it, at most
+    ``limit``, are lost if the shard dies or a connection breaks, and are resent when the
+    shard comes back or finds a gap.
+
+    Args:
+        limit: batches this client may have sent and not yet seen taken.
+        incarnation: the client's life (its lanes are numbered anew in each).
+    """
+
+    def __init__(
+        self, context: zmq.Context, endpoint: str, sender: int, limit: int, incarnation: int
+    ) -> None:
+        self.endpoint = endpoint
+        self.limit = limit
+        self.sent = 0
+        """The next lane number."""
+        self.taken = 0
+        """Lane numbers below this are confirmed; the rest are kept in ``retained``."""
+        self.retained: deque[list] = deque()
+        self.retained_transitions = 0
+        self.resend_at: int | None = None
+        """Lane number from which ``retained`` must be sent again, None if none."""
+        self.resent = 0
+        self._started = False
+        self._asked_until: float | None = None
+        self._incarnation: int | None = None
+        self.restarts_seen = 0
+        """Times the shard answered as a new process (it restarted)."""
+        self._requests = RequestClient(context, endpoint, sender, hwm=16, incarnation=incarnation)
+
+    @property
+    def socket(self) -> zmq.Socket:
+        return self._requests.socket
+
+    @property
+    def in_flight(self) -> int:
+        return self.sent - self.taken
+
+    def has_room(self) -> bool:
+        return self.in_flight < self.limit and self.resend_at is None
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def awaiting_reply(self) -> bool:
+        """A question is out (or was, and its late answer may still come)."""
+        return self._asked_until is not None
+
+    def sent_one(self, frames: list) -> None:
+        """Counts a message sent on this lane and keeps it until the shard confirms it."""
+        self.retained.append(frames)
+        self.retained_transitions += peek_count(frames)
+        self.sent += 1
+
+    def ask(self, wait_s: float, everything: bool = False) -> None:
+        """Asks the shard to answer once the batches in flight fall to half the limit (or
+        to none, with ``everything``).
+
+        Does nothing while an earlier question may still be answered.
+        """
+        now = time.monotonic()
+        if self._asked_until is not None and now < self._asked_until:
+            return
+        wanted = self.sent if everything else max(0, self.sent - self.limit // 2)
+        wait_ms = max(0, int(wait_s * 1000))
+        if self._requests.send(messages.CreditRequest(wanted, wait_ms)) is None:
+            return
+        # An answer that has not come a second after the shard's own deadline is lost.
+        self._asked_until = now + wait_ms / 1000 + 1.0
+
+    def read_replies(self) -> None:
+        """Takes in every answer that has arrived.
+
+        Raises:
+            ShardError: the shard answered with an ERROR (it does not know CREDIT).
+            ProtocolError: it answered with another kind.
+        """
+        for reply in self._requests.drain():
+            if reply.kind == Kind.ERROR:
+                raise ShardError(f"{self.endpoint}: {messages.read_error(reply)}")
+            if reply.kind != Kind.CREDIT_REPLY:
+                raise ProtocolError(
+                    f"{self.endpoint}: expected CREDIT_REPLY, got {reply.kind.name}"
+                )
+            answer = messages.CreditReply.from_message(reply)
+            self._asked_until = None
+            self._started = True
+            restarted = self._incarnation is not None and answer.incarnation != self._incarnation
+            self._incarnation = answer.incarnation
+            self.restarts_seen += restarted
+            taken = min(int(answer.taken), self.sent)
+            while self.taken < taken:
+                self.retained_transitions -= peek_count(self.retained.popleft())
+                self.taken += 1
+            if (restarted or answer.resend) and self.retained:
+                # A restarted shard may lack anything it had not snapshotted; one that saw
+                # a gap lacks what follows it. Either way: everything kept, in order.
+                self.resend_at = self.taken
+
+    def close(self) -> None:
+        self._requests.close()

@@ -1,0 +1,148 @@
+"""Delivery lanes: a shard takes each insert once and in order, and a client sends again
+what a restarted shard or a broken connection lost (``replay.lanes``)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from apex.channels import ActorStatus
+from apex.delivery import delivery_report
+from replay.client import InsertClient
+from replay.lanes import Verdict, admit, delivered
+from replay.messages import CreditRequest
+from replay.requests import RequestClient
+from replay.senders import SenderStats
+from replay.wire import Kind, Message, encode
+from tests.conftest import SMALL_SPEC, ShardProcess, info, make_batch, wait_for
+
+
+def test_the_admission_rule() -> None:
+    stats = SenderStats()
+    assert admit(None, 9, 5, 0) == Verdict.TAKE  # untracked sender
+    assert admit(stats, 0, 5, 0) == Verdict.TAKE  # a client without lanes
+    # held: how many lanes just before this one the client still holds.
+    assert [admit(stats, 9, lane, lane) for lane in (0, 1, 1, 0)] == [
+        Verdict.TAKE, Verdict.TAKE, Verdict.DUPLICATE, Verdict.DUPLICATE]  # fmt: skip
+    assert admit(stats, 9, 3, 2) == Verdict.GAP  # 2 is missing and the client still has it
+    assert (stats.gap_pending, stats.out_of_order, stats.duplicates) == (1, 1, 2)
+    assert [admit(stats, 9, lane, lane - 2) for lane in (2, 3)] == [Verdict.TAKE, Verdict.TAKE]
+    # The client let 4..6 go (this shard had confirmed them, then lost them): counted, not
+    # waited for.
+    assert admit(stats, 9, 8, 1) == Verdict.GAP and stats.lost_at_restart == 3
+    assert admit(stats, 9, 7, 0) == Verdict.TAKE and delivered(stats, 9) == 8
+    # A restarted client starts its lane at 0; its predecessor's late messages keep theirs.
+    assert admit(stats, 4, 0, 0) == Verdict.TAKE and delivered(stats, 4) == 1
+    assert admit(stats, 9, 8, 1) == Verdict.TAKE and delivered(stats, 9) == 9
+    assert admit(stats, 4, 1, 0) == Verdict.TAKE and delivered(stats, 4) == 2
+    assert delivered(stats, 77) == 0 and delivered(None, 4) is None
+
+
+def test_a_live_shard_drops_duplicates_refuses_gaps_and_asks_for_them(
+    shard: ShardProcess, context: zmq.Context
+) -> None:
+    pusher = context.socket(zmq.PUSH)
+    pusher.setsockopt(zmq.LINGER, 0)
+    pusher.connect(shard.endpoints.insert)
+    asker = RequestClient(context, shard.endpoints.request, 31, incarnation=7)
+
+    def push(lane: int) -> None:  # the client holds every lane before it
+        arrays = (*make_batch(SMALL_SPEC, 4).values(), np.ones(4))
+        pusher.send_multipart(encode(Message(Kind.INSERT, 31, lane, -1, 4, 0.0, arrays,
+                                             incarnation=7, held=lane)))  # fmt: skip
+
+    try:
+        for lane in (0, 1, 1, 3):
+            push(lane)
+        counters = wait_for(lambda: (c := info(context, shard))["senders"]["31"][
+            "insert_messages_taken"] == 4 and c, what="four messages taken")  # fmt: skip
+        assert counters["size"] == 8  # lanes 0 and 1
+        assert (counters["duplicates_dropped"], counters["out_of_order_refused"]) == (1, 1)
+        assert counters["rejected_total"] == 0  # not bad input: the protocol at work
+        answer = asker.call(CreditRequest(0, 0), Kind.CREDIT_REPLY)
+        assert (answer.scalar, answer.count) == (2.0, 1)  # expects lane 2; resend after it
+        assert asker.call(CreditRequest(0, 0), Kind.CREDIT_REPLY).count == 0  # said once
+        for lane in (2, 3):
+            push(lane)
+        wait_for(lambda: info(context, shard)["size"] == 16, what="the resent lanes stored")
+    finally:
+        asker.close()
+        pusher.close()
+
+
+def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -> None:
+    """The shard is stopped (SIGSTOP) after a snapshot, batches pile up in its socket
+    buffers, then it is killed: they die with it. The client kept them and sends them to
+    the shard that comes back from the snapshot; the store ends with every batch once."""
+    shard = ShardProcess("--capacity", "10000", "--snapshot-dir", str(tmp_path))
+    context = zmq.Context()
+    client = InsertClient(context, [shard.endpoints], sender=5, spec=SMALL_SPEC, timeout_s=2,
+                          credit=32)  # fmt: skip
+    ports = [e.rsplit(":", 1)[1] for e in (shard.endpoints.insert, shard.endpoints.request)]
+    try:
+        for i in range(10):
+            client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
+        assert client.flush(10)
+        requests = RequestClient(context, shard.endpoints.request, 99)
+        requests.snapshot()
+        requests.close()
+        wait_for(lambda: info(context, shard).get("snapshots_written", 0) >= 1,
+                 timeout_s=30, what="a snapshot")  # fmt: skip
+        shard.process.send_signal(signal.SIGSTOP)
+        for i in range(10, 25):  # within the credit: none waits
+            client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
+        assert client.delivery()["unconfirmed_messages"] == 15
+        assert client.delivery()["unconfirmed"] == 15 * 50
+        shard.process.send_signal(signal.SIGKILL)
+        shard.process.wait(10)
+        shard.stop()
+        shard = ShardProcess("--capacity", "10000", "--insert-port", ports[0],
+                             "--request-port", ports[1], "--restore", str(tmp_path))  # fmt: skip
+        assert client.flush(30), client.delivery()
+        counters = info(context, shard)
+        assert counters["size"] == 25 * 50
+        assert counters["lost_at_restart"] == 0
+        delivery = client.delivery()
+        assert delivery["shard_restarts_seen"] == 1 and delivery["resent"] >= 15
+        assert delivery["unconfirmed"] == 0
+    finally:
+        client.close(linger_s=0)
+        shard.stop()
+        context.term()
+
+
+@pytest.fixture(scope="module")
+def shard() -> Iterator[ShardProcess]:
+    process = ShardProcess("--capacity", "64", "--seed", "1")
+    yield process
+    assert process.stop() == 0
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def test_the_account_tells_in_transit_from_lost() -> None:
+    now = 100.0
+    actors = {
+        0: ActorStatus(now, transitions_sent=500, unconfirmed=100),  # running: 100 in transit
+        1: ActorStatus(now, transitions_sent=500, unconfirmed=20),  # 30 lost at a restart
+        2: ActorStatus(now - 60, transitions_sent=500, final=True),  # stopped: all it lacks lost
+        3: ActorStatus(now - 60, transitions_sent=500, unconfirmed=100),  # gone: lost
+    }
+    received = {"0": 400, "1": 450, "2": 490, "3": 450}
+    info = {"senders": {a: {"transitions": n} for a, n in received.items()},
+            "duplicates_dropped": 3, "lost_at_restart": 1}  # fmt: skip
+    report = delivery_report(actors, [info], [], now)
+    assert report["transitions_in_transit"] == 100 + 20
+    assert report["transitions_lost"] == 30 + 10 + 50
+    assert report["actors_gone"] == [3]  # a stopped actor is not gone
+    assert (report["duplicates_dropped"], report["batches_lost_at_shard_restart"]) == (3, 1)
