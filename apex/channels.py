@@ -27,8 +27,9 @@ import contextlib
 import enum
 import json
 import logging
+import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -48,6 +49,7 @@ EPISODES_HWM = 1000
 HEARTBEAT_S = 1.0
 MAX_TRACKED_ACTORS = 65_536
 # An EPISODES message's third array, in this order (the last is 1 in an actor's last word).
+MAX_LIVES = 64
 DELIVERY_COUNTS = ("unconfirmed", "resent", "shard_restarts_seen", "final")
 
 
@@ -154,6 +156,8 @@ class EpisodeReporter:
         self._socket.connect(endpoint)
         self._sender = sender
         self._sequence = 0
+        # A restarted actor reuses its index: the learner tells its lives apart by this.
+        self.incarnation = secrets.randbits(32) or 1
         self.last_report = float("-inf")
 
     def report(
@@ -183,6 +187,7 @@ class EpisodeReporter:
                 len(returns),
                 float(transitions_sent),
                 arrays,
+                incarnation=self.incarnation,
             )
         )
         self._sequence += 1
@@ -204,11 +209,14 @@ class ActorStatus:
 
     last_heard: float
     transitions_sent: int = 0
+    """Over every life of the actor (a restarted actor keeps its index)."""
     longest_silence_s: float = 0.0
     unconfirmed: int = 0
     resent: int = 0
     shard_restarts_seen: int = 0
     final: bool = False
+    lives: dict[int, int] = field(default_factory=dict)
+    """Transitions sent per life (incarnation), at most ``MAX_LIVES`` kept apart."""
 
 
 class EpisodeCollector:
@@ -220,7 +228,9 @@ class EpisodeCollector:
         self.rejected = 0
         self.actors: dict[int, ActorStatus] = {}
 
-    def _heard(self, sender: int, transitions_sent: float, counts: np.ndarray) -> None:
+    def _heard(
+        self, sender: int, incarnation: int, transitions_sent: float, counts: np.ndarray
+    ) -> None:
         now = time.monotonic()
         status = self.actors.get(sender)
         if status is None:
@@ -229,7 +239,11 @@ class EpisodeCollector:
             status = self.actors[sender] = ActorStatus(now)
         status.longest_silence_s = max(status.longest_silence_s, now - status.last_heard)
         status.last_heard = now
-        status.transitions_sent = max(status.transitions_sent, int(transitions_sent))
+        if incarnation not in status.lives and len(status.lives) >= MAX_LIVES:
+            incarnation = 0  # forged or endless restarts: pooled, still counted
+        sent = max(status.lives.get(incarnation, 0), int(transitions_sent))
+        status.lives[incarnation] = sent
+        status.transitions_sent = sum(status.lives.values())
         status.unconfirmed, status.resent, status.shard_restarts_seen, final = counts.tolist()
         status.final = bool(final)
 
@@ -256,7 +270,7 @@ class EpisodeCollector:
             except ProtocolError:
                 self.rejected += 1
                 continue
-            self._heard(message.sender, message.scalar, counts)
+            self._heard(message.sender, message.incarnation, message.scalar, counts)
             for value, length in zip(returns.tolist(), lengths.tolist(), strict=True):
                 episodes.append((message.sender, message.policy_version, value, length))
         return episodes

@@ -62,10 +62,13 @@ def delivery_report(
         "shards_answering": sum(info is not None for info in shard_infos),
         # Batch messages a shard dropped as already held, and lane numbers it found
         # lost when it came back (see replay.lanes).
+        "resent_batches": sum(a.resent for a in actors.values()),
         "duplicates_dropped": sum((i or {}).get("duplicates_dropped", 0) for i in shard_infos),
         "batches_lost_at_shard_restart": sum(
             (i or {}).get("lost_at_restart", 0) for i in shard_infos
         ),
+        # A failed snapshot keeps the one before; a full disk shows here.
+        "snapshots_failed": sum((i or {}).get("snapshots_failed", 0) for i in shard_infos),
         "shard_outages": [
             {"shard": s["index"], "outages": s["outages"], "down_s": round(s["down_s"], 2)}
             for s in shard_states

@@ -13,12 +13,15 @@ truncated, then the learner killed; the run directory's disk full for a while (a
 tmpfs, which needs root). A link cut and a Slurm preemption need the network-namespace
 hosts and the real Slurm; ``tests/test_slurm.py`` covers those.
 
-Per case: ``recovered`` (1 or 0), ``recovery_s`` (fault to the learner at half its rate
-before), ``updates_lost`` (learner: updates at the fault minus the update it resumed at),
-``replay_lost`` (shard: transitions held at the fault minus those restored),
-``transitions_lost`` and ``transitions_in_transit`` (the run's end account), and counters
-of what was refused, resent and failed. Updates and sizes at the fault are the last
-progress record's (written every 0.5 s), so they lag the fault by at most that.
+Faults that lose what came after the newest checkpoint or snapshot strike when it is
+three quarters of a period old, near the worst case. Per case: ``recovered`` (1 or 0),
+``recovery_s`` (fault to the learner at half its rate before), ``updates_lost``
+(learner: updates at the fault minus the update it resumed at), ``replay_lost`` (shard:
+transitions held at the fault minus those restored), ``transitions_lost`` and
+``transitions_in_transit`` (the run's end account), counters of what was refused,
+resent and failed, and one period's updates and ingest to read the losses against.
+Updates and sizes at the fault are the last progress record's (written every 0.5 s), so
+they lag the fault by at most that.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ FAULTS = bench_commands.FAULTS
 START_TIMEOUT_S = 180.0
 RECOVERY_TIMEOUT_S = 120.0
 TMPFS_BYTES = 96 * 2**20
+LATE = 0.75
 
 
 class FaultRun:
@@ -124,6 +128,26 @@ class FaultRun:
                 subprocess.run(["umount", "-l", str(self.run_dir)], check=False)
 
 
+def _wait_late_in_period(run: FaultRun, fault: str) -> None:
+    """For the faults that lose what came after the newest checkpoint or snapshot: waits
+    until it is ``LATE`` of a period old, so the loss measured is near its worst, not the
+    luck of where in the period the fault fell."""
+    if fault in ("kill-learner", "corrupt-checkpoint"):
+        newest = lambda: run.checkpoints()[-1]  # noqa: E731
+    elif fault in ("kill-shard", "corrupt-snapshot"):
+        newest = lambda: run.snapshots()[0][1]  # noqa: E731
+    else:
+        return
+
+    def late() -> bool:
+        try:
+            return time.time() - newest().stat().st_mtime >= LATE * PERIOD_S
+        except (OSError, IndexError):  # replaced while looked at
+            return False
+
+    run.wait(late, 3 * PERIOD_S, "a late point in the checkpoint or snapshot period")
+
+
 def _kill_first(run: FaultRun, role: str) -> None:
     victims = run.pids(role)
     os.kill(victims[0], signal.SIGKILL)
@@ -172,8 +196,10 @@ def _measure(fault: str, hold_s: float, settle_records: int) -> dict:
             run.wait(lambda: len(run.snapshots()) >= 2 and len(run.checkpoints()) >= 2
                      and len(run.progress()) >= 4, START_TIMEOUT_S,
                      "training with two snapshots and two checkpoints")  # fmt: skip
+            _wait_late_in_period(run, fault)
             before = run.progress()
             rate = statistics.median(r["updates_per_s"] for r in before[-4:])
+            ingest = statistics.median(r.get("transitions_per_s") or 0 for r in before[-4:])
             at_fault = {"updates": before[-1]["updates"],
                         "replay": sum(s or 0 for s in before[-1]["replay_sizes"])}  # fmt: skip
             started = time.monotonic()
@@ -202,12 +228,16 @@ def _measure(fault: str, hold_s: float, settle_records: int) -> dict:
         "rate_before": rate,
         "updates_lost": None if resumed_at is None else max(0, at_fault["updates"] - resumed_at),
         "replay_lost": None if restored is None else max(0, at_fault["replay"] - restored),
+        # What one period of training or ingest is, to read the losses against.
+        "updates_per_period": rate * PERIOD_S,
+        "transitions_per_period": ingest * PERIOD_S,
         "transitions_lost": delivery.get("transitions_lost"),
         "transitions_in_transit": delivery.get("transitions_in_transit"),
+        "resent_batches": delivery.get("resent_batches"),
         "duplicates_dropped": delivery.get("duplicates_dropped"),
         "batches_lost_at_shard_restart": delivery.get("batches_lost_at_shard_restart"),
         "snapshots_refused": shard_log.count("snapshot refused"),
-        "snapshots_failed": len(re.findall(r"snapshot \d+ failed", shard_log)),
+        "snapshots_failed": delivery.get("snapshots_failed"),
         "checkpoints_refused": learner_log.count("checkpoint refused"),
         "checkpoints_failed": end.get("checkpoints_failed"),
         "metrics_dropped": end.get("metrics_dropped"),
@@ -261,11 +291,13 @@ def _inject(run: FaultRun, fault: str, hold_s: float) -> dict:
 METRICS = (
     ("recovered", "bool"), ("recovery_s", "s"), ("updates_lost", "updates"),
     ("replay_lost", "transitions"), ("transitions_lost", "transitions"),
-    ("transitions_in_transit", "transitions"), ("duplicates_dropped", "batches"),
+    ("transitions_in_transit", "transitions"), ("resent_batches", "batches"),
+    ("duplicates_dropped", "batches"),
     ("batches_lost_at_shard_restart", "batches"), ("snapshots_refused", "count"),
     ("snapshots_failed", "count"), ("checkpoints_refused", "count"),
     ("checkpoints_failed", "count"), ("metrics_dropped", "records"),
     ("updates_while_full", "updates"), ("writes_back_s", "s"),
+    ("updates_per_period", "updates"), ("transitions_per_period", "transitions"),
 )  # fmt: skip
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,25 @@ def test_quick_system_suite_measures_a_real_run_and_names_its_bottleneck(tmp_pat
         "actors",
     )
     assert "bottleneck" in result.output
+
+
+@pytest.mark.slow
+def test_quick_fault_suite_sees_a_stopped_shard_and_a_full_disk_survived(tmp_path: Path) -> None:
+    out = tmp_path / "faults.json"
+    arguments = ["bench", "faults", "--quick", "--fault", "stop-shard", "--fault", "full-disk"]
+    result = CliRunner().invoke(main, [*arguments, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert report.validate(document) == []
+    figures = {(r["case"], r["metric"]): r.get("median") for r in document["records"]}
+    assert figures[("stop-shard", "recovered")] == 1, document["records"]
+    # The learner waits out the 5 s stop, then trains again at its rate.
+    assert 5 <= figures[("stop-shard", "recovery_s")] < 60
+    assert figures[("stop-shard", "transitions_lost")] == 0
+    if os.geteuid() != 0:  # the full disk is a tmpfs: root only
+        return
+    assert figures[("full-disk", "recovered")] == 1, document["records"]
+    # Checkpoints, snapshots and metrics failed while the disk was full; training did not.
+    failed = [figures[("full-disk", m)] for m in ("checkpoints_failed", "snapshots_failed",
+                                                  "metrics_dropped")]  # fmt: skip
+    assert sum(failed) >= 1 and figures[("full-disk", "updates_while_full")] > 0

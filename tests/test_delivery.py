@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import zmq
 
-from apex.channels import ActorStatus
+from apex.channels import ActorStatus, EpisodeCollector, EpisodeReporter
 from apex.delivery import delivery_report
 from replay.client import InsertClient
 from replay.lanes import Verdict, admit, delivered
@@ -146,3 +146,23 @@ def test_the_account_tells_in_transit_from_lost() -> None:
     assert report["transitions_lost"] == 30 + 10 + 50
     assert report["actors_gone"] == [3]  # a stopped actor is not gone
     assert (report["duplicates_dropped"], report["batches_lost_at_shard_restart"]) == (3, 1)
+
+
+def test_a_restarted_actor_counts_both_lives(context: zmq.Context) -> None:
+    collector = EpisodeCollector(context)
+    lives = [EpisodeReporter(context, collector.endpoint, sender=3) for _ in range(2)]
+    try:
+        lives[0].report([], [], 0, 700)  # then killed: its count stays
+        lives[1].report([], [], 0, 200, {"unconfirmed": 50})
+        lives[1].report([1.0], [9], 0, 250, {"unconfirmed": 20})
+
+        def heard() -> int:
+            collector.drain()
+            return collector.actors.get(3, ActorStatus(0)).transitions_sent
+
+        wait_for(lambda: heard() == 950, what="both lives heard", interval_s=0.02)
+        assert collector.actors[3].unconfirmed == 20
+    finally:
+        for reporter in lives:
+            reporter.close(0)
+        collector.close()
