@@ -5,7 +5,9 @@ Ingest. P pusher processes send batches of 50 transitions, either to a live shar
 ("apex-no-credit", ``credit=None``: only high-water marks and kernel buffers bound
 what is in flight), or as the same pre-encoded frames to a bare PULL socket that only
 receives ("raw-pyzmq"). The baseline is therefore what the transport alone moves with our
-framing on this machine, in the same run. The credit costs peak ingest of small
+framing on this machine, in the same run. A second baseline sends the same arrays one
+frame each, as a plain pyzmq program would ("raw-pyzmq-per-array"; small messages travel
+packed in one frame in our wire format, see ``replay.wire``). The credit costs peak ingest of small
 transitions (the shard drains fewer batches per loop round) and buys a bound on stale data
 in flight. The shard's rate is read from its INFO counters
 over timed windows; the baseline counts what it received in its own windows.
@@ -106,10 +108,12 @@ def _pusher(
     max_seconds: float,
     rate: float = 0.0,
     credit: bool = True,
+    pack: bool = True,
 ):
     request = {
         "rate": rate,
         "credit": credit,
+        "pack": pack,
         "role": "push",
         "mode": mode,
         "kind": kind,
@@ -161,7 +165,7 @@ def _record(
     }
 
 
-def _measure_raw(kind: str, pushers: int, timing: dict) -> list[float]:
+def _measure_raw(kind: str, pushers: int, timing: dict, pack: bool = True) -> list[float]:
     request = {"role": "pull", "start_timeout_s": START_TIMEOUT_S, **timing}
     receiver = _spawn("bench.shard_worker", json.dumps(request))
     senders = []
@@ -171,7 +175,8 @@ def _measure_raw(kind: str, pushers: int, timing: dict) -> list[float]:
         budget = (
             START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
         )
-        senders = [_pusher("raw", kind, 100 + i, target, budget) for i in range(pushers)]
+        senders = [_pusher("raw", kind, 100 + i, target, budget, pack=pack)
+                   for i in range(pushers)]  # fmt: skip
         rates = _read_json_line(receiver, budget + 30)["rates"]
     finally:
         _stop([*senders, receiver])
@@ -340,7 +345,13 @@ def run(
             for implementation, measure in (
                 # Raw pyzmq moves prebuilt messages; frame messages differ each time.
                 *(
-                    [("raw-pyzmq", lambda k=kind, p=pushers: _measure_raw(k, p, timing))]
+                    [
+                        ("raw-pyzmq", lambda k=kind, p=pushers: _measure_raw(k, p, timing)),
+                        (
+                            "raw-pyzmq-per-array",
+                            lambda k=kind, p=pushers: _measure_raw(k, p, timing, pack=False),
+                        ),
+                    ]
                     if kind != "atari-frames"
                     else []
                 ),
@@ -361,14 +372,15 @@ def run(
                     _record(case, implementation, "ingest_bandwidth", "MB/s", megabytes, params)
                 )
                 medians[implementation] = float(np.median(rates))
-            if "raw-pyzmq" in medians:
-                ratios.append(
-                    {
-                        "suite": SUITE, "case": case, "metric": "ingest", "numerator": "apex",
-                        "denominator": "raw-pyzmq",
-                        "ratio": medians["apex"] / medians["raw-pyzmq"],
-                    }
-                )  # fmt: skip
+            for baseline in ("raw-pyzmq", "raw-pyzmq-per-array"):
+                if baseline in medians:
+                    ratios.append(
+                        {
+                            "suite": SUITE, "case": case, "metric": "ingest",
+                            "numerator": "apex", "denominator": baseline,
+                            "ratio": medians["apex"] / medians[baseline],
+                        }
+                    )  # fmt: skip
     fill = (1 << 12) if quick else (1 << 16)
     for shard_count in shard_counts:
         case = f"sample-{shard_count}shard"

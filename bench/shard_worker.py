@@ -94,7 +94,8 @@ def push(request: dict) -> None:
         else:
             arrays = (*batch.values(), priorities)
             frames = encode(
-                Message(Kind.INSERT, request["sender"], 0, 0, request["batch"], 0.0, arrays)
+                Message(Kind.INSERT, request["sender"], 0, 0, request["batch"], 0.0, arrays),
+                pack=request.get("pack", True),
             )
             socket = context.socket(zmq.PUSH)
             socket.setsockopt(zmq.SNDHWM, 16)

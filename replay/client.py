@@ -221,7 +221,7 @@ class InsertClient:
                     credit.sent_one(frames)
                     # Asked ahead, so that the answer is usually back before the credit
                     # runs out: the sender then never stops for a round trip.
-                    if credit.in_flight > credit.limit // 4:
+                    if credit.in_flight >= credit.limit // 4:
                         credit.ask(self._timeout_ms / 1000)
                 self._stretch_left = self._stretch_left - 1 if offset == 0 else stretch - 1
                 self._next = index if self._stretch_left > 0 else index + 1

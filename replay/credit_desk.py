@@ -22,6 +22,13 @@ from replay.wire import Message
 
 # CREDIT questions held at once (about one per actor); more are answered at once.
 MAX_HELD_CREDIT_REQUESTS = 4096
+# Insert batches the shard lets its active senders have in flight, shared among them; a
+# sender is never granted less than its own share (its client's setting). One actor
+# alone gets the whole window, so its batches keep coming during a round trip; with many,
+# the total in flight stays their shares, as without the window.
+SHARED_WINDOW = 64
+# A sender that asked within this time counts as active.
+ACTIVE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,8 @@ class CreditDesk:
         self.incarnation = secrets.randbits(32) or 1
         # One held question per sender (a client asks again only once answered).
         self._held: dict[int, HeldCredit] = {}
+        self._asked_at: dict[int, float] = {}
+        self._pruned_at = time.monotonic()
 
     def __bool__(self) -> bool:
         return bool(self._held)
@@ -61,6 +70,10 @@ class CreditDesk:
     def ask(self, identity: bytes, message: Message) -> None:
         """Takes a CREDIT question; raises ``ProtocolError`` for a malformed one."""
         request = messages.CreditRequest.from_message(message)
+        now = time.monotonic()
+        self._forget_quiet(now)
+        if len(self._asked_at) < MAX_HELD_CREDIT_REQUESTS or message.sender in self._asked_at:
+            self._asked_at[message.sender] = now
         held = HeldCredit(identity, message.sender, message.incarnation, message.sequence,
                           request.wanted, time.monotonic() + request.wait_ms / 1000)  # fmt: skip
         earlier = self._held.pop(held.sender, None)
@@ -84,6 +97,15 @@ class CreditDesk:
             del self._held[sender]
             self._answer(held)
 
+    def _forget_quiet(self, now: float) -> None:
+        if now - self._pruned_at >= ACTIVE_S:
+            self._pruned_at = now
+            self._asked_at = {s: t for s, t in self._asked_at.items() if now - t < ACTIVE_S}
+
+    def window(self) -> int:
+        """Each active sender's part of :data:`SHARED_WINDOW`."""
+        return SHARED_WINDOW // max(1, len(self._asked_at))
+
     def expire(self) -> None:
         """Answers the questions whose wait has run out."""
         now = time.monotonic()
@@ -103,5 +125,6 @@ class CreditDesk:
         resend = stats is not None and stats.incarnation == held.incarnation and stats.gap_pending
         if resend:
             stats.gap_pending = 0
-        reply = messages.CreditReply(self._delivered(held), self.incarnation, bool(resend))
+        reply = messages.CreditReply(self._delivered(held), self.incarnation, bool(resend),
+                                     self.window())  # fmt: skip
         self._send(held.identity, reply.to_message(self._index, held.sequence))

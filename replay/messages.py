@@ -30,14 +30,16 @@ Per kind, the arrays are (``F`` = the shard spec's fields, in spec order)::
                   dtype], ...], "frames": null or {"stack": k,
                   "compressed": bool}} (a bare field list: version 1)
     ERROR         utf-8 text as u8[n]                               shard → requester
-    CREDIT        none; scalar = insert messages the asker waits    actor → shard
+    CREDIT        none; scalar = the asker's lane number to wait    actor → shard
                   for, count = longest wait in ms
-    CREDIT_REPLY  none; scalar = insert messages taken from the     shard → actor
-                  asker so far (sent once scalar ≥ the asked count,
-                  or when the wait runs out)
+    CREDIT_REPLY  none; scalar = the lane number the shard expects  shard → actor
+                  next from the asker (sent once it reaches the
+                  asked number, or when the wait runs out); count =
+                  window << 1 | resend; incarnation = the shard's
 
-The credit (CREDIT, CREDIT_REPLY) is replay's flow control: an actor may have at most a
-fixed number of insert batches sent and not yet taken by a shard (``replay.client``).
+The credit (CREDIT, CREDIT_REPLY) is replay's flow control: an actor may have a bounded
+number of insert batches sent and not yet taken by a shard (``replay.shard_credit``): its
+own share, or the shard's window divided among its active senders if that is more.
 """
 
 from __future__ import annotations
@@ -272,15 +274,19 @@ class CreditReply:
     taken: float
     incarnation: int = 0
     resend: bool = False
+    window: int = 0
+    """Batches the asker may have in flight to this shard, if more than its own share."""
 
     def to_message(self, sender: int, sequence: int) -> Message:
-        return Message(Kind.CREDIT_REPLY, sender, sequence, count=int(self.resend),
+        count = min(self.window, 2**31 - 1) << 1 | int(self.resend)
+        return Message(Kind.CREDIT_REPLY, sender, sequence, count=count,
                        scalar=float(self.taken), incarnation=self.incarnation)  # fmt: skip
 
     @classmethod
     def from_message(cls, message: Message) -> CreditReply:
         _expect(message, Kind.CREDIT_REPLY)
-        return cls(message.scalar, message.incarnation, bool(message.count & 1))
+        return cls(message.scalar, message.incarnation, bool(message.count & 1),
+                   message.count >> 1)  # fmt: skip
 
 
 def request(kind: Kind, sender: int, sequence: int) -> Message:

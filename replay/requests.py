@@ -99,7 +99,9 @@ class RequestClient:
         """Every reply queued now, without waiting. A malformed one is logged and counted
         (``malformed_replies``), never raised: one bad frame must not stop a poll loop."""
         replies = []
-        while True:
+        # EVENTS first: a failed non-blocking receive costs an exception, and hot loops
+        # (an actor's every insert) ask when nothing has come.
+        while self.socket.get(zmq.EVENTS) & zmq.POLLIN:
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -109,6 +111,7 @@ class RequestClient:
             except ProtocolError as exc:
                 self.malformed_replies += 1
                 logger.warning("%s sent a malformed reply: %s", self.endpoint, exc)
+        return replies
 
     def call(self, request: Request | Kind, expected: Kind) -> Message:
         """Sends ``request`` and waits for its answer, which must be of kind ``expected``.

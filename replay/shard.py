@@ -351,6 +351,7 @@ class ShardServer:
         """Everything a snapshot keeps: the store, and the counts that make totals."""
         arrays, meta = replay_state(self.replay)
         meta["shard"] = {"index": self._index, "written_unix": time.time(),
+                         "size": self.replay.size,
                          "limiter": [self.limiter.inserted, self.limiter.sampled],
                          "served": [self.samples_served, self.transitions_sampled,
                                     self.updates_applied],

@@ -28,8 +28,12 @@ class ShardCredit:
     ``limit``, are lost if the shard dies or a connection breaks, and are resent when the
     shard comes back or finds a gap.
 
+    A shard with few senders grants each a wider window than its share (see
+    ``replay.credit_desk``): one actor alone would otherwise wait a round trip for every
+    share of batches, and the shard idle meanwhile.
+
     Args:
-        limit: batches this client may have sent and not yet seen taken.
+        limit: batches this client may have sent and not yet seen taken, at least.
         incarnation: the client's life (its lanes are numbered anew in each).
     """
 
@@ -37,7 +41,9 @@ class ShardCredit:
         self, context: zmq.Context, endpoint: str, sender: int, limit: int, incarnation: int
     ) -> None:
         self.endpoint = endpoint
+        self.share = limit
         self.limit = limit
+        """The share, or the shard's window for this client when it grants more."""
         self.sent = 0
         """The next lane number."""
         self.taken = 0
@@ -89,7 +95,7 @@ class ShardCredit:
         now = time.monotonic()
         if self._asked_until is not None and now < self._asked_until:
             return
-        wanted = self.sent if everything else max(0, self.sent - self.limit // 2)
+        wanted = self.sent if everything else max(0, self.sent - 3 * self.limit // 4)
         wait_ms = max(0, int(wait_s * 1000))
         if self._requests.send(messages.CreditRequest(wanted, wait_ms)) is None:
             return
@@ -112,6 +118,7 @@ class ShardCredit:
                 )
             answer = messages.CreditReply.from_message(reply)
             self._asked_until = None
+            self.limit = max(self.share, answer.window)
             self._started = True
             restarted = self._incarnation is not None and answer.incarnation != self._incarnation
             self._incarnation = answer.incarnation

@@ -157,12 +157,14 @@ class ShardSnapshots:
 
     def _record(self, sequence: int, seconds: float, how: str) -> None:
         path = self._root / f"snapshot-{sequence:06d}"
-        nbytes = sum(entry.nbytes for entry in open_snapshot(path).arrays.values())
+        snapshot = open_snapshot(path)
+        nbytes = sum(entry.nbytes for entry in snapshot.arrays.values())
+        size = (snapshot.meta.get("shard") or {}).get("size")
         self.written += 1
         self.last = {"sequence": sequence, "seconds": seconds, "bytes": nbytes,
-                     "path": str(path), "how": how}  # fmt: skip
-        logger.info("shard %d: snapshot %d written (%s, %.2f s, %.1f MB)", self._index, sequence,
-                    how, seconds, nbytes / 1e6)  # fmt: skip
+                     "transitions": size, "path": str(path), "how": how}  # fmt: skip
+        logger.info("shard %d: snapshot %d written (%s, %.2f s, %.1f MB, %s transitions)",
+                    self._index, sequence, how, seconds, nbytes / 1e6, size)  # fmt: skip
 
     def final(self) -> None:
         """Waits for a child in flight, then writes the state as it is now, in this

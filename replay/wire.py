@@ -14,8 +14,9 @@ Frame layout (all integers little-endian)::
              8    8  sequence         u64, per sender and socket, starting at 0
             16    8  policy_version   i64 weights version the data was made with (-1: none)
             24    4  count            u32 kind-specific count (transitions, batch size)
-            28    2  array_count      u16 number of array frames that follow
-            30    2  reserved         must be 0
+            28    2  array_count      u16 number of arrays
+            30    2  packed           0: each array in a frame of its own; else the length
+                                      of the descriptors, the arrays follow in frame 0
             32    8  scalar           f64 kind-specific number (β for SAMPLE)
             40    4  incarnation      u32 random id of the sending process's life (0: none)
             44    4  held             u32 inserts: how many of the sender's messages just
@@ -26,6 +27,12 @@ Frame layout (all integers little-endian)::
                   2  reserved         must be 0
               4·ndim shape            u32 per dimension
     frame 1…n  one C-contiguous array buffer each, exactly prod(shape)·itemsize bytes
+
+A message whose arrays are small (``PACK_MAX_BYTES`` in all) is *packed*: frame 0 alone,
+the arrays after the descriptors, each starting at a multiple of 8 bytes (zero padding),
+the frame ending at the last one's padded end. One frame instead of one per array: a
+small insert costs a ZeroMQ send and receive instead of seven, and its bytes are copied
+once, as ZeroMQ would copy frames this small anyway.
 
 Kinds 1-31 are replay's own (:class:`Kind`); each one's arrays are read and written by one
 class in ``replay.messages``. Kinds 32-63 are reserved for the applications built on this
@@ -74,10 +81,12 @@ _DTYPE_CODE = {dtype: code for code, dtype in enumerate(DTYPES)}
 _HEADER = struct.Struct("<2sBBIQqIHHdII")
 _DESCRIPTOR = struct.Struct("<BBH")
 HEADER_NBYTES = _HEADER.size
+PACK_MAX_BYTES = 65536
 # Where restamp writes: sequence at 8; incarnation and held at 40.
 _SEQUENCE_OFFSET, _SEQUENCE = 8, struct.Struct("<Q")
 _LIFE_OFFSET, _LIFE = 40, struct.Struct("<II")
 _COUNT_OFFSET, _COUNT = 24, struct.Struct("<I")
+_PADDING = bytes(8)
 # Kinds an application on top of replay may define for its own sockets (see above).
 APPLICATION_KINDS = range(32, 64)
 
@@ -128,28 +137,24 @@ class Message:
     held: int = 0
 
 
-def encode(message: Message) -> list[bytes | memoryview | np.ndarray]:
-    """Frames for ``message``: the header, then each array's buffer (not copied).
+def encode(message: Message, pack: bool = True) -> list[bytes | memoryview | np.ndarray]:
+    """Frames for ``message``: the header, then each array's buffer (not copied); or one
+    packed frame when the arrays are small and ``pack`` allows it.
 
     Raises:
         ProtocolError: an array that is not C-contiguous, has an unsupported dtype or more
             than ``MAX_NDIM`` dimensions, or a header value out of its field's range.
     """
-    if len(message.arrays) > MAX_ARRAYS:
-        raise ProtocolError(f"{len(message.arrays)} arrays exceed the limit of {MAX_ARRAYS}")
-    descriptors = []
-    for position, array in enumerate(message.arrays):
+    arrays = message.arrays
+    if len(arrays) > MAX_ARRAYS:
+        raise ProtocolError(f"{len(arrays)} arrays exceed the limit of {MAX_ARRAYS}")
+    for position, array in enumerate(arrays):
         if not isinstance(array, np.ndarray):
             raise ProtocolError(f"array {position} is a {type(array).__name__}, not an ndarray")
         if not array.flags.c_contiguous:
             raise ProtocolError(f"array {position} is not C-contiguous")
-        code = _DTYPE_CODE.get(array.dtype.newbyteorder("<"))
-        if code is None or array.dtype.byteorder == ">":
-            raise ProtocolError(f"array {position} has unsupported dtype {array.dtype}")
-        if array.ndim > MAX_NDIM:
-            raise ProtocolError(f"array {position} has {array.ndim} > {MAX_NDIM} dimensions")
-        descriptors.append(_DESCRIPTOR.pack(code, array.ndim, 0))
-        descriptors.append(struct.pack(f"<{array.ndim}I", *array.shape))
+    descriptor_bytes, payload = _describe(tuple((a.dtype, a.shape) for a in arrays))
+    packed = pack and bool(arrays) and payload + 8 * len(arrays) <= PACK_MAX_BYTES
     try:
         header = _HEADER.pack(
             MAGIC,
@@ -160,15 +165,42 @@ def encode(message: Message) -> list[bytes | memoryview | np.ndarray]:
             message.policy_version,
             message.count,
             len(message.arrays),
-            0,
+            len(descriptor_bytes) if packed else 0,
             message.scalar,
             message.incarnation,
             message.held,
         )
     except struct.error as exc:
         raise ProtocolError(f"header value out of range: {exc}") from exc
+    if packed:
+        parts = [header, descriptor_bytes, _PADDING[: -len(descriptor_bytes) % 8]]
+        for array in arrays:
+            parts.append(array)  # a C-contiguous array is a buffer: joined without a view
+            parts.append(_PADDING[: -array.nbytes % 8])
+        return [b"".join(parts)]
     # An empty array travels as an empty frame (a zero-size buffer cannot be cast to bytes).
-    return [header + b"".join(descriptors), *(a if a.size else b"" for a in message.arrays)]
+    return [header + descriptor_bytes, *(a if a.size else b"" for a in arrays)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _describe(layout: tuple[tuple[np.dtype, tuple[int, ...]], ...]) -> tuple[bytes, int]:
+    """The descriptors of arrays of these ``(dtype, shape)``, and their bytes in all.
+    Cached: a sender repeats the same layout for every batch. Errors are raised, never
+    cached."""
+    descriptors, payload = [], 0
+    for position, (dtype, shape) in enumerate(layout):
+        code = _DTYPE_CODE.get(dtype.newbyteorder("<"))
+        if code is None or dtype.byteorder == ">":
+            raise ProtocolError(f"array {position} has unsupported dtype {dtype}")
+        if len(shape) > MAX_NDIM:
+            raise ProtocolError(f"array {position} has {len(shape)} > {MAX_NDIM} dimensions")
+        descriptors.append(_DESCRIPTOR.pack(code, len(shape), 0))
+        try:
+            descriptors.append(struct.pack(f"<{len(shape)}I", *shape))
+        except struct.error as exc:
+            raise ProtocolError(f"array {position}: shape {shape} out of range: {exc}") from exc
+        payload += math.prod(shape) * dtype.itemsize
+    return b"".join(descriptors), payload
 
 
 def restamp(frames: list, *, sequence: int, incarnation: int, held: int) -> list:
@@ -215,7 +247,7 @@ def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Messag
     if len(header) < HEADER_NBYTES:
         raise ProtocolError(f"header of {len(header)} bytes is shorter than {HEADER_NBYTES}")
     (magic, version, kind_code, sender, sequence, policy_version, count, array_count,
-     reserved, scalar, incarnation, held) = _HEADER.unpack_from(header)  # fmt: skip
+     packed, scalar, incarnation, held) = _HEADER.unpack_from(header)  # fmt: skip
     if magic != MAGIC:
         raise ProtocolError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != PROTOCOL_VERSION:
@@ -224,10 +256,16 @@ def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Messag
         kind = kinds(kind_code)
     except ValueError:
         raise ProtocolError(f"unknown message kind {kind_code}") from None
-    if reserved != 0:
-        raise ProtocolError(f"reserved header field is {reserved}, expected 0")
     if array_count > MAX_ARRAYS:
         raise ProtocolError(f"{array_count} arrays exceed the limit of {MAX_ARRAYS}")
+    if packed:
+        arrays = _packed_arrays(header, array_count, packed, len(frames))
+    else:
+        arrays = _framed_arrays(header, array_count, frames)
+    return Message(kind, sender, sequence, policy_version, count, scalar, arrays, incarnation, held)
+
+
+def _framed_arrays(header: memoryview, array_count: int, frames: Sequence[object]) -> tuple:
     if len(frames) != 1 + array_count:
         raise ProtocolError(f"header announces {array_count} arrays but {len(frames) - 1} came")
     layout = _layout(bytes(header[HEADER_NBYTES:]), array_count)
@@ -246,9 +284,37 @@ def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Messag
                 f"{dtype} needs {nbytes}"
             )
         arrays.append(flat.reshape(shape))
-    return Message(
-        kind, sender, sequence, policy_version, count, scalar, tuple(arrays), incarnation, held
-    )
+    return tuple(arrays)
+
+
+def _packed_arrays(
+    frame: memoryview, array_count: int, descriptor_nbytes: int, frame_count: int
+) -> tuple:
+    if frame_count != 1:
+        raise ProtocolError(f"a packed message is one frame, {frame_count} came")
+    end = HEADER_NBYTES + descriptor_nbytes
+    if end > len(frame):
+        raise ProtocolError(f"descriptors of {descriptor_nbytes} bytes overrun the frame")
+    offsets, total = _packed_offsets(bytes(frame[HEADER_NBYTES:end]), array_count)
+    if total > len(frame):
+        raise ProtocolError(f"packed arrays overrun the frame of {len(frame)} bytes")
+    if total < len(frame):
+        raise ProtocolError(f"packed frame has {len(frame) - total} bytes past its arrays")
+    return tuple(np.ndarray(shape, dtype, frame, offset) for dtype, shape, offset in offsets)
+
+
+@functools.lru_cache(maxsize=256)
+def _packed_offsets(
+    descriptors: bytes, array_count: int
+) -> tuple[tuple[tuple[np.dtype, tuple[int, ...], int], ...], int]:
+    """``(dtype, shape, offset)`` per array of a packed frame, and the frame's length."""
+    offset = HEADER_NBYTES + len(descriptors)
+    offset += -offset % 8
+    offsets = []
+    for dtype, shape, nbytes in _layout(descriptors, array_count):
+        offsets.append((dtype, shape, offset))
+        offset += nbytes + (-nbytes % 8)
+    return tuple(offsets), offset
 
 
 @functools.lru_cache(maxsize=256)

@@ -14,10 +14,11 @@ import zmq
 from apex.channels import ActorStatus, EpisodeCollector, EpisodeReporter
 from apex.delivery import delivery_report
 from replay.client import InsertClient
+from replay.credit_desk import SHARED_WINDOW, CreditDesk
 from replay.lanes import Verdict, admit, delivered
-from replay.messages import CreditRequest
+from replay.messages import CreditReply, CreditRequest
 from replay.requests import RequestClient
-from replay.senders import SenderStats
+from replay.senders import SenderBook, SenderStats
 from replay.wire import Kind, Message, encode
 from tests.conftest import SMALL_SPEC, ShardProcess, info, make_batch, wait_for
 
@@ -64,9 +65,11 @@ def test_a_live_shard_drops_duplicates_refuses_gaps_and_asks_for_them(
         assert counters["size"] == 8  # lanes 0 and 1
         assert (counters["duplicates_dropped"], counters["out_of_order_refused"]) == (1, 1)
         assert counters["rejected_total"] == 0  # not bad input: the protocol at work
-        answer = asker.call(CreditRequest(0, 0), Kind.CREDIT_REPLY)
-        assert (answer.scalar, answer.count) == (2.0, 1)  # expects lane 2; resend after it
-        assert asker.call(CreditRequest(0, 0), Kind.CREDIT_REPLY).count == 0  # said once
+        answer = CreditReply.from_message(asker.call(CreditRequest(0, 0), Kind.CREDIT_REPLY))
+        assert (answer.taken, answer.resend) == (2.0, True)  # expects lane 2; resend after it
+        assert answer.window == SHARED_WINDOW  # the only sender: the whole window
+        again = asker.call(CreditRequest(0, 0), Kind.CREDIT_REPLY)
+        assert not CreditReply.from_message(again).resend  # said once
         for lane in (2, 3):
             push(lane)
         wait_for(lambda: info(context, shard)["size"] == 16, what="the resent lanes stored")
@@ -166,3 +169,12 @@ def test_a_restarted_actor_counts_both_lives(context: zmq.Context) -> None:
         for reporter in lives:
             reporter.close(0)
         collector.close()
+
+
+def test_the_shard_window_is_shared_among_active_senders() -> None:
+    answers = []
+    desk = CreditDesk(SenderBook(0), lambda identity, message: answers.append(message), 0)
+    for sender in range(4):
+        desk.ask(b"x", Message(Kind.CREDIT, sender, 0, count=0, incarnation=9))
+    windows = [CreditReply.from_message(m).window for m in answers]
+    assert windows == [SHARED_WINDOW // n for n in (1, 2, 3, 4)]

@@ -25,8 +25,8 @@ def as_bytes(frames: list) -> list[bytes]:
     ]
 
 
-def round_trip(message: Message) -> Message:
-    return decode(as_bytes(encode(message)))
+def round_trip(message: Message, pack: bool = True) -> Message:
+    return decode(as_bytes(encode(message, pack=pack)))
 
 
 def assert_same(decoded: Message, original: Message) -> None:
@@ -72,9 +72,28 @@ def every_kind() -> list[Message]:
     ]
 
 
+@pytest.mark.parametrize("pack", [True, False], ids=["packed", "framed"])
 @pytest.mark.parametrize("message", every_kind(), ids=lambda m: m.kind.name)
-def test_every_kind_round_trips(message: Message) -> None:
-    assert_same(round_trip(message), message)
+def test_every_kind_round_trips(message: Message, pack: bool) -> None:
+    frames = encode(message, pack=pack)
+    assert len(frames) == (1 if pack and message.arrays else 1 + len(message.arrays))
+    assert_same(round_trip(message, pack), message)
+
+
+def test_small_messages_are_packed_and_large_ones_framed() -> None:
+    big = Message(Kind.INSERT, arrays=(np.zeros(wire.PACK_MAX_BYTES, np.uint8), np.ones(3)))
+    assert len(encode(big)) == 3
+    packed = encode(every_kind()[0])[0]
+    assert len(packed) % 8 == 0
+    # Arrays start at multiples of 8 bytes, and a frame with bytes past them is refused.
+    base = np.frombuffer(packed, np.uint8).ctypes.data
+    assert all((a.ctypes.data - base) % 8 == 0 for a in decode([packed]).arrays if a.size)
+    with pytest.raises(ProtocolError, match="past its arrays"):
+        decode([packed + bytes(8)])
+    with pytest.raises(ProtocolError, match="overrun"):
+        decode([packed[:-16]])
+    with pytest.raises(ProtocolError, match="one frame"):
+        decode([packed, b""])
 
 
 def test_restamp_changes_only_the_stamped_fields() -> None:
@@ -138,7 +157,7 @@ def header_with(**changes: int) -> bytes:
         ([header_with(kind=99)], "unknown message kind 99"),
         ([header_with(kind=10)], "unknown message kind 10"),
         ([header_with(kind=32)], "unknown message kind 32"),
-        ([header_with(reserved=1)], "reserved header field"),
+        ([header_with(reserved=1)], "overrun the frame"),
         ([header_with(arrays=1), b""], "descriptor 0 is truncated"),
         ([header_with(arrays=1) + bytes([0, 1, 0, 0]) + struct.pack("<I", 4)], "announces 1"),
         ([header_with(arrays=1) + bytes([0, 1, 0, 0]) + struct.pack("<I", 4), b"abc"], "3 bytes"),
