@@ -12,7 +12,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -117,6 +117,20 @@ class ShardProcess:
         finally:
             self.process.stdout.close()
             self.log.close()
+
+
+@pytest.fixture(scope="module")
+def shard() -> Iterator[ShardProcess]:
+    process = ShardProcess("--capacity", "64", "--seed", "1")
+    yield process
+    assert process.stop() == 0
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
 
 
 def info(context: zmq.Context, shard: ShardProcess) -> dict:

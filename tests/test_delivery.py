@@ -4,11 +4,9 @@ what a restarted shard or a broken connection lost (``replay.lanes``)."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 import zmq
 
 from apex.channels import ActorStatus, EpisodeCollector, EpisodeReporter
@@ -117,20 +115,6 @@ def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -
         client.close(linger_s=0)
         shard.stop()
         context.term()
-
-
-@pytest.fixture(scope="module")
-def shard() -> Iterator[ShardProcess]:
-    process = ShardProcess("--capacity", "64", "--seed", "1")
-    yield process
-    assert process.stop() == 0
-
-
-@pytest.fixture
-def context() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
 
 
 def test_the_account_tells_in_transit_from_lost() -> None:

@@ -29,13 +29,6 @@ SHARD_SCALE = (1.0, 8.0, 0.3)
 
 
 @pytest.fixture
-def context() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
-@pytest.fixture
 def filled_shards(context: zmq.Context) -> Iterator[tuple[list[ShardProcess], np.ndarray]]:
     """Three shards; item ``1000·s + k`` of shard ``s`` has priority ``priorities[id]``."""
     rng = np.random.default_rng(21)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -21,20 +20,6 @@ from replay.errors import ReplayTimeout, ShardError, SpecMismatchError
 from replay.requests import RequestClient
 from replay.wire import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, info, make_batch, wait_for
-
-
-@pytest.fixture(scope="module")
-def shard() -> Iterator[ShardProcess]:
-    process = ShardProcess("--capacity", "64", "--seed", "1")
-    yield process
-    assert process.stop() == 0
-
-
-@pytest.fixture
-def context() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
 
 
 def test_insert_sample_update_round_trip(shard: ShardProcess, context: zmq.Context) -> None:
