@@ -32,7 +32,7 @@ def save(directory: Path, updates: int, state: dict) -> Path:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    for old in sorted(_checkpoints(directory))[:-3]:
+    for old in every_checkpoint(directory)[:-3]:
         old.unlink(missing_ok=True)
     return final
 
@@ -47,7 +47,7 @@ def every_checkpoint(directory: Path) -> list[Path]:
 
 
 def latest(directory: Path) -> Path | None:
-    found = sorted(_checkpoints(directory)) if directory.is_dir() else []
+    found = every_checkpoint(directory)
     return found[-1] if found else None
 
 
@@ -56,7 +56,7 @@ def latest_readable(directory: Path) -> tuple[Path | None, list[str]]:
     (truncated by a full disk, corrupted, foreign): a damaged newest checkpoint must not
     keep a run from resuming from the one before it."""
     refused = []
-    for path in sorted(_checkpoints(directory), reverse=True) if directory.is_dir() else []:
+    for path in reversed(every_checkpoint(directory)):
         try:
             load(path)
         except ValueError as exc:

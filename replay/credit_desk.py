@@ -75,7 +75,7 @@ class CreditDesk:
         if len(self._asked_at) < MAX_HELD_CREDIT_REQUESTS or message.sender in self._asked_at:
             self._asked_at[message.sender] = now
         held = HeldCredit(identity, message.sender, message.incarnation, message.sequence,
-                          request.wanted, time.monotonic() + request.wait_ms / 1000)  # fmt: skip
+                          request.wanted, now + request.wait_ms / 1000)  # fmt: skip
         earlier = self._held.pop(held.sender, None)
         if earlier is not None:
             self._answer(earlier)

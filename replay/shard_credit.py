@@ -53,7 +53,6 @@ class ShardCredit:
         self.resend_at: int | None = None
         """Lane number from which ``retained`` must be sent again, None if none."""
         self.resent = 0
-        self._started = False
         self._asked_until: float | None = None
         self._incarnation: int | None = None
         self.restarts_seen = 0
@@ -73,7 +72,8 @@ class ShardCredit:
 
     @property
     def started(self) -> bool:
-        return self._started
+        """The shard has answered once (so its incarnation is known)."""
+        return self._incarnation is not None
 
     @property
     def awaiting_reply(self) -> bool:
@@ -87,8 +87,8 @@ class ShardCredit:
         self.sent += 1
 
     def ask(self, wait_s: float, everything: bool = False) -> None:
-        """Asks the shard to answer once the batches in flight fall to half the limit (or
-        to none, with ``everything``).
+        """Asks the shard to answer once the batches in flight fall to three quarters of
+        the limit (or to none, with ``everything``).
 
         Does nothing while an earlier question may still be answered.
         """
@@ -119,7 +119,6 @@ class ShardCredit:
             answer = messages.CreditReply.from_message(reply)
             self._asked_until = None
             self.limit = max(self.share, answer.window)
-            self._started = True
             restarted = self._incarnation is not None and answer.incarnation != self._incarnation
             self._incarnation = answer.incarnation
             self.restarts_seen += restarted

@@ -205,14 +205,15 @@ def _describe(layout: tuple[tuple[np.dtype, tuple[int, ...]], ...]) -> tuple[byt
 
 def restamp(frames: list, *, sequence: int, incarnation: int, held: int) -> list:
     """``frames`` of an encoded message with new ``sequence``, ``incarnation`` and
-    ``held`` in the header (the array frames are shared, not copied)."""
+    ``held`` in the header: one copy of frame 0 (the header, or a whole packed message);
+    the array frames are shared."""
     header = bytearray(_buffer(frames[0]))
     try:
         _SEQUENCE.pack_into(header, _SEQUENCE_OFFSET, sequence)
         _LIFE.pack_into(header, _LIFE_OFFSET, incarnation, held)
     except struct.error as exc:
         raise ProtocolError(f"header value out of range: {exc}") from exc
-    return [bytes(header), *frames[1:]]
+    return [header, *frames[1:]]
 
 
 def peek_count(frames: list) -> int:
