@@ -83,6 +83,7 @@ class Actor:
             start_timeout_s=config.shard_start_timeout_s,
             batch_hint=config.insert_batch,
             credit=config.insert_credit,
+            reroute_after_s=config.reroute_after_s,
         )
         self._builder = NStepBuilder(
             config.envs_per_actor,
@@ -113,7 +114,7 @@ class Actor:
         self.transitions_sent = 0
         self.episodes_finished = 0
         self.insert_waits = 0
-        self._shard_restarts: dict[int, int] = {}
+        self._lane_resets: dict[int, int] = {}
 
     def stop(self) -> None:
         """Asks :meth:`run` to return after its current step (safe from a signal handler)."""
@@ -243,9 +244,9 @@ class Actor:
             self._inserts.insert(batch, priorities, policy_version=version)
             return
         scalars = {name: batch[name] for name in ("action", "reward", "discount")}
-        for index, restarts in enumerate(self._inserts.shard_restarts()):
-            if restarts != self._shard_restarts.get(index, 0):
-                self._shard_restarts[index] = restarts
+        for index, resets in enumerate(self._inserts.lane_resets()):
+            if resets != self._lane_resets.get(index, 0):
+                self._lane_resets[index] = resets
                 self._frames.forget(index)
         shard, insert = self._inserts.insert_frames(
             lambda index: self._frames.build(index, batch["refs"], scalars, priorities),

@@ -11,8 +11,9 @@
   actor sends one (maybe empty) message at least every ``HEARTBEAT_S``: the learner knows
   which actors are alive and can compare what each sent with what the shards received.
   A third array holds the actor's delivery counts (:data:`DELIVERY_COUNTS`): transitions
-  the shards have not confirmed yet, batches resent, shard restarts seen, and whether this is
-  its last word (sent after it waited for its shards' confirmations).
+  the shards have not confirmed yet, batches resent, shard restarts seen, batches rerouted
+  from shards given up and transitions abandoned with them, and whether this is its last
+  word (sent after it waited for its shards' confirmations).
 
 A message that does not fit (malformed, other parameter names or shapes) is counted and
 skipped, never loaded.
@@ -50,7 +51,7 @@ HEARTBEAT_S = 1.0
 MAX_TRACKED_ACTORS = 65_536
 # An EPISODES message's third array, in this order (the last is 1 in an actor's last word).
 MAX_LIVES = 64
-DELIVERY_COUNTS = ("unconfirmed", "resent", "shard_restarts_seen", "final")
+DELIVERY_COUNTS = ("unconfirmed", "resent", "shard_restarts_seen", "rerouted", "abandoned", "final")
 
 
 class ApexKind(enum.IntEnum):
@@ -214,6 +215,8 @@ class ActorStatus:
     unconfirmed: int = 0
     resent: int = 0
     shard_restarts_seen: int = 0
+    rerouted: int = 0
+    abandoned: int = 0
     final: bool = False
     lives: dict[int, int] = field(default_factory=dict)
     """Transitions sent per life (incarnation), at most ``MAX_LIVES`` kept apart."""
@@ -244,7 +247,8 @@ class EpisodeCollector:
         sent = max(status.lives.get(incarnation, 0), int(transitions_sent))
         status.lives[incarnation] = sent
         status.transitions_sent = sum(status.lives.values())
-        status.unconfirmed, status.resent, status.shard_restarts_seen, final = counts.tolist()
+        (status.unconfirmed, status.resent, status.shard_restarts_seen, status.rerouted,
+         status.abandoned, final) = counts.tolist()  # fmt: skip
         status.final = bool(final)
 
     def drain(self, limit: int = 1000) -> list[tuple[int, int, float, int]]:

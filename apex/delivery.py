@@ -8,6 +8,11 @@ it sent beyond that and no shard holds was lost by a shard that came back from a
 snapshot; an actor gone silent lost whatever its process held. An actor's last word
 comes after it waited for its confirmations: what is missing then is lost. Shard outages
 are as the learner's sampler saw them.
+
+An actor that gave a silent shard up sent what it kept for it to the others; if that shard
+comes back holding some of it, the shards hold more from the actor than it sent: those
+are counted stored twice. Frame batches cannot move, so an actor counts them abandoned
+(they are among the lost).
 """
 
 from __future__ import annotations
@@ -31,12 +36,17 @@ def delivery_report(
             received[int(sender)] = received.get(int(sender), 0) + int(stats["transitions"])
     shards_answered = all(info is not None for info in shard_infos)
     per_actor = {}
-    lost = in_transit = 0
+    lost = in_transit = stored_twice = 0
     for index, status in sorted(actors.items()):
         silent_for = now - status.last_heard
         gone = silent_for > SILENT_AFTER_S and not status.final  # stopped is not gone
         got = received.get(index, 0)
         missing = max(0, status.transitions_sent - got) if shards_answered else None
+        # Only a last word is a count no shard can be ahead of, and only rerouting stores
+        # twice (shards restored in a requeued job also hold what earlier lives sent).
+        twice = shards_answered and status.final and status.rerouted
+        surplus = max(0, got - status.transitions_sent) if twice else 0
+        stored_twice += surplus
         held = 0
         if missing is not None:
             held = 0 if gone or status.final else min(missing, status.unconfirmed)
@@ -50,6 +60,9 @@ def delivery_report(
             "gone": gone,
             "stopped": status.final,
             "resent_batches": status.resent,
+            "rerouted_batches": status.rerouted,
+            "abandoned": status.abandoned,
+            "stored_twice": surplus,
             "silent_for_s": round(silent_for, 2),
             "longest_silence_s": round(max(status.longest_silence_s, silent_for), 2),
         }
@@ -63,6 +76,11 @@ def delivery_report(
         # Batch messages a shard dropped as already held, and lane numbers it found
         # lost when it came back (see replay.lanes).
         "resent_batches": sum(a.resent for a in actors.values()),
+        # Batches moved off shards given up, frame transitions that could not move, and
+        # what a given-up shard that came back holds twice (see the module's doc).
+        "rerouted_batches": sum(a.rerouted for a in actors.values()),
+        "transitions_abandoned": sum(a.abandoned for a in actors.values()),
+        "transitions_stored_twice": stored_twice if shards_answered else None,
         "duplicates_dropped": sum((i or {}).get("duplicates_dropped", 0) for i in shard_infos),
         "batches_lost_at_shard_restart": sum(
             (i or {}).get("lost_at_restart", 0) for i in shard_infos

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from replay.client import REROUTE_AFTER_S
+
 DEVICES = ("auto", "cpu", "cuda")
 REPLAY_IO_MODES = ("auto", "thread", "inline")
 
@@ -71,6 +73,8 @@ class ActorConfig:
         insert_credit: insert batches sent and not yet taken by the shards, at most (the
             credit, see ``replay.client.ShardCredit``): bounds how stale the data waiting
             for the learner can be, and how far actors run ahead while the learner starts.
+        reroute_after_s: a shard silent this long while others answer is given up, and
+            the batches the actor kept for it go to the others (``replay.client``).
     """
 
     env: str = "CartPole-v1"
@@ -91,6 +95,7 @@ class ActorConfig:
     insert_timeout_s: float = 1.0
     shard_start_timeout_s: float = 300.0
     insert_credit: int = 16
+    reroute_after_s: float = REROUTE_AFTER_S
 
     @property
     def actor_seed(self) -> int:
@@ -113,6 +118,7 @@ class ActorConfig:
             {
                 f"{prefix}insert_timeout_s": self.insert_timeout_s,
                 f"{prefix}shard_start_timeout_s": self.shard_start_timeout_s,
+                f"{prefix}reroute_after_s": self.reroute_after_s,
                 f"{prefix}max_steps": self.max_steps,
             }
         )

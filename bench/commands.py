@@ -60,7 +60,7 @@ def _timing_options(what: str, default_s: float, quick_s: float, min_s: float):
 
 # The fault suite's cases, named without importing it (it imports apex and the launcher).
 FAULTS = ("kill-actor", "kill-shard", "kill-learner", "stop-shard", "corrupt-snapshot",
-          "corrupt-checkpoint", "full-disk")  # fmt: skip
+          "corrupt-checkpoint", "full-disk", "lose-shard", "cut-link", "preempt")  # fmt: skip
 
 
 @click.group(context_settings={"show_default": True})
@@ -255,13 +255,14 @@ def bench_frames(quick, json_path, markdown_path) -> None:
 @bench.command("faults")
 @click.option("--quick", is_flag=True, help="5 s stops and full disks instead of 30 s.")
 @click.option("--fault", "faults", multiple=True, type=click.Choice(FAULTS), help="[all]")
+@click.option("--slurm", is_flag=True, help="Jobs on 3 namespace hosts under a real Slurm (root).")
 @_report_options
-def bench_faults(quick, faults, json_path, markdown_path) -> None:
+def bench_faults(quick, faults, slurm, json_path, markdown_path) -> None:
     """Kill, stop, corrupt and fill under a real run: recovery time and what was lost."""
     from bench import faults_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
-        return faults_suite.run(quick=quick, faults=faults or None, progress=_progress)
+        return faults_suite.run(quick, faults or None, _progress, slurm)
 
     _run_bench(faults_suite.SUITE, run_suite, json_path, markdown_path)
 

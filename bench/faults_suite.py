@@ -10,7 +10,9 @@ that loses nothing) and reads the run's own account.
 Faults: kill -9 of an actor, of the shard, of the learner; SIGSTOP of the shard for a
 while; the newest snapshot corrupted, then the shard killed; the newest checkpoint
 truncated, then the learner killed; the run directory's disk full for a while (a small
-tmpfs, which needs root). A link cut and a Slurm preemption need the network-namespace
+tmpfs, which needs root); a shard lost for good (``lose-shard``: a run of 2 shards with no
+restart budget, one killed; actors reroute what they kept for it after
+``LOSE_REROUTE_S``). A link cut and a Slurm preemption need the network-namespace
 hosts and the real Slurm; ``tests/test_slurm.py`` covers those.
 
 Faults that lose what came after the newest checkpoint or snapshot strike when it is
@@ -26,6 +28,7 @@ they lag the fault by at most that.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -54,12 +57,14 @@ START_TIMEOUT_S = 180.0
 RECOVERY_TIMEOUT_S = 120.0
 TMPFS_BYTES = 96 * 2**20
 LATE = 0.75
+LOSE_REROUTE_S = 5.0
 
 
 class FaultRun:
     """One ``apex train`` in ``root/run``, its output in ``root/train.out``."""
 
-    def __init__(self, root: Path, tmpfs: bool = False) -> None:
+    def __init__(self, root: Path, tmpfs: bool = False, shards: int = 1,
+                 settings: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.run_dir = root / "run"
         self.run_dir.mkdir(parents=True)
         self.mounted = False
@@ -69,16 +74,29 @@ class FaultRun:
             self.mounted = True
         self.output = root / "train.out"
         command = [
-            sys.executable, "-m", "launch", "train", "--actors", "2", "--shards", "1",
+            sys.executable, "-m", "launch", "train", "--actors", "2", "--shards", str(shards),
             "--max-time", "900", "--target-return", "1e12", "--run-dir", str(self.run_dir),
             "--set", "learner.eval_interval_s=1e12", "--set", "learner.metrics_interval_s=0.5",
             "--set", f"learner.checkpoint_interval_s={PERIOD_S}",
             "--set", f"replay.snapshot_interval_s={PERIOD_S}",
+            *(part for setting in settings for part in ("--set", setting)),
         ]  # fmt: skip
         with open(self.output, "wb") as out:
             self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(),
                                             stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
         self._pause = threading.Event()
+
+    def ended(self) -> str | None:
+        """How the run ended (None: it runs)."""
+        code = self.process.poll()
+        return None if code is None else f"exit {code}"
+
+    def special(self, fault: str, hold_s: float) -> dict | None:
+        """Does a fault only this kind of run has; None if ``fault`` is not one."""
+        return None
 
     def progress(self) -> list[dict]:
         return [r for r in read_metrics(self.run_dir) if r.get("event") == "progress"]
@@ -89,9 +107,9 @@ class FaultRun:
             value = condition()
             if value:
                 return value
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the run ended (exit {self.process.returncode}) before "
-                                   f"{what}: {self.tail()}")  # fmt: skip
+            ended = self.ended()
+            if ended is not None:
+                raise RuntimeError(f"the run ended ({ended}) before {what}: {self.tail()}")
             self._pause.wait(0.1)
         raise TimeoutError(f"no {what} within {timeout_s:.0f} s: {self.tail()}")
 
@@ -189,9 +207,17 @@ def _last_int(pattern: str, text: str) -> int | None:
     return int(found[-1]) if found else None
 
 
-def _measure(fault: str, hold_s: float, settle_records: int) -> dict:
+def _local_run(root: Path, fault: str) -> FaultRun:
+    lose = fault == "lose-shard"
+    settings = ("replay.restart_budget=0", f"actor.reroute_after_s={LOSE_REROUTE_S}")
+    return FaultRun(root, tmpfs=fault == "full-disk", shards=2 if lose else 1,
+                    settings=settings if lose else ())  # fmt: skip
+
+
+def _measure(fault: str, hold_s: float, settle_records: int, open_run=_local_run) -> dict:
     with tempfile.TemporaryDirectory(prefix="apex-faults-") as directory:
-        run = FaultRun(Path(directory), tmpfs=fault == "full-disk")
+        lose = fault == "lose-shard"
+        run = open_run(Path(directory), fault)
         try:
             run.wait(lambda: len(run.snapshots()) >= 2 and len(run.checkpoints()) >= 2
                      and len(run.progress()) >= 4, START_TIMEOUT_S,
@@ -204,6 +230,10 @@ def _measure(fault: str, hold_s: float, settle_records: int) -> dict:
                         "replay": sum(s or 0 for s in before[-1]["replay_sizes"])}  # fmt: skip
             started = time.monotonic()
             measured = _inject(run, fault, hold_s)
+            if "requeue_s" in measured:  # the first job's last records are not a recovery
+                before = run.progress()
+            if lose:  # that shard's whole replay is gone with it
+                at_fault["replay"] = before[-1]["replay_sizes"][measured.pop("shard")] or 0
             after = len(before)
 
             def back() -> float | None:
@@ -221,6 +251,7 @@ def _measure(fault: str, hold_s: float, settle_records: int) -> dict:
         learner_log, shard_log = run.log("learner"), run.log("shard-0")
     resumed_at = _last_int(r"resumed from \S+ at update (\d+)", learner_log)
     restored = _last_int(r"restored \S+: (\d+) transitions", shard_log)
+    restored = 0 if fault == "lose-shard" else restored
     delivery = end.get("delivery") or {}
     result = {
         "recovered": 1,
@@ -234,6 +265,8 @@ def _measure(fault: str, hold_s: float, settle_records: int) -> dict:
         "transitions_lost": delivery.get("transitions_lost"),
         "transitions_in_transit": delivery.get("transitions_in_transit"),
         "resent_batches": delivery.get("resent_batches"),
+        "rerouted_batches": delivery.get("rerouted_batches"),
+        "transitions_abandoned": delivery.get("transitions_abandoned"),
         "duplicates_dropped": delivery.get("duplicates_dropped"),
         "batches_lost_at_shard_restart": delivery.get("batches_lost_at_shard_restart"),
         "snapshots_refused": shard_log.count("snapshot refused"),
@@ -245,6 +278,9 @@ def _measure(fault: str, hold_s: float, settle_records: int) -> dict:
         "restarts": {
             role: summary.get(f"{role}_restarts") for role in ("actor", "shard", "learner")
         },
+        "shards_given_up": summary.get("shards_given_up"),
+        "job_state": summary.get("job_state"),
+        "job_restarts": summary.get("job_restarts"),
         **measured,
     }
     return result
@@ -253,6 +289,9 @@ def _measure(fault: str, hold_s: float, settle_records: int) -> dict:
 def _inject(run: FaultRun, fault: str, hold_s: float) -> dict:
     """Does ``fault`` to ``run``; returns what the fault itself measured."""
     pause = threading.Event()
+    special = run.special(fault, hold_s)
+    if special is not None:
+        return special
     if fault == "kill-actor":
         _kill_first(run, "actor")
     elif fault in ("kill-shard", "corrupt-snapshot"):
@@ -263,6 +302,14 @@ def _inject(run: FaultRun, fault: str, hold_s: float) -> dict:
         if fault == "corrupt-checkpoint":
             _truncate_newest_checkpoint(run)
         _kill_first(run, "learner")
+    elif fault == "lose-shard":
+        victim = run.pids("shard")[0]
+        arguments = Path(f"/proc/{victim}/cmdline").read_bytes().split(b"\0")
+        index = int(arguments[arguments.index(b"--shard-index") + 1])
+        os.kill(victim, signal.SIGKILL)
+        run.wait(lambda: "given up" in run.output.read_text(errors="replace"), 60,
+                 "the shard given up")  # fmt: skip
+        return {"shard": index}
     elif fault == "stop-shard":
         shard = run.pids("shard")[0]
         os.kill(shard, signal.SIGSTOP)
@@ -292,6 +339,7 @@ METRICS = (
     ("recovered", "bool"), ("recovery_s", "s"), ("updates_lost", "updates"),
     ("replay_lost", "transitions"), ("transitions_lost", "transitions"),
     ("transitions_in_transit", "transitions"), ("resent_batches", "batches"),
+    ("rerouted_batches", "batches"), ("transitions_abandoned", "transitions"),
     ("duplicates_dropped", "batches"),
     ("batches_lost_at_shard_restart", "batches"), ("snapshots_refused", "count"),
     ("snapshots_failed", "count"), ("checkpoints_refused", "count"),
@@ -301,27 +349,55 @@ METRICS = (
 )  # fmt: skip
 
 
-def run(quick: bool = False, faults: tuple[str, ...] | None = None, progress=print) -> dict:
+def run(quick: bool = False, faults: tuple[str, ...] | None = None, progress=print,
+        slurm: bool = False) -> dict:  # fmt: skip
+    """The suite on this machine, or with ``slurm`` under the namespace Slurm
+    (``bench.slurm_faults``)."""
+    open_run, cluster = _local_run, contextlib.nullcontext()
+    if slurm:
+        from bench import slurm_faults
+
+        faults = faults or slurm_faults.SLURM_FAULTS
+        open_run = lambda root, fault: slurm_faults.SlurmFaultRun(root)  # noqa: E731
+        cluster = slurm_faults.namespace_cluster() if os.geteuid() == 0 else None
     faults = faults or FAULTS
     hold_s = 5.0 if quick else 30.0
     settle = 2 if quick else 6
     records = []
-    for fault in faults:
-        params = {"fault": fault, "hold_s": hold_s, "period_s": PERIOD_S}
-        if fault == "full-disk" and os.geteuid() != 0:
-            records.append({"suite": SUITE, "case": fault, "implementation": "apex",
-                            "status": "unavailable", "reason": "mounting a tmpfs needs root",
-                            "params": params})  # fmt: skip
-            continue
-        progress(f"faults: {fault}")
-        result = _measure(fault, hold_s, settle)
-        params = {**params, "exit_code": result.get("exit_code"),
-                  "restarts": result.get("restarts"), "error": result.get("error")}  # fmt: skip
-        for metric, unit in METRICS:
-            value = result.get(metric)
-            if value is not None:
-                record = _shard_record(fault, "apex", metric, unit, [float(value)], params)
-                records.append({**record, "suite": SUITE})
+    with cluster or contextlib.nullcontext():
+        for fault in faults:
+            params = {"fault": fault, "hold_s": hold_s, "period_s": PERIOD_S, "slurm": slurm}
+            unavailable = _unavailable(fault, slurm, cluster is None)
+            if unavailable:
+                records.append({"suite": SUITE, "case": fault, "implementation": "apex",
+                                "status": "unavailable", "reason": unavailable,
+                                "params": params})  # fmt: skip
+                continue
+            progress(f"faults: {fault}")
+            result = _measure(fault, hold_s, settle, open_run)
+            params = {**params, **{key: result.get(key) for key in (
+                "exit_code", "restarts", "error", "shards_given_up", "job_state",
+                "job_restarts")}, "shards": 2 if fault == "lose-shard" else 1}  # fmt: skip
+            for metric, unit in METRICS:
+                value = result.get(metric)
+                if value is not None:
+                    record = _shard_record(fault, "apex", metric, unit, [float(value)], params)
+                    records.append({**record, "suite": SUITE})
+    hosts = "learner, shard and actors on 3 namespace hosts under Slurm" if slurm else "local"
     return {"config": {"faults": list(faults), "hold_s": hold_s, "period_s": PERIOD_S,
-                       "actors": 2, "shards": 1, "env": "CartPole-v1"},
+                       "actors": 2, "shards": "1 (lose-shard: 2)", "env": "CartPole-v1",
+                       "hosts": hosts},
             "records": records, "ratios": []}  # fmt: skip
+
+
+def _unavailable(fault: str, slurm: bool, no_cluster: bool) -> str | None:
+    """Why ``fault`` cannot run here (None: it can)."""
+    if slurm and no_cluster:
+        return "the namespace Slurm needs root"
+    if slurm and fault in ("full-disk", "lose-shard"):
+        return "a local fault (apex train)"
+    if not slurm and fault in ("cut-link", "preempt"):
+        return "needs the namespace hosts under Slurm (--slurm)"
+    if fault == "full-disk" and os.geteuid() != 0:
+        return "mounting a tmpfs needs root"
+    return None

@@ -68,6 +68,10 @@ class ReplayConfig:
         snapshot_interval_s: seconds between a shard's background snapshots in a run
             (``RUN_DIR/replay/shard-N``; a shard also writes one when it stops, and comes
             back from the newest when the run resumes or requeues); 0: no snapshots.
+        restart_budget: times a dead shard is restarted (by ``apex train``'s supervisor, or
+            its Slurm task's keeper). Past it the shard is given up: the run goes on with
+            the others (actors send them what they kept for it after
+            ``actor.reroute_after_s``), or ends when none is left.
     """
 
     capacity: int = DEFAULT_CAPACITY
@@ -79,6 +83,7 @@ class ReplayConfig:
     compress_frames: bool = True
     gather_threads: int = 0
     snapshot_interval_s: float = 300.0
+    restart_budget: int = 5
 
     def shard_share(self, shards: int) -> ReplayConfig:
         """One shard's settings: totals divided over ``shards``, integers rounded up."""
@@ -98,6 +103,9 @@ class ReplayConfig:
         interval = self.snapshot_interval_s
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval < 0:
             problems.append(f"{prefix}snapshot_interval_s must be >= 0 (0: none), got {interval!r}")
+        budget = self.restart_budget
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            problems.append(f"{prefix}restart_budget must be an integer >= 0, got {budget!r}")
         threads = self.gather_threads
         if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 64:
             problems.append(f"{prefix}gather_threads must be in [0, 64], got {self.gather_threads}")

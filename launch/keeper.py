@@ -2,12 +2,14 @@
 
 Slurm restarts nothing inside a running step: with ``--kill-on-bad-exit=0`` a task that
 dies simply stays dead until the job ends (a requeue restarts the whole job). So a shard's
-task runs the shard as a child and restarts it, with backoff, when it dies on its own
-(a crash, the OOM killer, kill -9 of the shard process); the new shard binds the same
-ports and starts from its newest snapshot, and actors and the learner reconnect by
-themselves. On a stop signal (SIGTERM from ``scancel`` or the batch script, which Slurm
-sends to every process of the step) the child writes its final snapshot and exits, and the
-keeper ends with its exit code.
+task runs the shard as a child and restarts it, with backoff, when it dies on its own (a
+crash, the OOM killer, kill -9 of the shard process); the new shard binds the same ports
+and starts from its newest snapshot, and actors and the learner reconnect by themselves.
+The learner's task does the same for a learner killed by a signal (kill -9, the OOM
+killer), which comes back from its newest checkpoint; a learner that ends by itself (an
+outcome, or an error that would only repeat) ends the task. On a stop signal (SIGTERM from
+``scancel`` or the batch script, which Slurm sends to every process of the step) the child
+writes its final snapshot and exits, and the keeper ends with its exit code.
 """
 
 from __future__ import annotations
@@ -18,17 +20,24 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+LEARNER_RESTART_BUDGET = 3
 
 
 def run_restarting(
-    command: list[str], what: str, budget: int = 5, forward_after_s: float = 30.0
+    command: list[str],
+    what: str,
+    budget: int = 5,
+    forward_after_s: float = 30.0,
+    restart_if: Callable[[int], bool] = lambda code: True,
 ) -> int:
     """Runs ``command`` until it ends after a stop signal, restarting it up to ``budget``
-    times when it dies on its own; returns its last exit code.
+    times when it ends on its own with an exit code that ``restart_if`` accepts (a
+    negative code: killed by that signal); returns its last exit code.
 
     A stop signal is not passed on at once: Slurm signals every process of the step, the
     child included, and a second SIGTERM would cut the child's final snapshot short (the
@@ -46,7 +55,7 @@ def run_restarting(
     while True:
         child = subprocess.Popen(command)
         code = _wait(child, stopping, forward_after_s)
-        if stopping.is_set():
+        if stopping.is_set() or not restart_if(code):
             return code
         if restarts >= budget:
             logger.error("%s died (exit code %d) after %d restarts; giving up", what, code,

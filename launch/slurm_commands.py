@@ -247,14 +247,15 @@ def status_command(run_dir: Path, as_json: bool) -> None:
     required=True,
     help="The run directory (config.json inside).",
 )
-def task(role: str, run_dir: Path) -> None:
+@click.option("--kept", is_flag=True, hidden=True, help="Run as the task keeper's child.")
+def task(role: str, run_dir: Path, kept: bool) -> None:
     """One task of a Slurm job: picks its place and its peers from Slurm's environment.
 
     The batch script made by `apex slurm submit` runs this; it is not meant for hand use."""
     from apex import checkpoint
     from launch import builder, roles
     from launch.config import ConfigError, read_resolved
-    from launch.keeper import run_restarting
+    from launch.keeper import LEARNER_RESTART_BUDGET, run_restarting
     from launch.slurm_layout import SlurmEnvironmentError, job_layout, role_index
 
     try:
@@ -273,10 +274,18 @@ def task(role: str, run_dir: Path) -> None:
             "--run-dir", str(run_dir), "--shard-index", str(index), "--host", "0.0.0.0",
             "--insert-port", str(insert_port), "--request-port", str(request_port),
         ]  # fmt: skip
-        sys.exit(run_restarting(command, f"shard {index}"))
+        sys.exit(run_restarting(command, f"shard {index}", config.replay.restart_budget))
     if role == "actor":
         actor = builder.actor(config, index, layout.shards, layout.weights, layout.episodes)
         sys.exit(roles.run_actor(actor))
+    if not kept:
+        # The learner runs as a child that comes back from its checkpoint if a signal
+        # kills it (launch.keeper); the task ends the job when it ends for good.
+        command = [sys.executable, "-m", "launch", "slurm", "task", "learner", "--run-dir",
+                   str(run_dir), "--kept"]  # fmt: skip
+        code = run_restarting(command, "learner", LEARNER_RESTART_BUDGET, restart_if=killed)
+        _end_job()
+        sys.exit(code)
     resume = checkpoint.latest(run_dir / "checkpoints") is not None
     code = roles.run_learner(
         config,
@@ -287,13 +296,21 @@ def task(role: str, run_dir: Path) -> None:
         slurm_settings.weights_port,
         slurm_settings.episodes_port,
     )
-    # The learner decides when the run ends: stop the job's other steps (shards, actors).
-    # The signal reaches this step too; its work is done, so it must not turn a finished
-    # run into one "Terminated" by SIGTERM (exit 143, the job FAILED: seen in a test).
+    sys.exit(code)
+
+
+def killed(code: int) -> bool:
+    """A role's exit code says a signal killed it."""
+    return code < 0
+
+
+def _end_job() -> None:
+    """The learner decides when the run ends: stops the job's other steps (shards, actors).
+    The signal reaches this step too; its work is done, so it must not turn a finished
+    run into one "Terminated" by SIGTERM (exit 143, the job FAILED: seen in a test)."""
     job_id = os.environ.get("SLURM_JOB_ID")
     if job_id and shutil.which("scancel"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         subprocess.run(
             ["scancel", "--signal=TERM", job_id], timeout=30, check=False, capture_output=True
         )
-    sys.exit(code)

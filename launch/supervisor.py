@@ -11,7 +11,9 @@ SIGKILL once the shared stop budget runs out.
 An actor that dies is restarted with exponential backoff. So is a shard, on the same
 ports, from its newest snapshot (``RUN_DIR/replay/shard-N``, see
 ``replay.shard_snapshots``): actors and the learner reconnect by themselves. A shard that
-dies more than ``SHARD_RESTART_BUDGET`` times ends the run with a message and exit code 3.
+dies more than ``replay.restart_budget`` times is given up while another shard lives (the
+learner samples the others; actors send them what they kept for it, ``replay.client``);
+the last shard's end ends the run with a message and exit code 3.
 A learner that dies without an outcome (killed, crashed) is restarted with ``--resume``
 from its newest checkpoint (which carries its training time), up to
 ``LEARNER_RESTART_BUDGET`` times; the learner ending normally (solved, or a limit
@@ -38,15 +40,13 @@ from pathlib import Path
 from apex.metrics import read_metrics
 from launch import builder
 from launch.config import RunConfig, write_resolved
+from launch.keeper import LEARNER_RESTART_BUDGET, RESTART_BACKOFF_S
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
 
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 120.0
 STOP_BUDGET_S = 20.0
-RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
-SHARD_RESTART_BUDGET = 5
-LEARNER_RESTART_BUDGET = 3
 # A stopping shard writes its whole replay to disk first (about 1 GB for 2M Pong frames).
 SHARD_STOP_BUDGET_S = 120.0
 PROGRESS_INTERVAL_S = 5.0
@@ -63,6 +63,7 @@ class Child:
     ready: dict = field(default_factory=dict)
     restarts: int = 0
     restart_at: float | None = None
+    given_up: bool = False
 
 
 @dataclass
@@ -75,6 +76,7 @@ class RunSummary:
     actor_restarts: int = 0
     shard_restarts: int = 0
     learner_restarts: int = 0
+    shards_given_up: int = 0
 
     def line(self) -> str:
         updates = self.outcome.get("updates", "?")
@@ -83,7 +85,9 @@ class RunSummary:
         return (
             f"{solved} | reason: {self.reason} | updates: {updates} | transitions trained: "
             f"{trained} | last eval: {self.outcome.get('last_eval_return')} | actor restarts: "
-            f"{self.actor_restarts} | shard restarts: {self.shard_restarts} | learner restarts: "
+            f"{self.actor_restarts} | shard restarts: {self.shard_restarts}"
+            f"{f' ({self.shards_given_up} given up)' if self.shards_given_up else ''}"
+            f" | learner restarts: "
             f"{self.learner_restarts} | exit code {self.exit_code}"
         )
 
@@ -269,21 +273,31 @@ class Supervisor:
             for child in self._children:
                 if (
                     child.role == "shard"
-                    and child.restarts >= SHARD_RESTART_BUDGET
+                    and not child.given_up
+                    and child.restarts >= self.config.replay.restart_budget
                     and child.process.poll() is not None
                 ):
-                    return self._finish(
-                        EXIT_ROLE_DIED,
-                        f"shard {child.index} died with exit code {child.process.returncode}"
-                        f" after {child.restarts} restarts; see {child.log_path}",
-                        {},
+                    code, restarts = child.process.returncode, child.restarts
+                    died = (
+                        f"shard {child.index} died with exit code {code} after {restarts} restarts"
                     )
-                if child.role in ("actor", "shard"):
+                    if not self._give_up(child):
+                        return self._finish(EXIT_ROLE_DIED, f"{died}; see {child.log_path}", {})
+                    self.echo(f"{died}: given up; the run goes on with the other shards")
+                if child.role in ("actor", "shard") and not child.given_up:
                     self._tend(child)
             if time.monotonic() >= next_progress:
                 self._progress()
                 next_progress = time.monotonic() + PROGRESS_INTERVAL_S
         return self._stopped_by_user(learner)
+
+    def _give_up(self, shard: Child) -> bool:
+        """Gives ``shard`` up if another shard is still in the run; False if none is."""
+        if all(c.given_up for c in self._children if c.role == "shard" and c is not shard):
+            return False
+        shard.given_up = True
+        shard.process.stdout.close()
+        return True
 
     def _tend(self, child: Child) -> None:
         """Restarts a dead role after its backoff (a shard from its snapshot, the learner
@@ -341,6 +355,7 @@ class Supervisor:
             actor_restarts=sum(c.restarts for c in self._children if c.role == "actor"),
             shard_restarts=sum(c.restarts for c in self._children if c.role == "shard"),
             learner_restarts=sum(c.restarts for c in self._children if c.role == "learner"),
+            shards_given_up=sum(c.given_up for c in self._children),
         )
         (self.run_dir / "summary.json").write_text(
             json.dumps({**summary.__dict__, "line": summary.line()}, indent=2, default=str) + "\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,9 +25,13 @@ from replay.requests import await_spec
 from replay.shard_credit import ShardCredit
 from replay.spec import TransitionSpec
 from replay.transport import insert_buffer_bytes, make_socket, send_frames
-from replay.wire import encode, restamp
+from replay.wire import encode, peek_count, restamp
 
 logger = logging.getLogger(__name__)
+
+REROUTE_AFTER_S = 60.0
+"""A shard silent this long while others answer is given up, and what the client kept for
+it goes to the others; longer than a supervisor takes to bring a shard back."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,10 @@ class InsertClient:
         credit: batches sent and not yet taken by the shards, at most, in all; each
             shard's share is ``ceil(credit / shards)``. None: only the high-water marks and
             kernel buffers bound it.
+        reroute_after_s: a shard that leaves a credit question unanswered this long, while
+            another shard answers, is given up: the batches kept for it go to the others
+            (whole transitions only: frame records need their frames on their shard, so a
+            frame batch kept for a shard given up is counted ``abandoned``). None: never.
 
     Raises:
         SpecMismatchError: a shard stores other fields (the message shows both specs).
@@ -77,6 +86,7 @@ class InsertClient:
         start_timeout_s: float = 10.0,
         batch_hint: int = 50,
         credit: int | None = 16,
+        reroute_after_s: float | None = REROUTE_AFTER_S,
     ) -> None:
         if not shards:
             raise ValueError("an insert client needs at least one shard")
@@ -100,16 +110,13 @@ class InsertClient:
         self._spec = spec
         self._sender = sender
         self._timeout_ms = int(timeout_s * 1000)
-        self._sockets = []
-        for shard in shards:
-            socket = make_socket(
-                context,
-                zmq.PUSH,
-                hwm,
-                kernel_buffer_bytes=insert_buffer_bytes(batch_hint * spec.item_nbytes),
-            )
-            socket.connect(shard.insert)
-            self._sockets.append(socket)
+        self._reroute_after_s = reroute_after_s
+        self._context, self._shards = context, list(shards)
+        self._socket_options = (hwm, insert_buffer_bytes(batch_hint * spec.item_nbytes))
+        self._sockets = [self._connect(shard) for shard in shards]
+        self._orphans: deque[list] = deque()
+        """Messages kept for a shard given up, waiting for room on another."""
+        self._rerouted = self._abandoned = 0
         self._credits: list[ShardCredit | None] = [None] * len(shards)
         self.incarnation = 0
         """This client's life on the lanes (``replay.lanes``), 0 without credit."""
@@ -122,6 +129,12 @@ class InsertClient:
         self._next = 0
         self._sequence = 0
         self._stretch_left = 0
+
+    def _connect(self, shard: ShardEndpoints) -> zmq.Socket:
+        hwm, buffer_bytes = self._socket_options
+        socket = make_socket(self._context, zmq.PUSH, hwm, kernel_buffer_bytes=buffer_bytes)
+        socket.connect(shard.insert)
+        return socket
 
     def _start_credits(self, deadline: float) -> None:
         """Learns each shard's count of this sender's batches before sending any."""
@@ -201,28 +214,18 @@ class InsertClient:
         if self._stretch_left <= 0:
             self._stretch_left = stretch
         while True:
+            self._give_up_silent_shards()
             for index, credit in enumerate(self._credits):
                 if credit is not None and credit.resend_at is not None:
                     self._resend(index, credit)
+            self._send_orphans()
             for offset in range(len(self._sockets)):
                 index = (self._next + offset) % len(self._sockets)
                 credit = self._credits[index]
                 if credit is not None and not credit.has_room():
                     continue
-                frames = frames_for(index)
-                if credit is not None:
-                    frames = restamp(frames, sequence=credit.sent, incarnation=self.incarnation,
-                                     held=credit.in_flight)  # fmt: skip
-                try:
-                    send_frames(self._sockets[index], frames, zmq.NOBLOCK)
-                except zmq.Again:
+                if not self._send_on_lane(index, frames_for(index)):
                     continue
-                if credit is not None:
-                    credit.sent_one(frames)
-                    # Asked ahead, so that the answer is usually back before the credit
-                    # runs out: the sender then never stops for a round trip.
-                    if credit.in_flight >= credit.limit // 4:
-                        credit.ask(self._timeout_ms / 1000)
                 self._stretch_left = self._stretch_left - 1 if offset == 0 else stretch - 1
                 self._next = index if self._stretch_left > 0 else index + 1
                 self._sequence += 1
@@ -232,13 +235,73 @@ class InsertClient:
                 raise ReplayTimeout(f"no shard accepted a batch within {self._timeout_ms} ms")
             self._wait_for_room(remaining)
 
+    def _send_on_lane(self, index: int, frames: list) -> bool:
+        """Sends one message to shard ``index`` now, numbered on its lane; False if its
+        socket's queue is full."""
+        credit = self._credits[index]
+        if credit is not None:
+            frames = restamp(frames, sequence=credit.sent, incarnation=credit.incarnation,
+                             held=credit.in_flight)  # fmt: skip
+        try:
+            send_frames(self._sockets[index], frames, zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        if credit is not None:
+            credit.sent_one(frames)
+            # Asked ahead, so that the answer is usually back before the credit runs
+            # out: the sender then never stops for a round trip.
+            if credit.in_flight >= credit.limit // 4:
+                credit.ask(self._timeout_ms / 1000)
+        return True
+
+    def _give_up_silent_shards(self) -> None:
+        """Gives up the lanes of shards silent past ``reroute_after_s`` while another
+        answers (when all are silent, this client is the one cut off: it waits)."""
+        if self._reroute_after_s is None:
+            return
+        now = time.monotonic()
+        credits = [credit for credit in self._credits if credit is not None]
+        silent = [c for c in credits if c.silent_for(now) > self._reroute_after_s]
+        if not silent or len(silent) == len(credits):
+            return
+        for credit in silent:
+            if credit.gone:
+                continue
+            index = self._credits.index(credit)
+            kept = credit.abandon(secrets.randbits(32) or 1)
+            # Its queue goes too: those messages belong to the lane's old life.
+            self._sockets[index].close(linger=0)
+            self._sockets[index] = self._connect(self._shards[index])
+            if self.frames is None:
+                self._orphans.extend(kept)
+            else:
+                self._abandoned += sum(peek_count(frames) for frames in kept)
+            logger.warning("shard %d silent for %.0f s: giving it up; %d batches go elsewhere",
+                           index, self._reroute_after_s, len(kept))  # fmt: skip
+        for credit in credits:
+            if credit.gone:
+                credit.ask(self._timeout_ms / 1000)  # answers when it is back
+
+    def _send_orphans(self) -> None:
+        """Sends the messages of given-up shards to shards with room, as far as they
+        take them now."""
+        while self._orphans:
+            for index, credit in enumerate(self._credits):
+                sendable = credit is not None and credit.has_room()
+                if sendable and self._send_on_lane(index, self._orphans[0]):
+                    self._orphans.popleft()
+                    self._rerouted += 1
+                    break
+            else:
+                return
+
     def _resend(self, index: int, credit: ShardCredit) -> None:
         """Sends the kept messages from ``credit.resend_at`` again, in order, as far as
         the socket takes them now; the rest wait for the next call."""
         position = max(0, credit.resend_at - credit.taken)
         while position < len(credit.retained):
             frames = restamp(credit.retained[position], sequence=credit.taken + position,
-                             incarnation=self.incarnation, held=position)  # fmt: skip
+                             incarnation=credit.incarnation, held=position)  # fmt: skip
             try:
                 send_frames(self._sockets[index], frames, zmq.NOBLOCK)
             except zmq.Again:
@@ -254,11 +317,14 @@ class InsertClient:
         ``timeout_s`` (always, without credit: nothing is counted then)."""
         deadline = time.monotonic() + timeout_s
         while True:
+            self._give_up_silent_shards()
+            self._send_orphans()
             waiting = [(index, credit) for index, credit in enumerate(self._credits)
-                       if credit is not None and credit.in_flight]  # fmt: skip
+                       if credit is not None and (credit.in_flight or credit.gone)]  # fmt: skip
+            done = not self._orphans and not any(credit.in_flight for _, credit in waiting)
             remaining = deadline - time.monotonic()
-            if not waiting or remaining <= 0:
-                return not waiting
+            if done or remaining <= 0:
+                return done
             wait_s = min(remaining, 1.0)
             poller = zmq.Poller()
             for index, credit in waiting:
@@ -273,18 +339,24 @@ class InsertClient:
 
     def delivery(self) -> dict[str, int]:
         """What the lanes hold and did: transitions (and messages) kept unconfirmed,
-        messages resent, and shard restarts seen."""
+        messages resent, shard restarts seen, messages rerouted from shards given up, and
+        transitions abandoned with them (frame batches, which cannot move)."""
         credits = [credit for credit in self._credits if credit is not None]
         return {
-            "unconfirmed": sum(credit.retained_transitions for credit in credits),
-            "unconfirmed_messages": sum(len(credit.retained) for credit in credits),
+            "unconfirmed": sum(credit.retained_transitions for credit in credits)
+            + sum(peek_count(frames) for frames in self._orphans),
+            "unconfirmed_messages": sum(len(credit.retained) for credit in credits)
+            + len(self._orphans),
             "resent": sum(credit.resent for credit in credits),
             "shard_restarts_seen": sum(credit.restarts_seen for credit in credits),
+            "rerouted": self._rerouted,
+            "abandoned": self._abandoned,
         }
 
-    def shard_restarts(self) -> list[int]:
-        """Per shard, the times it answered as a new process."""
-        return [0 if credit is None else credit.restarts_seen for credit in self._credits]
+    def lane_resets(self) -> list[int]:
+        """Per shard, the times its lane began anew: the shard restarted, or this client
+        gave it up. Either way the shard may lack what it was sent before."""
+        return [0 if c is None else c.restarts_seen + c.abandoned for c in self._credits]
 
     def _wait_for_room(self, timeout_s: float) -> None:
         """Waits until a shard may have room: its queue drained, or it took more batches."""

@@ -32,6 +32,10 @@ class ShardCredit:
     ``replay.credit_desk``): one actor alone would otherwise wait a round trip for every
     share of batches, and the shard idle meanwhile.
 
+    A shard that stays silent too long is given up (:meth:`abandon`): the client sends what
+    the lane kept to other shards, and the lane starts a new life (a new incarnation) that
+    takes nothing until the shard answers again.
+
     Args:
         limit: batches this client may have sent and not yet seen taken, at least.
         incarnation: the client's life (its lanes are numbered anew in each).
@@ -54,9 +58,17 @@ class ShardCredit:
         """Lane number from which ``retained`` must be sent again, None if none."""
         self.resent = 0
         self._asked_until: float | None = None
-        self._incarnation: int | None = None
+        self._shard_incarnation: int | None = None
         self.restarts_seen = 0
         """Times the shard answered as a new process (it restarted)."""
+        self.incarnation = incarnation
+        """This lane's life: the client's, or a new one after each :meth:`abandon`."""
+        self.abandoned = 0
+        """Times this lane was given up for a silent shard."""
+        self.gone = False
+        """Given up and not heard since: the lane takes nothing new."""
+        self._silent_since: float | None = None
+        self._context, self._sender = context, sender
         self._requests = RequestClient(context, endpoint, sender, hwm=16, incarnation=incarnation)
 
     @property
@@ -68,12 +80,16 @@ class ShardCredit:
         return self.sent - self.taken
 
     def has_room(self) -> bool:
-        return self.in_flight < self.limit and self.resend_at is None
+        return self.in_flight < self.limit and self.resend_at is None and not self.gone
+
+    def silent_for(self, now: float) -> float:
+        """Seconds since the oldest question the shard has not answered (0: none)."""
+        return 0.0 if self._silent_since is None else now - self._silent_since
 
     @property
     def started(self) -> bool:
         """The shard has answered once (so its incarnation is known)."""
-        return self._incarnation is not None
+        return self._shard_incarnation is not None
 
     @property
     def awaiting_reply(self) -> bool:
@@ -97,6 +113,8 @@ class ShardCredit:
             return
         wanted = self.sent if everything else max(0, self.sent - 3 * self.limit // 4)
         wait_ms = max(0, int(wait_s * 1000))
+        if self._silent_since is None:
+            self._silent_since = now
         if self._requests.send(messages.CreditRequest(wanted, wait_ms)) is None:
             return
         # An answer that has not come a second after the shard's own deadline is lost.
@@ -117,10 +135,14 @@ class ShardCredit:
                     f"{self.endpoint}: expected CREDIT_REPLY, got {reply.kind.name}"
                 )
             answer = messages.CreditReply.from_message(reply)
-            self._asked_until = None
+            self._asked_until = self._silent_since = None
+            self.gone = False
             self.limit = max(self.share, answer.window)
-            restarted = self._incarnation is not None and answer.incarnation != self._incarnation
-            self._incarnation = answer.incarnation
+            restarted = (
+                self._shard_incarnation is not None
+                and answer.incarnation != self._shard_incarnation
+            )
+            self._shard_incarnation = answer.incarnation
             self.restarts_seen += restarted
             taken = min(int(answer.taken), self.sent)
             while self.taken < taken:
@@ -130,6 +152,27 @@ class ShardCredit:
                 # A restarted shard may lack anything it had not snapshotted; one that saw
                 # a gap lacks what follows it. Either way: everything kept, in order.
                 self.resend_at = self.taken
+
+    def abandon(self, incarnation: int) -> list[list]:
+        """Gives the lane up: returns the messages it kept (in order, for other shards)
+        and starts a life ``incarnation`` at lane number 0, gone until the shard answers.
+
+        Should the shard come back holding some of those messages, they are stored twice;
+        a lane that did not start anew would instead refuse every later message as a gap
+        (its numbers resume past the ones given away)."""
+        kept = list(self.retained)
+        self.retained.clear()
+        self.retained_transitions = 0
+        self.sent = self.taken = 0
+        self.resend_at = self._asked_until = self._silent_since = None
+        self.limit = self.share
+        self.incarnation = incarnation
+        self.abandoned += 1
+        self.gone = True
+        self._requests.close()  # a late answer belongs to the old life
+        self._requests = RequestClient(self._context, self.endpoint, self._sender, hwm=16,
+                                       incarnation=incarnation)  # fmt: skip
+        return kept
 
     def close(self) -> None:
         self._requests.close()

@@ -117,6 +117,71 @@ def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -
         context.term()
 
 
+def test_a_shard_that_never_comes_back_is_given_up_and_its_batches_go_to_another() -> None:
+    """Shard 1 stops answering (SIGSTOP, then kill -9) with batches unconfirmed; the client
+    gives it up while shard 0 answers, and shard 0 ends with every batch shard 1 lacked."""
+    shards = [ShardProcess("--capacity", "10000") for _ in range(2)]
+    context = zmq.Context()
+    client = InsertClient(context, [s.endpoints for s in shards], sender=6, spec=SMALL_SPEC,
+                          timeout_s=0.5, credit=32, reroute_after_s=1.0)  # fmt: skip
+    try:
+        for i in range(10):
+            client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
+        assert client.flush(10)
+        held_by_stopped = info(context, shards[1])["size"]
+        shards[1].process.send_signal(signal.SIGSTOP)
+        for i in range(10, 40):  # more than shard 0's share: some wait for the reroute
+            client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
+        shards[1].process.send_signal(signal.SIGKILL)
+        assert client.flush(30), client.delivery()
+        delivery = client.delivery()
+        assert delivery["rerouted"] >= 1 and delivery["unconfirmed"] == 0
+        assert delivery["abandoned"] == 0
+        assert info(context, shards[0])["size"] + held_by_stopped == 40 * 50
+        assert client.lane_resets() == [0, 1]
+        for i in range(40, 50):  # the lane given up takes nothing new
+            assert client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50)) == 0
+    finally:
+        client.close(linger_s=0)
+        for shard in shards:
+            shard.stop()
+        context.term()
+
+
+def test_a_given_up_shard_that_answers_again_takes_batches_again(
+    shard: ShardProcess, context: zmq.Context
+) -> None:
+    """A shard only cut off (stopped, then resumed) gets a new lane when it answers; the
+    rest of its old one went elsewhere."""
+    other = ShardProcess("--capacity", "10000")
+    client = InsertClient(context, [other.endpoints, shard.endpoints], sender=7, spec=SMALL_SPEC,
+                          timeout_s=0.5, credit=8, reroute_after_s=1.0)  # fmt: skip
+    try:
+        shard.process.send_signal(signal.SIGSTOP)
+        try:
+            for i in range(20):
+                client.insert(make_batch(SMALL_SPEC, 4, i * 4), np.ones(4))
+
+            def given_up() -> bool:
+                client.insert(make_batch(SMALL_SPEC, 4), np.ones(4))
+                return client.lane_resets()[1] == 1
+
+            wait_for(given_up, what="the shard given up", interval_s=0.05)
+            assert client.delivery()["rerouted"] >= 1
+        finally:
+            shard.process.send_signal(signal.SIGCONT)
+        assert client.flush(10), client.delivery()
+
+        def back() -> bool:
+            return client.insert(make_batch(SMALL_SPEC, 4), np.ones(4)) == 1
+
+        wait_for(back, what="a batch on the shard's new lane", interval_s=0.05)
+        assert client.flush(10) and client.delivery()["unconfirmed"] == 0
+    finally:
+        client.close(linger_s=0)
+        other.stop()
+
+
 def test_the_account_tells_in_transit_from_lost() -> None:
     now = 100.0
     actors = {
@@ -125,13 +190,16 @@ def test_the_account_tells_in_transit_from_lost() -> None:
         2: ActorStatus(now - 60, transitions_sent=500, final=True),  # stopped: all it lacks lost
         3: ActorStatus(now - 60, transitions_sent=500, unconfirmed=100),  # gone: lost
     }
-    received = {"0": 400, "1": 450, "2": 490, "3": 450}
+    received = {"0": 400, "1": 450, "2": 490, "3": 450, "4": 520}
+    actors[4] = ActorStatus(now, transitions_sent=500, final=True, rerouted=2)
     info = {"senders": {a: {"transitions": n} for a, n in received.items()},
             "duplicates_dropped": 3, "lost_at_restart": 1}  # fmt: skip
     report = delivery_report(actors, [info], [], now)
     assert report["transitions_in_transit"] == 100 + 20
     assert report["transitions_lost"] == 30 + 10 + 50
     assert report["actors_gone"] == [3]  # a stopped actor is not gone
+    # Actor 4 rerouted batches off a shard that came back with some of them.
+    assert (report["transitions_stored_twice"], report["rerouted_batches"]) == (20, 2)
     assert (report["duplicates_dropped"], report["batches_lost_at_shard_restart"]) == (3, 1)
 
 

@@ -3,7 +3,7 @@
 Fast tests check placement arithmetic and the rendered script (as text and with
 ``bash -n``). The rest submit real jobs through ``apex slurm submit`` to a real Slurm whose
 three nodes are separate hosts: one slurmd in each of three network namespaces (learner
-10.200.0.11, shard .12, actor .13; tests/cluster/). The fixture installs and starts it,
+10.200.0.11, shard .12, actor .13; slurm/cluster/). The fixture installs and starts it,
 and stops by PID file what it started. It needs root; without root these tests skip,
 unless APEX_REQUIRE_SLURM=1 (set by scripts/test.sh when run as root, as in CI), in which
 case a cluster that cannot start is a failure.
@@ -11,6 +11,7 @@ case a cluster that cannot start is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -38,7 +39,7 @@ from launch.slurm_layout import (
 )
 from launch.slurm_script import render
 
-CLUSTER = Path(__file__).parent / "cluster"
+CLUSTER = Path(__file__).parent.parent / "slurm" / "cluster"
 APEX = [sys.executable, "-m", "launch"]
 # Each role pinned to its own host; the small replay lets training start within seconds;
 # runs end by their limits, never by solving early.
@@ -386,6 +387,31 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes(cluster, tmp_path: Pat
     # Everything the shard held when it stopped came back (the goal: at least 99%).
     assert restored[0] == final[0], (final, restored)
     assert json.loads((run_dir / "config.json").read_text())["learner"]["max_updates"] == 3000
+
+
+def kept_learner_pid(run_dir: Path) -> int | None:
+    """The learner process its task keeps (``launch.keeper``), not the task itself."""
+    for pid, role in run_processes(run_dir).items():
+        with contextlib.suppress(OSError):
+            if role == "learner" and b"--kept" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    return None
+
+
+def test_a_killed_learner_comes_back_inside_the_job(cluster, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    job_id = submit(run_dir, "--max-updates", "2000", "--set", "learner.checkpoint_interval_s=2")
+    poll(lambda: latest_updates(run_dir) >= 300 and list((run_dir / "checkpoints").glob("*.pt")),
+         120, "300 updates and a checkpoint")  # fmt: skip
+    os.kill(poll(lambda: kept_learner_pid(run_dir), 30, "the learner's process"), signal.SIGKILL)
+    fields = wait_for_job_end(job_id, run_dir, timeout_s=240)
+    output = job_output(run_dir)
+    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "0", output
+    assert "learner died (exit code -9); restarting" in output
+    starts = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
+    assert len(starts) == 2 and starts[1]["updates"] > 0, output  # from its checkpoint
+    end = end_record(run_dir)
+    assert end["reason"] == "max_updates" and end["updates"] == 2000
 
 
 def test_a_multi_prog_job_fills_three_nodes_in_rank_order(cluster, tmp_path: Path) -> None:

@@ -205,6 +205,33 @@ def test_a_killed_shard_comes_back_from_its_snapshot_and_the_run_goes_on(tmp_pat
 
 
 @pytest.mark.slow
+def test_a_shard_past_its_restart_budget_is_given_up_and_the_run_goes_on(tmp_path: Path) -> None:
+    run_dir = tmp_path / "shard-given-up"
+    process = train(run_dir, "--shards", "2", "--max-time", "600",
+                    "--set", "replay.restart_budget=0", "--set", "actor.reroute_after_s=2",
+                    "--set", "learner.metrics_interval_s=0.5")  # fmt: skip
+    seen: list[str] = []
+    try:
+        wait_for_progress(process, seen, run_dir)
+        os.kill(processes_of(run_dir, "shard")[0], signal.SIGKILL)
+        wait_until(process, seen, lambda: any("given up" in line for line in seen), 30,
+                   "the shard given up")  # fmt: skip
+        wait_until(process, seen, more_updates(run_dir, 300), 90, "updates on the other shard")
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = "".join(seen) + rest
+    assert process.returncode == 0, output
+    assert "shard restarts: 0 (1 given up)" in output
+    end = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
+    # Batches the actors kept for the dead shard went to the live one.
+    assert end["delivery"]["rerouted_batches"] >= 1, end["delivery"]
+    assert processes_of(run_dir) == []
+
+
+@pytest.mark.slow
 def test_a_killed_learner_resumes_from_its_checkpoint_and_the_run_goes_on(tmp_path: Path) -> None:
     run_dir = tmp_path / "learner-dies"
     process = train(run_dir, "--max-time", "600", "--target-return", "1e9",
