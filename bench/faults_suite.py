@@ -344,7 +344,8 @@ METRICS = (
     ("batches_lost_at_shard_restart", "batches"), ("snapshots_refused", "count"),
     ("snapshots_failed", "count"), ("checkpoints_refused", "count"),
     ("checkpoints_failed", "count"), ("metrics_dropped", "records"),
-    ("updates_while_full", "updates"), ("writes_back_s", "s"),
+    ("updates_while_full", "updates"), ("writes_back_s", "s"), ("requeue_s", "s"),
+    ("replay_restored_fraction", "fraction"),
     ("updates_per_period", "updates"), ("transitions_per_period", "transitions"),
 )  # fmt: skip
 

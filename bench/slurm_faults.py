@@ -6,13 +6,15 @@ Each case submits a CartPole job with ``apex slurm submit``: the learner, one sh
 actors, each role pinned to its own host (``learner``, ``shard``, ``actor``). Needs root;
 the cluster is the one the tests use (``slurm/cluster``: Debian's slurmctld and slurmd,
 one slurmd per namespace host). The suite starts it when it is not up and stops it again.
-A job ends with ``scancel --signal=TERM`` (the learner's ordered stop and end record).
+A job ends by a SIGTERM to its learner, which writes its account and then ends the job.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -83,12 +85,15 @@ class SlurmFaultRun(FaultRun):
         subprocess.run(command, cwd=REPO_ROOT, env=worker_env(), check=True, timeout=60,
                        capture_output=True)  # fmt: skip
         self.job_id = (self.run_dir / "slurm-job-id").read_text().strip()
-        self.requeued_at: float | None = None
-        super()._start_waiting()
+        self._state, self._asked_at = "", float("-inf")
+        self._start_waiting()
 
     def ended(self) -> str | None:
-        state = job_state(self.job_id).get("JobState", "")
-        return state if state in ENDED_STATES else None
+        now = time.monotonic()
+        if now - self._asked_at >= 2.0:  # scontrol is a round trip to the controller
+            self._state = job_state(self.job_id).get("JobState", "")
+            self._asked_at = now
+        return self._state if self._state in ENDED_STATES else None
 
     def tail(self, lines: int = 8) -> str:
         return " | ".join(self.job_output().splitlines()[-lines:])
@@ -138,11 +143,18 @@ class SlurmFaultRun(FaultRun):
         return sum(r.get("event") == "start" for r in read_metrics(self.run_dir))
 
     def stop(self) -> tuple[dict, dict]:
-        """``scancel --signal=TERM``; the job's state and its end record."""
-        subprocess.run(["scancel", "--signal=TERM", self.job_id], check=False, timeout=30)
+        """Stops the learner (SIGTERM), which ends the job as a finished run does: its
+        account first, while the shards still answer, then ``scancel`` of the rest.
+        Returns the job's state and the end record."""
+        learner = self.pids("learner")
+        if learner:
+            os.kill(learner[0], signal.SIGTERM)
+        else:
+            subprocess.run(["scancel", "--signal=TERM", self.job_id], check=False, timeout=30)
         deadline = time.monotonic() + 240
         while self.ended() is None and time.monotonic() < deadline:
             self._pause.wait(0.5)
+        self._asked_at = float("-inf")
         fields = job_state(self.job_id)
         if self.ended() is None:
             subprocess.run(["scancel", self.job_id], check=False, timeout=30)

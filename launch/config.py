@@ -36,6 +36,7 @@ from pathlib import Path
 
 from apex.envs import preset
 from apex.settings import ActorConfig, LearnerConfig, named, not_positive_integers
+from launch.keeper import SHARD_RESTART_BUDGET
 from replay.errors import ConfigError
 from replay.rate_limiter import RateLimiter
 from replay.shard_config import DEFAULT_CAPACITY
@@ -83,7 +84,7 @@ class ReplayConfig:
     compress_frames: bool = True
     gather_threads: int = 0
     snapshot_interval_s: float = 300.0
-    restart_budget: int = 5
+    restart_budget: int = SHARD_RESTART_BUDGET
 
     def shard_share(self, shards: int) -> ReplayConfig:
         """One shard's settings: totals divided over ``shards``, integers rounded up."""

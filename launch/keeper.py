@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 LEARNER_RESTART_BUDGET = 3
+SHARD_RESTART_BUDGET = 5
 
 
 def run_restarting(

@@ -252,10 +252,11 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
     """One task of a Slurm job: picks its place and its peers from Slurm's environment.
 
     The batch script made by `apex slurm submit` runs this; it is not meant for hand use."""
+    if not kept:
+        sys.exit(_keep(role, run_dir))
     from apex import checkpoint
     from launch import builder, roles
     from launch.config import ConfigError, read_resolved
-    from launch.keeper import LEARNER_RESTART_BUDGET, run_restarting
     from launch.slurm_layout import SlurmEnvironmentError, job_layout, role_index
 
     try:
@@ -266,26 +267,16 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
         raise click.ClickException(str(exc)) from exc
     slurm_settings = config.slurm
     if role == "shard":
-        # The shard runs as a child that comes back from its snapshot if it dies
-        # (launch.keeper): Slurm restarts no task inside a running step.
         insert_port, request_port = layout.shard_ports[index]
         command = [
             sys.executable, "-m", "launch", "replay", "--config", str(run_dir / "config.json"),
             "--run-dir", str(run_dir), "--shard-index", str(index), "--host", "0.0.0.0",
             "--insert-port", str(insert_port), "--request-port", str(request_port),
         ]  # fmt: skip
-        sys.exit(run_restarting(command, f"shard {index}", config.replay.restart_budget))
+        os.execv(sys.executable, command)  # the keeper's child is the shard itself
     if role == "actor":
         actor = builder.actor(config, index, layout.shards, layout.weights, layout.episodes)
         sys.exit(roles.run_actor(actor))
-    if not kept:
-        # The learner runs as a child that comes back from its checkpoint if a signal
-        # kills it (launch.keeper); the task ends the job when it ends for good.
-        command = [sys.executable, "-m", "launch", "slurm", "task", "learner", "--run-dir",
-                   str(run_dir), "--kept"]  # fmt: skip
-        code = run_restarting(command, "learner", LEARNER_RESTART_BUDGET, restart_if=killed)
-        _end_job()
-        sys.exit(code)
     resume = checkpoint.latest(run_dir / "checkpoints") is not None
     code = roles.run_learner(
         config,
@@ -297,6 +288,38 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
         slurm_settings.episodes_port,
     )
     sys.exit(code)
+
+
+def _keep(role: str, run_dir: Path) -> int:
+    """The task's own process: runs the role as a child (``--kept``) and brings it back
+    when it dies (``launch.keeper``), since Slurm restarts no task inside a running step.
+    A shard comes back from its snapshot, a learner killed by a signal from its checkpoint,
+    an actor that failed anew; when the learner ends for good, the task ends the job.
+    This process imports nothing heavy: every task has one."""
+    from launch.keeper import LEARNER_RESTART_BUDGET, SHARD_RESTART_BUDGET, run_restarting
+
+    command = [sys.executable, "-m", "launch", "slurm", "task", role, "--run-dir",
+               str(run_dir), "--kept"]  # fmt: skip
+    what = f"{role} task {os.environ.get('SLURM_PROCID', '?')}"
+    if role == "shard":
+        budget = _restart_budget(run_dir / "config.json", SHARD_RESTART_BUDGET)
+        return run_restarting(command, what, budget)
+    if role == "actor":
+        return run_restarting(command, what, sys.maxsize, restart_if=lambda code: code != 0)
+    code = run_restarting(command, "learner", LEARNER_RESTART_BUDGET, restart_if=killed)
+    _end_job()
+    return code
+
+
+def _restart_budget(config_path: Path, default: int) -> int:
+    """``replay.restart_budget`` of the resolved config (checked when it was written),
+    read without the config module's imports; the default if it cannot be read (the
+    child then says what is wrong with the file)."""
+    try:
+        budget = json.loads(config_path.read_text())["replay"]["restart_budget"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return default
+    return budget if isinstance(budget, int) and budget >= 0 else default
 
 
 def killed(code: int) -> bool:

@@ -33,6 +33,17 @@ MIN_KERNEL_BUFFER_BYTES = 131072
 MAX_KERNEL_BUFFER_BYTES = 262144
 
 
+# ZMTP heartbeats on every connection. A link that goes down leaves TCP connections open
+# and their retransmissions backing off (past 20 s after a 30 s cut: the learner waited
+# 25 s after the link came back, measured on the namespace hosts). A connection silent for
+# HEARTBEAT_TIMEOUT_MS is dropped instead, and ZeroMQ connects anew; a connect that hangs
+# is given up after CONNECT_TIMEOUT_MS and tried again, so the first attempt after the
+# link is back succeeds. What a dropped connection held is sent again (``replay.lanes``).
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 5000
+CONNECT_TIMEOUT_MS = 2000
+
+
 def insert_buffer_bytes(message_bytes: int) -> int | None:
     """Kernel buffer size for a socket carrying insert messages of ``message_bytes``
     (None: leave it to the kernel)."""
@@ -47,7 +58,7 @@ def make_socket(
     linger_ms: int = 0,
     kernel_buffer_bytes: int | None = None,
 ) -> zmq.Socket:
-    """A socket with LINGER and both high-water marks set.
+    """A socket with LINGER, both high-water marks and heartbeats set.
 
     ``kernel_buffer_bytes`` fixes the TCP send and receive buffers (else the kernel grows
     them to megabytes). High-water marks count messages, but small messages pile up in
@@ -57,6 +68,10 @@ def make_socket(
     socket.setsockopt(zmq.LINGER, linger_ms)
     socket.setsockopt(zmq.SNDHWM, hwm)
     socket.setsockopt(zmq.RCVHWM, hwm)
+    socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+    socket.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
     if kernel_buffer_bytes is not None:
         socket.setsockopt(zmq.SNDBUF, kernel_buffer_bytes)
         socket.setsockopt(zmq.RCVBUF, kernel_buffer_bytes)
