@@ -33,7 +33,7 @@ HOSTS = ("learner", "shard", "actor")
 ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED")
 # The process that does a role's work: a shard and a learner run as their task's child
 # (``launch.keeper``); srun's own process names the task's command line too.
-WORKER = {"shard": "-m launch replay ", "learner": "--kept", "actor": "slurm task actor"}
+WORKER = {"shard": "-m launch replay ", "learner": "--kept", "actor": "--kept"}
 
 
 def cluster_up() -> bool:

@@ -114,6 +114,7 @@ class ShardServer:
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._router, zmq.POLLIN)
         self._waiting_samples: deque[tuple[bytes, int, messages.SampleRequest]] = deque()
+        self._samples_dropped = 0
         self._credit = CreditDesk(self._senders, self._send, config.shard_index)
         self._started = time.monotonic()
 
@@ -256,10 +257,16 @@ class ShardServer:
             return
         if not self._waiting_samples and self.limiter.can_sample(self.replay.size):
             self._answer_sample(identity, message.sequence, request)
-        elif len(self._waiting_samples) < self.config.max_waiting_samples:
+        elif self.config.max_waiting_samples:
+            # Full: the oldest goes. Its asker has re-drawn it by now (a learner gives up
+            # on a request after its timeout); refusing the newest instead had a learner
+            # blocked by the rate limiter re-asking and being refused in a loop.
+            if len(self._waiting_samples) >= self.config.max_waiting_samples:
+                self._waiting_samples.popleft()
+                self._samples_dropped += 1
             self._waiting_samples.append((identity, message.sequence, request))
         else:
-            self._refuse(identity, message, REJECT_REQUEST, "too many SAMPLE requests waiting")
+            self._refuse(identity, message, REJECT_REQUEST, "no SAMPLE request may wait")
 
     def _answer_sample(
         self, identity: bytes, sequence: int, request: messages.SampleRequest
@@ -338,6 +345,7 @@ class ShardServer:
             "rate_limiter_diff": self.limiter.diff,
             "inserts_waiting": not self.limiter.can_insert(),
             "samples_waiting": len(self._waiting_samples),
+            "waiting_samples_dropped": self._samples_dropped,
             "senders": self._senders.counters(),
             **self._senders.delivery(),
             "uptime_s": elapsed,

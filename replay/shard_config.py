@@ -33,8 +33,9 @@ class ShardConfig:
         seed: seed of the sampling generator.
         max_inserts_per_round: inserts handled per loop round at most.
         max_requests_per_round: requests handled per loop round at most.
-        max_waiting_samples: SAMPLE requests kept while the store is too small; more are
-            answered with an ERROR.
+        max_waiting_samples: SAMPLE requests kept while the store is too small or the rate
+            limiter holds sampling; past it the oldest is dropped (0: none waits, each is
+            answered with an ERROR).
         socket_hwm: high-water mark (messages) on both sockets.
         insert_batch_hint: transitions per insert message, usually; sizes the insert
             socket's kernel buffers (see replay.transport.insert_buffer_bytes).

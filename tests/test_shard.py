@@ -17,6 +17,7 @@ from replay import TransitionSpec
 from replay.client import InsertClient
 from replay.credit_desk import SHARED_WINDOW
 from replay.errors import ReplayTimeout, ShardError, SpecMismatchError
+from replay.messages import SampleRequest
 from replay.requests import RequestClient
 from replay.wire import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, info, make_batch, wait_for
@@ -240,3 +241,28 @@ def test_a_credit_request_is_held_until_enough_inserts_are_taken(
     assert info(context, shard)["senders"]["31"]["rejected"] == {"request": 1}
     asker.close()
     pusher.close()
+
+
+def test_a_full_sample_queue_drops_its_oldest_request_not_the_newest(
+    context: zmq.Context,
+) -> None:
+    """A learner held back by the shard (too little data, or the rate limiter) re-asks
+    after its timeout; the shard keeps the newest requests, and refuses none."""
+    shard = ShardProcess("--capacity", "1000", "--min-size", "100")
+    asker = RequestClient(context, shard.endpoints.request, sender=3)
+    inserts = InsertClient(context, [shard.endpoints], sender=4, spec=SMALL_SPEC)
+    try:
+        for _ in range(70):
+            asker.send(SampleRequest(8, 0.4), block=True)
+        counters = wait_for(lambda: (c := info(context, shard))["samples_waiting"] == 64 and c,
+                            what="64 requests waiting")  # fmt: skip
+        assert counters["waiting_samples_dropped"] == 6 and counters["rejected_total"] == 0
+        inserts.insert(make_batch(SMALL_SPEC, 100), np.ones(100))
+        answered: list[int] = []
+        wait_for(lambda: answered.extend(m.sequence for m in asker.drain()) or len(answered) == 64,
+                 what="the waiting requests answered", interval_s=0.05)  # fmt: skip
+        assert sorted(answered) == list(range(6, 70))
+    finally:
+        inserts.close(linger_s=0)
+        asker.close()
+        shard.stop()
