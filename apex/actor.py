@@ -26,7 +26,7 @@ import zmq
 
 from apex.channels import EpisodeReporter, WeightSubscriber
 from apex.envs import env_factories, env_shape
-from apex.exploration import actor_epsilon, epsilon_greedy
+from apex.exploration import env_epsilons, epsilon_greedy
 from apex.frame_writer import FrameWriter
 from apex.nstep import NStepBuilder
 from apex.policy import build_policy
@@ -67,9 +67,10 @@ class Actor:
             seed=config.actor_seed,
             torch_threads=config.torch_threads,
         )
-        self._epsilon = actor_epsilon(
-            config.actor_index, config.actor_count, config.epsilon, config.epsilon_alpha
-        )
+        self._epsilons = env_epsilons(
+            config.actor_index, config.actor_count, config.envs_per_actor, config.epsilon,
+            config.epsilon_alpha,
+        )  # fmt: skip
         self._rng = np.random.default_rng(config.actor_seed)
         self._context = zmq.Context()
         self._weights = WeightSubscriber(self._context, endpoints.weights)
@@ -123,11 +124,15 @@ class Actor:
     def run(self) -> None:
         config = self.config
         logger.info(
-            "actor %d: ε = %.4g, %d × %s",
+            "actor %d: %d × %s, ε %.4g to %.4g (Ape-X actors %d, %d, ... of %d)",
             config.actor_index,
-            self._epsilon,
             config.envs_per_actor,
             config.env,
+            self._epsilons.max(),
+            self._epsilons.min(),
+            config.actor_index,
+            config.actor_index + config.actor_count,
+            config.actor_count * config.envs_per_actor,
         )
         seeds = [config.actor_seed + e for e in range(config.envs_per_actor)]
         observations, _ = self._envs.reset(seed=seeds)
@@ -146,7 +151,7 @@ class Actor:
                 if self.steps % config.weight_refresh_steps == 0:
                     self._weights.poll(self._policy)
                 greedy = self._policy.q_values(observations).argmax(axis=1)
-                actions = epsilon_greedy(greedy, self._epsilon, self._shape.actions, self._rng)
+                actions = epsilon_greedy(greedy, self._epsilons, self._shape.actions, self._rng)
                 next_observations, rewards, terminated, truncated, info = self._envs.step(actions)
                 ended = np.logical_or(terminated, truncated)
                 transition_next = next_observations

@@ -27,10 +27,40 @@ def actor_epsilon(
     return base ** (1.0 + alpha * actor_index / (actor_count - 1))
 
 
-def epsilon_greedy(
-    greedy_actions: np.ndarray, epsilon: float, action_count: int, rng: np.random.Generator
+def env_epsilons(
+    actor_index: int, actor_count: int, envs_per_actor: int, base: float = 0.4, alpha: float = 7.0
 ) -> np.ndarray:
-    """Replaces each greedy action by a uniform random one with probability ``epsilon``."""
+    """ε of each env copy of actor process ``actor_index`` among ``actor_count``.
+
+    An Ape-X actor is one environment with its own ε_i, i over all N actors of the run. A
+    process here steps ``envs_per_actor`` copies, so the run has N = ``actor_count`` ·
+    ``envs_per_actor`` Ape-X actors: copy j of process p is actor j · ``actor_count`` + p.
+    Interleaved rather than in blocks, so that every process spans the whole range of ε:
+    a dead process, or a run of one process, still explores and exploits.
+    """
+    total = actor_count * envs_per_actor
+    return np.array(
+        [actor_epsilon(j * actor_count + actor_index, total, base, alpha)
+         for j in range(envs_per_actor)]
+    )  # fmt: skip
+
+
+def epsilon_greedy(
+    greedy_actions: np.ndarray,
+    epsilon: float | np.ndarray,
+    action_count: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Replaces each greedy action by a uniform random one with probability ``epsilon``
+    (one for all, or one per row)."""
     explore = rng.random(greedy_actions.shape[0]) < epsilon
     random_actions = rng.integers(0, action_count, greedy_actions.shape[0])
     return np.where(explore, random_actions, greedy_actions)
+
+
+def run_actors(resolved_config: dict) -> dict[str, int]:
+    """A run's actor processes and its Ape-X actors (env copies), from its resolved config
+    (what the start record, the summary and ``apex slurm status`` show)."""
+    processes = resolved_config.get("actors", 0)
+    envs = resolved_config.get("actor", {}).get("envs_per_actor", 0)
+    return {"actor_processes": processes, "ape_x_actors": processes * envs}

@@ -29,6 +29,7 @@ from apex.channels import EpisodeCollector, WeightPublisher
 from apex.delivery import delivery_report, describe
 from apex.envs import preset
 from apex.evaluation import evaluate
+from apex.exploration import run_actors
 from apex.metrics import MetricsWriter
 from apex.periodic import Periodic
 from apex.progress import LearnerCounters, ProgressWindow
@@ -198,6 +199,7 @@ class Learner:
                 "updates": self.counters.updates,
                 "weight_version": self.counters.weight_version,
                 "device": str(self._device),
+                **run_actors(self._resolved_config),
             }
         )
         self._started = self._last_progress = time.monotonic()

@@ -190,7 +190,10 @@ def run_status(run_dir: Path) -> dict:
         status["best_eval_return"] = max(e["eval_return_mean"] for e in evaluations)
     newest = checkpoint.latest(run_dir / "checkpoints")
     status["checkpoint"] = str(newest) if newest else None
-    status["learner_starts"] = sum(1 for r in records if r.get("event") == "start")
+    starts = [r for r in records if r.get("event") == "start"]
+    status["learner_starts"] = len(starts)
+    if starts:
+        status["actors"] = {key: starts[-1].get(key) for key in ("actor_processes", "ape_x_actors")}
     if ends:
         end = ends[-1]
         status["ended"] = {key: end.get(key) for key in ("reason", "solved", "updates")}
@@ -216,6 +219,10 @@ def status_command(run_dir: Path, as_json: bool) -> None:
         f"{slurm_state.get('JobState', 'unknown to Slurm')}"
         + (f", restarts {slurm_state['Restarts']}" if "Restarts" in slurm_state else "")
     )
+    actors = status.get("actors")
+    if actors:
+        click.echo(f"  actors: {actors['actor_processes']} processes, "
+                   f"{actors['ape_x_actors']} Ape-X actors (env copies, each its ε)")  # fmt: skip
     progress = status.get("progress")
     if progress:
         click.echo(

@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from apex.exploration import run_actors
 from apex.metrics import read_metrics
 from launch import builder
 from launch.config import RunConfig, write_resolved
@@ -77,6 +78,9 @@ class RunSummary:
     shard_restarts: int = 0
     learner_restarts: int = 0
     shards_given_up: int = 0
+    actor_processes: int = 0
+    ape_x_actors: int = 0
+    """Env copies, each an Ape-X actor with its own ε (``apex.exploration``)."""
 
     def line(self) -> str:
         updates = self.outcome.get("updates", "?")
@@ -235,8 +239,9 @@ class Supervisor:
             if learner.ready.get("resumed_from"):
                 self.echo(f"resumed from {learner.ready['resumed_from']}")
             self.echo(
-                f"run {self.run_dir}: {config.shards} shard(s), learner, "
-                f"{config.actors} actor(s) on {config.env}"
+                f"run {self.run_dir}: {config.shards} shard(s), learner, {config.actors} actor "
+                f"process(es) × {config.actor.envs_per_actor} envs = "
+                f"{config.actors * config.actor.envs_per_actor} Ape-X actors on {config.env}"
             )
             return self._watch(learner)
         except RuntimeError as exc:
@@ -356,6 +361,7 @@ class Supervisor:
             shard_restarts=sum(c.restarts for c in self._children if c.role == "shard"),
             learner_restarts=sum(c.restarts for c in self._children if c.role == "learner"),
             shards_given_up=sum(c.given_up for c in self._children),
+            **run_actors(self.config.to_dict()),
         )
         (self.run_dir / "summary.json").write_text(
             json.dumps({**summary.__dict__, "line": summary.line()}, indent=2, default=str) + "\n"

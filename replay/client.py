@@ -117,6 +117,7 @@ class InsertClient:
         self._orphans: deque[list] = deque()
         """Messages kept for a shard given up, waiting for room on another."""
         self._rerouted = self._abandoned = 0
+        self._silence_checked_at = float("-inf")
         self._credits: list[ShardCredit | None] = [None] * len(shards)
         self.incarnation = 0
         """This client's life on the lanes (``replay.lanes``), 0 without credit."""
@@ -257,9 +258,10 @@ class InsertClient:
     def _give_up_silent_shards(self) -> None:
         """Gives up the lanes of shards silent past ``reroute_after_s`` while another
         answers (when all are silent, this client is the one cut off: it waits)."""
-        if self._reroute_after_s is None:
-            return
         now = time.monotonic()
+        if self._reroute_after_s is None or now < self._silence_checked_at + 0.5:
+            return  # twice a second is plenty against a timeout of seconds
+        self._silence_checked_at = now
         credits = [credit for credit in self._credits if credit is not None]
         silent = [c for c in credits if c.silent_for(now) > self._reroute_after_s]
         if not silent or len(silent) == len(credits):

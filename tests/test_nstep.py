@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from apex.exploration import actor_epsilon, epsilon_greedy
+from apex.exploration import actor_epsilon, env_epsilons, epsilon_greedy
 from apex.networks import build_network
 from apex.nstep import NStepBuilder
 
@@ -117,6 +117,20 @@ def test_ape_x_epsilons() -> None:
     explored = epsilon_greedy(greedy, 0.3, 4, rng)
     # Random actions equal the greedy one a quarter of the time: 0.3 · 3/4 differ.
     assert abs((explored != 0).mean() - 0.225) < 0.02
+
+
+def test_every_env_copy_is_an_ape_x_actor_with_its_own_epsilon() -> None:
+    # 32 processes of 8 envs: 256 Ape-X actors, each ε_i once over the whole run.
+    per_process = [env_epsilons(p, 32, 8) for p in range(32)]
+    every = np.sort(np.concatenate(per_process))
+    assert np.allclose(every, np.sort([actor_epsilon(i, 256) for i in range(256)]))
+    # Interleaved: each process spans the range (its first copy explores most).
+    assert all(eps.max() >= 0.4**1.9 and eps.min() <= 0.4**7.1 for eps in per_process)
+    assert env_epsilons(0, 1, 1)[0] == 0.4
+    rng = np.random.default_rng(1)
+    explored = epsilon_greedy(np.zeros((20_000,), dtype=np.int64), np.tile([0.0, 1.0], 10_000),
+                              2, rng)  # fmt: skip
+    assert not explored[0::2].any() and abs(explored[1::2].mean() - 0.5) < 0.02
 
 
 def test_networks_pick_by_observation_shape() -> None:

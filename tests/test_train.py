@@ -180,7 +180,7 @@ def more_updates(run_dir: Path, count: int):
 @pytest.mark.slow
 def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: Path) -> None:
     run_dir = tmp_path / "interrupted"
-    process = train(run_dir, "--actors", "2", "--max-time", "600")
+    process = train(run_dir, "--actors", "2", "--max-time", "600", "--target-return", "1e9")
     output = kill_and_stop(process, run_dir, "actor")
     assert process.returncode == 0, output
     assert "actor 0 died" in output and "restarting" in output
@@ -192,7 +192,15 @@ def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: 
 def test_a_killed_shard_comes_back_from_its_snapshot_and_the_run_goes_on(tmp_path: Path) -> None:
     run_dir = tmp_path / "shard-dies"
     # Snapshots every second, so that the shard has one when it is killed.
-    process = train(run_dir, "--max-time", "600", "--set", "replay.snapshot_interval_s=1")
+    process = train(
+        run_dir,
+        "--max-time",
+        "600",
+        "--target-return",
+        "1e9",
+        "--set",
+        "replay.snapshot_interval_s=1",
+    )
     snapshot = (lambda: complete_snapshots(run_dir / "replay" / "shard-0"), "a shard snapshot")
     output = kill_and_stop(process, run_dir, "shard", snapshot,
                            (more_updates(run_dir, 200), "updates after the restart"))  # fmt: skip
@@ -207,7 +215,7 @@ def test_a_killed_shard_comes_back_from_its_snapshot_and_the_run_goes_on(tmp_pat
 @pytest.mark.slow
 def test_a_shard_past_its_restart_budget_is_given_up_and_the_run_goes_on(tmp_path: Path) -> None:
     run_dir = tmp_path / "shard-given-up"
-    process = train(run_dir, "--shards", "2", "--max-time", "600",
+    process = train(run_dir, "--shards", "2", "--max-time", "600", "--target-return", "1e9",
                     "--set", "replay.restart_budget=0", "--set", "actor.reroute_after_s=2",
                     "--set", "learner.metrics_interval_s=0.5")  # fmt: skip
     seen: list[str] = []
