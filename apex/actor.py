@@ -36,6 +36,8 @@ from replay.errors import ReplayTimeout
 
 # At its end an actor waits this long for the shards to confirm what it sent.
 FLUSH_TIMEOUT_S = 5.0
+# Weights are read at least this often (and every weight_refresh_steps vector steps).
+WEIGHTS_POLL_S = 0.05
 
 logger = logging.getLogger(__name__)
 
@@ -142,14 +144,18 @@ class Actor:
         pending_count = 0
         episode_returns = np.zeros(config.envs_per_actor)
         episode_lengths = np.zeros(config.envs_per_actor, dtype=np.int64)
-        started = time.monotonic()
+        started = next_weights_poll = time.monotonic()
         try:
             self._weights.poll(self._policy, timeout_ms=0)
             while not self._stop.is_set():
                 if config.max_steps is not None and self.steps >= config.max_steps:
                     break
-                if self.steps % config.weight_refresh_steps == 0:
+                now = time.monotonic()
+                if self.steps % config.weight_refresh_steps == 0 or now >= next_weights_poll:
+                    # Also by time: a vector step of many envs takes a while, and what
+                    # waits in the socket gets older the longer it is not read.
                     self._weights.poll(self._policy)
+                    next_weights_poll = now + WEIGHTS_POLL_S
                 greedy = self._policy.q_values(observations).argmax(axis=1)
                 actions = epsilon_greedy(greedy, self._epsilons, self._shape.actions, self._rng)
                 next_observations, rewards, terminated, truncated, info = self._envs.step(actions)
@@ -239,6 +245,9 @@ class Actor:
                 # Alive while it waits: the learner must not count a blocked actor as gone.
                 if self._episodes.heartbeat_due():
                     self._report([], [])
+                # And current: what it makes once the shards take data again should come
+                # from the newest weights, not from those it had when it blocked.
+                self._weights.poll(self._policy)
                 continue
             self.transitions_sent += len(priorities)
             return

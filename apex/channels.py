@@ -45,7 +45,12 @@ if TYPE_CHECKING:  # torch only for the learner's side; actors run without it
 
 logger = logging.getLogger(__name__)
 
-WEIGHTS_HWM = 2
+WEIGHTS_HWM = 1
+# A PUB keeps the oldest messages when a subscriber's queue is full and drops the newest,
+# and kernel buffers left to themselves hold megabytes: an actor that polled after a while
+# read weights seconds old (policy lag p50 44 versions with 4 actors of 64 envs). Small
+# buffers and one queued message keep at most a couple of versions between the two.
+WEIGHTS_KERNEL_BUFFER_BYTES = 131072
 EPISODES_HWM = 1000
 HEARTBEAT_S = 1.0
 MAX_TRACKED_ACTORS = 65_536
@@ -67,7 +72,8 @@ class WeightPublisher:
     def __init__(
         self, context: zmq.Context, host: str = "127.0.0.1", port: int = 0, sender: int = 0
     ):
-        self._socket = make_socket(context, zmq.PUB, WEIGHTS_HWM)
+        self._socket = make_socket(context, zmq.PUB, WEIGHTS_HWM,
+                                   kernel_buffer_bytes=WEIGHTS_KERNEL_BUFFER_BYTES)  # fmt: skip
         self.endpoint = bind(self._socket, host, port)
         self._sender = sender
         self._sequence = 0
@@ -101,7 +107,8 @@ class WeightSubscriber:
     """An actor's side: loads the newest published weights into its policy."""
 
     def __init__(self, context: zmq.Context, endpoint: str) -> None:
-        self._socket = make_socket(context, zmq.SUB, WEIGHTS_HWM)
+        self._socket = make_socket(context, zmq.SUB, WEIGHTS_HWM,
+                                   kernel_buffer_bytes=WEIGHTS_KERNEL_BUFFER_BYTES)  # fmt: skip
         self._socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._socket.connect(endpoint)
         self.version = -1

@@ -214,6 +214,7 @@ class Learner:
         tasks.every("evaluation", self._evaluate, seconds=config.eval_interval_s)
         tasks.every("progress", self._write_progress, seconds=config.metrics_interval_s)
         tasks.every("checkpoint", self._checkpoint_or_count, seconds=config.checkpoint_interval_s)
+        first_update = True
         try:
             logger.info("waiting for the shards to hold data to sample")
             if not self.source.start(cancelled=self._stop):
@@ -229,6 +230,10 @@ class Learner:
                     break
                 if not self._train_one():
                     break
+                if first_update:  # how long this life took to start training
+                    metrics.write({"event": "first_update", "updates": self.counters.updates,
+                                   "time_s": self._elapsed_s()})  # fmt: skip
+                    first_update = False
                 if tasks.run_due(self.counters.updates) == "evaluation":
                     self.counters.solved_at_s = self._elapsed_s()
                     outcome.reason, outcome.solved = "solved", True

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import math
+import time
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -31,9 +32,10 @@ class MetricsWriter:
             logger.debug("tensorboard not installed; metrics go to %s only", self.path)
 
     def write(self, record: dict) -> None:
+        """Appends ``record`` with its wall-clock time (``unix_s``) added."""
         clean = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in record.items()
+            for k, v in {**record, "unix_s": round(time.time(), 3)}.items()
         }
         try:
             self._file.write(json.dumps(clean) + "\n")
@@ -46,7 +48,8 @@ class MetricsWriter:
         if self._tensorboard is not None:
             step = int(record.get("updates", 0))
             for key, value in clean.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if key != "unix_s" and isinstance(value, (int, float)) and not isinstance(
+                        value, bool):  # fmt: skip
                     self._tensorboard.add_scalar(key, value, step)
 
     def close(self) -> None:

@@ -6,57 +6,16 @@ from pathlib import Path
 
 import click
 
+from bench.cli_options import (
+    LAYOUT,
+    parse_peer_python,
+    progress,
+    report_options,
+    run_bench,
+    timing_options,
+)
 from bench.compare_command import bench_compare
 from bench.workers import REPO_ROOT
-
-
-def _parse_peer_python(values: tuple[str, ...]) -> dict[str, str]:
-    mapping = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise click.BadParameter(f"{value!r} is not NAME=PATH", param_hint="--peer-python")
-        if not Path(path).exists():
-            raise click.BadParameter(
-                f"interpreter {path!r} does not exist", param_hint="--peer-python"
-            )
-        mapping[name] = path
-    return mapping
-
-
-def _report_options(command):
-    """``--json`` and ``--markdown``, shared by every benchmark command."""
-    command = click.option(
-        "--markdown",
-        "markdown_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Write the markdown table here (it is always printed).",
-    )(command)
-    return click.option(
-        "--json",
-        "json_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Write JSON here.",
-    )(command)
-
-
-def _timing_options(what: str, default_s: float, quick_s: float, min_s: float):
-    """``--repeats`` and ``--seconds``: timed ``what``s per figure and their length."""
-
-    def decorate(command):
-        command = click.option(
-            "--seconds",
-            "seconds_per_repeat",
-            type=click.FloatRange(min=min_s),
-            default=None,
-            help=f"Seconds per timed {what} [default: {default_s}, {quick_s} with --quick].",
-        )(command)
-        return click.option(
-            "--repeats", type=click.IntRange(min=1), default=5, help=f"Timed {what}s per figure."
-        )(command)
-
-    return decorate
-
 
 # The fault suite's cases, named without importing it (it imports apex and the launcher).
 FAULTS = ("kill-actor", "kill-shard", "kill-learner", "stop-shard", "corrupt-snapshot",
@@ -83,14 +42,14 @@ def bench() -> None:
     multiple=True,
     help="Cases to run, by name or kind (small, atari); default: all.",
 )
-@_timing_options("repeat", 0.4, 0.05, 0.001)
+@timing_options("repeat", 0.4, 0.05, 0.001)
 @click.option(
     "--peer-python",
     multiple=True,
     metavar="NAME=PATH",
     help="Run a peer under another interpreter, e.g. torchrl=.venv-peers/bin/python.",
 )
-@_report_options
+@report_options
 def bench_replay(
     quick: bool,
     implementations: tuple[str, ...],
@@ -104,7 +63,7 @@ def bench_replay(
     """Prioritized replay core beside cpprb and torchrl: insert, sample, update, loop."""
     from bench import replay_suite
 
-    peers = _parse_peer_python(peer_python)
+    peers = parse_peer_python(peer_python)
 
     def run_suite(memory_bytes: int | None) -> dict:
         return replay_suite.run(
@@ -115,15 +74,15 @@ def bench_replay(
             seconds_per_repeat=seconds_per_repeat,
             peer_python=peers,
             memory_bytes=memory_bytes,
-            progress=lambda line: click.echo(f"... {line}", err=True),
+            progress=progress,
         )
 
-    _run_bench(replay_suite.SUITE, run_suite, json_path, markdown_path)
+    run_bench(replay_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @bench.command("shard")
 @click.option("--quick", is_flag=True, help="One pusher, short windows, small stores.")
-@_timing_options("window", 1.0, 0.2, 0.01)
+@timing_options("window", 1.0, 0.2, 0.01)
 @click.option(
     "--pushers", multiple=True, type=click.IntRange(min=1), help="Pusher process counts [1 2 4]."
 )
@@ -135,7 +94,7 @@ def bench_replay(
     help="Transition kinds to ingest [all three]: atari-frames sends each Pong frame once, "
     "LZ4-compressed, to frame shards.",
 )
-@_report_options
+@report_options
 @click.option(
     "--ingest-rate",
     type=click.FloatRange(min=0),
@@ -156,10 +115,10 @@ def bench_shard(
             pusher_counts=pushers or None,
             kinds=kinds or ("small", "atari", "atari-frames"),
             ingest_rate=ingest_rate,
-            progress=lambda line: click.echo(f"... {line}", err=True),
+            progress=progress,
         )
 
-    _run_bench(shard_suite.SUITE, run_suite, json_path, markdown_path)
+    run_bench(shard_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @bench.command("solve")
@@ -178,7 +137,7 @@ def bench_shard(
     type=click.Choice(["apex", "sb3-dqn"]),
     help="Implementations to run [both].",
 )
-@_report_options
+@report_options
 def bench_solve(quick, seeds, max_seconds, implementations, json_path, markdown_path) -> None:
     """Wall-clock time to solve CartPole-v1: apex train beside stable-baselines3 DQN."""
     from bench import solve_suite
@@ -189,82 +148,82 @@ def bench_solve(quick, seeds, max_seconds, implementations, json_path, markdown_
             seeds=seeds or (0, 1, 2),
             max_seconds=max_seconds,
             implementations=implementations or ("apex", "sb3-dqn"),
-            progress=lambda line: click.echo(f"... {line}", err=True),
+            progress=progress,
         )
 
-    _run_bench(solve_suite.SUITE, run_suite, json_path, markdown_path)
+    run_bench(solve_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @bench.command("learner")
 @click.option("--quick", is_flag=True, help="Few batch sizes, short repeats.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed repeats per figure.")
 @click.option("--threads", type=click.IntRange(min=1), default=2, help="torch threads on the CPU.")
-@_report_options
+@report_options
 def bench_learner(quick, repeats, threads, json_path, markdown_path) -> None:
     """Learner updates/s by batch size (MLP and Nature CNN), CPU and CUDA when present."""
     from bench import learner_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
         return learner_suite.run(
-            quick=quick, repeats=repeats, torch_threads=threads, progress=_progress
+            quick=quick, repeats=repeats, torch_threads=threads, progress=progress
         )
 
-    _run_bench(learner_suite.SUITE, run_suite, json_path, markdown_path)
+    run_bench(learner_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @bench.command("actor")
 @click.option("--quick", is_flag=True, help="Few env counts, short repeats.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed repeats per figure.")
-@_report_options
+@report_options
 def bench_actor(quick, repeats, json_path, markdown_path) -> None:
     """One actor's acting loop in env steps/s, CartPole and Pong, by env count."""
     from bench import actor_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
-        return actor_suite.run(quick=quick, repeats=repeats, progress=_progress)
+        return actor_suite.run(quick=quick, repeats=repeats, progress=progress)
 
-    _run_bench(actor_suite.SUITE, run_suite, json_path, markdown_path)
+    run_bench(actor_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @bench.command("snapshot")
 @click.option("--quick", is_flag=True, help="Small shards, 2 s windows.")
-@_report_options
+@report_options
 def bench_snapshot(quick, json_path, markdown_path) -> None:
     """What shard snapshots cost the sample service (p99), and the time to restore."""
     from bench import snapshot_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
-        return snapshot_suite.run(quick=quick, progress=_progress)
+        return snapshot_suite.run(quick=quick, progress=progress)
 
-    _run_bench(snapshot_suite.SUITE, run_suite, json_path, markdown_path)
+    run_bench(snapshot_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @bench.command("frames")
 @click.option("--quick", is_flag=True, help="Few frames, small stores, a 20K fill.")
-@_report_options
+@report_options
 def bench_frames(quick, json_path, markdown_path) -> None:
     """Atari-sized replay on real Pong frames: codecs, bytes per transition, sampling, RSS."""
     from bench import frames_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
-        return frames_suite.run(quick=quick, progress=_progress)
+        return frames_suite.run(quick=quick, progress=progress)
 
-    _run_bench(frames_suite.SUITE, run_suite, json_path, markdown_path)
+    run_bench(frames_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @bench.command("faults")
 @click.option("--quick", is_flag=True, help="5 s stops and full disks instead of 30 s.")
 @click.option("--fault", "faults", multiple=True, type=click.Choice(FAULTS), help="[all]")
 @click.option("--slurm", is_flag=True, help="Jobs on 3 namespace hosts under a real Slurm (root).")
-@_report_options
+@report_options
 def bench_faults(quick, faults, slurm, json_path, markdown_path) -> None:
     """Kill, stop, corrupt and fill under a real run: recovery time and what was lost."""
     from bench import faults_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
-        return faults_suite.run(quick, faults or None, _progress, slurm)
+        return faults_suite.run(quick, faults or None, progress, slurm)
 
-    _run_bench(faults_suite.SUITE, run_suite, json_path, markdown_path)
+    run_bench(faults_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @bench.command("system")
@@ -289,18 +248,23 @@ def bench_faults(quick, faults, slurm, json_path, markdown_path) -> None:
     default=None,
     help="Measured window per configuration [12].",
 )
-@_report_options
-def bench_system(quick, actor_counts, shard_counts, seconds, json_path, markdown_path) -> None:
-    """Whole-system throughput, policy lag and CPU per role as actors and shards grow."""
+@click.option("--envs-per-actor", type=click.IntRange(min=1), default=4, help="Per process.")
+@click.option("--layout", "layouts", multiple=True, type=LAYOUT,
+              help="PROCESSESxENVS, e.g. 4x64 (replaces --actors).")  # fmt: skip
+@report_options
+def bench_system(quick, actor_counts, shard_counts, seconds, envs_per_actor, layouts, json_path,
+                 markdown_path) -> None:  # fmt: skip
+    """Whole-system throughput, policy lag, start, CPU and memory per role as actors grow."""
     from bench import system_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
         return system_suite.run(
             quick=quick, actor_counts=actor_counts or None, shard_counts=shard_counts or None,
-            seconds_per_window=seconds, memory_bytes=memory_bytes, progress=_progress,
+            envs_per_actor=envs_per_actor, layouts=layouts, seconds_per_window=seconds,
+            memory_bytes=memory_bytes, progress=progress,
         )  # fmt: skip
 
-    _run_bench(system_suite.SUITE, run_suite, json_path, markdown_path)
+    run_bench(system_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 SUITES = ("replay", "shard", "learner", "actor", "system", "solve", "frames")
@@ -336,27 +300,27 @@ def bench_run(suites, quick, out, plots) -> None:
     chosen = suites or DEFAULT_SUITES
     runners = {
         "replay": lambda memory: replay_suite.run(
-            quick=quick, memory_bytes=memory, progress=_progress,
+            quick=quick, memory_bytes=memory, progress=progress,
             implementations=("apex", "cpprb", "torchrl") if quick else replay_suite.IMPLEMENTATIONS,
             repeats=2 if quick else 5,
         ),
         "shard": lambda memory: shard_suite.run(
-            quick=quick, progress=_progress, repeats=2 if quick else 5,
+            quick=quick, progress=progress, repeats=2 if quick else 5,
             seconds_per_repeat=0.1 if quick else None, ingest_rate=20_000.0 if quick else 100_000.0,
         ),
         "learner": lambda memory: learner_suite.run(
-            quick=quick, repeats=2 if quick else 5, progress=_progress
+            quick=quick, repeats=2 if quick else 5, progress=progress
         ),
         "actor": lambda memory: actor_suite.run(
-            quick=quick, repeats=2 if quick else 5, progress=_progress
+            quick=quick, repeats=2 if quick else 5, progress=progress
         ),
         "system": lambda memory: system_suite.run(
-            quick=quick, memory_bytes=memory, progress=_progress
+            quick=quick, memory_bytes=memory, progress=progress
         ),
         "solve": lambda memory: solve_suite.run(
-            quick=quick, max_seconds=6.0 if quick else None, progress=_progress
+            quick=quick, max_seconds=6.0 if quick else None, progress=progress
         ),
-        "frames": lambda memory: frames_suite.run(quick=quick, progress=_progress),
+        "frames": lambda memory: frames_suite.run(quick=quick, progress=progress),
     }  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     sections, problems = [], []
@@ -375,28 +339,6 @@ def bench_run(suites, quick, out, plots) -> None:
     click.echo(f"wrote {', '.join(f'{s}.json' for s in chosen)} and REPORT.md to {out}")
     if problems:
         raise click.ClickException("benchmark documents failed validation: " + "; ".join(problems))
-
-
-def _progress(line: str) -> None:
-    click.echo(f"... {line}", err=True)
-
-
-def _run_bench(suite: str, run_suite, json_path: Path | None, markdown_path: Path | None) -> None:
-    """Runs one suite into a new document, writes JSON and markdown, fails if invalid."""
-    from bench import report
-
-    document = report.new_document(REPO_ROOT)
-    report.add_suite(document, suite, run_suite(document["machine"]["memory_bytes"]))
-    problems = report.validate(document)
-    if json_path:
-        report.write_json(document, json_path)
-    text = report.markdown(document)
-    if markdown_path:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(text)
-    click.echo(text)
-    if problems:
-        raise click.ClickException("benchmark document failed validation: " + "; ".join(problems))
 
 
 bench.add_command(bench_compare, "compare")

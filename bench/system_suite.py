@@ -63,6 +63,19 @@ def _cpu_by_role(run_dir: Path) -> dict[str, float]:
     return totals
 
 
+def _rss_by_role(run_dir: Path) -> dict[str, list[int]]:
+    """Resident set size of every process of the run, in bytes, by role."""
+    sizes: dict[str, list[int]] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for pid, role in run_processes(run_dir).items():
+        try:
+            resident = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+        sizes.setdefault(role, []).append(resident)
+    return sizes
+
+
 def _wait_for_progress(run_dir: Path, process: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -74,16 +87,24 @@ def _wait_for_progress(run_dir: Path, process: subprocess.Popen, timeout_s: floa
     raise TimeoutError("no training progress in time")
 
 
-def _measure(actors: int, shards: int, seconds: float, warmup_s: float) -> dict:
+def _first_update_s(run_dir: Path, launched_unix_s: float) -> float | None:
+    """Seconds from the command to the learner's first update (its ``first_update``
+    record carries the wall clock)."""
+    firsts = [r for r in read_metrics(run_dir) if r.get("event") == "first_update"]
+    return firsts[0]["unix_s"] - launched_unix_s if firsts else None
+
+
+def _measure(actors: int, envs: int, shards: int, seconds: float, warmup_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="apex-system-") as directory:
         run_dir = Path(directory) / "run"
         command = [
             sys.executable, "-m", "launch", "train", "--actors", str(actors), "--shards",
-            str(shards), "--envs-per-actor", str(ENVS_PER_ACTOR),
+            str(shards), "--envs-per-actor", str(envs),
             "--max-time", str(START_TIMEOUT_S + warmup_s + seconds + 30),
             "--target-return", "1e12", "--set", "learner.eval_interval_s=1e12",
             "--run-dir", str(run_dir),
         ]  # fmt: skip
+        launched = time.time()
         process = subprocess.Popen(
             command,
             cwd=REPO_ROOT,
@@ -99,6 +120,7 @@ def _measure(actors: int, shards: int, seconds: float, warmup_s: float) -> dict:
             time.sleep(seconds)
             cpu_after = _cpu_by_role(run_dir)
             elapsed = time.monotonic() - window_start
+            rss = _rss_by_role(run_dir)
         finally:
             process.terminate()
             try:
@@ -111,11 +133,12 @@ def _measure(actors: int, shards: int, seconds: float, warmup_s: float) -> dict:
             r for r in read_metrics(run_dir)
             if r.get("event") == "progress" and r.get("time_s", 0) >= end_time - elapsed
         ]  # fmt: skip
+        first_update_s = _first_update_s(run_dir, launched)
     cpu = {
         role: max(cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0), 0.0) / elapsed
         for role in ("learner", "shard", "actor")
     }
-    return {"window": window, "cpu": cpu}
+    return {"window": window, "cpu": cpu, "rss": rss, "first_update_s": first_update_s}
 
 
 def _values(window: list[dict], key: str, positive: bool = True) -> list[float]:
@@ -138,6 +161,8 @@ def run(
     quick: bool = False,
     actor_counts: Sequence[int] | None = None,
     shard_counts: Sequence[int] | None = None,
+    envs_per_actor: int = ENVS_PER_ACTOR,
+    layouts: Sequence[tuple[int, int]] = (),
     seconds_per_window: float | None = None,
     memory_bytes: int | None = None,
     progress: Callable[[str], None] | None = None,
@@ -152,13 +177,16 @@ def run(
         if memory_bytes
         else max(actor_counts)
     )
+    # (processes, envs per process): the explicit layouts, else every actor count.
+    layouts = tuple(layouts) or tuple((actors, envs_per_actor) for actors in actor_counts)
     records = []
     for shards in shard_counts:
-        for actors in actor_counts:
-            case = f"actors{actors}-shards{shards}"
+        for actors, envs in layouts:
+            case = f"actors{actors}-shards{shards}" + (
+                f"-envs{envs}" if envs != ENVS_PER_ACTOR else "")  # fmt: skip
             params = {
-                "actors": actors, "shards": shards, "envs_per_actor": ENVS_PER_ACTOR,
-                "window_s": seconds, "env": "CartPole-v1",
+                "actors": actors, "shards": shards, "envs_per_actor": envs,
+                "ape_x_actors": actors * envs, "window_s": seconds, "env": "CartPole-v1",
             }  # fmt: skip
             base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
             if actors > cap:
@@ -171,7 +199,7 @@ def run(
             if progress:
                 progress(f"system {case}")
             try:
-                measured = _measure(actors, shards, seconds, warmup_s)
+                measured = _measure(actors, envs, shards, seconds, warmup_s)
             except (RuntimeError, TimeoutError) as exc:
                 records.append({**base, "status": "unavailable", "reason": str(exc)})
                 continue
@@ -192,6 +220,10 @@ def run(
             }
             for role, cores_used in cpu.items():
                 figures[f"cpu_{role}"] = ("cores", [cores_used])
+            for role, sizes in measured["rss"].items():
+                figures[f"rss_per_{role}"] = ("MB", [size / 2**20 for size in sizes])
+            if measured["first_update_s"] is not None:
+                figures["first_update"] = ("s from the command", [measured["first_update_s"]])
             for metric, (unit, values) in figures.items():
                 if not values:
                     continue
@@ -202,7 +234,7 @@ def run(
                 })  # fmt: skip
     config = {
         "quick": quick,
-        "actor_counts": list(actor_counts),
+        "layouts": [list(layout) for layout in layouts],
         "shard_counts": list(shard_counts),
     }
     return {
