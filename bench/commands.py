@@ -226,6 +226,26 @@ def bench_faults(quick, faults, slurm, json_path, markdown_path) -> None:
     run_bench(faults_suite.SUITE, run_suite, json_path, markdown_path)
 
 
+@bench.command("fleet")
+@click.option("--quick", is_flag=True, help="Fleets of 16 and 64, 6 s windows.")
+@click.option("--env", "env_name", type=click.Choice(["CartPole-v1", "Pong"]),
+              default="CartPole-v1", help="Whose recorded transitions it sends.")  # fmt: skip
+@click.option("--actors", "fleet_sizes", multiple=True, type=click.IntRange(min=1),
+              help="Fleet sizes [64 256 1024 2048].")  # fmt: skip
+@click.option("--shards", type=click.IntRange(min=1), default=4, help="Replay shards.")
+@click.option("--seconds", type=click.FloatRange(min=1), default=None, help="Window [20].")
+@report_options
+def bench_fleet(quick, env_name, fleet_sizes, shards, seconds, json_path, markdown_path) -> None:
+    """Logical actors replaying recorded transitions at the Ape-X paper's rate: the largest
+    fleet S shards and a real learner sustain."""
+    from bench import fleet_suite
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        return fleet_suite.run(quick, env_name, fleet_sizes, shards, seconds, progress)
+
+    run_bench(fleet_suite.SUITE, run_suite, json_path, markdown_path)
+
+
 @bench.command("system")
 @click.option("--quick", is_flag=True, help="One small configuration, a 3 s window.")
 @click.option(

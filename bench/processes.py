@@ -4,6 +4,7 @@ run left nothing behind."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 ROLE_OF_COMMAND = {
@@ -34,3 +35,12 @@ def run_processes(run_dir: Path) -> dict[int, str]:
             if f"-m launch {word} " in command:
                 processes[int(entry.name)] = role
     return processes
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds of ``pid`` so far (None: it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from apex.metrics import read_metrics
-from bench.processes import run_processes
+from bench.processes import cpu_seconds, run_processes
 from bench.workers import REPO_ROOT, worker_env
 
 SUITE = "system"
@@ -44,20 +44,12 @@ START_TIMEOUT_S = 180.0
 ENVS_PER_ACTOR = 4
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _cpu_by_role(run_dir: Path) -> dict[str, float]:
     totals: dict[str, float] = {}
     for pid, role in run_processes(run_dir).items():
         if role == "train":
             continue
-        seconds = _cpu_seconds(pid)
+        seconds = cpu_seconds(pid)
         if seconds is not None:
             totals[role] = totals.get(role, 0.0) + seconds
     return totals

@@ -213,6 +213,38 @@ def test_quick_system_suite_measures_a_real_run_and_names_its_bottleneck(tmp_pat
     assert "bottleneck" in result.output
 
 
+def test_quick_system_suite_runs_a_layout_and_times_the_first_update(tmp_path: Path) -> None:
+    out = tmp_path / "system.json"
+    arguments = ["bench", "system", "--quick", "--layout", "2x3", "--json", str(out)]
+    result = CliRunner().invoke(main, arguments)
+    assert result.exit_code == 0, result.output
+    records = [r for r in json.loads(out.read_text())["records"] if r["status"] == "ok"]
+    metrics = {r["metric"]: r for r in records}
+    assert metrics["updates"]["params"]["ape_x_actors"] == 6
+    assert 0 < metrics["first_update"]["median"] < 120
+    assert len([r for r in records if r["metric"] == "rss_per_actor"]) == 1
+    assert metrics["rss_per_actor"]["repeats"] == 2  # one figure per actor process
+    assert 30 < metrics["rss_per_actor"]["median"] < 1000  # MB
+
+
+@pytest.mark.slow
+def test_quick_fleet_delivers_everything_it_sends(tmp_path: Path) -> None:
+    out = tmp_path / "fleet.json"
+    arguments = ["bench", "fleet", "--quick", "--actors", "8", "--actors", "32", "--shards", "2"]
+    result = CliRunner().invoke(main, [*arguments, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert report.validate(document) == []
+    by_case: dict[str, dict] = {}
+    for record in document["records"]:
+        by_case.setdefault(record["case"], {})[record["metric"]] = record["median"]
+    assert set(by_case) == {"CartPole-v1-8x2", "CartPole-v1-32x2"}
+    for figures in by_case.values():
+        assert figures["transitions_lost"] == 0 and figures["rejected"] == 0
+        assert figures["sent_per_s"] >= 0.9 * figures["target_per_s"]
+        assert figures["learner_updates_per_s"] > 0
+
+
 @pytest.mark.slow
 def test_quick_fault_suite_sees_a_stopped_shard_and_a_full_disk_survived(tmp_path: Path) -> None:
     out = tmp_path / "faults.json"
