@@ -35,10 +35,10 @@ class MetricsWriter:
         """Appends ``record`` with its wall-clock time (``unix_s``) added."""
         clean = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in {**record, "unix_s": round(time.time(), 3)}.items()
+            for k, v in record.items()
         }
         try:
-            self._file.write(json.dumps(clean) + "\n")
+            self._file.write(json.dumps({**clean, "unix_s": round(time.time(), 3)}) + "\n")
             self._file.flush()
         except OSError as exc:
             self.dropped += 1
@@ -48,8 +48,7 @@ class MetricsWriter:
         if self._tensorboard is not None:
             step = int(record.get("updates", 0))
             for key, value in clean.items():
-                if key != "unix_s" and isinstance(value, (int, float)) and not isinstance(
-                        value, bool):  # fmt: skip
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._tensorboard.add_scalar(key, value, step)
 
     def close(self) -> None:

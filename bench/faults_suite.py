@@ -13,7 +13,8 @@ truncated, then the learner killed; the run directory's disk full for a while (a
 tmpfs, which needs root); a shard lost for good (``lose-shard``: a run of 2 shards with no
 restart budget, one killed; actors reroute what they kept for it after
 ``LOSE_REROUTE_S``). A link cut and a Slurm preemption need the network-namespace
-hosts and the real Slurm; ``tests/test_slurm.py`` covers those.
+hosts and the real Slurm: ``--slurm`` (``bench.slurm_faults``) runs them, and the others,
+as Slurm jobs.
 
 Faults that lose what came after the newest checkpoint or snapshot strike when it is
 three quarters of a period old, near the worst case. Per case: ``recovered`` (1 or 0),
@@ -46,7 +47,7 @@ from apex.checkpoint import every_checkpoint
 from apex.metrics import read_metrics
 from bench import commands as bench_commands
 from bench.processes import run_processes
-from bench.shard_suite import _record as _shard_record
+from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
 from replay.snapshot import complete_snapshots
 
@@ -84,9 +85,6 @@ class FaultRun:
         with open(self.output, "wb") as out:
             self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(),
                                             stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-        self._start_waiting()
-
-    def _start_waiting(self) -> None:
         self._pause = threading.Event()
 
     def ended(self) -> str | None:
@@ -251,7 +249,7 @@ def _measure(fault: str, hold_s: float, settle_records: int, open_run=_local_run
         learner_log, shard_log = run.log("learner"), run.log("shard-0")
     resumed_at = _last_int(r"resumed from \S+ at update (\d+)", learner_log)
     restored = _last_int(r"restored \S+: (\d+) transitions", shard_log)
-    restored = 0 if fault == "lose-shard" else restored
+    restored = 0 if lose else restored
     delivery = end.get("delivery") or {}
     result = {
         "recovered": 1,
@@ -382,8 +380,7 @@ def run(quick: bool = False, faults: tuple[str, ...] | None = None, progress=pri
             for metric, unit in METRICS:
                 value = result.get(metric)
                 if value is not None:
-                    record = _shard_record(fault, "apex", metric, unit, [float(value)], params)
-                    records.append({**record, "suite": SUITE})
+                    records.append(ok_record(SUITE, fault, "apex", metric, unit, [value], params))
     hosts = "learner, shard and actors on 3 namespace hosts under Slurm" if slurm else "local"
     return {"config": {"faults": list(faults), "hold_s": hold_s, "period_s": PERIOD_S,
                        "actors": 2, "shards": "1 (lose-shard: 2)", "env": "CartPole-v1",

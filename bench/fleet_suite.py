@@ -39,6 +39,7 @@ import zmq
 from apex.envs import env_shape, make_env
 from apex.metrics import read_metrics
 from bench.processes import cpu_seconds
+from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
 from launch import builder
 from launch.config import resolve, write_resolved
@@ -302,22 +303,10 @@ def run(
                 "window_s": seconds,
                 "sustained": sustained,
             }
+            case = f"{env_name}-{actors}x{shards}"
             for metric, value in {**figures, "sustained": float(sustained)}.items():
-                records.append(
-                    {
-                        "suite": SUITE,
-                        "case": f"{env_name}-{actors}x{shards}",
-                        "implementation": "apex",
-                        "status": "ok",
-                        "metric": metric,
-                        "unit": UNITS[metric],
-                        "median": float(value),
-                        "min": float(value),
-                        "max": float(value),
-                        "repeats": 1,
-                        "params": params,
-                    }
-                )
+                records.append(ok_record(SUITE, case, "apex", metric, UNITS[metric], [value],
+                                         params))  # fmt: skip
     per_shard = largest / shards
     return {
         "records": records,

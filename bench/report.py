@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import statistics
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +36,16 @@ from bench.machine import git_commit, machine_info, package_versions
 SCHEMA = "apex-bench/1"
 REQUIRED_RECORD_KEYS = ("suite", "case", "implementation", "status", "params")
 REQUIRED_OK_KEYS = ("metric", "unit", "median", "min", "max", "repeats")
+
+
+def ok_record(suite: str, case: str, implementation: str, metric: str, unit: str,
+              values: list[float], params: dict) -> dict:  # fmt: skip
+    """A measured record: the median, min and max of ``values`` (one per timed repeat)."""
+    values = [float(v) for v in values]
+    return {"suite": suite, "case": case, "implementation": implementation, "status": "ok",
+            "metric": metric, "unit": unit, "median": statistics.median(values),
+            "min": min(values), "max": max(values), "repeats": len(values),
+            "params": params}  # fmt: skip
 
 
 def new_document(repo_root: Path) -> dict[str, object]:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
 
 SUITE = "shard"
@@ -150,19 +151,7 @@ def _message_nbytes(kind: str) -> int:
 def _record(
     case: str, implementation: str, metric: str, unit: str, rates: list[float], params: dict
 ) -> dict:
-    return {
-        "suite": SUITE,
-        "case": case,
-        "implementation": implementation,
-        "status": "ok",
-        "metric": metric,
-        "unit": unit,
-        "median": float(np.median(rates)),
-        "min": float(min(rates)),
-        "max": float(max(rates)),
-        "repeats": len(rates),
-        "params": params,
-    }
+    return ok_record(SUITE, case, implementation, metric, unit, rates, params)
 
 
 def _measure_raw(kind: str, pushers: int, timing: dict, pack: bool = True) -> list[float]:

@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,7 +87,7 @@ class SlurmFaultRun(FaultRun):
                        capture_output=True)  # fmt: skip
         self.job_id = (self.run_dir / "slurm-job-id").read_text().strip()
         self._state, self._asked_at = "", float("-inf")
-        self._start_waiting()
+        self._pause = threading.Event()
 
     def ended(self) -> str | None:
         now = time.monotonic()

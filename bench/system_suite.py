@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from apex.metrics import read_metrics
-from bench.processes import cpu_seconds, run_processes
+from bench.processes import cpu_seconds, resident_bytes, run_processes
 from bench.workers import REPO_ROOT, worker_env
 
 SUITE = "system"
@@ -58,13 +58,10 @@ def _cpu_by_role(run_dir: Path) -> dict[str, float]:
 def _rss_by_role(run_dir: Path) -> dict[str, list[int]]:
     """Resident set size of every process of the run, in bytes, by role."""
     sizes: dict[str, list[int]] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
     for pid, role in run_processes(run_dir).items():
-        try:
-            resident = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-        sizes.setdefault(role, []).append(resident)
+        resident = resident_bytes(pid)
+        if resident is not None:
+            sizes.setdefault(role, []).append(resident)
     return sizes
 
 

@@ -32,7 +32,7 @@ SHARD_RESTART_BUDGET = 5
 def run_restarting(
     command: list[str],
     what: str,
-    budget: int = 5,
+    budget: int = SHARD_RESTART_BUDGET,
     forward_after_s: float = 30.0,
     restart_if: Callable[[int], bool] = lambda code: True,
 ) -> int:

@@ -238,10 +238,11 @@ class Supervisor:
                 self._await_ready(child)
             if learner.ready.get("resumed_from"):
                 self.echo(f"resumed from {learner.ready['resumed_from']}")
+            actors = run_actors(config.to_dict())
             self.echo(
-                f"run {self.run_dir}: {config.shards} shard(s), learner, {config.actors} actor "
-                f"process(es) × {config.actor.envs_per_actor} envs = "
-                f"{config.actors * config.actor.envs_per_actor} Ape-X actors on {config.env}"
+                f"run {self.run_dir}: {config.shards} shard(s), learner, "
+                f"{actors['actor_processes']} actor process(es) × {config.actor.envs_per_actor}"
+                f" envs = {actors['ape_x_actors']} Ape-X actors on {config.env}"
             )
             return self._watch(learner)
         except RuntimeError as exc:

@@ -69,7 +69,11 @@ class ShardCredit:
         """Given up and not heard since: the lane takes nothing new."""
         self._silent_since: float | None = None
         self._context, self._sender = context, sender
-        self._requests = RequestClient(context, endpoint, sender, hwm=16, incarnation=incarnation)
+        self._requests = self._open_requests(incarnation)
+
+    def _open_requests(self, incarnation: int) -> RequestClient:
+        return RequestClient(self._context, self.endpoint, self._sender, hwm=16,
+                             incarnation=incarnation)  # fmt: skip
 
     @property
     def socket(self) -> zmq.Socket:
@@ -170,8 +174,7 @@ class ShardCredit:
         self.abandoned += 1
         self.gone = True
         self._requests.close()  # a late answer belongs to the old life
-        self._requests = RequestClient(self._context, self.endpoint, self._sender, hwm=16,
-                                       incarnation=incarnation)  # fmt: skip
+        self._requests = self._open_requests(incarnation)
         return kept
 
     def close(self) -> None:
