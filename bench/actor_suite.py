@@ -23,7 +23,7 @@ from bench.timing import measure_rate
 SUITE = "actor"
 
 
-def _acting_loop(env: str, env_count: int, hidden: tuple[int, ...]) -> Callable[[], None]:
+def acting_loop(env: str, env_count: int, hidden: tuple[int, ...]) -> Callable[[], None]:
     shape = env_shape(env)
     envs = gym.vector.SyncVectorEnv(
         env_factories(env, env_count, training=True),
@@ -72,7 +72,7 @@ def run(
             params = {"env": env, "envs_per_actor": count, "torch_threads": 1}
             base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
             try:
-                step = _acting_loop(env, count, hidden or (256,))
+                step = acting_loop(env, count, hidden or (256,))
             except (ImportError, gym.error.Error) as exc:
                 records.append(
                     {**base, "status": "unavailable", "reason": f"{type(exc).__name__}: {exc}"}

@@ -233,17 +233,52 @@ def bench_faults(quick, faults, slurm, json_path, markdown_path) -> None:
 @click.option("--actors", "fleet_sizes", multiple=True, type=click.IntRange(min=1),
               help="Fleet sizes [64 256 1024 2048].")  # fmt: skip
 @click.option("--shards", type=click.IntRange(min=1), default=4, help="Replay shards.")
-@click.option("--seconds", type=click.FloatRange(min=1), default=None, help="Window [20].")
+@click.option("--seconds", type=click.FloatRange(min=1), default=None, help="Window [40].")
+@click.option("--hosts", is_flag=True, help="Shards, learner, fleet on 3 namespace hosts (root).")
 @report_options
-def bench_fleet(quick, env_name, fleet_sizes, shards, seconds, json_path, markdown_path) -> None:
+def bench_fleet(quick, env_name, fleet_sizes, shards, seconds, hosts, json_path,
+                markdown_path) -> None:  # fmt: skip
     """Logical actors replaying recorded transitions at the Ape-X paper's rate: the largest
     fleet S shards and a real learner sustain."""
     from bench import fleet_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
-        return fleet_suite.run(quick, env_name, fleet_sizes, shards, seconds, progress)
+        return fleet_suite.run(quick, env_name, fleet_sizes, shards, seconds, progress, hosts)
 
     run_bench(fleet_suite.SUITE, run_suite, json_path, markdown_path)
+
+
+@bench.command("model")
+@click.option("--env", "envs", multiple=True, type=click.Choice(["CartPole-v1", "Pong"]),
+              help="Envs whose unit costs to measure [both].")  # fmt: skip
+@click.option("--seconds", type=click.FloatRange(min=0.5), default=3.0, help="Per unit cost.")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, help="Median of this many.")
+@click.option("--measured", multiple=True, help="bench system/fleet JSON [bench/results/].",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path))  # fmt: skip
+@click.option("--learner-rate", "learner_rates", multiple=True, type=click.FloatRange(min=0.1),
+              help="Learner updates/s to plan for [19: the Ape-X paper's GPU].")  # fmt: skip
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write model-checks.png and model-plan.png here.")  # fmt: skip
+@report_options
+def bench_model(envs, seconds, repeats, measured, learner_rates, plot_dir, json_path,
+                markdown_path) -> None:  # fmt: skip
+    """Unit costs measured here, the cost model checked against measured runs, and the
+    shards, actor cores and bandwidth 360, 1,000 and 4,000 Ape-X actors need."""
+    from bench import cost_model, model_suite, plots
+
+    results = REPO_ROOT / "bench" / "results"
+    measured = measured or sorted([*results.glob("system-*.json"), *results.glob("fleet-*.json")])
+
+    def run_suite(memory_bytes: int | None) -> dict:
+        result = model_suite.run(envs or ("CartPole-v1", "Pong"), seconds, measured,
+                                 learner_rates or (cost_model.PAPER_LEARNER_UPDATES,),
+                                 progress, repeats)  # fmt: skip
+        if plot_dir:
+            for path in plots.plot_model(result["config"], plot_dir):
+                progress(f"wrote {path}")
+        return result
+
+    run_bench(model_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @bench.command("system")

@@ -23,6 +23,7 @@ with the smallest fleet measured.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ import zmq
 
 from apex.envs import env_shape, make_env
 from apex.metrics import read_metrics
-from bench.processes import cpu_seconds
+from bench.processes import cpu_seconds, softirq_seconds
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
 from launch import builder
@@ -57,6 +58,10 @@ START_TIMEOUT_S = 180.0
 _ALL_CORES = sorted(os.sched_getaffinity(0))
 LEARNER_CORES = set(_ALL_CORES[:1])
 OTHER_CORES = set(_ALL_CORES[1:] or _ALL_CORES)
+# The namespace hosts of ``slurm/cluster/netns.sh``: the fleet's roles on three "hosts"
+# joined by a bridge, each connection through veth pairs and the kernel's bridge.
+HOSTS = {"learner": "10.200.0.11", "shard": "10.200.0.12", "actor": "10.200.0.13"}
+NETNS_SCRIPT = REPO_ROOT / "slurm" / "cluster" / "netns.sh"
 UNITS = {
     "target_per_s": "transitions/s",
     "sent_per_s": "transitions/s",
@@ -71,6 +76,7 @@ UNITS = {
     "fleet_cpu_cores": "cores",
     "shard_cpu_cores": "cores",
     "learner_cpu_cores": "cores",
+    "softirq_cores": "cores",
     "messages_per_s": "messages/s",
 }
 
@@ -95,17 +101,27 @@ def record(env_name: str, count: int, path: Path) -> Path:
 class FleetRun:
     """Shards and a learner in ``run_dir``, their ports from this machine."""
 
-    def __init__(self, run_dir: Path, env_name: str, shards: int) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        env_name: str,
+        shards: int,
+        frames: bool = False,
+        envs: int = 1,
+        hosts: bool = False,
+    ) -> None:
+        self.hosts = hosts
         config = resolve(
             {
                 "env": env_name,
                 "shards": shards,
                 "actors": 1,
+                "actor": {"envs_per_actor": envs},
                 "replay": {
                     "capacity": CAPACITY[env_name],
                     "min_size": 2_000,
                     "samples_per_insert": None,
-                    "frames": False,
+                    "frames": frames,
                     "snapshot_interval_s": 0,
                 },
                 "learner": {
@@ -117,12 +133,13 @@ class FleetRun:
             }
         )
         self.run_dir = run_dir
-        config_path = write_resolved(config, run_dir)
+        self.config_path = config_path = write_resolved(config, run_dir)
         self.spec = builder.transition_spec(config)
         builder.write_spec(run_dir, self.spec)
         ports = free_ports("127.0.0.1", 2 * shards)
+        address = HOSTS["shard"] if hosts else "127.0.0.1"
         self.endpoints = [
-            [f"tcp://127.0.0.1:{ports[2 * i]}", f"tcp://127.0.0.1:{ports[2 * i + 1]}"]
+            [f"tcp://{address}:{ports[2 * i]}", f"tcp://{address}:{ports[2 * i + 1]}"]
             for i in range(shards)
         ]
         launch = [sys.executable, "-m", "launch"]
@@ -142,12 +159,15 @@ class FleetRun:
                     str(ports[2 * i]),
                     "--request-port",
                     str(ports[2 * i + 1]),
+                    "--host",
+                    address,
                 ],
             )
             for i in range(shards)
         ]
+        learner_host = HOSTS["learner"] if hosts else "127.0.0.1"
         self._learner_command = [*launch, "learner", "--config", str(config_path), "--run-dir",
-                                 str(run_dir)]  # fmt: skip
+                                 str(run_dir), "--host", learner_host]  # fmt: skip
         for pair in self.endpoints:
             self._learner_command += ["--shard", ",".join(pair)]
 
@@ -156,20 +176,42 @@ class FleetRun:
         learner's samples on the shards' core."""
         self.processes.append(self._start("learner", self._learner_command))
 
-    def _start(self, name: str, command: list[str]) -> subprocess.Popen:
-        cores = LEARNER_CORES if name == "learner" else OTHER_CORES
-        with open(self.run_dir / f"{name}.log", "wb") as log:
-            process = subprocess.Popen(
-                command, cwd=REPO_ROOT, env=worker_env(), stdout=subprocess.DEVNULL, stderr=log
-            )
-        # Set while it still imports: the threads it starts later inherit it.
+    def wait_for_training(self, timeout_s: float) -> None:
+        """Until the learner's first progress record with updates (or ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not any(
+            record.get("event") == "progress" and record.get("updates")
+            for record in read_metrics(self.run_dir)
+        ):
+            if self.processes[-1].poll() is not None:
+                return  # the learner died: the figures will show it
+            time.sleep(0.2)
+
+    def on_host(self, role: str, command: list[str]) -> list[str]:
+        """``command`` run on ``role``'s namespace host (``ip netns exec`` execs it, so the
+        process keeps its pid), or here."""
+        return ["ip", "netns", "exec", role, *command] if self.hosts else command
+
+    def spawn(self, role: str, command: list[str], cores: set[int], **streams) -> subprocess.Popen:
+        """``command`` on ``role``'s host, pinned to ``cores`` (set while it still imports:
+        the threads it starts later inherit them)."""
+        process = subprocess.Popen(self.on_host(role, command), cwd=REPO_ROOT, env=worker_env(),
+                                   **streams)  # fmt: skip
         os.sched_setaffinity(process.pid, cores)
         return process
 
+    def _start(self, name: str, command: list[str]) -> subprocess.Popen:
+        role = "learner" if name == "learner" else "shard"
+        cores = LEARNER_CORES if name == "learner" else OTHER_CORES
+        with open(self.run_dir / f"{name}.log", "wb") as log:
+            return self.spawn(role, command, cores, stdout=subprocess.DEVNULL, stderr=log)
+
     def cpu(self) -> dict[str, float]:
-        """CPU seconds so far: the shards together, and the learner."""
+        """CPU seconds so far: the shards together, the learner, and the machine's soft
+        interrupts (the network stack's receive work, not charged to any process)."""
         seconds = [cpu_seconds(process.pid) or 0.0 for process in self.processes]
-        return {"shards": sum(seconds[:-1]), "learner": seconds[-1]}
+        return {"shards": sum(seconds[:-1]), "learner": seconds[-1],
+                "softirq": softirq_seconds()}  # fmt: skip
 
     def infos(self) -> list[dict]:
         context = zmq.Context()
@@ -196,37 +238,60 @@ class FleetRun:
                 process.wait()
 
 
-def _measure(env_name: str, recording: Path, actors: int, shards: int, seconds: float) -> dict:
+@contextlib.contextmanager
+def namespace_hosts() -> Iterator[None]:
+    """The three namespace hosts, made (and removed after) unless they are up already."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    if all(host in listed.stdout for host in HOSTS):
+        yield
+        return
+    subprocess.run(["bash", str(NETNS_SCRIPT), "up"], check=True, timeout=120)
+    try:
+        yield
+    finally:
+        subprocess.run(["bash", str(NETNS_SCRIPT), "down"], check=False, timeout=60)
+
+
+def start_worker(
+    run: FleetRun, recording: Path, first: int, actors: int, seconds: float
+) -> subprocess.Popen:
+    """A process of ``actors`` logical actors (senders ``first``, ...) into ``run``'s shards;
+    its first line says they send, its last what they did (``bench.fleet_worker``)."""
+    params = {
+        "shards": run.endpoints,
+        "recording": str(recording),
+        "spec": {k: [list(s), d] for k, (s, d) in run.spec.to_dict().items()},
+        "first_sender": first,
+        "start_timeout_s": 900.0,
+        "actors": actors,
+        "rate": PAPER_RATE,
+        "batch": 50,
+        "seconds": seconds,
+    }
+    command = [sys.executable, "-m", "bench.fleet_worker", json.dumps(params)]
+    return run.spawn("actor", command, OTHER_CORES, stdout=subprocess.PIPE, text=True)
+
+
+def _measure(
+    env_name: str, recording: Path, actors: int, shards: int, seconds: float, hosts: bool
+) -> dict:
     with tempfile.TemporaryDirectory(prefix="apex-fleet-") as directory:
-        run = FleetRun(Path(directory), env_name, shards)
+        run = FleetRun(Path(directory), env_name, shards, hosts=hosts)
         try:
-            workers = []
-            for first in range(0, actors, ACTORS_PER_WORKER):
-                params = {
-                    "shards": run.endpoints,
-                    "recording": str(recording),
-                    "spec": {k: [list(s), d] for k, (s, d) in run.spec.to_dict().items()},
-                    "first_sender": first,
-                    "start_timeout_s": 900.0,
-                    "actors": min(ACTORS_PER_WORKER, actors - first),
-                    "rate": PAPER_RATE,
-                    "batch": 50,
-                    "seconds": seconds,
-                }
-                workers.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "bench.fleet_worker", json.dumps(params)],
-                        cwd=REPO_ROOT,
-                        env=worker_env(),
-                        stdout=subprocess.PIPE,
-                        text=True,
-                    )
-                )
-                os.sched_setaffinity(workers[-1].pid, OTHER_CORES)
+            workers = [
+                start_worker(run, recording, first, min(ACTORS_PER_WORKER, actors - first),
+                             seconds)
+                for first in range(0, actors, ACTORS_PER_WORKER)
+            ]  # fmt: skip
             for worker in workers:  # each says when its actors start sending
                 worker.stdout.readline()
             run.start_learner()
+            run.wait_for_training(START_TIMEOUT_S)
+            # The CPU window: the learner trains and the fleet sends (not its flush).
             cpu_before, window_start = run.cpu(), time.monotonic()
+            for worker in workers:  # each says when its actors stop sending
+                worker.stdout.readline()
+            cpu_after, window_s = run.cpu(), time.monotonic() - window_start
             reports, failed = [], 0
             for worker in workers:
                 out, _ = worker.communicate(timeout=START_TIMEOUT_S + seconds + 120)
@@ -235,7 +300,6 @@ def _measure(env_name: str, recording: Path, actors: int, shards: int, seconds: 
                     failed += 1
                     continue
                 reports.append(json.loads(lines[-1]))
-            cpu_after, window_s = run.cpu(), time.monotonic() - window_start
             infos = run.infos()
             progress = [r for r in read_metrics(run.run_dir) if r.get("event") == "progress"]
         finally:
@@ -261,10 +325,12 @@ def _measure(env_name: str, recording: Path, actors: int, shards: int, seconds: 
         "no_room": sum(r["no_room"] for r in reports),
         "late_p99_s": max(r["late_p99_s"] for r in reports),
         "learner_updates_per_s": float(np.median(window)) if window else 0.0,
-        "fleet_cpu_cores": sum(r["cpu_s"] for r in reports) / window_s,
+        "fleet_cpu_cores": sum(r["cpu_s"] for r in reports) / max(r["seconds"] for r in reports),
         "shard_cpu_cores": (cpu_after["shards"] - cpu_before["shards"]) / window_s,
         "learner_cpu_cores": (cpu_after["learner"] - cpu_before["learner"]) / window_s,
-        "messages_per_s": sum(r["messages_sent"] for r in reports) / window_s,
+        "softirq_cores": (cpu_after["softirq"] - cpu_before["softirq"]) / window_s,
+        "messages_per_s": sum(r["messages_sent"] for r in reports)
+        / max(r["seconds"] for r in reports),
     }
 
 
@@ -275,23 +341,27 @@ def run(
     shards: int = 4,
     seconds: float | None = None,
     progress: Callable[[str], None] = print,
+    hosts: bool = False,
 ) -> dict:
+    """``hosts``: shards, learner and fleet on the namespace hosts (root)."""
     sizes = tuple(fleet_sizes) or ((16, 64) if quick else (64, 256, 1024, 2048))
     seconds = seconds or (12.0 if quick else 40.0)
     records, baseline, largest = [], None, 0
-    with tempfile.TemporaryDirectory(prefix="apex-fleet-recording-") as directory:
+    on_hosts = namespace_hosts() if hosts else contextlib.nullcontext()
+    with on_hosts, tempfile.TemporaryDirectory(prefix="apex-fleet-recording-") as directory:
         recording = record(
             env_name, RECORDED[env_name] // (10 if quick else 1), Path(directory) / "recording.npz"
         )
         for actors in sizes:
             progress(f"fleet {actors} actors into {shards} shards")
-            figures = _measure(env_name, recording, actors, shards, seconds)
+            figures = _measure(env_name, recording, actors, shards, seconds, hosts)
             baseline = baseline or figures.get("learner_updates_per_s")
             sustained = not figures.get("workers_failed") and (
                 figures["sent_per_s"] >= RATE_SHARE * figures["target_per_s"]
                 and figures["rejected"] == 0
                 and figures["transitions_lost"] == 0
                 and figures["unconfirmed"] == 0
+                and figures["learner_updates_per_s"] > 0
                 and figures["learner_updates_per_s"] >= LEARNER_SHARE * baseline
             )
             largest = max(largest, actors if sustained else 0)
@@ -302,8 +372,9 @@ def run(
                 "rate_per_actor": PAPER_RATE,
                 "window_s": seconds,
                 "sustained": sustained,
+                "hosts": "namespaces" if hosts else "this machine",
             }
-            case = f"{env_name}-{actors}x{shards}"
+            case = f"{env_name}-{actors}x{shards}" + ("-hosts" if hosts else "")
             for metric, value in {**figures, "sustained": float(sustained)}.items():
                 records.append(ok_record(SUITE, case, "apex", metric, UNITS[metric], [value],
                                          params))  # fmt: skip
@@ -320,6 +391,7 @@ def run(
             "largest_sustained": largest,
             "per_shard": per_shard,
             "actors_per_worker": ACTORS_PER_WORKER,
+            "hosts": HOSTS if hosts else None,
             "paper_rate_note": "139 env frames/s, action repeat 4",
         },
     }

@@ -53,3 +53,10 @@ def resident_bytes(pid: int) -> int | None:
     except (OSError, IndexError, ValueError):
         return None
     return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def softirq_seconds() -> float:
+    """CPU seconds this machine has spent in soft interrupts (network receive, bridging)
+    so far, all cores together: work no process is charged for."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(fields[7]) / os.sysconf("SC_CLK_TCK")

@@ -20,6 +20,11 @@ it refused a message for a gap. The rule (Go-Back-N):
 - a higher one otherwise: a gap (messages lost in a broken connection's buffers); refused,
   and the next CREDIT answer asks the client to send again from ``expected``.
 
+The last messages a broken connection loses leave no gap behind them (nothing follows
+them): a client whose shard answers but has taken none of its kept messages for a while
+sends them all again (``replay.shard_credit.STALLED_RESEND_S``); what the shard has, it
+drops as duplicates.
+
 So a shard that stays up, or comes back from a snapshot, gets every message of a live
 client exactly once; what it loses is only what it had confirmed after its last snapshot,
 and that is counted. A shard that never comes back takes what the client holds for it

@@ -13,6 +13,11 @@ from replay.errors import ProtocolError, ShardError
 from replay.requests import RequestClient
 from replay.wire import Kind, peek_count
 
+STALLED_RESEND_S = 5.0
+"""A lane whose shard answers but has taken none of its kept messages for this long sends
+them again: the last messages before a broken connection leave no gap behind them for
+the shard to see (nothing follows them), so no answer would ever ask for them."""
+
 
 class ShardCredit:
     """One shard's lane of a client (``replay.lanes``): the insert messages it sent there,
@@ -68,6 +73,8 @@ class ShardCredit:
         self.gone = False
         """Given up and not heard since: the lane takes nothing new."""
         self._silent_since: float | None = None
+        self._progress_at = time.monotonic()
+        """When the shard last took one of the kept messages, or the first was sent."""
         self._context, self._sender = context, sender
         self._requests = self._open_requests(incarnation)
 
@@ -102,6 +109,8 @@ class ShardCredit:
 
     def sent_one(self, frames: list) -> None:
         """Counts a message sent on this lane and keeps it until the shard confirms it."""
+        if not self.retained:
+            self._progress_at = time.monotonic()
         self.retained.append(frames)
         self.retained_transitions += peek_count(frames)
         self.sent += 1
@@ -149,13 +158,20 @@ class ShardCredit:
             self._shard_incarnation = answer.incarnation
             self.restarts_seen += restarted
             taken = min(int(answer.taken), self.sent)
+            now = time.monotonic()
+            if taken > self.taken:
+                self._progress_at = now
             while self.taken < taken:
                 self.retained_transitions -= peek_count(self.retained.popleft())
                 self.taken += 1
-            if (restarted or answer.resend) and self.retained:
+            stalled = now - self._progress_at >= STALLED_RESEND_S
+            if (restarted or answer.resend or stalled) and self.retained:
                 # A restarted shard may lack anything it had not snapshotted; one that saw
-                # a gap lacks what follows it. Either way: everything kept, in order.
+                # a gap lacks what follows it; one that took nothing for long may have
+                # lost the tail of a broken connection. Either way: everything kept, in
+                # order (what it already has, it drops as duplicates).
                 self.resend_at = self.taken
+                self._progress_at = now
 
     def abandon(self, incarnation: int) -> list[list]:
         """Gives the lane up: returns the messages it kept (in order, for other shards)

@@ -4,6 +4,7 @@ what a restarted shard or a broken connection lost (``replay.lanes``)."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,8 @@ from replay.lanes import Verdict, admit, delivered
 from replay.messages import CreditReply, CreditRequest
 from replay.requests import RequestClient
 from replay.senders import SenderBook, SenderStats
+from replay.shard_credit import STALLED_RESEND_S
+from replay.transport import make_socket
 from replay.wire import Kind, Message, encode
 from tests.conftest import SMALL_SPEC, ShardProcess, info, make_batch, wait_for
 
@@ -74,6 +77,33 @@ def test_a_live_shard_drops_duplicates_refuses_gaps_and_asks_for_them(
     finally:
         asker.close()
         pusher.close()
+
+
+def test_the_last_batch_lost_with_a_broken_connection_is_sent_again(
+    shard: ShardProcess, context: zmq.Context
+) -> None:
+    """Nothing follows the lost batch, so the shard sees no gap; the client, seeing it take
+    nothing for STALLED_RESEND_S while it answers, sends what it kept again."""
+    client = InsertClient(context, [shard.endpoints], sender=41, spec=SMALL_SPEC)
+    try:
+        client.insert(make_batch(SMALL_SPEC, 4), np.ones(4))
+        assert client.flush(10)
+        # The next batch goes into a connection that never reaches the shard: as good as
+        # the kernel buffers of one that broke.
+        connected = client._sockets[0]
+        client._sockets[0] = make_socket(context, zmq.PUSH, 16)
+        client._sockets[0].connect("tcp://127.0.0.1:9")  # discard: nobody listens
+        client.insert(make_batch(SMALL_SPEC, 4, first_id=4), np.ones(4))
+        client._sockets[0].close(linger=0)
+        client._sockets[0] = connected
+        asked_at = time.monotonic()
+        assert client.flush(4 * STALLED_RESEND_S)
+        assert time.monotonic() - asked_at >= STALLED_RESEND_S * 0.9
+        counters = info(context, shard)
+        assert counters["senders"]["41"]["transitions"] == 8  # the shard is shared
+        assert client.delivery()["resent"] == 1
+    finally:
+        client.close(0)
 
 
 def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -> None:

@@ -1,0 +1,99 @@
+"""The cost model's arithmetic on a hand-computed case, and ``apex bench model`` measuring
+unit costs with a live shard and checking them against a real fleet run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bench import cost_model, report
+from bench.cost_model import Load, UnitCosts
+from launch.cli import main
+
+COSTS = UnitCosts(
+    env="test", per_vector_step_s=100e-6, per_env_step_s=10e-6, client_s_per_message=50e-6,
+    client_credit_s=20e-6, transitions_per_message=50, wire_bytes=100.0, sample_bytes=200.0,
+    weights_bytes=1_000_000, idle_cores=0.01, per_message_s=40e-6, per_credit_s=30e-6,
+    per_request_s=100e-6, per_sampled_s=1e-6, per_connection_s=1e-6, message_wake_s=10e-6,
+    request_wake_s=50e-6, client_per_connection_s=2e-6,
+)  # fmt: skip
+
+
+def test_role_cores_by_hand() -> None:
+    # 10,000 transitions/s from 25 processes of 5 envs into 2 shards; 100 updates/s of 512.
+    load = Load(10_000, 25, 5, 2, 100, 512)
+    assert cost_model.messages_per_s(COSTS, load) == 200  # 50 transitions: 10 steps of 5
+    # 64 envs add 64 transitions a step: a message holds 64.
+    assert cost_model.messages_per_s(COSTS, Load(6_400, 1, 64, 1, 0, 64)) == 100
+    # A client's credit: 8 per shard (16 over 2), a window share of 64 // 25 = 2: it asks
+    # once per 8 // 4 = 2 messages.
+    assert cost_model.credit_per_message(load) == 0.5
+    # 2 idle + 200 messages/s (and 100 credit questions) + 100 updates x (2 requests + 512
+    # sampled) + 100 connections, on cores busy with other work (no wake-ups).
+    busy = dataclasses.replace(load, core_busy=1.0)
+    shards = (2 * 0.01 + 200 * 40e-6 + 100 * 30e-6 + 100 * (2 * 100e-6 + 512 * 1e-6)
+              + 100 * 1e-6)  # fmt: skip
+    assert cost_model.shard_cores(COSTS, busy) == pytest.approx(shards)
+    # On cores of their own, idle between operations: each operation wakes one.
+    woken = (200 + 100) * 10e-6 + 100 * 2 * 50e-6
+    assert cost_model.shard_cores(COSTS, load) == pytest.approx(shards + woken)
+    # Per env step 100/5 + 10 us, and the client's credit questions.
+    assert cost_model.actor_cores(COSTS, load) == pytest.approx(10_000 * 30e-6 + 100 * 20e-6)
+    clients = 200 * 50e-6 + 100 * 20e-6 + 100 * 2e-6  # and their 100 connections
+    assert cost_model.client_cores(COSTS, load) == pytest.approx(clients)
+    # One streaming client and one shard: the window is 64, a question per 16 messages.
+    assert cost_model.credit_per_message(Load(1000, 1, 1, 1, 0, 64)) == 1 / 16
+
+
+def test_the_sampling_limit_fills_the_shards_to_their_target() -> None:
+    load = Load(10_000, 25, 4, 2, 0, 512)
+    limit = cost_model.sampling_limit(COSTS, load)
+    at_limit = Load(10_000, 25, 4, 2, limit, 512)
+    assert cost_model.shard_cores(COSTS, at_limit) == pytest.approx(
+        2 * cost_model.SHARD_BUSY_TARGET
+    )
+
+
+def test_a_plan_takes_the_fewest_shards_that_keep_each_under_target() -> None:
+    costs = dataclasses.replace(COSTS, per_message_s=400e-6)  # 2,800 messages/s: 1.1 cores
+    row = cost_model.plan(costs, 4_000, 19.0, 512)
+    assert row["actor_processes"] == 1_000 and row["transitions_per_s"] == 4_000 * 35.0
+    shards = row["shards"]
+    assert shards >= 2
+    assert row["shard_cores"] <= shards * cost_model.SHARD_BUSY_TARGET
+    fewer = Load(row["transitions_per_s"], 1_000, 4, shards - 1, 19.0, 512)
+    assert cost_model.shard_cores(costs, fewer) > (shards - 1) * cost_model.SHARD_BUSY_TARGET
+    assert row["actors_to_shards_mb_per_s"] == pytest.approx(140_000 * 100 / 1e6)
+    assert row["weights_mb_per_s"] == pytest.approx(1_000 * 1.9 * 1e6 / 1e6)  # every 10
+    check = cost_model.check(1.3, 1.0)
+    assert check["error"] == pytest.approx(0.3) and not check["within"]
+
+
+@pytest.mark.slow
+def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.json"
+    runner = CliRunner()
+    arguments = ["bench", "fleet", "--quick", "--actors", "32", "--shards", "2"]
+    result = runner.invoke(main, [*arguments, "--json", str(fleet)])
+    assert result.exit_code == 0, result.output
+    out, plots = tmp_path / "model.json", tmp_path / "plots"
+    arguments = ["bench", "model", "--env", "CartPole-v1", "--seconds", "1", "--repeats", "1",
+                 "--measured", str(fleet), "--plot", str(plots), "--json", str(out)]  # fmt: skip
+    result = runner.invoke(main, arguments)
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert report.validate(document) == []
+    config = document["suites"]["model"]["config"]
+    units = config["unit_costs"]["CartPole-v1"]
+    for name in ("per_env_step_s", "client_s_per_message", "per_message_s", "per_sampled_s"):
+        assert 0 < units[name] < 0.01, (name, units[name])
+    assert units["wire_bytes"] > 4 * 2 * 4  # two float32 observations of 4, at least
+    roles = {(check["case"], check["role"]) for check in config["checks"]}
+    assert roles == {("CartPole-v1-32x2", "shard"), ("CartPole-v1-32x2", "insert clients")}
+    assert all(math.isfinite(check["error"]) for check in config["checks"])
+    assert (plots / "model-checks.png").stat().st_size > 10_000
