@@ -175,6 +175,38 @@ class EnvShape:
         )
 
 
+class EnvUnavailable(ValueError):
+    """An environment that cannot be made here: the message says why and what to install."""
+
+
+def check_env(name: str) -> EnvShape:
+    """The shape of ``name``, from one env made here: a misspelled id, a missing extra or
+    an action space DQN cannot use is found before any process starts.
+
+    Raises:
+        EnvUnavailable: gymnasium's own message (with its "did you mean"), plus the
+            project's install hint where an extra is missing.
+    """
+    try:
+        return env_shape(name)
+    except (gym.error.Error, ImportError, ValueError) as exc:
+        raise EnvUnavailable(
+            f"cannot make environment {name!r}: {exc}{_install_hint(name, exc)}"
+        ) from exc
+
+
+def _install_hint(name: str, exc: Exception) -> str:
+    text = f"{type(exc).__name__} {exc}".lower()
+    if preset(name).atari or "ale_py" in text or "ale-py" in text:
+        extra = "atari"
+    elif "box2d" in text:
+        extra = "box2d"
+    else:
+        return ""
+    return (f"\n  it needs the project's {extra!r} extra: pip install -e '.[{extra}]' "
+            "in the project's environment")  # fmt: skip
+
+
 def env_shape(name: str) -> EnvShape:
     """Observation shape and dtype and the number of actions of ``name``.
 

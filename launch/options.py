@@ -148,6 +148,24 @@ def load_run_config(path: Path | None, overrides: dict):
         raise click.UsageError(str(exc)) from exc
 
 
+def load_checked_run_config(path: Path | None, overrides: dict):
+    """:func:`load_run_config`, and its environment made once here: what starts a run
+    (``apex train``, ``apex slurm submit``) fails with a usage error, before it makes a
+    run directory, when the env cannot be made.
+
+    Raises:
+        click.UsageError: the config's problems, or why the env cannot be made.
+    """
+    from apex.envs import EnvUnavailable, check_env
+
+    config = load_run_config(path, overrides)
+    try:
+        check_env(config.env)
+    except EnvUnavailable as exc:
+        raise click.UsageError(str(exc)) from exc
+    return config
+
+
 def new_run_dir(env: str) -> Path:
     """``runs/ENV-YYYYmmdd-HHMMSS``."""
     import time

@@ -13,6 +13,7 @@ from launch.options import (
     FieldParam,
     config_argument,
     config_option,
+    load_checked_run_config,
     load_run_config,
     new_run_dir,
     run_dir_option,
@@ -257,9 +258,9 @@ def train(
     if resume_dir is not None:
         base = load_file(resume_dir / "config.json")
         run_dir = resume_dir
-        config = load_run_config(None, merge_overrides(base, overrides))
+        config = load_checked_run_config(None, merge_overrides(base, overrides))
     else:
-        config = load_run_config(config_path, overrides)
+        config = load_checked_run_config(config_path, overrides)
         run_dir = run_dir or new_run_dir(config.env)
     supervisor = Supervisor(config, run_dir, resume=resume_dir is not None, echo=click.echo)
     on_stop_signal(supervisor.stop)

@@ -14,7 +14,7 @@ import click
 
 from launch.options import (
     config_argument,
-    load_run_config,
+    load_checked_run_config,
     new_run_dir,
     run_dir_option,
     run_options,
@@ -105,7 +105,7 @@ def submit(
         file_nodes = load_file(config_path).get("slurm", {}) if config_path else {}
         node_count = nodes or file_nodes.get("actor_nodes", 1)
         overrides["actors"] = actors_per_node * node_count
-    config = load_run_config(config_path, overrides)
+    config = load_checked_run_config(config_path, overrides)
     run_dir = (run_dir or new_run_dir(config.env)).absolute()
     script = render(config, run_dir)
     if dry_run:
