@@ -31,7 +31,7 @@ many actors at the paper's rate once per message (see :func:`credit_per_message`
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from replay.credit_desk import SHARED_WINDOW
 
@@ -146,17 +146,15 @@ def client_cores(costs: UnitCosts, load: Load) -> float:
 def sampling_limit(costs: UnitCosts, load: Load) -> float:
     """Learner updates/s at which the busiest part of the replay, a shard at
     :data:`SHARD_BUSY_TARGET`, becomes the bottleneck (with this load's inserts)."""
-    without = shard_cores(costs, Load(**{**asdict(load), "updates": 0.0}))
-    per_update = shard_cores(costs, Load(**{**asdict(load), "updates": 1.0})) - without
+    without = shard_cores(costs, replace(load, updates=0.0))
+    per_update = shard_cores(costs, replace(load, updates=1.0)) - without
     return max(0.0, (load.shards * SHARD_BUSY_TARGET - without) / per_update)
 
 
 def shards_needed(costs: UnitCosts, load: Load) -> int:
     """The fewest shards that keep each under :data:`SHARD_BUSY_TARGET`."""
     for shards in range(1, 4097):
-        if shard_cores(costs, Load(**{**asdict(load), "shards": shards})) <= (
-            shards * SHARD_BUSY_TARGET
-        ):
+        if shard_cores(costs, replace(load, shards=shards)) <= (shards * SHARD_BUSY_TARGET):
             return shards
     raise ValueError("no shard count up to 4,096 carries this load")
 
@@ -176,7 +174,7 @@ def plan(
     processes = math.ceil(actors / envs_per_process)
     load = Load(actors * actor_rate, processes, envs_per_process, 1, learner_updates, batch)
     shards = shards_needed(costs, load)
-    load = Load(**{**asdict(load), "shards": shards})
+    load = replace(load, shards=shards)
     actor_cpu = actor_cores(costs, load)
     inbound = load.transitions * costs.wire_bytes
     sampled = learner_updates * batch * costs.sample_bytes

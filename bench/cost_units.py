@@ -1,5 +1,5 @@
 """Unit costs for the cost model (``bench.cost_model``), measured on this machine with the
-real parts: the actors' acting loop, an insert client, and a live shard process over TCP.
+real parts: a whole actor process, insert clients, and a live shard process over TCP.
 
 Each cost is CPU time (``time.process_time`` here, ``/proc`` for the shard) over a window
 of work at a rate the shard keeps up with, so it is the cost of the work, not of waiting.
@@ -43,19 +43,19 @@ _CORES = sorted(os.sched_getaffinity(0))
 SHARD_CORE, CLIENT_CORE = _CORES[-1], _CORES[0]
 
 
-def _cpu_per_call(call: Callable[[], None], seconds: float) -> float:
-    call()  # warm-up: first calls compile and allocate
-    calls, started = 0, time.process_time()
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        call()
-        calls += 1
-    return (time.process_time() - started) / calls
+def _taken(info: dict, counter: str) -> int:
+    """A shard's per-sender ``counter`` summed over its senders (a request-only client
+    adds nothing to ``transitions`` or ``insert_messages_taken``)."""
+    return sum(sender[counter] for sender in info["senders"].values())
 
 
-def _transitions_in(client: RequestClient) -> int:
-    info = client.info()
-    return sum(s["transitions"] for key, s in info["senders"].items() if int(key) < 1000)
+def _network(env: str):
+    """The torch network the learner of ``env`` trains and publishes."""
+    from apex.envs import env_shape
+    from apex.networks import build_network
+
+    shape = env_shape(env)
+    return build_network(shape.observation_shape, shape.actions, ENVS[env]["hidden"])
 
 
 def actor_process_cost(env: str, envs: int, seconds: float) -> float:
@@ -65,8 +65,6 @@ def actor_process_cost(env: str, envs: int, seconds: float) -> float:
     import torch
 
     from apex.channels import EpisodeCollector, WeightPublisher
-    from apex.envs import env_shape
-    from apex.networks import build_network
 
     context = zmq.Context()
     with tempfile.TemporaryDirectory(prefix="apex-model-") as directory:
@@ -74,8 +72,7 @@ def actor_process_cost(env: str, envs: int, seconds: float) -> float:
                        envs=envs)  # fmt: skip
         publisher = WeightPublisher(context)
         collector = EpisodeCollector(context)
-        shape = env_shape(env)
-        network = build_network(shape.observation_shape, shape.actions, ENVS[env]["hidden"])
+        network = _network(env)
         command = [sys.executable, "-m", "launch", "actor", "--config",
                    str(run.config_path), "--index", "0", "--shard",
                    ",".join(run.endpoints[0]), "--weights", publisher.endpoint,
@@ -84,6 +81,9 @@ def actor_process_cost(env: str, envs: int, seconds: float) -> float:
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         client = RequestClient(context, run.endpoints[0][1], sender=90_000, timeout_s=30)
         version = [0]
+
+        def transitions_in() -> int:
+            return _taken(client.info(), "transitions")
 
         def serve_until(done: Callable[[], bool], timeout_s: float) -> None:
             deadline = time.monotonic() + timeout_s
@@ -97,12 +97,12 @@ def actor_process_cost(env: str, envs: int, seconds: float) -> float:
 
         try:
             with torch.no_grad():
-                serve_until(lambda: _transitions_in(client) > 500, 120)
-                cpu, sent = cpu_seconds(actor.pid) or 0.0, _transitions_in(client)
+                serve_until(lambda: transitions_in() > 500, 120)
+                cpu, sent = cpu_seconds(actor.pid) or 0.0, transitions_in()
                 end = time.monotonic() + seconds
                 serve_until(lambda: time.monotonic() >= end, seconds + 30)
                 cpu = (cpu_seconds(actor.pid) or 0.0) - cpu
-                sent = _transitions_in(client) - sent
+                sent = transitions_in() - sent
         finally:
             actor.terminate()
             actor.wait(30)
@@ -138,9 +138,9 @@ def fleet_message_costs(seconds: float) -> dict:
             time.sleep(1.5)  # past the staggered first sends
             shard = run.processes[0].pid
             shard_cpu, client_cpu = cpu_seconds(shard) or 0.0, cpu_seconds(worker.pid) or 0.0
-            taken = _messages_taken(client)
+            taken = _taken(client.info(), "insert_messages_taken")
             time.sleep(seconds)
-            messages = _messages_taken(client) - taken
+            messages = _taken(client.info(), "insert_messages_taken") - taken
             shard_cpu = (cpu_seconds(shard) or 0.0) - shard_cpu
             client_cpu = (cpu_seconds(worker.pid) or 0.0) - client_cpu
             worker.communicate(timeout=120)
@@ -150,10 +150,6 @@ def fleet_message_costs(seconds: float) -> dict:
             run.stop()
     return {"messages": messages, "connections": 2 * actors, "seconds": seconds,
             "shard_cpu": shard_cpu, "client_cpu": client_cpu}  # fmt: skip
-
-
-def _messages_taken(client: RequestClient) -> int:
-    return sum(s["insert_messages_taken"] for s in client.info()["senders"].values())
 
 
 class _ShardWindow:
@@ -171,7 +167,7 @@ class _ShardWindow:
 
     def counters(self) -> tuple[float, int, int]:
         info = self.requests.info()
-        messages = sum(s["insert_messages_taken"] for s in info["senders"].values())
+        messages = _taken(info, "insert_messages_taken")
         return cpu_seconds(self.process.pid) or 0.0, messages, info["size"]
 
     def cpu_over(self, seconds: float, work: Callable[[], None] | None = None) -> float:
@@ -327,12 +323,7 @@ def wire_bytes(env: str) -> float:
 
 def weights_bytes(env: str) -> int:
     """The network's parameters, as the learner publishes them (float32)."""
-    from apex.envs import env_shape
-    from apex.networks import build_network
-
-    shape = env_shape(env)
-    network = build_network(shape.observation_shape, shape.actions, ENVS[env]["hidden"])
-    return sum(p.numel() * 4 for p in network.parameters())
+    return sum(p.numel() * 4 for p in _network(env).parameters())
 
 
 def credit_costs(streaming: dict, seconds: float, progress: Callable[[str], None]) -> dict:

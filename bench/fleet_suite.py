@@ -138,7 +138,7 @@ class FleetRun:
         self.spec = builder.transition_spec(config)
         builder.write_spec(run_dir, self.spec)
         ports = free_ports("127.0.0.1", 2 * shards)
-        address = HOSTS["shard"] if hosts else "127.0.0.1"
+        address = self.address("shard")
         self.endpoints = [
             [f"tcp://{address}:{ports[2 * i]}", f"tcp://{address}:{ports[2 * i + 1]}"]
             for i in range(shards)
@@ -166,9 +166,8 @@ class FleetRun:
             )
             for i in range(shards)
         ]
-        learner_host = HOSTS["learner"] if hosts else "127.0.0.1"
         self._learner_command = [*launch, "learner", "--config", str(config_path), "--run-dir",
-                                 str(run_dir), "--host", learner_host]  # fmt: skip
+                                 str(run_dir), "--host", self.address("learner")]  # fmt: skip
         for pair in self.endpoints:
             self._learner_command += ["--shard", ",".join(pair)]
 
@@ -187,6 +186,10 @@ class FleetRun:
             if self.processes[-1].poll() is not None:
                 return  # the learner died: the figures will show it
             time.sleep(0.2)
+
+    def address(self, role: str) -> str:
+        """Where ``role`` binds: its namespace host's address, or loopback."""
+        return HOSTS[role] if self.hosts else "127.0.0.1"
 
     def on_host(self, role: str, command: list[str]) -> list[str]:
         """``command`` run on ``role``'s namespace host (``ip netns exec`` execs it, so the
