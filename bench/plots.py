@@ -26,7 +26,18 @@ def plot_document(document: dict, directory: Path) -> list[Path]:
                 [r["max"] - r["median"] for r in chosen],
             ]
             figure, axis = plt.subplots(figsize=(max(6, 0.6 * len(chosen)), 4.5))
-            axis.bar(range(len(chosen)), medians, yerr=errors, capsize=3, color="#4878a8")
+            bars = axis.bar(range(len(chosen)), medians, yerr=errors, capsize=3, color="#4878a8")
+            for bar, record in zip(bars, chosen, strict=True):
+                if record.get("unsolved"):  # a lower bound, not a time to solve
+                    bar.set(color="#dddddd", hatch="//", edgecolor="#c44e52")
+                    axis.annotate(
+                        f"not solved\n({record['unsolved']}/{record['repeats']})",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        color="#c44e52",
+                    )
             axis.set_xticks(range(len(chosen)), labels, rotation=60, ha="right", fontsize=7)
             axis.set_ylabel(unit)
             axis.set_yscale("log" if max(medians) / max(min(medians), 1e-12) > 100 else "linear")

@@ -110,7 +110,10 @@ def _format_rate(record: dict | None) -> str:
         return "—"
     if record["status"] != "ok":
         return "unavailable"
-    return f"{_si(record['median'])} ({_si(record['min'])}–{_si(record['max'])})"
+    text = f"{_si(record['median'])} ({_si(record['min'])}–{_si(record['max'])})"
+    if record.get("unsolved"):
+        return f"not solved ({record['unsolved']} of {record['repeats']} seeds): ≥ {text}"
+    return text
 
 
 def _si(value: float) -> str:

@@ -138,6 +138,29 @@ def test_quick_solve_benchmark_runs_both_sides(tmp_path: Path) -> None:
     for record in by_implementation.values():
         run = record["params"]["runs"][0]
         assert run["seconds"] > 0 and isinstance(run["solved"], bool)
+        assert record["unsolved"] == (not run["solved"])
+    both_solved = all(r["unsolved"] == 0 for r in by_implementation.values())
+    assert bool(document["ratios"]) == both_solved  # no ratio from an unsolved run
+    if not both_solved:
+        assert "not solved (1 of 1 seeds)" in report.markdown(document)
+
+
+def test_an_unsolved_time_is_marked_in_the_table_and_the_plot(tmp_path: Path) -> None:
+    from bench import plots
+
+    record = {
+        "suite": "solve", "case": "CartPole-v1", "implementation": "apex", "status": "ok",
+        "metric": "time_to_solve", "unit": "s", "median": 11.0, "min": 11.0, "max": 11.0,
+        "repeats": 1, "unsolved": 1, "params": {},
+    }  # fmt: skip
+    document = {
+        "created_utc": "now", "machine": {"cpu": "cpu", "cores": 2}, "git": {},
+        "command": "apex bench solve --quick", "suites": ["solve"], "records": [record],
+        "ratios": [],
+    }  # fmt: skip
+    assert "not solved (1 of 1 seeds): ≥ 11" in report.markdown(document)
+    [png] = plots.plot_document(document, tmp_path)
+    assert png.stat().st_size > 0
 
 
 @pytest.mark.parametrize("suite", ["learner", "actor"])
