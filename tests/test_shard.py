@@ -254,9 +254,12 @@ def test_a_full_sample_queue_drops_its_oldest_request_not_the_newest(
     try:
         for _ in range(70):
             asker.send(SampleRequest(8, 0.4), block=True)
-        counters = wait_for(lambda: (c := info(context, shard))["samples_waiting"] == 64 and c,
-                            what="64 requests waiting")  # fmt: skip
-        assert counters["waiting_samples_dropped"] == 6 and counters["rejected_total"] == 0
+        # The queue holds 64 before the last 6 arrive: wait for all 70 to have landed.
+        counters = wait_for(
+            lambda: (c := info(context, shard))["waiting_samples_dropped"] == 6 and c,
+            what="the 6 oldest requests dropped",
+        )
+        assert counters["samples_waiting"] == 64 and counters["rejected_total"] == 0
         inserts.insert(make_batch(SMALL_SPEC, 100), np.ones(100))
         answered: list[int] = []
         wait_for(lambda: answered.extend(m.sequence for m in asker.drain()) or len(answered) == 64,
