@@ -258,6 +258,18 @@ class EpisodeCollector:
          status.abandoned, final) = counts.tolist()  # fmt: skip
         status.final = bool(final)
 
+    def brief(self, silent_after_s: float = 10.0) -> dict[str, int]:
+        """How many actors were heard, how many have been silent ``silent_after_s`` or
+        more, and what they sent: for progress records and apex top."""
+        now = time.monotonic()
+        actors = self.actors.values()
+        return {
+            "actors_heard": len(actors),
+            "actors_silent": sum(now - a.last_heard >= silent_after_s for a in actors),
+            "actor_transitions_sent": sum(a.transitions_sent for a in actors),
+            "actor_lives": sum(len(a.lives) for a in actors),
+        }
+
     def drain(self, limit: int = 1000) -> list[tuple[int, int, float, int]]:
         """Up to ``limit`` episodes as ``(actor, policy_version, return, length)``."""
         episodes = []

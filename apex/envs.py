@@ -203,8 +203,10 @@ def _install_hint(name: str, exc: Exception) -> str:
         extra = "box2d"
     else:
         return ""
-    return (f"\n  it needs the project's {extra!r} extra: pip install -e '.[{extra}]' "
-            "in the project's environment")  # fmt: skip
+    return (
+        f"\n  it needs the project's {extra!r} extra: APEX_EXTRAS=dev,{extra} bash "
+        f"scripts/setup.sh (or pip install -e '.[{extra}]' in the project's environment)"
+    )
 
 
 def env_shape(name: str) -> EnvShape:

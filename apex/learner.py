@@ -341,6 +341,7 @@ class Learner:
             now - self._last_progress,
         )
         self._last_progress = now
+        record.update(self._episodes.brief())
         self._metrics.write(record)
         logger.info("%s", describe_progress(record))
 

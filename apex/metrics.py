@@ -69,3 +69,33 @@ def read_metrics(run_dir: Path) -> list[dict]:
             except json.JSONDecodeError:
                 continue
     return records
+
+
+class MetricsTail:
+    """Follows a run's ``metrics.jsonl`` as it grows: each call to :meth:`read` parses
+    only what was appended since the last (a long run's file is megabytes; a view that
+    redraws every second must not parse it all again). A line still being written is
+    kept until its end arrives."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> list[dict]:
+        """The records appended since the last call."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except OSError:
+            return []
+        self._offset += len(chunk)
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        records = []
+        for line in lines:
+            try:
+                records.append(json.loads(line))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+        return records

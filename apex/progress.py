@@ -8,6 +8,7 @@ knows of every shard (its latest INFO counters), so writing one costs no round t
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -96,10 +97,33 @@ class ProgressWindow:
             "policy_lag_p90": float(np.percentile(lags, 90)) if lags else None,
             "policy_lag_max": max(lags) if lags else None,
             "shards_alive": sum(1 for s in shard_states if s["alive"]),
+            "shards": [_shard_brief(s) for s in shard_states],
+            "learner_cpu_s": time.process_time(),
         }
         self.updates, self.loss, self.td = 0, 0.0, 0.0
         self.previous_added = added
         return record
+
+
+# What a progress record keeps of each shard's INFO, for apex top: fill, intake,
+# back-pressure (the rate limiter holding inserts or samples), rejects and CPU.
+SHARD_BRIEF = (
+    "size",
+    "capacity",
+    "transitions_added",
+    "samples_served",
+    "rejected_total",
+    "inserts_waiting",
+    "samples_waiting",
+    "rate_limiter_diff",
+    "cpu_s",
+    "uptime_s",
+)
+
+
+def _shard_brief(state: dict) -> dict:
+    info = state.get("info") or {}
+    return {"alive": bool(state["alive"]), **{key: info.get(key) for key in SHARD_BRIEF}}
 
 
 def describe(record: dict) -> str:

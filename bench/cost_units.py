@@ -21,10 +21,10 @@ import numpy as np
 import zmq
 
 from bench.fleet_suite import FleetRun, record, start_worker
-from bench.processes import cpu_seconds
 from bench.shard_suite import INSERT_BATCH, _fill, _pusher, _start_shard, _stop
 from bench.shard_worker import transition_spec
 from bench.workers import REPO_ROOT, worker_env
+from launch.processes import cpu_seconds
 from replay.client import InsertClient, ShardEndpoints
 from replay.requests import RequestClient
 

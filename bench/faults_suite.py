@@ -46,9 +46,9 @@ from pathlib import Path
 from apex.checkpoint import every_checkpoint
 from apex.metrics import read_metrics
 from bench import commands as bench_commands
-from bench.processes import run_processes
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
+from launch.processes import run_processes
 from replay.snapshot import complete_snapshots
 
 SUITE = "faults"

@@ -39,11 +39,11 @@ import zmq
 
 from apex.envs import env_shape, make_env
 from apex.metrics import read_metrics
-from bench.processes import cpu_seconds, softirq_seconds
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
 from launch import builder
 from launch.config import resolve, write_resolved
+from launch.processes import cpu_seconds, softirq_seconds
 from launch.supervisor import free_ports
 from replay.requests import RequestClient
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from apex.metrics import read_metrics
 from bench.faults_suite import PERIOD_S, FaultRun
-from bench.processes import run_processes
 from bench.workers import REPO_ROOT, worker_env
+from launch.processes import run_processes
 from launch.slurm_commands import job_state
 
 CLUSTER = REPO_ROOT / "slurm" / "cluster"

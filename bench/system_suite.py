@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from apex.metrics import read_metrics
-from bench.processes import cpu_seconds, resident_bytes, run_processes
 from bench.workers import REPO_ROOT, worker_env
+from launch.processes import cpu_seconds, resident_bytes, run_processes
 
 SUITE = "system"
 MEMORY_PER_ACTOR_BYTES = 160 * 2**20

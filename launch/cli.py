@@ -20,6 +20,9 @@ COMMANDS = {
     "learner": "launch.role_commands:learner_role",
     "actor": "launch.role_commands:actor_role",
     "train": "launch.role_commands:train",
+    "status": "launch.watch_commands:status",
+    "plot": "launch.watch_commands:plot",
+    "top": "launch.watch_commands:top",
     "slurm": "launch.slurm_commands:slurm",
     "bench": "bench.commands:bench",
 }

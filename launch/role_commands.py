@@ -234,22 +234,32 @@ def actor_role(config_path, index, shards, weights, episodes, max_steps) -> None
     "resume_dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=None,
-    help="Continue the run in this directory from its newest checkpoint.",
+    help="Continue the run in this directory from its newest checkpoint; --max-time and "
+    "--max-updates then mean that much more.",
 )
 @settings_option
+@click.option(
+    "--plain", is_flag=True, help="Progress as plain lines, even on a terminal (no live view)."
+)
 def train(
     config_path, env, seed, actors, shards, envs_per_actor, device, target_return, max_updates,
-    max_time, run_dir, resume_dir, settings,
+    max_time, run_dir, resume_dir, settings, plain,
 ) -> None:  # fmt: skip
     """Train on this machine: shards, learner and actors as child processes.
 
     With no arguments it trains CartPole-v1 until solved (greedy mean ≥ 475 over 20
-    episodes)."""
+    episodes). On a terminal the progress is a status redrawn in place; elsewhere, a line
+    every 5 s. The last lines name the run directory and what it holds."""
     from launch.config import load_file
     from launch.overrides import merge_overrides, run_overrides
+    from launch.resume import TrainedSoFar
+    from launch.run_status import run_dir_contents
     from launch.signals import on_stop_signal
     from launch.supervisor import Supervisor
 
+    so_far = TrainedSoFar.read(resume_dir) if resume_dir is not None else None
+    if so_far is not None:  # on a resume the limits given here are more, not totals
+        max_updates, max_time = so_far.more(max_updates, max_time)
     overrides = run_overrides(
         env=env, actors=actors, shards=shards, seed=seed, device=device,
         target_return=target_return, max_updates=max_updates, max_time=max_time,
@@ -259,11 +269,17 @@ def train(
         base = load_file(resume_dir / "config.json")
         run_dir = resume_dir
         config = load_checked_run_config(None, merge_overrides(base, overrides))
+        reached = so_far.limit_reached(config.learner.max_updates, config.learner.max_time_s)
+        if reached:
+            raise click.UsageError(f"--resume {resume_dir}: {reached}")
+        click.echo(f"resuming {resume_dir} {so_far.describe()}")
     else:
         config = load_checked_run_config(config_path, overrides)
         run_dir = run_dir or new_run_dir(config.env)
-    supervisor = Supervisor(config, run_dir, resume=resume_dir is not None, echo=click.echo)
+    live = sys.stdout.isatty() and not plain
+    supervisor = Supervisor(config, run_dir, resume_dir is not None, click.echo, live)
     on_stop_signal(supervisor.stop)
     summary = supervisor.run()
     click.echo(summary.line())
+    click.echo(run_dir_contents(run_dir))
     sys.exit(summary.exit_code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -161,89 +162,34 @@ def job_state(job_id: str) -> dict[str, str]:
     return fields
 
 
-def run_status(run_dir: Path) -> dict:
-    """A summary of a run from its directory (metrics, checkpoints, Slurm's view)."""
-    from apex import checkpoint
-    from apex.delivery import describe
-    from apex.metrics import read_metrics
-
-    records = read_metrics(run_dir)
-    progress = [r for r in records if r.get("event") == "progress"]
-    evaluations = [r for r in records if r.get("event") == "evaluation"]
-    ends = [r for r in records if r.get("event") == "end"]
-    status: dict = {"run_dir": str(run_dir)}
-    id_path = run_dir / JOB_ID_FILE
-    if id_path.exists():
-        status["job_id"] = id_path.read_text(encoding="utf-8").strip()
-        status["slurm"] = job_state(status["job_id"])
-    if progress:
-        last = progress[-1]
-        status["progress"] = {
-            key: last.get(key)
-            for key in (
-                "time_s", "updates", "updates_per_s", "transitions_per_s", "transitions_added",
-                "replay_sizes", "episode_return_mean", "policy_lag_median", "shards_alive",
-            )
-        }  # fmt: skip
-    if evaluations:
-        status["last_eval_return"] = evaluations[-1]["eval_return_mean"]
-        status["best_eval_return"] = max(e["eval_return_mean"] for e in evaluations)
-    newest = checkpoint.latest(run_dir / "checkpoints")
-    status["checkpoint"] = str(newest) if newest else None
-    starts = [r for r in records if r.get("event") == "start"]
-    status["learner_starts"] = len(starts)
-    if starts:
-        status["actors"] = {key: starts[-1].get(key) for key in ("actor_processes", "ape_x_actors")}
-    if ends:
-        end = ends[-1]
-        status["ended"] = {key: end.get(key) for key in ("reason", "solved", "updates")}
-        if end.get("delivery"):
-            status["delivery"] = describe(end["delivery"])
-    return status
-
-
 @slurm.command("status")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def status_command(run_dir: Path, as_json: bool) -> None:
-    """Summarise a run's progress from its metrics (and Slurm's view of its job)."""
+    """Slurm's view of a run's job, then the run's summary (as `apex status`)."""
+    from launch.run_status import run_status, status_lines
+
     if not (run_dir / "config.json").exists():
         raise click.ClickException(f"{run_dir} is not a run directory (no config.json)")
     status = run_status(run_dir)
+    id_path = run_dir / JOB_ID_FILE
+    if id_path.exists():
+        status["job_id"] = id_path.read_text(encoding="utf-8").strip()
+        status["slurm"] = job_state(status["job_id"])
     if as_json:
         click.echo(json.dumps(status, indent=2))
         return
-    slurm_state = status.get("slurm") or {}
-    click.echo(
-        f"run {run_dir}: job {status.get('job_id', '?')} "
-        f"{slurm_state.get('JobState', 'unknown to Slurm')}"
-        + (f", restarts {slurm_state['Restarts']}" if "Restarts" in slurm_state else "")
-    )
-    actors = status.get("actors")
-    if actors:
-        click.echo(f"  actors: {actors['actor_processes']} processes, "
-                   f"{actors['ape_x_actors']} Ape-X actors (env copies, each its ε)")  # fmt: skip
-    progress = status.get("progress")
-    if progress:
-        click.echo(
-            f"  updates {progress['updates']} ({progress['updates_per_s'] or 0:.0f}/s), "
-            f"transitions in {progress['transitions_added']}, replay {progress['replay_sizes']}, "
-            f"return {progress['episode_return_mean']}, policy lag p50 "
-            f"{progress['policy_lag_median']}, shards alive {progress['shards_alive']}"
-        )
+    if "job_id" not in status:
+        click.echo(f"slurm: {run_dir} holds no Slurm job id (a local run?)")
     else:
-        click.echo("  no progress recorded yet")
-    if "last_eval_return" in status:
+        slurm_state = status["slurm"]
         click.echo(
-            f"  evaluation: last {status['last_eval_return']:.1f}, "
-            f"best {status['best_eval_return']:.1f}"
+            f"slurm: job {status['job_id']} {slurm_state.get('JobState', 'unknown to Slurm')}"
+            + (f", restarts {slurm_state['Restarts']}" if "Restarts" in slurm_state else "")
+            + (f", run time {slurm_state['RunTime']}" if "RunTime" in slurm_state else "")
         )
-    click.echo(f"  checkpoint: {status['checkpoint'] or 'none yet'}")
-    if "ended" in status:
-        ended = status["ended"]
-        click.echo(f"  ended: {ended['reason']} after {ended['updates']} updates")
-    if "delivery" in status:
-        click.echo(f"  delivery: {status['delivery']}")
+    for line in status_lines(status):
+        click.echo(line)
 
 
 @slurm.command("task")
@@ -314,8 +260,17 @@ def _keep(role: str, run_dir: Path) -> int:
     if role == "actor":
         return run_restarting(command, what, sys.maxsize, restart_if=lambda code: code != 0)
     code = run_restarting(command, "learner", LEARNER_RESTART_BUDGET, restart_if=killed)
+    _draw_curves(run_dir)
     _end_job()
     return code
+
+
+def _draw_curves(run_dir: Path) -> None:
+    """``curves.png`` in the run directory, drawn by a child (this keeper stays light);
+    a failure is the child's to log, and never the run's outcome."""
+    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+        subprocess.run([sys.executable, "-m", "launch", "plot", str(run_dir)], timeout=120,
+                       check=False, stdout=subprocess.DEVNULL)  # fmt: skip
 
 
 def _restart_budget(config_path: Path, default: int) -> int:

@@ -38,11 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from apex.exploration import run_actors
-from apex.metrics import read_metrics
 from launch import builder
 from launch.config import RunConfig, write_resolved
+from launch.curves import write_run_curves
 from launch.keeper import LEARNER_RESTART_BUDGET, RESTART_BACKOFF_S
+from launch.live_view import ProgressDisplay
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
+from launch.run_status import write_summary
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +52,6 @@ READY_TIMEOUT_S = 120.0
 STOP_BUDGET_S = 20.0
 # A stopping shard writes its whole replay to disk first (about 1 GB for 2M Pong frames).
 SHARD_STOP_BUDGET_S = 120.0
-PROGRESS_INTERVAL_S = 5.0
 WATCH_INTERVAL_S = 0.2
 
 
@@ -86,9 +87,11 @@ class RunSummary:
         updates = self.outcome.get("updates", "?")
         trained = self.outcome.get("transitions_trained", "?")
         solved = f"solved in {self.seconds:.1f} s" if self.solved else "not solved"
+        last_eval = self.outcome.get("last_eval_return")
+        last_eval = "none" if last_eval is None else f"{last_eval:.1f}"
         return (
             f"{solved} | reason: {self.reason} | updates: {updates} | transitions trained: "
-            f"{trained} | last eval: {self.outcome.get('last_eval_return')} | actor restarts: "
+            f"{trained} | last eval: {last_eval} | actor restarts: "
             f"{self.actor_restarts} | shard restarts: {self.shard_restarts}"
             f"{f' ({self.shards_given_up} given up)' if self.shards_given_up else ''}"
             f" | learner restarts: "
@@ -146,14 +149,19 @@ class Supervisor:
         config: the resolved run config.
         run_dir: the run directory (config, logs, metrics, checkpoints).
         resume: continue from the newest checkpoint in ``run_dir``.
-        echo: where progress lines go (the CLI passes ``click.echo``).
+        echo: where messages go (the CLI passes ``click.echo``).
+        live: show progress as a status redrawn in place (a terminal), not as lines.
     """
 
-    def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False, echo=print) -> None:
+    def __init__(
+        self, config: RunConfig, run_dir: Path, resume: bool = False, echo=print, live=False
+    ) -> None:
         self.config = config
         self.run_dir = run_dir
         self.resume = resume
         self.echo = echo
+        self._live = live
+        self._display: ProgressDisplay | None = None
         self._stop = threading.Event()
         self._children: list[Child] = []
         self._started = time.monotonic()
@@ -244,15 +252,18 @@ class Supervisor:
                 f"{actors['actor_processes']} actor process(es) × {config.actor.envs_per_actor}"
                 f" envs = {actors['ape_x_actors']} Ape-X actors on {config.env}"
             )
+            self._display = ProgressDisplay(self.run_dir, self._live, self.echo)
             return self._watch(learner)
         except RuntimeError as exc:
             self.echo(f"error: {exc}")
             return self._finish(EXIT_ROLE_DIED, f"start failed: {exc}", {})
         finally:
+            if self._display is not None:
+                self._display.close()
             self._stop_all()
+            write_run_curves(self.run_dir)
 
     def _watch(self, learner: Child) -> RunSummary:
-        next_progress = time.monotonic() + PROGRESS_INTERVAL_S
         while not self._stop.is_set():
             if learner.restart_at is None:
                 outcome = self._read_line(learner, WATCH_INTERVAL_S)
@@ -292,9 +303,7 @@ class Supervisor:
                     self.echo(f"{died}: given up; the run goes on with the other shards")
                 if child.role in ("actor", "shard") and not child.given_up:
                     self._tend(child)
-            if time.monotonic() >= next_progress:
-                self._progress()
-                next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+            self._display.tick()
         return self._stopped_by_user(learner)
 
     def _give_up(self, shard: Child) -> bool:
@@ -334,23 +343,6 @@ class Supervisor:
         outcome = {} if waiting else self._read_line(learner, STOP_BUDGET_S) or {}
         return self._finish(EXIT_OK, "interrupted", outcome.get("outcome", {}))
 
-    def _progress(self) -> None:
-        everything = read_metrics(self.run_dir)
-        records = [r for r in everything if r.get("event") == "progress"]
-        evaluations = [r for r in everything if r.get("event") == "evaluation"]
-        if not records:
-            self.echo(f"[{time.monotonic() - self._started:6.1f} s] waiting for replay to fill")
-            return
-        last = records[-1]
-        evaluation = evaluations[-1]["eval_return_mean"] if evaluations else None
-        self.echo(
-            f"[{time.monotonic() - self._started:6.1f} s] updates {last['updates']} "
-            f"({last['updates_per_s']:.0f}/s) | transitions/s "
-            f"{last.get('transitions_per_s') or 0:.0f} "
-            f"| return {last.get('episode_return_mean')} | eval {evaluation} "
-            f"| policy lag p50 {last.get('policy_lag_median')}"
-        )
-
     def _finish(self, code: int, reason: str, outcome: dict) -> RunSummary:
         summary = RunSummary(
             exit_code=code,
@@ -364,9 +356,7 @@ class Supervisor:
             shards_given_up=sum(c.given_up for c in self._children),
             **run_actors(self.config.to_dict()),
         )
-        (self.run_dir / "summary.json").write_text(
-            json.dumps({**summary.__dict__, "line": summary.line()}, indent=2, default=str) + "\n"
-        )
+        write_summary(self.run_dir, {**summary.__dict__, "line": summary.line()})
         return summary
 
     def _terminate(self, children: list[Child]) -> None:

@@ -349,6 +349,7 @@ class ShardServer:
             "senders": self._senders.counters(),
             **self._senders.delivery(),
             "uptime_s": elapsed,
+            "cpu_s": time.process_time(),  # this process, every thread: for apex top
             **self._ingest.counters(),
             **(self._snapshots.counters() if self._snapshots is not None else {}),
         }

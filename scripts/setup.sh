@@ -14,8 +14,10 @@ TORCH=${APEX_TORCH:-torch==2.13.0}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install -qq --disable-pip-version-check --upgrade pip
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "$TORCH"
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[${EXTRAS}]"
+# -qq: pip and setuptools notices (an editable-install banner) are noise on every run;
+# errors still print.
+.venv/bin/python -m pip install -qq --disable-pip-version-check -e ".[${EXTRAS}]"

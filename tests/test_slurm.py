@@ -26,9 +26,9 @@ import pytest
 from click.testing import CliRunner
 
 from apex.metrics import read_metrics
-from bench.processes import run_processes
 from launch.cli import main
 from launch.config import ConfigError, resolve
+from launch.processes import run_processes
 from launch.slurm_commands import job_state
 from launch.slurm_layout import (
     SlurmEnvironmentError,
@@ -314,6 +314,9 @@ def test_a_submitted_run_spans_three_hosts_and_completes(cluster, tmp_path: Path
     )
     assert status.returncode == 0 and "COMPLETED" in status.stdout
     assert "ended: max_updates after 800 updates" in status.stdout
+    assert "actor processes" in status.stdout and "checkpoint: " in status.stdout
+    # The learner's task drew the run's curves before it ended the job.
+    assert (run_dir / "curves.png").stat().st_size > 10_000
 
 
 def test_a_killed_actor_comes_back_and_a_cut_link_is_survived_and_reported(

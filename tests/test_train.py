@@ -19,8 +19,8 @@ import pytest
 
 from apex.envs import env_shape
 from apex.metrics import read_metrics
-from bench.processes import run_processes
 from launch.builder import read_spec
+from launch.processes import run_processes
 from replay.snapshot import complete_snapshots, open_snapshot
 
 RANDOM_CARTPOLE_RETURN = 22.0
@@ -122,19 +122,25 @@ def test_versions_advance_priorities_update_and_a_checkpoint_is_written(finished
 def test_resume_continues_from_the_checkpoint_counters(finished_run) -> None:
     run_dir, _ = finished_run
     before = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
-    # Limits count the whole run, and this one has used its 25 s already: raise both. The
+    first = json.loads((run_dir / "summary.json").read_text())
+    # On a resume the limits are more: 200 updates more, whatever the first run did. The
     # first run may have solved CartPole; an unreachable target keeps the resumed one from
     # stopping at its first evaluation, so only the update limit ends it.
-    limits = ("--max-updates", str(before["updates"] + 200), "--max-time", "600")
-    limits += ("--target-return", "1e9")
+    limits = ("--max-updates", "200", "--max-time", "600", "--target-return", "1e9")
     process = train(Path("unused"), "--resume", str(run_dir), *limits)
     output, _ = process.communicate(timeout=180)
     assert process.returncode == 0, output
-    assert "resumed from" in output
+    assert f"{before['updates']} updates and" in output and "resumed from" in output
     after = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
     assert after["reason"] == "max_updates", output
     assert after["updates"] >= before["updates"] + 200, output
+    assert after["updates"] < before["updates"] + 400, output  # more, not a new total
     assert after["weight_version"] > before["weight_version"]
+    # The first life's outcome is kept in the summary's history, not overwritten.
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"] == "max_updates"
+    assert [life["reason"] for life in summary["history"]] == [first["reason"]]
+    assert f"results in {run_dir}/: summary.json, metrics.jsonl" in output
     # The shards came back with what they held, not empty.
     for index in range(2):
         log = (run_dir / "logs" / f"shard-{index}.log").read_text()

@@ -1,0 +1,223 @@
+"""What a run directory says about its run, local or Slurm: ``apex status`` and ``apex slurm
+status`` print it, ``apex top`` and the live view of ``apex train`` redraw it.
+
+Everything comes from files every kind of run writes (``config.json``, ``metrics.jsonl``,
+``checkpoints/``) and, for a local run, the supervisor's ``summary.json``, so the same
+reading serves a run that is going on, one that ended, and one whose job was killed. A
+summary keeps every earlier life of a resumed run in its ``history``: a resume adds to
+the record and never replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from apex.metrics import read_metrics
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_FILE = "summary.json"
+CURVES_FILE = "curves.png"
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """A run's metrics, split by event, and its config."""
+
+    config: dict
+    progress: list[dict]
+    evaluations: list[dict]
+    starts: list[dict]
+    ends: list[dict]
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunRecords:
+        records = read_metrics(run_dir)
+        config = read_config(run_dir)
+
+        def of(event: str) -> list[dict]:
+            return [r for r in records if r.get("event") == event]
+
+        return cls(config, of("progress"), of("evaluation"), of("start"), of("end"))
+
+    @property
+    def target_return(self) -> float | None:
+        return target_return(self.config)
+
+
+def target_return(config: dict) -> float | None:
+    """The evaluation mean that counts as solved: the config's, else its env preset's."""
+    target = config.get("learner", {}).get("target_return")
+    if target is not None or "env" not in config:
+        return target
+    from apex.envs import preset
+
+    try:
+        return preset(config["env"]).solved_return
+    except (KeyError, ValueError):
+        return None
+
+
+def read_config(run_dir: Path) -> dict:
+    """A run's resolved ``config.json`` as plain values ({} if it cannot be read)."""
+    try:
+        return json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """The supervisor's summary of a local run, or None (none yet, a Slurm run, or a file
+    that does not parse)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    """Writes ``summary`` as the run's outcome, the earlier outcomes (a resumed run's
+    previous lives) kept in its ``history``, oldest first; atomically."""
+    earlier = read_summary(run_dir)
+    history = []
+    if earlier is not None:
+        history = [*earlier.pop("history", []), earlier]
+    path = run_dir / SUMMARY_FILE
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps({**summary, "history": history}, indent=2, default=str) + "\n")
+    temporary.replace(path)
+
+
+def run_status(run_dir: Path) -> dict:
+    """Everything known of a run from its directory: outcome (and earlier ones), updates,
+    training time, evaluations against the target, restarts, faults, newest checkpoint."""
+    from apex import checkpoint
+    from apex.delivery import describe
+
+    run = RunRecords.read(run_dir)
+    config = run.config
+    status: dict = {
+        "run_dir": str(run_dir),
+        "env": config.get("env"),
+        "shards": config.get("shards"),
+        "target_return": run.target_return,
+        "learner_starts": len(run.starts),
+    }
+    if run.starts:
+        start = run.starts[-1]
+        status["actors"] = {k: start.get(k) for k in ("actor_processes", "ape_x_actors")}
+        status["device"] = start.get("device")
+    if run.progress:
+        last = run.progress[-1]
+        status["progress"] = {
+            key: last.get(key)
+            for key in (
+                "time_s", "updates", "updates_per_s", "transitions_per_s", "transitions_added",
+                "replay_sizes", "episode_return_mean", "policy_lag_median", "shards_alive",
+            )
+        }  # fmt: skip
+    if run.evaluations:
+        means = [e["eval_return_mean"] for e in run.evaluations]
+        status["evaluations"] = len(means)
+        status["last_eval_return"], status["best_eval_return"] = means[-1], max(means)
+    newest = checkpoint.latest(run_dir / "checkpoints")
+    status["checkpoint"] = str(newest) if newest else None
+    faults: dict = {}
+    if run.ends:
+        end = run.ends[-1]
+        status["ended"] = {k: end.get(k) for k in ("reason", "solved", "updates", "train_seconds")}
+        faults = {k: end[k] for k in ("checkpoints_failed", "metrics_dropped") if end.get(k)}
+        if end.get("delivery"):
+            status["delivery"] = describe(end["delivery"])
+    summary = read_summary(run_dir)
+    if summary is not None:
+        status["outcome"] = {
+            k: summary.get(k) for k in ("reason", "solved", "seconds", "exit_code")
+        }
+        status["restarts"] = {
+            role: summary.get(f"{role}_restarts", 0) for role in ("actor", "shard", "learner")
+        }
+        if summary.get("shards_given_up"):
+            faults["shards_given_up"] = summary["shards_given_up"]
+        status["history"] = [
+            {k: life.get(k) for k in ("reason", "solved", "seconds")}
+            for life in summary.get("history", [])
+        ]
+    elif len(run.starts) > 1:  # a Slurm run: every learner life writes a start record
+        status["restarts"] = {"learner": len(run.starts) - 1}
+    status["faults"] = faults
+    return status
+
+
+def _number(value, digits: int = 1) -> str:
+    return "?" if value is None else f"{value:,.{digits}f}"
+
+
+def status_lines(status: dict) -> list[str]:
+    """``status`` for a person: a headline, then one line per subject."""
+    lines = []
+    outcome, ended = status.get("outcome"), status.get("ended")
+    if outcome:
+        state = "solved" if outcome["solved"] else f"ended: {outcome['reason']}"
+        state += f" after {_number(outcome['seconds'])} s (exit code {outcome['exit_code']})"
+    elif ended:
+        state = "solved" if ended["solved"] else f"ended: {ended['reason']}"
+        state += f" after {ended['updates']} updates"
+    else:
+        state = "running, or stopped without an outcome"
+    lines.append(f"run {status['run_dir']} ({status.get('env') or 'unknown env'}): {state}")
+    for life in status.get("history", []):
+        lines.append(f"  earlier life: {'solved' if life['solved'] else life['reason']} "
+                     f"after {_number(life['seconds'])} s")  # fmt: skip
+    actors = status.get("actors")
+    if actors:
+        lines.append(
+            f"  roles: {status.get('shards')} shard(s), learner on {status.get('device')}, "
+            f"{actors['actor_processes']} actor processes = {actors['ape_x_actors']} Ape-X "
+            "actors (env copies, each its own ε)"
+        )
+    progress = status.get("progress")
+    if progress:
+        lines.append(
+            f"  updates {progress['updates']:,} in {_number(progress['time_s'], 0)} s "
+            f"({_number(progress['updates_per_s'], 0)}/s), transitions "
+            f"{progress['transitions_added'] or 0:,} in "
+            f"({_number(progress['transitions_per_s'], 0)}/s), replay {progress['replay_sizes']}, "
+            "policy lag p50 "
+            f"{progress['policy_lag_median']}, shards alive {progress['shards_alive']}"
+        )
+        lines.append(f"  episode return (mean of the last 100): "
+                     f"{_number(progress['episode_return_mean'])}")  # fmt: skip
+    else:
+        lines.append("  no progress recorded yet")
+    target = status.get("target_return")
+    target_text = f" (target {_number(target)})" if target is not None else " (no target)"
+    if "last_eval_return" in status:
+        lines.append(
+            f"  evaluation: last {_number(status['last_eval_return'])}, best "
+            f"{_number(status['best_eval_return'])} over {status['evaluations']}{target_text}"
+        )
+    else:
+        lines.append(f"  evaluation: none yet{target_text}")
+    restarts = status.get("restarts") or {}
+    lines.append("  restarts: " + (", ".join(f"{r} {n}" for r, n in restarts.items()) or "none"))
+    faults = status.get("faults") or {}
+    lines.append("  faults: " + (", ".join(f"{k} {v}" for k, v in faults.items()) or "none"))
+    if "delivery" in status:
+        lines.append(f"  delivery: {status['delivery']}")
+    lines.append(f"  checkpoint: {status['checkpoint'] or 'none yet'}")
+    return lines
+
+
+def run_dir_contents(run_dir: Path) -> str:
+    """The end line's list of what a run left, with the commands that read it."""
+    names = [name for name in (SUMMARY_FILE, "metrics.jsonl", CURVES_FILE, "checkpoints", "logs")
+             if (run_dir / name).exists()]  # fmt: skip
+    return (
+        f"results in {run_dir}/: {', '.join(names)}; "
+        f"read them with: apex status {run_dir}  |  apex plot {run_dir}"
+    )

@@ -1,0 +1,71 @@
+"""``apex status``, ``apex plot`` and ``apex top``: reading a run, local or Slurm, from its
+directory while it runs or after it ended."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def _run_dir(run_dir: Path) -> Path:
+    if not (run_dir / "config.json").exists():
+        raise click.ClickException(f"{run_dir} is not a run directory (no config.json)")
+    return run_dir
+
+
+@click.command("status")
+@click.argument("run_dir", type=RUN_DIR)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def status(run_dir: Path, as_json: bool) -> None:
+    """Summarise a run: outcome, evaluations against the target, updates, time, restarts,
+    faults and the newest checkpoint (`apex slurm status` adds Slurm's view)."""
+    from launch.run_status import run_status, status_lines
+
+    summary = run_status(_run_dir(run_dir))
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    for line in status_lines(summary):
+        click.echo(line)
+
+
+@click.command("plot")
+@click.argument("run_dirs", nargs=-1, required=True, type=RUN_DIR)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="PNG to write [RUN_DIR/curves.png for one run, curves.png for several].",
+)
+def plot(run_dirs: tuple[Path, ...], out: Path | None) -> None:
+    """Draw learning curves: evaluation and episode returns against training time, env
+    steps and updates (with the target), updates/s, replay size and policy lag. Several
+    runs are overlaid, one colour each."""
+    from launch.curves import plot_runs
+
+    run_dirs = tuple(_run_dir(d) for d in run_dirs)
+    if out is None:
+        out = run_dirs[0] / "curves.png" if len(run_dirs) == 1 else Path("curves.png")
+    click.echo(f"wrote {plot_runs(list(run_dirs), out)}")
+
+
+@click.command("top")
+@click.argument("run_dir", type=RUN_DIR)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=1.0,
+    help="Seconds between redraws.",
+)
+@click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and logs).")
+def top(run_dir: Path, interval: float, once: bool) -> None:
+    """A live dashboard of a running run (local or Slurm): per-role rates and CPU, replay
+    per shard, back-pressure, policy lag, restarts and faults, the evaluation curve.
+    q or Ctrl-C quits."""
+    from launch.top import run_top
+
+    run_top(_run_dir(run_dir), interval, once)

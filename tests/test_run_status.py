@@ -1,0 +1,91 @@
+"""A run directory read back: `apex status`, the summary's history, and what `--resume`
+refuses. The directory is written here the way a run writes it (config, metrics,
+checkpoint, summary); `tests/test_train.py` reads a real run's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from launch.cli import main
+from launch.config import resolve, write_resolved
+from launch.resume import TrainedSoFar
+from launch.run_status import run_status, write_summary
+from tests.conftest import write_run_dir
+
+
+def test_status_reads_outcome_evaluations_restarts_faults_and_checkpoint(tmp_path: Path) -> None:
+    write_run_dir(tmp_path)
+    write_summary(tmp_path, {"reason": "interrupted", "solved": False, "seconds": 12.0,
+                             "exit_code": 0, "learner_restarts": 0})  # fmt: skip
+    write_summary(
+        tmp_path,
+        {
+            "reason": "max_time",
+            "solved": False,
+            "seconds": 33.3,
+            "exit_code": 0,
+            "actor_restarts": 2,
+            "learner_restarts": 1,
+        },
+    )
+    result = CliRunner().invoke(main, ["status", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "ended: max_time after 33.3 s (exit code 0)" in out
+    assert "earlier life: interrupted after 12.0 s" in out  # the first outcome is kept
+    assert "evaluation: last 402.5, best 402.5 over 2 (target 475.0)" in out
+    assert "2 actor processes = 16 Ape-X actors" in out
+    assert "updates 1,200 in 30 s (41/s)" in out and "return (mean of the last 100): 123.5" in out
+    assert "restarts: actor 2, shard 0, learner 1" in out
+    assert "faults: checkpoints_failed 1" in out
+    assert "checkpoint-0000001200.pt" in out
+    as_json = json.loads(CliRunner().invoke(main, ["status", "--json", str(tmp_path)]).output)
+    assert as_json == json.loads(json.dumps(run_status(tmp_path)))
+    assert [life["reason"] for life in as_json["history"]] == ["interrupted"]
+
+
+def test_status_of_a_run_with_nothing_yet_and_of_no_run(tmp_path: Path) -> None:
+    write_resolved(resolve({}, {}), tmp_path / "run")
+    result = CliRunner().invoke(main, ["status", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "running, or stopped without an outcome" in result.output
+    assert "no progress recorded yet" in result.output and "checkpoint: none yet" in result.output
+    result = CliRunner().invoke(main, ["status", str(tmp_path)])
+    assert result.exit_code == 1 and "not a run directory" in result.output
+
+
+def test_a_resume_past_its_limit_is_refused_with_the_figures(tmp_path: Path) -> None:
+    write_run_dir(tmp_path)
+    write_summary(tmp_path, {"reason": "max_time", "solved": False, "seconds": 33.3,
+                             "exit_code": 0})  # fmt: skip
+    before = (tmp_path / "summary.json").read_text()
+    result = CliRunner().invoke(main, ["train", "--resume", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "already trained 30 s of its limit of 25 s" in result.output
+    assert "give --max-time S to train S seconds more" in result.output
+    assert (tmp_path / "summary.json").read_text() == before  # nothing started or erased
+    assert not (tmp_path / "logs").exists()
+
+
+def test_resume_limits_are_more_on_top_of_the_checkpoint(tmp_path: Path) -> None:
+    write_run_dir(tmp_path)
+    so_far = TrainedSoFar.read(tmp_path)
+    assert (so_far.updates, so_far.train_seconds) == (1200, 30.0)
+    assert so_far.more(500, 60.0) == (1700, 90.0)
+    assert so_far.more(None, None) == (None, None)
+    assert so_far.limit_reached(1700, 90.0) is None
+    assert "already did 1200 updates of its limit of 1000" in so_far.limit_reached(1000, None)
+    assert TrainedSoFar.read(tmp_path / "elsewhere") == TrainedSoFar()
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage"])
+def test_a_summary_that_does_not_parse_starts_a_fresh_history(tmp_path: Path, damage) -> None:
+    if damage == "garbage":
+        (tmp_path / "summary.json").write_text("{not json")
+    write_summary(tmp_path, {"reason": "solved", "solved": True})
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["history"] == [] and summary["reason"] == "solved"
