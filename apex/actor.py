@@ -1,15 +1,19 @@
 """The Ape-X actor: k environments, one batched forward pass per step, n-step transitions
-with priorities computed from the actor's own Q-values, pushed to the replay shards.
+with priorities computed from the actor's own network, pushed to the replay shards.
 
-Per step: ``Q(s_t)`` for all k envs in one forward pass; ε-greedy with this actor's fixed
-``ε_i``; the vector env steps (SAME_STEP autoreset); the n-step builder emits finished
-transitions. Once ``insert_batch`` transitions are ready they get initial priorities
+Per step: ``Q(s_t)`` for all k envs in one forward pass; ε-greedy with each env copy's
+fixed ``ε_i``; the vector env steps (SAME_STEP autoreset); the n-step builder emits
+finished transitions. Once ``insert_batch`` transitions are ready they get initial
+priorities
 
-    p = |R + d · max_a Q(s', a) − Q(s, a)| + priority_epsilon
+    p = |R + d · max_a Q(s', a) − Q(s, a)| + priority_epsilon          (DQN)
+    p = |R + d · Q1(s', π(s')) − Q1(s, a)| + priority_epsilon          (DPG)
 
 from the actor's copy of the network (Ape-X computes them actor-side so that the learner
 never sees unprioritized data), and go to a shard stamped with the policy version the actor
-acted with. Every ``weight_refresh_steps`` vector steps the actor loads the newest weights
+acted with. With continuous actions (DPG) each env copy acts with ``π(s)`` plus Gaussian
+noise of its own fixed scale ``σ_i`` (spread over the run as ε is), clipped to the bounds.
+Every ``weight_refresh_steps`` vector steps the actor loads the newest weights
 that the learner published.
 """
 
@@ -25,11 +29,11 @@ import numpy as np
 import zmq
 
 from apex.channels import EpisodeReporter, WeightSubscriber
-from apex.envs import env_factories, env_shape
-from apex.exploration import env_epsilons, epsilon_greedy
+from apex.envs import choose_algorithm, env_factories, env_shape
+from apex.exploration import env_epsilons, epsilon_greedy, gaussian_noise
 from apex.frame_writer import FrameWriter
 from apex.nstep import NStepBuilder
-from apex.policy import build_policy
+from apex.policy import NumpyActorCritic, build_policy
 from apex.settings import ActorConfig
 from replay.client import InsertClient, ShardEndpoints
 from replay.errors import ReplayTimeout
@@ -62,16 +66,21 @@ class Actor:
         shape = env_shape(config.env)
         self._shape = shape
         self._spec = shape.transition_spec()
-        self._policy = build_policy(
-            shape.observation_shape,
-            shape.actions,
-            config.hidden,
-            seed=config.actor_seed,
-            torch_threads=config.torch_threads,
-        )
+        self._continuous = choose_algorithm(config.algorithm, shape, config.env) == "dpg"
+        if self._continuous:
+            self._policy = NumpyActorCritic(
+                shape.observation_shape[0], shape.action_low, shape.action_high, config.hidden,
+                seed=config.actor_seed,
+            )  # fmt: skip
+        else:
+            self._policy = build_policy(
+                shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
+                torch_threads=config.torch_threads,
+            )  # fmt: skip
+        # Each env copy's ε (DQN) or noise scale σ (DPG), spread over the run's copies.
         self._epsilons = env_epsilons(
-            config.actor_index, config.actor_count, config.envs_per_actor, config.epsilon,
-            config.epsilon_alpha,
+            config.actor_index, config.actor_count, config.envs_per_actor,
+            config.noise_scale if self._continuous else config.epsilon, config.epsilon_alpha,
         )  # fmt: skip
         self._rng = np.random.default_rng(config.actor_seed)
         self._context = zmq.Context()
@@ -88,12 +97,15 @@ class Actor:
             credit=config.insert_credit,
             reroute_after_s=config.reroute_after_s,
         )
+        action = self._spec["action"]
         self._builder = NStepBuilder(
             config.envs_per_actor,
             config.n_step,
             config.gamma,
             shape.observation_shape,
             shape.observation_dtype,
+            tuple(action.shape),
+            np.dtype(action.dtype),
         )
         # With frame shards, a second builder in lock-step turns (env, frame number) pairs
         # into the records' frame references (see apex.frame_writer).
@@ -156,8 +168,7 @@ class Actor:
                     # waits in the socket gets older the longer it is not read.
                     self._weights.poll(self._policy)
                     next_weights_poll = now + WEIGHTS_POLL_S
-                greedy = self._policy.q_values(observations).argmax(axis=1)
-                actions = epsilon_greedy(greedy, self._epsilons, self._shape.actions, self._rng)
+                actions = self._explore(observations)
                 next_observations, rewards, terminated, truncated, info = self._envs.step(actions)
                 ended = np.logical_or(terminated, truncated)
                 transition_next = next_observations
@@ -213,6 +224,28 @@ class Actor:
             )
             self.close()
 
+    def _explore(self, observations: np.ndarray) -> np.ndarray:
+        """Each env copy's action: ε-greedy on Q (DQN), or π(s) plus noise (DPG)."""
+        if self._continuous:
+            policy = self._policy
+            return gaussian_noise(policy.actions(observations), self._epsilons, policy.scale,
+                                  policy.offset, self._rng)  # fmt: skip
+        greedy = self._policy.q_values(observations).argmax(axis=1)
+        return epsilon_greedy(greedy, self._epsilons, self._shape.actions, self._rng)
+
+    def _initial_priorities(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """|n-step TD error| under the actor's own network (Ape-X)."""
+        policy = self._policy
+        if self._continuous:
+            taken = policy.q(batch["obs"], batch["action"])
+            q_next = policy.q(batch["next_obs"], policy.actions(batch["next_obs"]))
+        else:
+            q = policy.q_values(batch["obs"])
+            q_next = policy.q_values(batch["next_obs"]).max(axis=1)
+            taken = q[np.arange(len(q)), batch["action"]]
+        targets = batch["reward"] + batch["discount"] * q_next
+        return np.abs(targets - taken).astype(np.float64) + self.config.priority_epsilon
+
     def _number_frames(
         self, observations: np.ndarray, envs: np.ndarray, episode_start: bool
     ) -> np.ndarray:
@@ -226,12 +259,7 @@ class Actor:
 
     def _send(self, parts: list[dict[str, np.ndarray]]) -> None:
         batch = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
-        # Initial priorities: |n-step TD error| under the actor's own network (Ape-X).
-        q = self._policy.q_values(batch["obs"])
-        q_next = self._policy.q_values(batch["next_obs"]).max(axis=1)
-        taken = q[np.arange(len(q)), batch["action"]]
-        targets = batch["reward"] + batch["discount"] * q_next
-        priorities = np.abs(targets - taken).astype(np.float64) + self.config.priority_epsilon
+        priorities = self._initial_priorities(batch)
         # Shards push back (rate limiter, full queues): wait, but keep seeing the stop flag.
         while not self._stop.is_set():
             try:

@@ -1,8 +1,8 @@
 """What the learner loop needs of an algorithm: one update per batch, new priorities out.
 
 The loop (``apex.learner``), the actors and the launch code never know which algorithm
-runs; they hold an :class:`Algorithm`. Double DQN (``apex.dqn.DoubleDQN``) is the first;
-a continuous-control one sits beside it by offering the same methods.
+runs; they hold an :class:`Algorithm`: double DQN (``apex.dqn.DoubleDQN``) for discrete
+actions, DPG with TD3's fixes (``apex.dpg.TD3``) for continuous ones.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from apex.dpg import TD3
 from apex.dqn import DoubleDQN, StepResult
-from apex.envs import EnvShape
+from apex.envs import EnvShape, choose_algorithm
 from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch
 
@@ -37,5 +38,12 @@ class Algorithm(Protocol):
 
 
 def build_algorithm(config: LearnerConfig, shape: EnvShape, device: torch.device) -> Algorithm:
-    """The algorithm a learner config names (double DQN today)."""
+    """The algorithm a learner config names, or the action space calls for ("auto").
+
+    Raises:
+        ValueError: an algorithm that does not fit the env (see ``choose_algorithm``).
+    """
+    if choose_algorithm(config.algorithm, shape, config.env) == "dpg":
+        return TD3(config, shape.observation_shape[0], shape.action_low, shape.action_high,
+                   device)  # fmt: skip
     return DoubleDQN(config, shape.observation_shape, shape.actions, device)

@@ -7,8 +7,11 @@
   clipped to their sign while training. Needs ``pip install 'apex-rl[atari]'`` (ale-py
   ships the ROMs; AtariPreprocessing needs OpenCV). Solved at 18.
 
-Any other gymnasium id with a discrete action space and a ``(d,)`` observation also works,
-with no solved threshold unless one is given.
+* ``Pendulum-v1``: continuous control (Ape-X DPG), solved at −200.
+* ``LunarLanderContinuous-v3``: continuous, solved at 200; needs Box2D.
+
+Any other gymnasium id with a ``(d,)`` observation and a discrete action space (DQN) or a
+bounded flat ``Box`` one (DPG) also works, with no solved threshold unless one is given.
 
 Each preset also carries the run settings measured to learn it quickly on a 2-core machine
 (:attr:`EnvPreset.defaults`, in the layout of a run config file); anything a user sets wins
@@ -98,6 +101,56 @@ _DEFAULTS: dict[str, dict] = {
             "eval_interval_s": 30.0,
         },
     },
+    # Ape-X DPG (TD3's fixes, apex.dpg) on vector observations.
+    "Pendulum-v1": {
+        "actors": 1,
+        "shards": 1,
+        "replay": {
+            "capacity": 200_000,
+            "min_size": 1_000,
+            "samples_per_insert": 64.0,
+            "error_buffer": 20_000.0,
+        },
+        "actor": {
+            "envs_per_actor": 4,
+            "n_step": 3,
+            "gamma": 0.98,
+            "weight_refresh_steps": 10,
+            "hidden": [256, 256],
+            "noise_scale": 0.3,
+        },
+        "learner": {
+            "batch_size": 256,
+            "learning_rate": 1e-3,
+            "adam_epsilon": 1e-8,
+            "max_grad_norm": 10.0,
+            "publish_period": 10,
+            "eval_interval_s": 5.0,
+            "hidden": [256, 256],
+        },
+    },
+    "LunarLanderContinuous-v3": {
+        "replay": {
+            "capacity": 500_000,
+            "min_size": 10_000,
+            "samples_per_insert": 16.0,
+            "error_buffer": 50_000.0,
+        },
+        "actor": {
+            "envs_per_actor": 8,
+            "weight_refresh_steps": 50,
+            "hidden": [400, 300],
+            "noise_scale": 0.3,
+        },
+        "learner": {
+            "batch_size": 256,
+            "learning_rate": 1e-3,
+            "adam_epsilon": 1e-8,
+            "max_grad_norm": 10.0,
+            "eval_interval_s": 30.0,
+            "hidden": [400, 300],
+        },
+    },
     "Pong": {
         "actors": 2,
         # Ape-X's 2M transitions. Each frame is kept once and LZ4-compressed (about 250
@@ -121,6 +174,15 @@ PRESETS = {
     ),
     "LunarLander-v3": EnvPreset(
         "LunarLander-v3", 200.0, gym_id="LunarLander-v3", defaults=_DEFAULTS["LunarLander-v3"]
+    ),
+    "Pendulum-v1": EnvPreset(
+        "Pendulum-v1", -200.0, gym_id="Pendulum-v1", defaults=_DEFAULTS["Pendulum-v1"]
+    ),
+    "LunarLanderContinuous-v3": EnvPreset(
+        "LunarLanderContinuous-v3",
+        200.0,
+        gym_id="LunarLanderContinuous-v3",
+        defaults=_DEFAULTS["LunarLanderContinuous-v3"],
     ),
     "Pong": EnvPreset("Pong", 18.0, atari=True, gym_id="ALE/Pong-v5", defaults=_DEFAULTS["Pong"]),
 }
@@ -157,17 +219,27 @@ def env_factories(name: str, count: int, *, training: bool) -> list[Callable[[],
 
 @dataclass(frozen=True)
 class EnvShape:
-    """What the networks and the replay spec need to know about an environment."""
+    """What the networks and the replay spec need to know about an environment.
+
+    ``actions`` is the number of discrete actions, or a continuous action's size (``Box``
+    spaces, whose bounds are ``action_low`` and ``action_high``)."""
 
     observation_shape: tuple[int, ...]
     observation_dtype: np.dtype
     actions: int
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+
+    @property
+    def continuous(self) -> bool:
+        return bool(self.action_low)
 
     def transition_spec(self) -> TransitionSpec:
+        action = ((self.actions,), "float32") if self.continuous else ((), "int64")
         return TransitionSpec.from_dict(
             {
                 "obs": (self.observation_shape, self.observation_dtype),
-                "action": ((), "int64"),
+                "action": action,
                 "reward": ((), "float32"),
                 "discount": ((), "float32"),
                 "next_obs": (self.observation_shape, self.observation_dtype),
@@ -175,24 +247,54 @@ class EnvShape:
         )
 
 
+ALGORITHMS = ("auto", "dqn", "dpg")
+
+
+def choose_algorithm(setting: str, shape: EnvShape, name: str = "the environment") -> str:
+    """The algorithm a run uses: ``setting``, or with "auto" the one the action space
+    calls for (``Discrete``: "dqn", ``Box``: "dpg").
+
+    Raises:
+        ValueError: a setting that does not fit the action space, or an unknown one.
+    """
+    if setting not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {setting!r}")
+    chosen = setting if setting != "auto" else ("dpg" if shape.continuous else "dqn")
+    if chosen == "dqn" and shape.continuous:
+        raise ValueError(f"{name} has a continuous (Box) action space: DQN needs Discrete; "
+                         "use algorithm dpg (or auto)")  # fmt: skip
+    if chosen == "dpg" and not shape.continuous:
+        raise ValueError(f"{name} has a Discrete action space: DPG needs a continuous (Box) "
+                         "one; use algorithm dqn (or auto)")  # fmt: skip
+    if chosen == "dpg" and len(shape.observation_shape) != 1:
+        raise ValueError(f"{name} has observations of shape {shape.observation_shape}: DPG "
+                         "takes vector observations (d,)")  # fmt: skip
+    return chosen
+
+
 class EnvUnavailable(ValueError):
     """An environment that cannot be made here: the message says why and what to install."""
 
 
-def check_env(name: str) -> EnvShape:
+def check_env(name: str, algorithm: str = "auto") -> EnvShape:
     """The shape of ``name``, from one env made here: a misspelled id, a missing extra or
-    an action space DQN cannot use is found before any process starts.
+    an action space the algorithm cannot use is found before any process starts.
 
     Raises:
         EnvUnavailable: gymnasium's own message (with its "did you mean"), plus the
             project's install hint where an extra is missing.
     """
     try:
-        return env_shape(name)
+        shape = env_shape(name)
     except (gym.error.Error, ImportError, ValueError) as exc:
         raise EnvUnavailable(
             f"cannot make environment {name!r}: {exc}{_install_hint(name, exc)}"
         ) from exc
+    try:
+        choose_algorithm(algorithm, shape, name)
+    except ValueError as exc:
+        raise EnvUnavailable(str(exc)) from exc
+    return shape
 
 
 def _install_hint(name: str, exc: Exception) -> str:
@@ -210,18 +312,23 @@ def _install_hint(name: str, exc: Exception) -> str:
 
 
 def env_shape(name: str) -> EnvShape:
-    """Observation shape and dtype and the number of actions of ``name``.
+    """Observation shape and dtype, and the actions, of ``name``.
 
     Raises:
-        ValueError: an action space that is not discrete.
+        ValueError: an action space that is neither ``Discrete`` nor a flat ``Box``.
     """
     env = make_env(name, training=True)
     try:
-        if not isinstance(env.action_space, gym.spaces.Discrete):
-            raise ValueError(
-                f"{name} has a {type(env.action_space).__name__} action space; DQN needs Discrete"
-            )
-        space = env.observation_space
-        return EnvShape(tuple(space.shape), np.dtype(space.dtype), int(env.action_space.n))
+        space, actions = env.observation_space, env.action_space
+        observation = (tuple(space.shape), np.dtype(space.dtype))
+        if isinstance(actions, gym.spaces.Discrete):
+            return EnvShape(*observation, int(actions.n))
+        if isinstance(actions, gym.spaces.Box) and len(actions.shape) == 1:
+            low, high = actions.low.astype(float), actions.high.astype(float)
+            if not (np.isfinite(low).all() and np.isfinite(high).all()):
+                raise ValueError(f"{name}'s Box action space is unbounded: DPG needs bounds")
+            return EnvShape(*observation, actions.shape[0], tuple(low), tuple(high))
+        raise ValueError(f"{name} has a {type(actions).__name__} action space of shape "
+                         f"{actions.shape}: use Discrete (DQN) or a flat Box (DPG)")  # fmt: skip
     finally:
         env.close()

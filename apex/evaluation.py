@@ -29,7 +29,8 @@ def evaluate(
     network: torch.nn.Module, env: str, episodes: int, seed: int, device: torch.device
 ) -> np.ndarray:
     """Returns of ``episodes`` greedy episodes, run side by side (one per sub-env), with
-    unclipped rewards. Each sub-env plays exactly one episode."""
+    unclipped rewards. Each sub-env plays exactly one episode. A network with one output
+    per discrete action acts by its argmax; a continuous policy's output is the action."""
     envs = evaluation_envs(env, episodes)
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
@@ -40,7 +41,10 @@ def evaluate(
         while running.any():
             with torch.no_grad():
                 tensor = torch.from_numpy(observations).to(device)
-                actions = network(tensor).argmax(dim=1).cpu().numpy()
+                output = network(tensor)
+                if isinstance(envs.single_action_space, gym.spaces.Discrete):
+                    output = output.argmax(dim=1)
+                actions = output.cpu().numpy()
             observations, rewards, terminated, truncated, _ = envs.step(actions)
             returns += rewards * running
             running &= ~np.logical_or(terminated, truncated)

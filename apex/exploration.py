@@ -1,4 +1,5 @@
-"""Ape-X exploration: each actor acts ε-greedily with its own fixed ε.
+"""Ape-X exploration: each actor acts ε-greedily with its own fixed ε (discrete actions), or
+with Gaussian noise of its own fixed scale σ (continuous actions, DPG).
 
 ``ε_i = ε^(1 + α·i/(N−1))`` for actor ``i`` of ``N`` (Horgan et al. 2018, with ε = 0.4 and
 α = 7), so actors span a range from mostly random (ε) to nearly greedy (ε^(1+α)). A single
@@ -56,6 +57,20 @@ def epsilon_greedy(
     explore = rng.random(greedy_actions.shape[0]) < epsilon
     random_actions = rng.integers(0, action_count, greedy_actions.shape[0])
     return np.where(explore, random_actions, greedy_actions)
+
+
+def gaussian_noise(
+    actions: np.ndarray,
+    scale: float | np.ndarray,
+    half_range: np.ndarray,
+    centre: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``actions`` plus N(0, σ²) noise per element, σ = ``scale`` (one for all, or one per
+    row) times half the action range, clipped to the bounds ``centre ± half_range``."""
+    sigma = np.asarray(scale, dtype=np.float32).reshape(-1, 1) * half_range
+    noisy = actions + rng.standard_normal(actions.shape, dtype=np.float32) * sigma
+    return np.clip(noisy, centre - half_range, centre + half_range).astype(np.float32)
 
 
 def run_actors(resolved_config: dict) -> dict[str, int]:

@@ -7,6 +7,7 @@ whatever device the network lives on, so frames travel and are stored as bytes.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -90,3 +91,59 @@ def build_network(
     if len(shape) == 1:
         return DuelingMLP(shape[0], actions, hidden)
     raise ValueError(f"no network for observations of shape {shape}: use (d,) or (c, 84, 84)")
+
+
+def mlp(sizes: Sequence[int]) -> nn.Sequential:
+    """Linear layers of ``sizes`` with ReLU between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for index, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+        layers.append(nn.Linear(fan_in, fan_out))
+        if index < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class DeterministicPolicy(nn.Module):
+    """DPG's policy: an MLP whose tanh output is scaled into the action bounds.
+
+    The bounds are buffers, so they travel in the ``state_dict`` with the weights and an
+    actor's numpy copy needs nothing else to act.
+    """
+
+    def __init__(self, observation_size: int, low, high, hidden: Sequence[int]) -> None:
+        super().__init__()
+        low, high = (
+            torch.as_tensor(low, dtype=torch.float32),
+            torch.as_tensor(high, dtype=torch.float32),
+        )
+        self.net = mlp([observation_size, *hidden, low.numel()])
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("offset", (high + low) / 2)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(observations.float())) * self.scale + self.offset
+
+
+class Critic(nn.Module):
+    """Q(s, a): an MLP over the observation and the action side by side."""
+
+    def __init__(self, observation_size: int, action_size: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.net = mlp([observation_size + action_size, *hidden, 1])
+
+    def forward(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([observations.float(), actions], dim=1)).squeeze(1)
+
+
+class ActorCritic(nn.Module):
+    """What DPG publishes to its actors: the policy they act with and the critic they
+    give their transitions' initial priorities with (Ape-X DPG computes them actor-side,
+    as Ape-X DQN does). Calling it is the policy."""
+
+    def __init__(self, observation_size: int, low, high, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.policy = DeterministicPolicy(observation_size, low, high, hidden)
+        self.critic = Critic(observation_size, len(low), hidden)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.policy(observations)

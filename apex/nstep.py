@@ -35,6 +35,8 @@ class NStepBuilder:
         gamma: discount in [0, 1].
         observation_shape: per-env observation shape.
         observation_dtype: observation dtype.
+        action_shape, action_dtype: one action's (a discrete index by default; a float
+            vector for continuous actions).
 
     Raises:
         ValueError: ``n < 1`` or ``gamma`` outside [0, 1].
@@ -47,6 +49,8 @@ class NStepBuilder:
         gamma: float,
         observation_shape: tuple[int, ...],
         observation_dtype: np.dtype,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: np.dtype | type = np.int64,
     ) -> None:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -56,7 +60,7 @@ class NStepBuilder:
         self.gamma = gamma
         self._env_count = env_count
         self._observations = np.zeros((n, env_count, *observation_shape), dtype=observation_dtype)
-        self._actions = np.zeros((n, env_count), dtype=np.int64)
+        self._actions = np.zeros((n, env_count, *action_shape), dtype=action_dtype)
         self._rewards = np.zeros((n, env_count), dtype=np.float64)
         self._pending = np.zeros(env_count, dtype=np.int64)
         self._step = 0
@@ -84,7 +88,7 @@ class NStepBuilder:
 
         Returns:
             ``{"obs", "action", "reward", "discount", "next_obs"}`` arrays of equal length
-            (float32 reward and discount, int64 action), possibly empty.
+            (float32 reward and discount, actions as given), possibly empty.
         """
         slot = self._step % self.n
         self._observations[slot] = observations
@@ -133,13 +137,12 @@ class NStepBuilder:
             finals,
         )
 
-    @staticmethod
-    def _concatenate(parts, next_observations: np.ndarray) -> dict[str, np.ndarray]:
+    def _concatenate(self, parts, next_observations: np.ndarray) -> dict[str, np.ndarray]:
         if not parts:
             shape = next_observations.shape[1:]
             return {
                 "obs": np.zeros((0, *shape), next_observations.dtype),
-                "action": np.zeros(0, np.int64),
+                "action": np.zeros((0, *self._actions.shape[2:]), self._actions.dtype),
                 "reward": np.zeros(0, np.float32),
                 "discount": np.zeros(0, np.float32),
                 "next_obs": np.zeros((0, *shape), next_observations.dtype),

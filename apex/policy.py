@@ -12,6 +12,7 @@ as :class:`apex.channels.WeightSubscriber` delivers them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -85,6 +86,79 @@ class NumpyDuelingMLP:
         value = hidden[:, :width] @ self._value_out[0] + self._value_out[1]
         advantage = hidden[:, width:] @ self._advantage_out[0] + self._advantage_out[1]
         return value + advantage - advantage.mean(axis=1, keepdims=True)
+
+
+def _linear_init(rng: np.random.Generator, fan_in: int, fan_out: int):
+    """Weights and bias drawn as torch's ``nn.Linear`` draws them (±1/√fan_in)."""
+    bound = 1.0 / np.sqrt(fan_in)
+    weight = rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32)
+    return weight, rng.uniform(-bound, bound, fan_out).astype(np.float32)
+
+
+def _mlp_forward(layers: list[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.ndarray:
+    for index, (weight, bias) in enumerate(layers):
+        x = x @ weight + bias
+        if index < len(layers) - 1:
+            x = np.maximum(x, 0.0)
+    return x
+
+
+class NumpyActorCritic:
+    """:class:`apex.networks.ActorCritic` in float32 numpy: the DPG policy the actor acts
+    with, and the critic it computes initial priorities with.
+
+    Names, order and shapes are the torch module's ``state_dict``'s (the bounds travel as
+    the policy's ``scale`` and ``offset`` buffers), so the published weights load as is.
+    """
+
+    def __init__(
+        self, observation_size: int, low: Sequence[float], high: Sequence[float],
+        hidden: Sequence[int], seed: int,
+    ) -> None:  # fmt: skip
+        low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+        rng = np.random.default_rng(seed)
+        p: dict[str, np.ndarray] = {"policy.scale": (high - low) / 2,
+                                    "policy.offset": (high + low) / 2}  # fmt: skip
+        for net, sizes in (
+            ("policy.net", [observation_size, *hidden, low.size]),
+            ("critic.net", [observation_size + low.size, *hidden, 1]),
+        ):
+            for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+                p[f"{net}.{2 * i}.weight"], p[f"{net}.{2 * i}.bias"] = _linear_init(
+                    rng, fan_in, fan_out
+                )
+        self._parameters = p
+        self._prepare()
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: array.shape for name, array in self._parameters.items()}
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        for name, array in arrays.items():
+            self._parameters[name] = np.asarray(array, dtype=np.float32)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        def layers(net: str) -> list[tuple[np.ndarray, np.ndarray]]:
+            count = sum(1 for n in self._parameters if n.startswith(net) and n.endswith(".weight"))
+            return [(np.ascontiguousarray(self._parameters[f"{net}.{2 * i}.weight"].T),
+                     self._parameters[f"{net}.{2 * i}.bias"]) for i in range(count)]  # fmt: skip
+
+        self._policy, self._critic = layers("policy.net"), layers("critic.net")
+        self.scale, self.offset = (
+            self._parameters["policy.scale"],
+            self._parameters["policy.offset"],
+        )
+
+    def actions(self, observations: np.ndarray) -> np.ndarray:
+        """π(s) for observations of shape (batch, d); float32 (batch, action size)."""
+        x = np.asarray(observations, dtype=np.float32)
+        return np.tanh(_mlp_forward(self._policy, x)) * self.scale + self.offset
+
+    def q(self, observations: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """Q1(s, a) of the published critic; float32 (batch,)."""
+        x = np.concatenate([np.asarray(observations, np.float32), actions.astype(np.float32)], 1)
+        return _mlp_forward(self._critic, x)[:, 0]
 
 
 class TorchPolicy:

@@ -58,6 +58,9 @@ class ActorConfig:
         gamma: discount.
         epsilon: Ape-X base ε.
         epsilon_alpha: Ape-X α of the per-actor ε.
+        noise_scale: DPG's base exploration noise σ, as a fraction of half the action
+            range; env copy i of N acts with σ_i = σ^(1 + α·i/(N−1)), spread as ε is.
+        algorithm: "dqn", "dpg" or "auto" (from the action space; the run's setting).
         insert_batch: transitions per insert message.
         weight_refresh_steps: vector steps between weight refreshes.
         hidden: MLP widths (must match the learner's).
@@ -85,6 +88,8 @@ class ActorConfig:
     gamma: float = 0.99
     epsilon: float = 0.4
     epsilon_alpha: float = 7.0
+    noise_scale: float = 0.5
+    algorithm: str = "auto"
     insert_batch: int = 50
     weight_refresh_steps: int = 400
     hidden: tuple[int, ...] = (256, 256)
@@ -114,6 +119,7 @@ class ActorConfig:
         problems = not_positive_integers(named(self, prefix, counts))
         problems += _in_unit_interval(f"{prefix}gamma", self.gamma)
         problems += _in_unit_interval(f"{prefix}epsilon", self.epsilon)
+        problems += _in_unit_interval(f"{prefix}noise_scale", self.noise_scale)
         problems += _positive_or_none(
             {
                 f"{prefix}insert_timeout_s": self.insert_timeout_s,
@@ -136,7 +142,14 @@ class LearnerConfig:
         learning_rate: Adam step size.
         adam_epsilon: Adam ε.
         max_grad_norm: gradient clipping threshold (global norm).
-        target_update_period: updates between target-network copies.
+        target_update_period: updates between target-network copies (DQN; DPG's
+            targets follow by Polyak averaging at rate ``tau`` instead).
+        algorithm: "dqn", "dpg" or "auto" (from the action space; the run's setting).
+        tau: DPG's Polyak rate of its target networks.
+        policy_delay: DPG (TD3) updates of the critics per update of the policy.
+        target_noise: DPG (TD3) target policy smoothing: σ of the noise on the target
+            action, as a fraction of half the action range.
+        noise_clip: that noise's bound, in the same unit.
         publish_period: updates between weight publications.
         beta: importance-sampling exponent.
         priority_epsilon: added to |TD| for new priorities.
@@ -164,6 +177,11 @@ class LearnerConfig:
     adam_epsilon: float = 1.5e-4
     max_grad_norm: float = 40.0
     target_update_period: int = 2500
+    algorithm: str = "auto"
+    tau: float = 0.005
+    policy_delay: int = 2
+    target_noise: float = 0.2
+    noise_clip: float = 0.5
     publish_period: int = 10
     beta: float = 0.4
     priority_epsilon: float = 1e-3
@@ -185,6 +203,7 @@ class LearnerConfig:
         counts = (
             "batch_size",
             "target_update_period",
+            "policy_delay",
             "publish_period",
             "prefetch",
             "eval_episodes",
@@ -201,6 +220,11 @@ class LearnerConfig:
                 f"{prefix}replay_io must be one of {', '.join(REPLAY_IO_MODES)}, "
                 f"got {self.replay_io!r}"
             )
+        problems += _in_unit_interval(f"{prefix}tau", self.tau)
+        for name in ("target_noise", "noise_clip"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
+                problems.append(f"{prefix}{name} must be finite and >= 0, got {value}")
         if not (isinstance(self.beta, (int, float)) and 0 <= self.beta < math.inf):
             problems.append(f"{prefix}beta must be finite and >= 0, got {self.beta}")
         problems += _positive_or_none(

@@ -34,7 +34,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from apex.envs import preset
+from apex.envs import ALGORITHMS, preset
 from apex.settings import ActorConfig, LearnerConfig, named, not_positive_integers
 from launch.keeper import SHARD_RESTART_BUDGET
 from replay.errors import ConfigError
@@ -214,6 +214,8 @@ class RunConfig:
 
     Attributes:
         env: environment preset or gymnasium id.
+        algorithm: "dqn" (Discrete actions), "dpg" (Box actions), or "auto": the one the
+            env's action space calls for.
         seed: root seed; each role derives its own.
         actors: actor processes.
         shards: replay shard processes.
@@ -223,6 +225,7 @@ class RunConfig:
     """
 
     env: str = "CartPole-v1"
+    algorithm: str = "auto"
     seed: int = 0
     actors: int = 2
     shards: int = 1
@@ -242,6 +245,10 @@ class RunConfig:
         """Every problem: each section's own, then the rules that span roles, with the
         arithmetic where there is some."""
         problems = not_positive_integers({"actors": self.actors, "shards": self.shards})
+        if self.algorithm not in ALGORITHMS:
+            problems.append(
+                f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}"
+            )
         problems += self.replay.problems()
         problems += self.actor.problems()
         problems += self.learner.problems()
@@ -330,14 +337,12 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     for key in values:
         if key not in top_level | set(SECTIONS):
             problems.append(f"unknown top-level setting {key!r}")
-    seed = values.get("seed", 0)
+    # Every role's section carries the run's env, algorithm and seed.
+    common = {"env": env, "seed": values.get("seed", 0),
+              "algorithm": values.get("algorithm", RunConfig.algorithm)}  # fmt: skip
     replay = _build(ReplayConfig, values.get("replay", {}), "replay", problems)
-    actor = _build(
-        ActorConfig, {"env": env, "seed": seed, **values.get("actor", {})}, "actor", problems
-    )
-    learner = _build(
-        LearnerConfig, {"env": env, "seed": seed, **values.get("learner", {})}, "learner", problems
-    )
+    actor = _build(ActorConfig, {**common, **values.get("actor", {})}, "actor", problems)
+    learner = _build(LearnerConfig, {**common, **values.get("learner", {})}, "learner", problems)
     slurm = _build(SlurmConfig, values.get("slurm", {}), "slurm", problems)
     config = RunConfig(
         replay=replay,

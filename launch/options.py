@@ -160,7 +160,7 @@ def load_checked_run_config(path: Path | None, overrides: dict):
 
     config = load_run_config(path, overrides)
     try:
-        check_env(config.env)
+        check_env(config.env, config.algorithm)
     except EnvUnavailable as exc:
         raise click.UsageError(str(exc)) from exc
     return config
