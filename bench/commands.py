@@ -134,20 +134,27 @@ def bench_shard(
     "--impl",
     "implementations",
     multiple=True,
-    type=click.Choice(["apex", "sb3-dqn"]),
+    type=click.Choice(["apex", "sb3"]),
     help="Implementations to run [both].",
 )
+@click.option(
+    "--env",
+    type=click.Choice(["CartPole-v1", "Pendulum-v1"]),
+    default="CartPole-v1",
+    help="CartPole-v1 (against SB3 DQN) or Pendulum-v1 (against SB3 TD3).",
+)
 @report_options
-def bench_solve(quick, seeds, max_seconds, implementations, json_path, markdown_path) -> None:
-    """Wall-clock time to solve CartPole-v1: apex train beside stable-baselines3 DQN."""
+def bench_solve(quick, seeds, max_seconds, implementations, env, json_path, markdown_path) -> None:
+    """Wall-clock time to solve an env: apex train beside stable-baselines3 (rl-zoo)."""
     from bench import solve_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
         return solve_suite.run(
+            env=env,
             quick=quick,
             seeds=seeds or (0, 1, 2),
             max_seconds=max_seconds,
-            implementations=implementations or ("apex", "sb3-dqn"),
+            implementations=implementations or ("apex", "sb3"),
             progress=progress,
         )
 

@@ -1,9 +1,15 @@
-"""stable-baselines3 DQN on CartPole-v1 with the rl-zoo hyperparameters, timed to solve.
+"""stable-baselines3 with the rl-zoo hyperparameters, timed to solve: DQN on CartPole-v1,
+TD3 on Pendulum-v1.
 
 ``python -m bench.sb3_worker '<json>'`` prints one JSON line: wall-clock seconds from this
 process's start (imports included) to the evaluation that solved it, or to the step
-limit. Solved means a greedy mean return >= 475 over 20 episodes, evaluated every 2,000
-environment steps on 20 copies stepped together (one episode each, as apex evaluates).
+limit. Solved means a greedy mean return at the target over 20 episodes, evaluated every
+2,000 environment steps on 20 copies stepped together (one episode each, as apex
+evaluates).
+
+TD3 on Pendulum-v1 is the zoo's (hyperparams/td3.yml): 20K steps, the first 10K random,
+Gaussian action noise σ 0.1, one gradient step per env step after each episode, nets
+[400, 300]. A seed not solved by then trains on with the same settings.
 
 The zoo trains CartPole-v1 for ``n_timesteps`` 5e4, so its ε schedule (``exploration_fraction``
 0.16) is laid over exactly those 50K steps, as here. A seed not solved by then goes on
@@ -36,22 +42,37 @@ RL_ZOO_CARTPOLE = {
     "policy_kwargs": {"net_arch": [256, 256]},
 }
 RL_ZOO_CARTPOLE_STEPS = 50_000
+# The rl-zoo (hyperparams/td3.yml) settings for Pendulum-v1; noise_std 0.1 is the action
+# noise, built below.
+RL_ZOO_PENDULUM_TD3 = {
+    "learning_rate": 1e-3,
+    "buffer_size": 200_000,
+    "learning_starts": 10_000,
+    "gamma": 0.98,
+    "train_freq": (1, "episode"),
+    "gradient_steps": -1,
+    "policy_kwargs": {"net_arch": [400, 300]},
+}
+RL_ZOO_PENDULUM_STEPS = 20_000
 EVAL_EPISODES = 20
 
 
 def main() -> None:
     request = json.loads(sys.argv[1])
     import gymnasium as gym
+    import numpy as np
     import torch
-    from stable_baselines3 import DQN
+    from stable_baselines3 import DQN, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.noise import NormalActionNoise
 
+    env_id = request.get("env", "CartPole-v1")
     torch.set_num_threads(request.get("torch_threads", 2))
     # 20 copies stepped together, one episode each, as apex evaluates: one env played 20
     # episodes in a row costs the baseline seconds per evaluation once it balances.
-    evaluation_env = make_vec_env("CartPole-v1", n_envs=EVAL_EPISODES, seed=request["seed"] + 10**6)
+    evaluation_env = make_vec_env(env_id, n_envs=EVAL_EPISODES, seed=request["seed"] + 10**6)
     result = {"solved": False, "seconds": None, "steps": None, "last_eval": None}
 
     class StopWhenSolved(BaseCallback):
@@ -69,19 +90,27 @@ def main() -> None:
                 return False
             return time.monotonic() - STARTED < request["max_seconds"]
 
-    model = DQN(
-        "MlpPolicy", gym.make("CartPole-v1"), seed=request["seed"], verbose=0, **RL_ZOO_CARTPOLE
-    )
-    model.learn(total_timesteps=RL_ZOO_CARTPOLE_STEPS, callback=StopWhenSolved())
+    env = gym.make(env_id)
+    if env_id == "Pendulum-v1":
+        size = env.action_space.shape[0]
+        noise = NormalActionNoise(np.zeros(size), 0.1 * np.ones(size))
+        model = TD3("MlpPolicy", env, seed=request["seed"], verbose=0, action_noise=noise,
+                    **RL_ZOO_PENDULUM_TD3)  # fmt: skip
+        zoo_steps = RL_ZOO_PENDULUM_STEPS
+    else:
+        model = DQN("MlpPolicy", env, seed=request["seed"], verbose=0, **RL_ZOO_CARTPOLE)
+        zoo_steps = RL_ZOO_CARTPOLE_STEPS
+    model.learn(total_timesteps=zoo_steps, callback=StopWhenSolved())
     more_steps = request["max_steps"] - model.num_timesteps
     if (
         not result["solved"]
         and more_steps > 0
         and time.monotonic() - STARTED < request["max_seconds"]
     ):
-        final_eps = RL_ZOO_CARTPOLE["exploration_final_eps"]
-        # SB3 recomputes progress over the extended total, which would raise ε again.
-        model.exploration_schedule = lambda _progress_remaining: final_eps
+        if isinstance(model, DQN):
+            final_eps = RL_ZOO_CARTPOLE["exploration_final_eps"]
+            # SB3 recomputes progress over the extended total, which would raise ε again.
+            model.exploration_schedule = lambda _progress_remaining: final_eps
         model.learn(
             total_timesteps=more_steps, callback=StopWhenSolved(), reset_num_timesteps=False
         )

@@ -1,6 +1,8 @@
-"""Solve suite: wall-clock time to solve CartPole-v1, `apex train` beside stable-baselines3.
+"""Solve suite: wall-clock time to solve an env, `apex train` beside stable-baselines3 with
+the rl-zoo's settings: DQN on CartPole-v1 (Ape-X DQN), TD3 on Pendulum-v1 (Ape-X DPG).
 
-Solved means a greedy mean return >= 475 over 20 episodes. Each seed of each side runs
+Solved means a greedy mean return over 20 episodes at the preset's target (CartPole 475,
+Pendulum −200). Each seed of each side runs
 as a fresh process, and the time runs from spawning it to the evaluation that solved it,
 so process start-up (and, for apex, starting every role) is included. The sides run one
 after the other, so neither competes with the other for the two cores.
@@ -21,16 +23,20 @@ import numpy as np
 from bench.workers import REPO_ROOT, worker_env
 
 SUITE = "solve"
-CASE = "CartPole-v1"
-TARGET_RETURN = 475.0
+# env -> (target return, the stable-baselines3 algorithm it is compared with)
+ENVS = {"CartPole-v1": (475.0, "dqn"), "Pendulum-v1": (-200.0, "td3")}
 
 
-def _run_apex(seed: int, max_seconds: float) -> dict:
+def baseline_name(env: str) -> str:
+    return f"sb3-{ENVS[env][1]}"
+
+
+def _run_apex(env: str, seed: int, max_seconds: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="apex-solve-") as directory:
         run_dir = Path(directory) / "run"
         command = [
-            sys.executable, "-m", "launch", "train", "--seed", str(seed),
-            "--max-time", str(max_seconds), "--run-dir", str(run_dir),
+            sys.executable, "-m", "launch", "train", "--env", env, "--seed", str(seed),
+            "--max-time", str(max_seconds), "--run-dir", str(run_dir), "--plain",
         ]  # fmt: skip
         started = time.monotonic()
         completed = subprocess.run(
@@ -56,10 +62,10 @@ def _run_apex(seed: int, max_seconds: float) -> dict:
         }
 
 
-def _run_sb3(seed: int, max_seconds: float) -> dict:
+def _run_sb3(env: str, seed: int, max_seconds: float) -> dict:
     request = {
-        "seed": seed, "max_seconds": max_seconds, "max_steps": 200_000,
-        "eval_every_steps": 2000, "target_return": TARGET_RETURN, "torch_threads": 2,
+        "env": env, "seed": seed, "max_seconds": max_seconds, "max_steps": 200_000,
+        "eval_every_steps": 2000, "target_return": ENVS[env][0], "torch_threads": 2,
     }  # fmt: skip
     try:
         completed = subprocess.run(
@@ -76,8 +82,8 @@ def _run_sb3(seed: int, max_seconds: float) -> dict:
     return json.loads(lines[-1])
 
 
-def _records(implementation: str, runs: list[dict], params: dict) -> list[dict]:
-    base = {"suite": SUITE, "case": CASE, "implementation": implementation, "params": params}
+def _records(case: str, implementation: str, runs: list[dict], params: dict) -> list[dict]:
+    base = {"suite": SUITE, "case": case, "implementation": implementation, "params": params}
     errors = [r["error"] for r in runs if "error" in r]
     if errors:
         return [{**base, "status": "unavailable", "reason": errors[0]}]
@@ -110,45 +116,53 @@ def _records(implementation: str, runs: list[dict], params: dict) -> list[dict]:
 
 def run(
     *,
+    env: str = "CartPole-v1",
     quick: bool = False,
     seeds: Sequence[int] = (0, 1, 2),
     max_seconds: float | None = None,
-    implementations: Sequence[str] = ("apex", "sb3-dqn"),
+    implementations: Sequence[str] = ("apex", "sb3"),
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, object]:
-    """Runs every seed of every implementation. An unsolved seed counts at its time limit and
-    marks its implementation's time as unsolved (``unsolved`` > 0): no ratio is made from it."""
+    """Runs every seed of every implementation ("apex", and "sb3": the env's baseline).
+    An unsolved seed counts at its time limit and marks its implementation's time as
+    unsolved (``unsolved`` > 0): no ratio is made from it."""
+    if env not in ENVS:
+        raise ValueError(f"no solve case for {env!r}: one of {', '.join(ENVS)}")
     seeds = tuple(seeds[:1] if quick else seeds)
     limit = max_seconds or (4.0 if quick else 180.0)
-    params = {
-        "seeds": list(seeds),
-        "max_seconds": limit,
-        "target_return": TARGET_RETURN,
-        "eval_episodes": 20,
-    }
-    runners = {"apex": _run_apex, "sb3-dqn": _run_sb3}
+    target, _ = ENVS[env]
+    params = {"seeds": list(seeds), "max_seconds": limit, "target_return": target,
+              "eval_episodes": 20}  # fmt: skip
+    baseline = baseline_name(env)
+    runners = {"apex": _run_apex, "sb3": _run_sb3}
     records, medians = [], {}  # medians of implementations whose every seed solved
     for implementation in implementations:
+        name = "apex" if implementation == "apex" else baseline
         runs = []
         for seed in seeds:
             if progress:
-                progress(f"solve {CASE} {implementation} seed {seed}")
-            runs.append(runners[implementation](seed, limit))
-        produced = _records(implementation, runs, params)
+                progress(f"solve {env} {name} seed {seed}")
+            runs.append(runners[implementation](env, seed, limit))
+        produced = _records(env, name, runs, params)
         records += produced
         for record in produced:
             if record.get("metric") == "time_to_solve" and record["unsolved"] == 0:
-                medians[implementation] = record["median"]
+                medians[name] = record["median"]
     ratios = []
-    if {"apex", "sb3-dqn"} <= medians.keys():
+    if {"apex", baseline} <= medians.keys():
         ratios.append(
             {
-                "suite": SUITE, "case": CASE, "metric": "time_to_solve", "numerator": "sb3-dqn",
-                "denominator": "apex", "ratio": medians["sb3-dqn"] / medians["apex"],
+                "suite": SUITE, "case": env, "metric": "time_to_solve", "numerator": baseline,
+                "denominator": "apex", "ratio": medians[baseline] / medians["apex"],
             }
         )  # fmt: skip
     return {
         "records": records,
         "ratios": ratios,
-        "config": {"quick": quick, **params, "implementations": list(implementations)},
+        "config": {
+            "quick": quick,
+            "env": env,
+            **params,
+            "implementations": list(implementations),
+        },
     }

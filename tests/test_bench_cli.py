@@ -134,7 +134,7 @@ def test_quick_solve_benchmark_runs_both_sides(tmp_path: Path) -> None:
     by_implementation = {
         r["implementation"]: r for r in document["records"] if r.get("metric") == "time_to_solve"
     }
-    assert set(by_implementation) == {"apex", "sb3-dqn"}
+    assert set(by_implementation) == {"apex", "sb3-dqn"}  # CartPole: SB3 DQN
     for record in by_implementation.values():
         run = record["params"]["runs"][0]
         assert run["seconds"] > 0 and isinstance(run["solved"], bool)
