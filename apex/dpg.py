@@ -17,6 +17,8 @@ Why TD3's three changes rather than plain DDPG (Fujimoto et al. 2018): the clipp
 target removes DDPG's overestimation, which prioritized replay feeds on (overestimated
 transitions get sampled more); smoothing keeps the policy off narrow critic peaks; the
 delay lets the critic settle between policy steps. Each costs little: one more critic.
+``learner.twin_critics = false``, ``policy_delay = 1`` and ``target_noise = 0`` give plain
+DDPG; bench/RESULTS.md has both on Pendulum.
 """
 
 from __future__ import annotations
@@ -88,15 +90,18 @@ class TD3:
                               offset + scale),
                 offset - scale,
             )  # fmt: skip
-            next_value = torch.minimum(
-                self.target.critic(next_observations, next_actions),
-                self.target_critic2(next_observations, next_actions),
-            )
+            next_value = self.target.critic(next_observations, next_actions)
+            if config.twin_critics:
+                next_value = torch.minimum(
+                    next_value, self.target_critic2(next_observations, next_actions)
+                )
             targets = transitions["reward"] + transitions["discount"] * next_value
         q1 = online.critic(observations, actions)
-        q2 = self.critic2(observations, actions)
         td = targets - q1
-        critic_loss = (weights * (td.square() + (targets - q2).square())).mean()
+        squared = td.square()
+        if config.twin_critics:
+            squared = squared + (targets - self.critic2(observations, actions)).square()
+        critic_loss = (weights * squared).mean()
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         nn.utils.clip_grad_norm_(

@@ -146,6 +146,8 @@ class LearnerConfig:
             targets follow by Polyak averaging at rate ``tau`` instead).
         algorithm: "dqn", "dpg" or "auto" (from the action space; the run's setting).
         tau: DPG's Polyak rate of its target networks.
+        twin_critics: DPG with TD3's clipped double-Q (two critics, the smaller target);
+            False: one critic, as DDPG.
         policy_delay: DPG (TD3) updates of the critics per update of the policy.
         target_noise: DPG (TD3) target policy smoothing: σ of the noise on the target
             action, as a fraction of half the action range.
@@ -179,6 +181,7 @@ class LearnerConfig:
     target_update_period: int = 2500
     algorithm: str = "auto"
     tau: float = 0.005
+    twin_critics: bool = True
     policy_delay: int = 2
     target_noise: float = 0.2
     noise_clip: float = 0.5

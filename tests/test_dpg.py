@@ -28,10 +28,11 @@ from launch.cli import main
 LOW, HIGH = (-2.0,), (2.0,)
 
 
-def constant_td3(policy_delay: int = 2, tau: float = 0.5) -> TD3:
+def constant_td3(policy_delay: int = 2, tau: float = 0.5, twin_critics: bool = True) -> TD3:
     """TD3 on 1-d observations and actions whose every weight is 0: each network outputs
     its last bias, whatever it is given, so every value below is plain arithmetic."""
     config = LearnerConfig(hidden=(4,), policy_delay=policy_delay, tau=tau, target_noise=0.2,
+                           twin_critics=twin_critics,
                            noise_clip=0.5, priority_epsilon=1e-3, max_grad_norm=1e6)  # fmt: skip
     algorithm = TD3(config, 1, LOW, HIGH, torch.device("cpu"))
     with torch.no_grad():
@@ -68,6 +69,14 @@ def test_td3_targets_loss_and_priorities_match_the_hand_computed_case() -> None:
     assert result.mean_abs_td == pytest.approx(0.7, rel=1e-6)
     np.testing.assert_allclose(result.new_priorities.numpy(), [0.901, 0.501], rtol=1e-6)
     assert result.new_priorities.dtype == torch.float64
+
+
+def test_one_critic_is_plain_ddpg() -> None:
+    algorithm = constant_td3(twin_critics=False)
+    # y = R + d · Q1' = [1.9, 0.5]; L = mean(w · δ1²) = mean(0.81, 0.5 · 0.25) = 0.4675
+    result = algorithm.step(batch([1.0, 0.5], [0.9, 0.0], [1.0, 0.5]))
+    assert result.loss == pytest.approx(0.4675, rel=1e-6)
+    np.testing.assert_allclose(result.new_priorities.numpy(), [0.901, 0.501], rtol=1e-6)
 
 
 def test_the_policy_moves_every_policy_delay_steps_and_targets_follow_by_tau() -> None:

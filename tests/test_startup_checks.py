@@ -45,5 +45,6 @@ def test_a_missing_extra_names_the_install_command() -> None:
 
 def test_a_good_env_passes_and_gives_its_shape() -> None:
     assert check_env("CartPole-v1").actions == 2
-    with pytest.raises(EnvUnavailable, match="Discrete"):
-        check_env("Pendulum-v1")  # a Box action space: not for DQN
+    assert check_env("Pendulum-v1").continuous  # a Box action space: Ape-X DPG
+    with pytest.raises(EnvUnavailable, match="DQN needs Discrete"):
+        check_env("Pendulum-v1", "dqn")
