@@ -9,6 +9,8 @@
 
 * ``Pendulum-v1``: continuous control (Ape-X DPG), solved at −200.
 * ``LunarLanderContinuous-v3``: continuous, solved at 200; needs Box2D.
+* ``HalfCheetah-v5`` (4800) and ``Hopper-v5`` (3800): MuJoCo, gymnasium's thresholds;
+  need ``pip install 'apex-rl[mujoco]'``.
 
 Any other gymnasium id with a ``(d,)`` observation and a discrete action space (DQN) or a
 bounded flat ``Box`` one (DPG) also works, with no solved threshold unless one is given.
@@ -47,6 +49,31 @@ class EnvPreset:
     gym_id: str = ""
     defaults: Mapping[str, object] = field(default_factory=dict)
 
+
+_MUJOCO: dict = {
+    "actors": 2,
+    "replay": {
+        "capacity": 1_000_000,
+        "min_size": 10_000,
+        "samples_per_insert": 64.0,
+        "error_buffer": 50_000.0,
+    },
+    "actor": {
+        "envs_per_actor": 4,
+        "weight_refresh_steps": 50,
+        "hidden": [256, 256],
+        "noise_scale": 0.3,
+    },
+    "learner": {
+        "batch_size": 256,
+        "learning_rate": 1e-3,
+        "adam_epsilon": 1e-8,
+        "max_grad_norm": 10.0,
+        "eval_interval_s": 60.0,
+        "eval_episodes": 10,
+        "hidden": [256, 256],
+    },
+}
 
 _DEFAULTS: dict[str, dict] = {
     "CartPole-v1": {
@@ -151,6 +178,9 @@ _DEFAULTS: dict[str, dict] = {
             "hidden": [400, 300],
         },
     },
+    # MuJoCo (the mujoco extra): 1,000-step episodes, 6 and 3 action dimensions.
+    "HalfCheetah-v5": _MUJOCO,
+    "Hopper-v5": _MUJOCO,
     "Pong": {
         "actors": 2,
         # Ape-X's 2M transitions. Each frame is kept once and LZ4-compressed (about 250
@@ -183,6 +213,13 @@ PRESETS = {
         200.0,
         gym_id="LunarLanderContinuous-v3",
         defaults=_DEFAULTS["LunarLanderContinuous-v3"],
+    ),
+    # gymnasium's own reward thresholds for these two.
+    "HalfCheetah-v5": EnvPreset(
+        "HalfCheetah-v5", 4800.0, gym_id="HalfCheetah-v5", defaults=_DEFAULTS["HalfCheetah-v5"]
+    ),
+    "Hopper-v5": EnvPreset(
+        "Hopper-v5", 3800.0, gym_id="Hopper-v5", defaults=_DEFAULTS["Hopper-v5"]
     ),
     "Pong": EnvPreset("Pong", 18.0, atari=True, gym_id="ALE/Pong-v5", defaults=_DEFAULTS["Pong"]),
 }
@@ -303,6 +340,8 @@ def _install_hint(name: str, exc: Exception) -> str:
         extra = "atari"
     elif "box2d" in text:
         extra = "box2d"
+    elif "mujoco" in text:
+        extra = "mujoco"
     else:
         return ""
     return (

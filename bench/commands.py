@@ -15,6 +15,7 @@ from bench.cli_options import (
     timing_options,
 )
 from bench.compare_command import bench_compare
+from bench.race_command import bench_race
 from bench.workers import REPO_ROOT
 
 # The fault suite's cases, named without importing it (it imports apex and the launcher).
@@ -404,3 +405,4 @@ def bench_run(suites, quick, out, plots) -> None:
 
 
 bench.add_command(bench_compare, "compare")
+bench.add_command(bench_race, "race")

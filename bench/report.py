@@ -80,8 +80,10 @@ def validate(document: dict) -> list[str]:
         missing = [k for k in REQUIRED_RECORD_KEYS if k not in record]
         if record.get("status") == "ok":
             missing += [k for k in REQUIRED_OK_KEYS if k not in record]
-            # Rates must be positive; other figures (seconds, counts) only non-negative.
-            floor_ok = record["min"] > 0 if "/s" in str(record.get("unit")) else record["min"] >= 0
+            # Rates must be positive; returns may have any sign; other figures (seconds,
+            # counts) only non-negative.
+            unit = str(record.get("unit"))
+            floor_ok = record["min"] > 0 if "/s" in unit else unit == "return" or record["min"] >= 0
             if not missing and not (
                 floor_ok and record["min"] <= record["median"] <= record["max"]
             ):

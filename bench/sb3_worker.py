@@ -54,6 +54,17 @@ RL_ZOO_PENDULUM_TD3 = {
     "policy_kwargs": {"net_arch": [400, 300]},
 }
 RL_ZOO_PENDULUM_STEPS = 20_000
+# The zoo's MuJoCo defaults in td3.yml (HalfCheetah, Hopper, ...): SB3's TD3 defaults (lr
+# 1e-3, 1M buffer, batch 256, one gradient step per env step, nets [400, 300]) with 10K
+# random steps first and noise σ 0.1, for 1M steps.
+RL_ZOO_MUJOCO_TD3 = {"learning_starts": 10_000}
+RL_ZOO_MUJOCO_STEPS = 1_000_000
+# env -> (TD3 settings, the zoo's step budget)
+TD3_ZOO = {
+    "Pendulum-v1": (RL_ZOO_PENDULUM_TD3, RL_ZOO_PENDULUM_STEPS),
+    "HalfCheetah-v5": (RL_ZOO_MUJOCO_TD3, RL_ZOO_MUJOCO_STEPS),
+    "Hopper-v5": (RL_ZOO_MUJOCO_TD3, RL_ZOO_MUJOCO_STEPS),
+}
 EVAL_EPISODES = 20
 
 
@@ -72,17 +83,20 @@ def main() -> None:
     torch.set_num_threads(request.get("torch_threads", 2))
     # 20 copies stepped together, one episode each, as apex evaluates: one env played 20
     # episodes in a row costs the baseline seconds per evaluation once it balances.
-    evaluation_env = make_vec_env(env_id, n_envs=EVAL_EPISODES, seed=request["seed"] + 10**6)
-    result = {"solved": False, "seconds": None, "steps": None, "last_eval": None}
+    episodes = request.get("eval_episodes", EVAL_EPISODES)
+    evaluation_env = make_vec_env(env_id, n_envs=episodes, seed=request["seed"] + 10**6)
+    # curve: [seconds since start, env steps, greedy mean] at every evaluation.
+    result = {"solved": False, "seconds": None, "steps": None, "last_eval": None, "curve": []}
 
     class StopWhenSolved(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps % request["eval_every_steps"]:
                 return True
             mean, _ = evaluate_policy(
-                self.model, evaluation_env, n_eval_episodes=EVAL_EPISODES, deterministic=True
+                self.model, evaluation_env, n_eval_episodes=episodes, deterministic=True
             )
             result["last_eval"] = float(mean)
+            result["curve"].append([time.monotonic() - STARTED, self.num_timesteps, float(mean)])
             if mean >= request["target_return"]:
                 result.update(
                     solved=True, seconds=time.monotonic() - STARTED, steps=self.num_timesteps
@@ -91,12 +105,12 @@ def main() -> None:
             return time.monotonic() - STARTED < request["max_seconds"]
 
     env = gym.make(env_id)
-    if env_id == "Pendulum-v1":
+    if env_id in TD3_ZOO:
+        settings, zoo_steps = TD3_ZOO[env_id]
         size = env.action_space.shape[0]
         noise = NormalActionNoise(np.zeros(size), 0.1 * np.ones(size))
         model = TD3("MlpPolicy", env, seed=request["seed"], verbose=0, action_noise=noise,
-                    **RL_ZOO_PENDULUM_TD3)  # fmt: skip
-        zoo_steps = RL_ZOO_PENDULUM_STEPS
+                    **settings)  # fmt: skip
     else:
         model = DQN("MlpPolicy", env, seed=request["seed"], verbose=0, **RL_ZOO_CARTPOLE)
         zoo_steps = RL_ZOO_CARTPOLE_STEPS

@@ -288,3 +288,20 @@ def test_quick_fault_suite_sees_a_stopped_shard_and_a_full_disk_survived(tmp_pat
     failed = [figures[("full-disk", m)] for m in ("checkpoints_failed", "snapshots_failed",
                                                   "metrics_dropped")]  # fmt: skip
     assert sum(failed) >= 1 and figures[("full-disk", "updates_while_full")] > 0
+
+
+@pytest.mark.slow
+def test_a_short_race_gives_both_curves_and_a_plot(tmp_path: Path) -> None:
+    out, png = tmp_path / "race.json", tmp_path / "race.png"
+    arguments = ["bench", "race", "--env", "Pendulum-v1", "--minutes", "0.2", "--json", str(out),
+                 "--plot", str(png)]  # fmt: skip
+    result = CliRunner().invoke(main, arguments)
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert report.validate(document) == []  # returns are signed figures
+    last = {r["implementation"]: r for r in document["records"] if r.get("metric") == "last_eval"}
+    assert set(last) == {"apex", "sb3-td3"}
+    for record in last.values():
+        assert record["params"]["curve"] and record["median"] < 0  # Pendulum's returns
+    assert png.stat().st_size > 10_000
+    assert "apex ahead at the end:" in result.output
