@@ -85,11 +85,11 @@ class TD3:
             noise = (torch.randn_like(actions) * config.target_noise).clamp(
                 -config.noise_clip, config.noise_clip
             )
-            next_actions = torch.maximum(
-                torch.minimum(self.target.policy(next_observations) + noise * scale,
-                              offset + scale),
+            next_actions = torch.clamp(
+                self.target.policy(next_observations) + noise * scale,
                 offset - scale,
-            )  # fmt: skip
+                offset + scale,
+            )
             next_value = self.target.critic(next_observations, next_actions)
             if config.twin_critics:
                 next_value = torch.minimum(

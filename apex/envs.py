@@ -50,6 +50,10 @@ class EnvPreset:
     defaults: Mapping[str, object] = field(default_factory=dict)
 
 
+# What every continuous-control preset's learner starts from (TD3's usual optimizer).
+_DPG_LEARNER = {"batch_size": 256, "learning_rate": 1e-3, "adam_epsilon": 1e-8,
+                "max_grad_norm": 10.0}  # fmt: skip
+
 _MUJOCO: dict = {
     "actors": 2,
     "replay": {
@@ -65,10 +69,7 @@ _MUJOCO: dict = {
         "noise_scale": 0.3,
     },
     "learner": {
-        "batch_size": 256,
-        "learning_rate": 1e-3,
-        "adam_epsilon": 1e-8,
-        "max_grad_norm": 10.0,
+        **_DPG_LEARNER,
         "eval_interval_s": 60.0,
         "eval_episodes": 10,
         "hidden": [256, 256],
@@ -147,10 +148,7 @@ _DEFAULTS: dict[str, dict] = {
             "noise_scale": 0.3,
         },
         "learner": {
-            "batch_size": 256,
-            "learning_rate": 1e-3,
-            "adam_epsilon": 1e-8,
-            "max_grad_norm": 10.0,
+            **_DPG_LEARNER,
             "publish_period": 10,
             "eval_interval_s": 5.0,
             "hidden": [256, 256],
@@ -169,14 +167,7 @@ _DEFAULTS: dict[str, dict] = {
             "hidden": [400, 300],
             "noise_scale": 0.3,
         },
-        "learner": {
-            "batch_size": 256,
-            "learning_rate": 1e-3,
-            "adam_epsilon": 1e-8,
-            "max_grad_norm": 10.0,
-            "eval_interval_s": 30.0,
-            "hidden": [400, 300],
-        },
+        "learner": {**_DPG_LEARNER, "eval_interval_s": 30.0, "hidden": [400, 300]},
     },
     # MuJoCo (the mujoco extra): 1,000-step episodes, 6 and 3 action dimensions.
     "HalfCheetah-v5": _MUJOCO,

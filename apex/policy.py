@@ -18,6 +18,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 
+def _linear_init(rng: np.random.Generator, fan_in: int, fan_out: int):
+    """Weights and bias drawn as torch's ``nn.Linear`` draws them (±1/√fan_in)."""
+    bound = 1.0 / np.sqrt(fan_in)
+    weight = rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32)
+    return weight, rng.uniform(-bound, bound, fan_out).astype(np.float32)
+
+
 class NumpyDuelingMLP:
     """:class:`apex.networks.DuelingMLP`'s forward pass in float32 numpy.
 
@@ -37,12 +44,8 @@ class NumpyDuelingMLP:
         rng = np.random.default_rng(seed)
         self._parameters: dict[str, np.ndarray] = {}
         for prefix, fan_in, fan_out in layers:
-            bound = 1.0 / np.sqrt(fan_in)
-            self._parameters[f"{prefix}.weight"] = rng.uniform(
-                -bound, bound, (fan_out, fan_in)
-            ).astype(np.float32)
-            self._parameters[f"{prefix}.bias"] = rng.uniform(-bound, bound, fan_out).astype(
-                np.float32
+            self._parameters[f"{prefix}.weight"], self._parameters[f"{prefix}.bias"] = _linear_init(
+                rng, fan_in, fan_out
             )
         self._torso = [prefix for prefix, _, _ in layers if prefix.startswith("torso.")]
         self._prepare()
@@ -86,13 +89,6 @@ class NumpyDuelingMLP:
         value = hidden[:, :width] @ self._value_out[0] + self._value_out[1]
         advantage = hidden[:, width:] @ self._advantage_out[0] + self._advantage_out[1]
         return value + advantage - advantage.mean(axis=1, keepdims=True)
-
-
-def _linear_init(rng: np.random.Generator, fan_in: int, fan_out: int):
-    """Weights and bias drawn as torch's ``nn.Linear`` draws them (±1/√fan_in)."""
-    bound = 1.0 / np.sqrt(fan_in)
-    weight = rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32)
-    return weight, rng.uniform(-bound, bound, fan_out).astype(np.float32)
 
 
 def _mlp_forward(layers: list[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ mean; "ahead at the end" compares the last ones.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from apex.envs import preset
 from apex.metrics import read_metrics
+from bench.solve_suite import run_sb3_worker
 from bench.workers import REPO_ROOT, worker_env
 
 SUITE = "race"
@@ -54,18 +54,9 @@ def _run_sb3(env: str, seed: int, seconds: float, eval_every_steps: int) -> dict
         "eval_every_steps": eval_every_steps, "target_return": 1e18, "torch_threads": 2,
         "eval_episodes": preset(env).defaults.get("learner", {}).get("eval_episodes", 20),
     }  # fmt: skip
-    try:
-        completed = subprocess.run(
-            [sys.executable, "-m", "bench.sb3_worker", json.dumps(request)], cwd=REPO_ROOT,
-            env=worker_env(), capture_output=True, text=True, timeout=seconds + 600, check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return {"error": "stable-baselines3 worker ran past its limit"}
-    lines = completed.stdout.strip().splitlines()
-    if completed.returncode != 0 or not lines:
-        tail = completed.stderr.strip().splitlines()[-1:] or ["no output"]
-        return {"error": f"stable-baselines3 worker exited {completed.returncode}: {tail[0]}"}
-    result = json.loads(lines[-1])
+    result = run_sb3_worker(request, seconds + 600)
+    if "error" in result:
+        return result
     return {"curve": result["curve"], "env_steps": result["steps"], "seconds": result["seconds"]}
 
 

@@ -67,11 +67,17 @@ def _run_sb3(env: str, seed: int, max_seconds: float) -> dict:
         "env": env, "seed": seed, "max_seconds": max_seconds, "max_steps": 200_000,
         "eval_every_steps": 2000, "target_return": ENVS[env][0], "torch_threads": 2,
     }  # fmt: skip
+    return run_sb3_worker(request, max_seconds + 300)
+
+
+def run_sb3_worker(request: dict, timeout_s: float) -> dict:
+    """``bench.sb3_worker`` on ``request`` in its own process: its JSON result, or
+    ``{"error": ...}`` saying why there is none."""
     try:
         completed = subprocess.run(
             [sys.executable, "-m", "bench.sb3_worker", json.dumps(request)],
             cwd=REPO_ROOT, env=worker_env(), capture_output=True, text=True,
-            timeout=max_seconds + 300, check=False,
+            timeout=timeout_s, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         return {"error": "stable-baselines3 worker ran past its limit"}

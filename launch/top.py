@@ -103,7 +103,8 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
         "samples/s",
     )  # fmt: skip
     shards_here = local.get("shard", {})
-    for shard in watch.shard_rows():
+    shard_rows = watch.shard_rows()
+    for shard in shard_rows:
         state = [f"replay {_fill(shard)}", f"sampled {figure(shard.get('samples_per_s'), 1)}/s"]
         if shard.get("rejected_total"):
             state.append(f"[red]rejected {shard['rejected_total']}[/]")
@@ -148,7 +149,7 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
         f"shards alive {progress.get('shards_alive', '?')}/{shard_count}, learner restarts "
         f"{max(watch.learner_starts - 1, 0)}, actor restarts {restarts}, stale priority "
         f"updates dropped {progress.get('dropped_stale_updates') or 0}, rejected messages "
-        f"{sum(s.get('rejected_total') or 0 for s in watch.shard_rows())}"
+        f"{sum(s.get('rejected_total') or 0 for s in shard_rows)}"
     )
     return Group(
         head,
