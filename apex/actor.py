@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
-import zmq
 
 from apex.channels import EpisodeReporter, WeightSubscriber
 from apex.envs import choose_algorithm, env_factories, env_shape
@@ -37,6 +36,7 @@ from apex.policy import NumpyActorCritic, build_policy
 from apex.settings import ActorConfig
 from replay.client import InsertClient, ShardEndpoints
 from replay.errors import ReplayTimeout
+from replay.security import SecurityConfig, make_context
 
 # At its end an actor waits this long for the shards to confirm what it sent.
 FLUSH_TIMEOUT_S = 5.0
@@ -59,9 +59,24 @@ class ActorEndpoints:
 
 
 class Actor:
-    """One actor; construct it in the process that runs it, then call :meth:`run`."""
+    """One actor; construct it in the process that runs it, then call :meth:`run`.
 
-    def __init__(self, config: ActorConfig, endpoints: ActorEndpoints) -> None:
+    Args:
+        config: its settings.
+        endpoints: the shards' and the learner's.
+        security: the run's keys; with keys, it takes weights only from a publisher that
+            proves it holds the run's server secret.
+
+    Raises:
+        KeysError: the keys cannot be used.
+    """
+
+    def __init__(
+        self,
+        config: ActorConfig,
+        endpoints: ActorEndpoints,
+        security: SecurityConfig | None = None,
+    ) -> None:
         self.config = config
         shape = env_shape(config.env)
         self._shape = shape
@@ -83,7 +98,7 @@ class Actor:
             config.noise_scale if self._continuous else config.epsilon, config.epsilon_alpha,
         )  # fmt: skip
         self._rng = np.random.default_rng(config.actor_seed)
-        self._context = zmq.Context()
+        self._context = make_context(security, need_server_secret=False)
         self._weights = WeightSubscriber(self._context, endpoints.weights)
         self._episodes = EpisodeReporter(self._context, endpoints.episodes, config.actor_index)
         self._inserts = InsertClient(

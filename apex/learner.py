@@ -21,7 +21,6 @@ from typing import Protocol
 
 import numpy as np
 import torch
-import zmq
 
 from apex import checkpoint
 from apex.algorithm import Algorithm
@@ -37,7 +36,8 @@ from apex.progress import describe as describe_progress
 from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch
 from replay.batch_math import ReplayBatch
-from replay.errors import ReplayError, ReplayTimeout
+from replay.errors import ConfigError, ReplayError, ReplayTimeout
+from replay.security import SecurityConfig, make_context
 
 logger = logging.getLogger(__name__)
 
@@ -99,9 +99,13 @@ class Learner:
         host: address to bind the weights and episodes sockets on.
         weights_port, episodes_port: ports (0: free ones).
         resume_from: a checkpoint to continue from.
+        security: the run's keys (``replay.security``) for the weights and episodes
+            sockets.
 
     Raises:
         ValueError: ``resume_from`` is not a readable checkpoint.
+        ConfigError: the keys cannot be used, or ``host`` is beyond loopback without keys
+            or leave to run insecure.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class Learner:
         weights_port: int = 0,
         episodes_port: int = 0,
         resume_from: Path | None = None,
+        security: SecurityConfig | None = None,
     ) -> None:
         self.config = config
         self.algorithm = algorithm
@@ -126,9 +131,13 @@ class Learner:
         self.counters = LearnerCounters()
         if resume_from is not None:
             self._restore(resume_from)
-        self._context = zmq.Context()
-        self._publisher = WeightPublisher(self._context, host, weights_port)
-        self._episodes = EpisodeCollector(self._context, host, episodes_port)
+        self._context = make_context(security)
+        try:
+            self._publisher = WeightPublisher(self._context, host, weights_port)
+            self._episodes = EpisodeCollector(self._context, host, episodes_port)
+        except ConfigError:
+            self._context.destroy(linger=0)
+            raise
         self._stop = threading.Event()
         target = config.target_return
         self._target_return = target if target is not None else preset(config.env).solved_return
@@ -199,6 +208,7 @@ class Learner:
                 "updates": self.counters.updates,
                 "weight_version": self.counters.weight_version,
                 "device": str(self._device),
+                "algorithm": type(self.algorithm).__name__,  # DoubleDQN or TD3
                 **run_actors(self._resolved_config),
             }
         )
@@ -339,6 +349,7 @@ class Learner:
             self.config.batch_size,
             self._elapsed_s(),
             now - self._last_progress,
+            self._context.refusals(),
         )
         self._last_progress = now
         record.update(self._episodes.brief())

@@ -60,9 +60,17 @@ class ProgressWindow:
         batch_size: int,
         elapsed_s: float,
         interval_s: float,
+        refused: dict[str, int] | None = None,
     ) -> dict:
-        """The progress record for the window that ends now; starts a new window."""
+        """The progress record for the window that ends now; starts a new window.
+
+        ``refused``: connections the learner's own sockets refused, by reason; the
+        record's ``refused`` adds the shards' (``replay.security``)."""
         infos = [state.get("info") for state in shard_states]
+        refused_total = dict(refused or {})
+        for info in infos:
+            for reason, count in ((info or {}).get("refused") or {}).items():
+                refused_total[reason] = refused_total.get(reason, 0) + count
         added = sum(i["transitions_added"] for i in infos if i)
         updates = self.updates
         lags = self.lags
@@ -99,6 +107,7 @@ class ProgressWindow:
             "shards_alive": sum(1 for s in shard_states if s["alive"]),
             "shards": [_shard_brief(s) for s in shard_states],
             "learner_cpu_s": time.process_time(),
+            "refused": refused_total,
         }
         self.updates, self.loss, self.td = 0, 0.0, 0.0
         self.previous_added = added
@@ -116,6 +125,7 @@ SHARD_BRIEF = (
     "inserts_waiting",
     "samples_waiting",
     "rate_limiter_diff",
+    "refused",
     "cpu_s",
     "uptime_s",
 )

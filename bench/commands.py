@@ -15,6 +15,7 @@ from bench.cli_options import (
     timing_options,
 )
 from bench.compare_command import bench_compare
+from bench.fuzz_command import bench_fuzz
 from bench.race_command import bench_race
 from bench.workers import REPO_ROOT
 
@@ -102,8 +103,17 @@ def bench_replay(
     default=100_000.0,
     help="Transitions/s inserted during the sample-service figure (0: unpaced).",
 )
+@click.option("--curve", is_flag=True, help="Also the CURVE cases: with keys beside without.")
 def bench_shard(
-    quick, repeats, seconds_per_repeat, pushers, kinds, json_path, markdown_path, ingest_rate
+    quick,
+    repeats,
+    seconds_per_repeat,
+    pushers,
+    kinds,
+    json_path,
+    markdown_path,
+    ingest_rate,
+    curve,
 ) -> None:
     """Shard ingest beside raw pyzmq, and the learner's sample service while actors insert."""
     from bench import shard_suite
@@ -117,6 +127,7 @@ def bench_shard(
             kinds=kinds or ("small", "atari", "atari-frames"),
             ingest_rate=ingest_rate,
             progress=progress,
+            curve=curve,
         )
 
     run_bench(shard_suite.SUITE, run_suite, json_path, markdown_path)
@@ -406,3 +417,4 @@ def bench_run(suites, quick, out, plots) -> None:
 
 bench.add_command(bench_compare, "compare")
 bench.add_command(bench_race, "race")
+bench.add_command(bench_fuzz, "fuzz")

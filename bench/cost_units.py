@@ -21,7 +21,8 @@ import numpy as np
 import zmq
 
 from bench.fleet_suite import FleetRun, record, start_worker
-from bench.shard_suite import INSERT_BATCH, _fill, _pusher, _start_shard, _stop
+from bench.sample_service import fill_shards
+from bench.shard_suite import INSERT_BATCH, start_pusher, start_shard, stop_processes
 from bench.shard_worker import transition_spec
 from bench.workers import REPO_ROOT, worker_env
 from launch.processes import cpu_seconds
@@ -157,7 +158,7 @@ class _ShardWindow:
     another), and what it did over a window: CPU and messages taken."""
 
     def __init__(self, kind: str, capacity: int) -> None:
-        self.process, self.ready = _start_shard(kind, capacity)
+        self.process, self.ready = start_shard(kind, capacity)
         os.sched_setaffinity(self.process.pid, {SHARD_CORE})
         self._affinity = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {CLIENT_CORE})
@@ -184,7 +185,7 @@ class _ShardWindow:
     def close(self) -> None:
         self.requests.close()
         self.context.destroy(linger=0)
-        _stop([self.process])
+        stop_processes([self.process])
         os.sched_setaffinity(0, self._affinity)
 
 
@@ -215,7 +216,7 @@ def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 def _insert_costs(shard: _ShardWindow, kind: str, seconds: float, idle: float) -> tuple:
     """Shard and client CPU per insert message, from a paced client in its own process."""
-    pusher = _pusher("apex", kind, 1, [shard.ready], 60 + 2 * seconds, rate=ENVS_BY_KIND[kind])
+    pusher = start_pusher("apex", kind, 1, [shard.ready], 60 + 2 * seconds, rate=ENVS_BY_KIND[kind])
     try:
         os.sched_setaffinity(pusher.pid, {CLIENT_CORE})
         _wait(lambda: shard.counters()[1] > 10, 60, "the pusher's first messages")
@@ -225,7 +226,7 @@ def _insert_costs(shard: _ShardWindow, kind: str, seconds: float, idle: float) -
         cpu_after, messages_after, _ = shard.counters()
         client_after, elapsed = cpu_seconds(pusher.pid) or 0.0, time.monotonic() - started
     finally:
-        _stop([pusher])
+        stop_processes([pusher])
     messages = messages_after - messages_before
     return ((cpu_after - cpu_before - idle * elapsed) / messages,
             (client_after - client_before) / messages)  # fmt: skip
@@ -246,7 +247,7 @@ def shard_costs(env: str, seconds: float) -> dict:
                 per_message, client = _insert_costs(shard, kind, seconds, idle)
                 if shard.counters()[2] < 20_000:
                     endpoints = [ShardEndpoints(shard.ready["insert"], shard.ready["request"])]
-                    _fill(kind, shard.context, endpoints, spec, 20_000)
+                    fill_shards(kind, shard.context, endpoints, spec, 20_000)
                 figures[busy] = {"per_message_s": per_message, "client_s_per_message": client,
                                  **_sample_costs(shard, spec, seconds, idle)}  # fmt: skip
         connections = _connection_cost(shard, spec, seconds, idle)

@@ -131,6 +131,9 @@ class FleetRun:
                     "checkpoint_interval_s": 1e12,
                     "target_return": 1e12,
                 },
+                # The namespace hosts sit on a private bridge; the fleet measures the
+                # transport without CURVE (its cost is apex bench shard --curve's).
+                "security": {"insecure": hosts},
             }
         )
         self.run_dir = run_dir

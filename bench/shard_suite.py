@@ -70,7 +70,7 @@ def _read_json_line(process: subprocess.Popen, timeout_s: float) -> dict:
     return json.loads(line)
 
 
-def _stop(processes: Sequence[subprocess.Popen], timeout_s: float = 10.0) -> None:
+def stop_processes(processes: Sequence[subprocess.Popen], timeout_s: float = 10.0) -> None:
     for process in processes:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -92,16 +92,18 @@ def _field_options(kind: str) -> list[str]:
     return [option for field in fields for option in ("--field", field)]
 
 
-def _start_shard(kind: str, capacity: int, index: int = 0) -> tuple[subprocess.Popen, dict]:
+def start_shard(
+    kind: str, capacity: int, index: int = 0, keys: str | None = None
+) -> tuple[subprocess.Popen, dict]:
     frames = ["--frames"] if kind == "atari-frames" else []
     process = _spawn(
         "launch", "replay", "--capacity", str(capacity), "--shard-index", str(index),
-        "--seed", str(index), *_field_options(kind), *frames,
+        "--seed", str(index), *_field_options(kind), *frames, *(["--keys", keys] if keys else []),
     )  # fmt: skip
     return process, _read_json_line(process, START_TIMEOUT_S)["ready"]
 
 
-def _pusher(
+def start_pusher(
     mode: str,
     kind: str,
     sender: int,
@@ -110,8 +112,10 @@ def _pusher(
     rate: float = 0.0,
     credit: bool = True,
     pack: bool = True,
+    keys: str | None = None,
 ):
     request = {
+        "keys": keys,
         "rate": rate,
         "credit": credit,
         "pack": pack,
@@ -164,30 +168,35 @@ def _measure_raw(kind: str, pushers: int, timing: dict, pack: bool = True) -> li
         budget = (
             START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
         )
-        senders = [_pusher("raw", kind, 100 + i, target, budget, pack=pack)
+        senders = [start_pusher("raw", kind, 100 + i, target, budget, pack=pack)
                    for i in range(pushers)]  # fmt: skip
         rates = _read_json_line(receiver, budget + 30)["rates"]
     finally:
-        _stop([*senders, receiver])
+        stop_processes([*senders, receiver])
     return [rate * INSERT_BATCH for rate in rates]
 
 
-def _measure_apex(
-    kind: str, pushers: int, timing: dict, capacity: int, credit: bool = True
+def measure_apex(
+    kind: str,
+    pushers: int,
+    timing: dict,
+    capacity: int,
+    credit: bool = True,
+    keys: str | None = None,
 ) -> list[float]:
-    import zmq
-
     from replay.requests import RequestClient
+    from replay.security import SecurityConfig, make_context
 
-    shard, ready = _start_shard(kind, capacity)
+    shard, ready = start_shard(kind, capacity, keys=keys)
     senders = []
-    context = zmq.Context()
+    context = make_context(SecurityConfig(keys), need_server_secret=False)
     try:
         budget = (
             START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
         )
         senders = [
-            _pusher("apex", kind, 100 + i, [ready], budget, credit=credit) for i in range(pushers)
+            start_pusher("apex", kind, 100 + i, [ready], budget, credit=credit, keys=keys)
+            for i in range(pushers)
         ]
         client = RequestClient(context, ready["request"], sender=99, timeout_s=10.0)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -208,101 +217,8 @@ def _measure_apex(
             raise RuntimeError(f"the shard rejected messages from the pushers: {rejected}")
     finally:
         context.destroy(linger=0)
-        _stop([*senders, shard])
+        stop_processes([*senders, shard])
     return rates
-
-
-def _fill(kind: str, context, endpoints, spec, transitions: int) -> None:
-    """Puts ``transitions`` into the shards, as an actor would (frames for frame shards)."""
-    from bench.shard_worker import FrameSource, make_batch
-    from replay.client import InsertClient
-
-    filler = InsertClient(context, endpoints, sender=98, spec=spec, timeout_s=30.0)
-    if kind == "atari-frames":
-        source = FrameSource(INSERT_BATCH, filler.frame_layout["compressed"], seed=98)
-        sent = 0
-        while sent < transitions:
-            shard, insert = filler.insert_frames(
-                source.next_builder(),
-                stretch=1,  # spread the fill evenly over the shards
-            )
-            source.writer.sent_to(shard, insert)
-            sent += len(insert.priorities)
-    else:
-        block = make_batch(spec, 4096, 0)
-        for _ in range(transitions // 4096):
-            filler.insert(block, np.ones(4096))
-    filler.close()
-
-
-def _measure_sampling(
-    shard_count: int, timing: dict, fill: int, ingest_rate: float, kind: str = "small"
-) -> tuple[list[float], list[float]]:
-    import zmq
-
-    from apex.staging import DeviceStager
-    from bench.shard_worker import transition_spec
-    from replay.client import ShardEndpoints
-    from replay.requests import RequestClient
-    from replay.sampler import SamplerConfig
-    from replay.sampler_drivers import make_sampler
-
-    spec = transition_spec("atari" if kind == "atari-frames" else kind)
-    started = [_start_shard(kind, 2 * fill, index) for index in range(shard_count)]
-    shards = [process for process, _ in started]
-    readies = [ready for _, ready in started]
-    context = zmq.Context()
-    processes = list(shards)
-    try:
-        endpoints = [ShardEndpoints(r["insert"], r["request"]) for r in readies]
-        _fill(kind, context, endpoints, spec, fill * shard_count)
-        clients = [RequestClient(context, r["request"], sender=97) for r in readies]
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while sum(c.info()["size"] for c in clients) < fill * shard_count * 0.95:
-            if time.monotonic() > deadline:
-                raise TimeoutError("shards were not filled in time")
-            time.sleep(0.05)
-        budget = (
-            START_TIMEOUT_S
-            + timing["warmup_s"]
-            + timing["repeats"] * timing["seconds_per_repeat"]
-            + 30
-        )
-        processes.append(_pusher("apex", kind, 1, readies, budget, rate=ingest_rate))
-        filled = sum(c.info()["transitions_added"] for c in clients)
-        while sum(c.info()["transitions_added"] for c in clients) == filled:
-            if time.monotonic() > deadline + START_TIMEOUT_S:
-                raise TimeoutError("the actor process never started inserting")
-            time.sleep(0.05)
-        config = SamplerConfig(
-            endpoints=tuple(r["request"] for r in readies),
-            batch_size=SAMPLE_BATCH,
-            prefetch=SAMPLE_PREFETCH,
-            sender=96,
-        )
-        batch_rates, ingest_rates = [], []
-        # Batches as the learner takes them: torch tensors (on the CPU here).
-        with make_sampler(config, spec, DeviceStager("cpu")) as sampler:
-            warm_end = time.monotonic() + timing["warmup_s"]
-            while time.monotonic() < warm_end:
-                sampler.next_batch()
-            for _ in range(timing["repeats"]):
-                added_before = sum(c.info()["transitions_added"] for c in clients)
-                count, begun = 0, time.monotonic()
-                window_end = begun + timing["seconds_per_repeat"]
-                while time.monotonic() < window_end:
-                    sampler.next_batch()
-                    count += 1
-                elapsed = time.monotonic() - begun
-                added_after = sum(c.info()["transitions_added"] for c in clients)
-                batch_rates.append(count / elapsed)
-                ingest_rates.append((added_after - added_before) / elapsed)
-        for client in clients:
-            client.close()
-    finally:
-        context.destroy(linger=0)
-        _stop(processes)
-    return batch_rates, ingest_rates
 
 
 def run(
@@ -315,8 +231,11 @@ def run(
     shard_counts: Sequence[int] = (1, 2),
     ingest_rate: float = DEFAULT_INGEST_RATE,
     progress: Callable[[str], None] | None = None,
+    curve: bool = False,
 ) -> dict[str, object]:
     """Runs the suite and returns ``{"records": [...], "ratios": [...], "config": {...}}``."""
+    from bench.sample_service import measure_sampling  # it builds on this module's helpers
+
     timing = {
         "repeats": repeats,
         "seconds_per_repeat": seconds_per_repeat or (0.2 if quick else 1.0),
@@ -344,10 +263,10 @@ def run(
                     if kind != "atari-frames"
                     else []
                 ),
-                ("apex", lambda k=kind, p=pushers, c=capacity: _measure_apex(k, p, timing, c)),
+                ("apex", lambda k=kind, p=pushers, c=capacity: measure_apex(k, p, timing, c)),
                 (
                     "apex-no-credit",
-                    lambda k=kind, p=pushers, c=capacity: _measure_apex(k, p, timing, c, False),
+                    lambda k=kind, p=pushers, c=capacity: measure_apex(k, p, timing, c, False),
                 ),
             ):
                 if progress:
@@ -381,7 +300,7 @@ def run(
             "prefetch": SAMPLE_PREFETCH,
             "fill_per_shard": fill,
         }
-        batches, ingest = _measure_sampling(shard_count, timing, fill, ingest_rate)
+        batches, ingest = measure_sampling(shard_count, timing, fill, ingest_rate)
         records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
         records.append(
             _record(case, "apex", "ingest_while_sampling", "transitions/s", ingest, params)
@@ -393,16 +312,23 @@ def run(
             progress(f"shard {case} apex")
         params = {"shards": 1, "batch_size": SAMPLE_BATCH, "prefetch": SAMPLE_PREFETCH,
                   "fill_per_shard": ATARI_SAMPLE_FILL, "ingest_rate": rate}  # fmt: skip
-        batches, ingest = _measure_sampling(1, timing, ATARI_SAMPLE_FILL, rate, "atari-frames")
+        batches, ingest = measure_sampling(1, timing, ATARI_SAMPLE_FILL, rate, "atari-frames")
         records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
         records.append(
             _record(case, "apex", "ingest_while_sampling", "transitions/s", ingest, params)
         )
+    if curve:  # the same figures with CURVE keys beside without (bench.curve_cases)
+        from bench.curve_cases import curve_cases
+
+        more_records, more_ratios = curve_cases(timing, kinds, fill, ingest_rate, progress)
+        records += more_records
+        ratios += more_ratios
     return {
         "records": records,
         "ratios": ratios,
         "config": {
             **timing,
+            "curve": curve,
             "pusher_counts": list(pusher_counts),
             "kinds": list(kinds),
             "shard_counts": list(shard_counts),

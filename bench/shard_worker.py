@@ -29,6 +29,7 @@ from bench.workers import random_batch
 from replay.client import InsertClient, ShardEndpoints
 from replay.errors import ReplayTimeout
 from replay.frame_payload import FrameInsert
+from replay.security import SecurityConfig, make_context
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, encode
 
@@ -67,7 +68,7 @@ def push(request: dict) -> None:
     batch = make_batch(spec, request["batch"], request["sender"])
     priorities = np.random.default_rng(request["sender"]).uniform(0.1, 2.0, request["batch"])
     deadline = time.monotonic() + request["max_seconds"]
-    context = zmq.Context()
+    context = _context(request)
     try:
         if request["mode"] == "apex":
             shards = [ShardEndpoints(insert, requests) for insert, requests in request["shards"]]
@@ -189,10 +190,15 @@ class RecordedFrames:
         return dataclasses.replace(insert, numbers=insert.numbers + shift, records=records)
 
 
+def _context(request: dict) -> zmq.Context:
+    """The pusher's context: with ``keys`` in the request, CURVE to keyed shards."""
+    return make_context(SecurityConfig(request.get("keys")), need_server_secret=False)
+
+
 def push_frames(request: dict, stop: dict) -> None:
     """Frames and records into frame shards through the insert client, as fast as they
     take them."""
-    context = zmq.Context()
+    context = _context(request)
     try:
         shards = [ShardEndpoints(insert, requests) for insert, requests in request["shards"]]
         client = InsertClient(

@@ -117,6 +117,7 @@ def shard_config(
         shard_index=index,
         seed=config.seed + 100 * (index + 1),
         insert_batch_hint=config.actor.insert_batch,
+        security=config.security,
     )
 
 
@@ -152,6 +153,7 @@ def learner(
         sender=LEARNER_SENDER,
         io_thread=uses_io_thread(settings.replay_io, device),
         start_timeout_s=LEARNER_START_TIMEOUT_S,
+        security=config.security,
     )
     source = make_sampler(sampler_config, shape.transition_spec(), DeviceStager(device))
     return Learner(
@@ -165,6 +167,7 @@ def learner(
         weights_port=weights_port,
         episodes_port=episodes_port,
         resume_from=resume_from,
+        security=config.security,
     )
 
 
@@ -182,4 +185,4 @@ def actor(
     actor_config = config.actor_config(index)
     if max_steps is not None:
         actor_config = dataclasses.replace(actor_config, max_steps=max_steps)
-    return Actor(actor_config, ActorEndpoints(shards, weights, episodes))
+    return Actor(actor_config, ActorEndpoints(shards, weights, episodes), config.security)

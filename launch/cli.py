@@ -23,6 +23,7 @@ COMMANDS = {
     "status": "launch.watch_commands:status",
     "plot": "launch.watch_commands:plot",
     "top": "launch.watch_commands:top",
+    "keys": "launch.keys_commands:keys",
     "slurm": "launch.slurm_commands:slurm",
     "bench": "bench.commands:bench",
 }

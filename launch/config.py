@@ -20,6 +20,9 @@ File layout (every key optional; defaults come from the environment preset)::
     [slurm]         # SlurmConfig: only `apex slurm submit` reads these
     partition = "gpu"
 
+    [security]      # replay.security.SecurityConfig
+    keys = "keys"   # CURVE keys (apex keys generate DIR); needed to bind beyond loopback
+
 Each section's dataclass validates itself (``problems``); :class:`RunConfig` adds the
 rules that span roles. The resolved config is written to ``<run_dir>/config.json``; every
 role of the run reads that file, so a local run and a Slurm run are built from the same
@@ -39,6 +42,7 @@ from apex.settings import ActorConfig, LearnerConfig, named, not_positive_intege
 from launch.keeper import SHARD_RESTART_BUDGET
 from replay.errors import ConfigError
 from replay.rate_limiter import RateLimiter
+from replay.security import SecurityConfig
 from replay.shard_config import DEFAULT_CAPACITY
 
 __all__ = ["ConfigError", "ReplayConfig", "RunConfig", "SlurmConfig", "resolve"]
@@ -205,7 +209,7 @@ class SlurmConfig:
         return problems
 
 
-SECTIONS = ("replay", "actor", "learner", "slurm")
+SECTIONS = ("replay", "actor", "learner", "slurm", "security")
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,7 @@ class RunConfig:
         host: address every role binds and connects on in a local run.
         replay, actor, learner: per-role settings.
         slurm: cluster layout, read by ``apex slurm submit`` only.
+        security: the run's CURVE keys (``replay.security``); every role reads them.
     """
 
     env: str = "CartPole-v1"
@@ -234,6 +239,7 @@ class RunConfig:
     actor: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def actor_config(self, index: int) -> ActorConfig:
         return replace(self.actor, actor_index=index, actor_count=self.actors)
@@ -253,6 +259,7 @@ class RunConfig:
         problems += self.actor.problems()
         problems += self.learner.problems()
         problems += self.slurm.problems(self.actors, self.shards)
+        problems += self.security.problems()
         if tuple(self.actor.hidden) != tuple(self.learner.hidden):
             problems.append(
                 f"actor.hidden {tuple(self.actor.hidden)} and learner.hidden "
@@ -344,11 +351,13 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     actor = _build(ActorConfig, {**common, **values.get("actor", {})}, "actor", problems)
     learner = _build(LearnerConfig, {**common, **values.get("learner", {})}, "learner", problems)
     slurm = _build(SlurmConfig, values.get("slurm", {}), "slurm", problems)
+    security = _build(SecurityConfig, values.get("security", {}), "security", problems)
     config = RunConfig(
         replay=replay,
         actor=actor,
         learner=learner,
         slurm=slurm,
+        security=security,
         **{k: v for k, v in values.items() if k in top_level},
     )
     problems += config.problems()

@@ -134,6 +134,31 @@ def settings_option(command):
     )(command)
 
 
+def security_options(command):
+    """``--keys DIR`` and ``--insecure``: the run's CURVE keys, or leave to bind beyond
+    loopback without them (see replay.security)."""
+    command = click.option(
+        "--insecure",
+        is_flag=True,
+        help="Allow binding beyond loopback without keys (anyone who reaches the ports can "
+        "read and write the run).",
+    )(command)
+    return click.option(
+        "--keys",
+        type=click.Path(exists=True, file_okay=False, resolve_path=True, path_type=Path),
+        default=None,
+        help="The run's CURVE keys (apex keys generate DIR); overrides the config's.",
+    )(command)
+
+
+def security_overrides(keys: Path | None, insecure: bool) -> dict:
+    """The ``[security]`` settings ``--keys`` and ``--insecure`` ask for ({} for none)."""
+    chosen = {"keys": str(keys)} if keys is not None else {}
+    if insecure:
+        chosen["insecure"] = True
+    return {"security": chosen} if chosen else {}
+
+
 def load_run_config(path: Path | None, overrides: dict):
     """The resolved run config of ``path`` (none: the defaults) with ``overrides``.
 

@@ -18,10 +18,13 @@ from launch.options import (
     new_run_dir,
     run_dir_option,
     run_options,
+    security_options,
+    security_overrides,
     settings_option,
     shards_option,
     stop_options,
 )
+from replay.errors import ConfigError
 from replay.shard_config import DEFAULT_CAPACITY
 
 SMALL_FIELDS = (
@@ -114,23 +117,25 @@ def _directory_option(*names: str, help_text: str):
     help_text="With --config: the run's directory; the shard snapshots into RUN_DIR/"
     "replay/shard-N on the run's replay.snapshot_interval_s and starts from the newest there.",
 )
+@security_options
 def replay_role(
     fields, capacity, alpha, min_size, samples_per_insert, error_buffer, host, insert_port,
     request_port, config_path, shard_index, seed, frames, compress_frames, snapshot_dir,
-    snapshot_interval, restore_dir, run_dir,
+    snapshot_interval, restore_dir, run_dir, keys, insecure,
 ) -> None:  # fmt: skip
     """Run one replay shard until SIGINT or SIGTERM.
 
     Prints one JSON line with its endpoints once bound (``{"ready": ...}``)."""
     from launch import builder, roles
     from replay.frame_spec import FrameStackSpec
+    from replay.security import SecurityConfig
     from replay.shard import ShardServer
     from replay.shard_config import ShardConfig
     from replay.spec import TransitionSpec
 
     try:
         if config_path is not None:
-            run = load_run_config(config_path, {})
+            run = load_run_config(config_path, security_overrides(keys, insecure))
             spec = builder.read_spec(config_path.parent)
             config = builder.shard_config(
                 run, shard_index, host, insert_port, request_port, spec, run_dir=run_dir
@@ -148,6 +153,7 @@ def replay_role(
                 samples_per_insert=samples_per_insert, error_buffer=error_buffer, host=host,
                 insert_port=insert_port, request_port=request_port, shard_index=shard_index,
                 seed=seed, frames=layout, compress_frames=compress_frames,
+                security=SecurityConfig(str(keys) if keys else None, insecure),
             )  # fmt: skip
         if run_dir is not None and config_path is None:
             raise click.BadParameter("needs --config", param_hint="--run-dir")
@@ -180,13 +186,20 @@ def replay_role(
 )
 @_port_option("--weights-port", "PUB port (0: free).")
 @_port_option("--episodes-port", "PULL port (0: free).")
-def learner_role(config_path, shards, run_dir, resume, host, weights_port, episodes_port) -> None:
+@security_options
+def learner_role(
+    config_path, shards, run_dir, resume, host, weights_port, episodes_port, keys, insecure
+) -> None:
     """Run the learner until solved, a limit, or SIGINT/SIGTERM (final checkpoint)."""
     from launch import roles
 
-    run = load_run_config(config_path, {})
+    run = load_run_config(config_path, security_overrides(keys, insecure))
     requests = tuple(s.request for s in shards)
-    sys.exit(roles.run_learner(run, requests, run_dir, resume, host, weights_port, episodes_port))
+    try:
+        code = roles.run_learner(run, requests, run_dir, resume, host, weights_port, episodes_port)
+    except ConfigError as exc:  # keys that cannot be used, an exposed bind without keys
+        raise click.UsageError(str(exc)) from exc
+    sys.exit(code)
 
 
 @click.command("actor")
@@ -203,16 +216,20 @@ def learner_role(config_path, shards, run_dir, resume, host, weights_port, episo
     default=None,
     help="Stop after this many vector steps.",
 )
-def actor_role(config_path, index, shards, weights, episodes, max_steps) -> None:
+@security_options
+def actor_role(config_path, index, shards, weights, episodes, max_steps, keys, insecure) -> None:
     """Run one actor until SIGINT/SIGTERM."""
     from launch import builder, roles
 
-    run = load_run_config(config_path, {})
+    run = load_run_config(config_path, security_overrides(keys, insecure))
     if index >= run.actors:
         raise click.BadParameter(
             f"index {index} but the config has {run.actors} actors", param_hint="--index"
         )
-    actor = builder.actor(run, index, tuple(shards), weights, episodes, max_steps)
+    try:
+        actor = builder.actor(run, index, tuple(shards), weights, episodes, max_steps)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
     sys.exit(roles.run_actor(actor))
 
 
@@ -238,12 +255,13 @@ def actor_role(config_path, index, shards, weights, episodes, max_steps) -> None
     "--max-updates then mean that much more.",
 )
 @settings_option
+@security_options
 @click.option(
     "--plain", is_flag=True, help="Progress as plain lines, even on a terminal (no live view)."
 )
 def train(
     config_path, env, seed, actors, shards, envs_per_actor, device, target_return, max_updates,
-    max_time, run_dir, resume_dir, settings, plain,
+    max_time, run_dir, resume_dir, settings, keys, insecure, plain,
 ) -> None:  # fmt: skip
     """Train on this machine: shards, learner and actors as child processes.
 
@@ -253,9 +271,11 @@ def train(
     from launch.config import load_file
     from launch.overrides import merge_overrides, run_overrides
     from launch.resume import TrainedSoFar
+    from launch.run_keys import with_run_keys
     from launch.run_status import run_dir_contents
     from launch.signals import on_stop_signal
     from launch.supervisor import Supervisor
+    from replay.security import is_loopback
 
     so_far = TrainedSoFar.read(resume_dir) if resume_dir is not None else None
     if so_far is not None:  # on a resume the limits given here are more, not totals
@@ -265,6 +285,7 @@ def train(
         target_return=target_return, max_updates=max_updates, max_time=max_time,
         envs_per_actor=envs_per_actor, settings=settings,
     )  # fmt: skip
+    overrides.update(security_overrides(keys, insecure))
     if resume_dir is not None:
         base = load_file(resume_dir / "config.json")
         run_dir = resume_dir
@@ -276,6 +297,10 @@ def train(
     else:
         config = load_checked_run_config(config_path, overrides)
         run_dir = run_dir or new_run_dir(config.env)
+        config = with_run_keys(config, run_dir)
+    if config.security.insecure and not is_loopback(config.host):
+        click.echo(f"WARNING: --insecure: the roles bind {config.host} without keys; anyone "
+                   "who reaches their ports can read and write this run", err=True)  # fmt: skip
     live = sys.stdout.isatty() and not plain
     supervisor = Supervisor(config, run_dir, resume_dir is not None, click.echo, live)
     on_stop_signal(supervisor.stop)

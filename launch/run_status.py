@@ -92,6 +92,21 @@ def write_summary(run_dir: Path, summary: dict) -> None:
     temporary.replace(path)
 
 
+def security_mode(security: dict) -> str:
+    """How a run's sockets were protected, from its config's ``security`` section:
+    ``curve`` (keys), ``insecure`` (beyond loopback without keys, by request) or
+    ``loopback`` (no keys; only this machine could reach the roles)."""
+    if security.get("keys"):
+        return "curve"
+    return "insecure" if security.get("insecure") else "loopback"
+
+
+def last_refused(run_dir: Path) -> dict[str, int]:
+    """Refused connections by reason, as the run's newest progress record counted them."""
+    progress = RunRecords.read(run_dir).progress
+    return dict(progress[-1].get("refused") or {}) if progress else {}
+
+
 def run_status(run_dir: Path) -> dict:
     """Everything known of a run from its directory: outcome (and earlier ones), updates,
     training time, evaluations against the target, restarts, faults, newest checkpoint."""
@@ -106,6 +121,7 @@ def run_status(run_dir: Path) -> dict:
         "shards": config.get("shards"),
         "target_return": run.target_return,
         "learner_starts": len(run.starts),
+        "security": security_mode(config.get("security") or {}),
     }
     if run.starts:
         start = run.starts[-1]
@@ -120,6 +136,7 @@ def run_status(run_dir: Path) -> dict:
                 "replay_sizes", "episode_return_mean", "policy_lag_median", "shards_alive",
             )
         }  # fmt: skip
+        status["refused"] = last.get("refused") or {}
     if run.evaluations:
         means = [e["eval_return_mean"] for e in run.evaluations]
         status["evaluations"] = len(means)
@@ -209,6 +226,11 @@ def status_lines(status: dict) -> list[str]:
     lines.append("  faults: " + (", ".join(f"{k} {v}" for k, v in faults.items()) or "none"))
     if "delivery" in status:
         lines.append(f"  delivery: {status['delivery']}")
+    refused = {k: n for k, n in (status.get("refused") or {}).items() if n}
+    lines.append(
+        f"  security: {status.get('security', '?')}; refused connections: "
+        + (", ".join(f"{reason} {n:,}" for reason, n in refused.items()) or "none")
+    )
     lines.append(f"  checkpoint: {status['checkpoint'] or 'none yet'}")
     return lines
 

@@ -82,6 +82,7 @@ def submit(
     from launch import builder
     from launch.config import load_file, write_resolved
     from launch.overrides import run_overrides
+    from launch.run_keys import with_run_keys
     from launch.slurm_script import render
 
     overrides = run_overrides(
@@ -119,6 +120,8 @@ def submit(
             f"{run_dir} already holds a run; pick another --run-dir (a requeued job resumes "
             "by itself)"
         )
+    # Ports on compute nodes are open to every job on the cluster: the run gets keys.
+    config = with_run_keys(config, run_dir, on_cluster=True)
     write_resolved(config, run_dir)
     builder.write_spec(run_dir, builder.transition_spec(config))
     job_path = run_dir / JOB_FILE

@@ -44,7 +44,7 @@ from launch.curves import write_run_curves
 from launch.keeper import LEARNER_RESTART_BUDGET, RESTART_BACKOFF_S
 from launch.live_view import ProgressDisplay
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
-from launch.run_status import write_summary
+from launch.run_status import last_refused, security_mode, write_summary
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,10 @@ class RunSummary:
     actor_processes: int = 0
     ape_x_actors: int = 0
     """Env copies, each an Ape-X actor with its own ε (``apex.exploration``)."""
+    security: str = "loopback"
+    """``launch.run_status.security_mode``: curve, insecure or loopback."""
+    refused: dict = field(default_factory=dict)
+    """Connections the learner and shards refused, by reason (``replay.security``)."""
 
     def line(self) -> str:
         updates = self.outcome.get("updates", "?")
@@ -354,6 +358,8 @@ class Supervisor:
             shard_restarts=sum(c.restarts for c in self._children if c.role == "shard"),
             learner_restarts=sum(c.restarts for c in self._children if c.role == "learner"),
             shards_given_up=sum(c.given_up for c in self._children),
+            security=security_mode(self.config.to_dict()["security"]),
+            refused=last_refused(self.run_dir),
             **run_actors(self.config.to_dict()),
         )
         write_summary(self.run_dir, {**summary.__dict__, "line": summary.line()})

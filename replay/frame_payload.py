@@ -25,6 +25,15 @@ from replay.prefetch import FRAMES_AHEAD, prefetch_range
 from replay.wire import Kind, Message
 
 
+def check_count(message: Message) -> None:
+    """An insert's header count must be its number of priorities (one per transition):
+    what a peer declares and what it sends agree, or the message is refused."""
+    rows = message.arrays[-1].shape[0] if message.arrays[-1].ndim else None
+    if message.count != rows:
+        raise ProtocolError(f"{message.kind.name} declares {message.count} transitions but "
+                            f"carries {rows} priorities")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class FrameInsert:
     """New frames of the writer's streams, then records that refer to frames by number.
@@ -79,6 +88,7 @@ class FrameInsert:
                 f"INSERT_FRAMES has {len(message.arrays)} arrays, expected {head} for frames, "
                 f"{len(fields)} record fields and priorities"
             )
+        check_count(message)
         streams, numbers, starts = message.arrays[:3]
         count = len(numbers)
         for name, array in (("streams", streams), ("numbers", numbers), ("starts", starts)):

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.errors import ProtocolError
-from replay.frame_payload import FrameInsert, FramePayload, unpack
+from replay.frame_payload import FrameInsert, FramePayload, check_count, unpack
 from replay.frame_spec import FrameStackSpec
 from replay.spec import TransitionSpec
 from replay.wire import Kind, Message, array_text, text_array
@@ -91,6 +91,7 @@ class Insert:
             raise ProtocolError(
                 f"{len(message.arrays)} arrays, expected {len(spec)} fields + priorities"
             )
+        check_count(message)
         return cls(dict(zip(spec, message.arrays[:-1], strict=True)), message.arrays[-1])
 
 

@@ -26,6 +26,7 @@ from replay import messages
 from replay.batch_math import ReplayBatch, merge_parts, split_counts
 from replay.errors import ProtocolError
 from replay.requests import RequestClient, await_spec
+from replay.security import SecurityConfig
 from replay.shard_health import ShardHealth
 from replay.spec import TransitionSpec
 from replay.wire import Kind
@@ -51,6 +52,7 @@ class SamplerConfig:
         poll_interval_s: longest one wait lasts before the stop flag is looked at.
         io_thread: True: a background thread does the replay I/O; False: the caller's
             thread does it inside ``next_batch`` (see ``replay.sampler_drivers``).
+        security: keys (CURVE) of the shards' request sockets; none: plain TCP.
     """
 
     endpoints: tuple[str, ...]
@@ -65,6 +67,7 @@ class SamplerConfig:
     socket_hwm: int = 64
     poll_interval_s: float = 0.01
     io_thread: bool = True
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def problems(self) -> list[str]:
         """Every problem with these settings (empty if none)."""

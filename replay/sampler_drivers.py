@@ -32,6 +32,7 @@ import zmq
 from replay.batch_math import ReplayBatch
 from replay.errors import ConfigError, ReplayError, ReplayTimeout
 from replay.sampler import SamplerConfig, SamplerPump
+from replay.security import make_context
 from replay.spec import TransitionSpec
 from replay.transport import make_socket
 
@@ -119,7 +120,7 @@ class InlineSampler(_SamplerBase):
             ReplayTimeout: no shard had data within ``start_timeout_s``.
         """
         deadline = time.monotonic() + self.config.start_timeout_s
-        self._context = zmq.Context()
+        self._context = make_context(self.config.security, need_server_secret=False)
         self._pump = self._new_pump()
 
         def stop_asked() -> bool:
@@ -217,7 +218,7 @@ class ThreadedSampler(_SamplerBase):
 
     def start(self, cancelled: threading.Event | None = None) -> bool:
         """As :meth:`InlineSampler.start`; the I/O thread's failure is raised here."""
-        self._context = zmq.Context()
+        self._context = make_context(self.config.security, need_server_secret=False)
         deadline = time.monotonic() + self.config.start_timeout_s
         # The training thread pokes the I/O thread through this pair after taking a batch
         # or queueing updates, so a full pipeline refills (and updates leave) at once

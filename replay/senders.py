@@ -1,15 +1,26 @@
 """A shard's account of who sent what: per-sender counters, rejections by reason, and
 logging each kind of rejection once per sender.
 
-Sender ids are whatever a peer claims in its header; at most ``MAX_TRACKED_SENDERS`` are
-kept apart, and the rest are pooled under ``UNKNOWN_SENDER``, so a peer that forges ids
-cannot grow the shard's memory.
+Sender ids are whatever a peer claims in its header, so the book does not let claims
+alone make entries:
+
+* a message that fails to decode counts against its claimed id only if that id is known
+  already (else under ``UNKNOWN_SENDER``): junk cannot create entries;
+* a connection (the peer the transport names, ``replay.security.peer_id``) may introduce
+  at most ``MAX_SENDERS_PER_PEER`` new ids; its further inventions are pooled. Every
+  client of ours sends under one id per connection, and a restarted actor reuses its id,
+  which needs no introduction;
+* at most ``MAX_TRACKED_SENDERS`` are kept apart in all.
+
+So one hostile connection that invents ids cannot push the real actors' accounting into
+the pool, grow the shard's memory, or fill its log.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replay.errors import SnapshotError
@@ -23,6 +34,7 @@ REJECT_UPDATE = "update"
 REJECT_REQUEST = "request"
 REJECT_UNEXPECTED_KIND = "unexpected_kind"
 MAX_TRACKED_SENDERS = 4096
+MAX_SENDERS_PER_PEER = 8
 UNKNOWN_SENDER = -1
 
 
@@ -61,23 +73,54 @@ class SenderBook:
         self._shard_index = shard_index
         self._senders: dict[int, SenderStats] = {}
         self._logged: set[tuple[int, str]] = set()
+        # Ids each connection introduced (only connections that introduced one are here,
+        # so at most MAX_TRACKED_SENDERS entries).
+        self._introduced: dict[str, int] = {}
+        self.ids_pooled = 0
 
     def tracked(self, sender: int) -> SenderStats | None:
-        """``sender``'s own counters, None if it falls in the pooled bucket."""
-        stats = self.get(sender)
-        return stats if self._senders.get(sender) is stats else None
+        """``sender``'s own counters, None if it has none (it is pooled or never seen)."""
+        return self._senders.get(sender) if sender != UNKNOWN_SENDER else None
 
-    def get(self, sender: int) -> SenderStats:
+    def account(self, sender: int, peer_of: Callable[[], str]) -> int:
+        """The id ``sender``'s messages are counted under from now: its own if it has or
+        may get counters (:meth:`get`), else ``UNKNOWN_SENDER``. ``peer_of`` names the
+        connection; it is called only for an id without counters (off the hot path)."""
+        if self.has(sender):
+            return sender
+        stats = self.get(sender, peer_of())
+        return sender if self._senders.get(sender) is stats else UNKNOWN_SENDER
+
+    def get(self, sender: int, peer: str = "") -> SenderStats:
+        """``sender``'s counters, made if ``peer`` (the connection; "" if unknown) may
+        still introduce an id; else the pooled ones."""
         stats = self._senders.get(sender)
         if stats is None:
-            if len(self._senders) >= MAX_TRACKED_SENDERS:
+            introduced = self._introduced.get(peer, 0)
+            if len(self._senders) >= MAX_TRACKED_SENDERS or (
+                peer and introduced >= MAX_SENDERS_PER_PEER
+            ):
+                self.ids_pooled += sender != UNKNOWN_SENDER
                 sender = UNKNOWN_SENDER
+            elif peer:
+                self._introduced[peer] = introduced + 1
             stats = self._senders.setdefault(sender, SenderStats())
         return stats
 
-    def reject(self, sender: int, reason: str, detail: object) -> None:
+    def has(self, sender: int) -> bool:
+        """Whether ``sender`` has counters of its own already."""
+        return sender in self._senders and sender != UNKNOWN_SENDER
+
+    def known(self, sender: int) -> int:
+        """``sender`` if it has counters already, else ``UNKNOWN_SENDER`` (for what a
+        malformed message claims)."""
+        return sender if sender in self._senders else UNKNOWN_SENDER
+
+    def reject(self, sender: int, reason: str, detail: object, peer: str = "") -> None:
         """Counts a rejected message; logs the first of each reason per sender."""
-        stats = self.get(sender)
+        stats = self.get(sender, peer)
+        if self._senders.get(sender) is not stats:
+            sender = UNKNOWN_SENDER
         stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
         key = (sender, reason)
         if key not in self._logged and len(self._logged) < MAX_TRACKED_SENDERS:

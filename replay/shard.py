@@ -27,6 +27,7 @@ sender and reason, and never stops the loop or changes the store. The server own
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -41,6 +42,7 @@ from replay.errors import ConfigError, ProtocolError, ReplayError, SnapshotError
 from replay.ingest import Ingest
 from replay.lanes import Verdict, admit
 from replay.rate_limiter import RateLimiter
+from replay.security import make_context, peer_id
 from replay.senders import (
     REJECT_INSERT,
     REJECT_PROTOCOL,
@@ -52,8 +54,8 @@ from replay.senders import (
     claimed_sender,
 )
 from replay.shard_config import ShardConfig
-from replay.shard_snapshots import ShardSnapshots, replay_state, restore_replay
-from replay.snapshot import Snapshot, load_newest
+from replay.shard_snapshots import ShardSnapshots, replay_state, restore_newest, restore_replay
+from replay.snapshot import Snapshot
 from replay.state import meta_counts
 from replay.transport import bind, insert_buffer_bytes, make_socket, send_frames
 from replay.wire import Kind, Message, decode, encode
@@ -97,7 +99,7 @@ class ShardServer:
                 root, config.snapshot_interval_s, self.state, config.shard_index
             )
         self._stop = threading.Event()
-        self._context = zmq.Context()
+        self._context = make_context(config.security)
         self._pull = make_socket(
             self._context,
             zmq.PULL,
@@ -107,14 +109,21 @@ class ShardServer:
             ),
         )
         self._router = make_socket(self._context, zmq.ROUTER, config.socket_hwm)
+        for socket in (self._pull, self._router):
+            socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)  # replies to vanished peers drop
-        self.insert_endpoint = bind(self._pull, config.host, config.insert_port)
-        self.request_endpoint = bind(self._router, config.host, config.request_port)
+        try:
+            self.insert_endpoint = bind(self._pull, config.host, config.insert_port)
+            self.request_endpoint = bind(self._router, config.host, config.request_port)
+        except (ConfigError, zmq.ZMQError):
+            self.close()
+            raise
         self._poller = zmq.Poller()
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._router, zmq.POLLIN)
         self._waiting_samples: deque[tuple[bytes, int, messages.SampleRequest]] = deque()
         self._samples_dropped = 0
+        self._replies_dropped = 0
         self._credit = CreditDesk(self._senders, self._send, config.shard_index)
         self._started = time.monotonic()
 
@@ -176,26 +185,26 @@ class ShardServer:
         try:
             message = decode(frames)
         except ProtocolError as exc:
-            sender = claimed_sender(frames[0])
+            sender = self._senders.known(claimed_sender(frames[0]))
             self._senders.get(sender).taken += 1
             self._senders.reject(sender, REJECT_PROTOCOL, exc)
             return
-        stats = self._senders.get(message.sender)
+        # Counted under the id the connection may claim (see replay.senders).
+        sender = self._senders.account(message.sender, lambda: peer_id(frames[0]))
+        stats = self._senders.get(sender)
         stats.taken += 1
         if message.kind not in (Kind.INSERT, Kind.INSERT_FRAMES):
-            self._senders.reject(
-                message.sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL"
-            )
+            self._senders.reject(sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL")
             return
-        verdict = admit(self._senders.tracked(message.sender), message.incarnation,
+        verdict = admit(self._senders.tracked(sender), message.incarnation,
                         message.sequence, message.held)  # fmt: skip
-        self._credit.taken(message.sender)
+        self._credit.taken(sender)
         if verdict != Verdict.TAKE:
             return
         try:
             added = self._ingest.take(message)
         except ReplayError as exc:  # ProtocolError included
-            self._senders.reject(message.sender, REJECT_INSERT, exc)
+            self._senders.reject(sender, REJECT_INSERT, exc)
             return
         self.limiter.record_insert(added)
         stats.inserts += 1
@@ -215,10 +224,13 @@ class ShardServer:
             message = decode(frames[1:])
         except ProtocolError as exc:
             sender = claimed_sender(frames[1]) if len(frames) > 1 else UNKNOWN_SENDER
-            self._senders.reject(sender, REJECT_PROTOCOL, exc)
+            self._senders.reject(self._senders.known(sender), REJECT_PROTOCOL, exc)
             self._reply_error(identity, 0, f"rejected: {exc}")
             return
-        self._senders.get(message.sender).requests += 1
+        sender = self._senders.account(message.sender, lambda: peer_id(frames[0]))
+        if sender != message.sender:  # counted (and refused, updated) as the pool
+            message = dataclasses.replace(message, sender=sender)
+        self._senders.get(sender).requests += 1
         if message.kind == Kind.SAMPLE:
             self._on_sample_request(identity, message)
         elif message.kind == Kind.UPDATE:
@@ -252,6 +264,9 @@ class ShardServer:
     def _on_sample_request(self, identity: bytes, message: Message) -> None:
         try:
             request = messages.SampleRequest.from_message(message)
+            if request.batch_size > self.config.max_sample_batch:
+                raise ProtocolError(f"SAMPLE of {request.batch_size} exceeds this shard's "
+                                    f"max_sample_batch {self.config.max_sample_batch}")  # fmt: skip
         except ProtocolError as exc:
             self._refuse(identity, message, REJECT_REQUEST, str(exc))
             return
@@ -308,8 +323,11 @@ class ShardServer:
         # nothing writes to them after this call.
         try:
             send_frames(self._router, [identity, *encode(message)], zmq.NOBLOCK)
-        except zmq.Again:
-            logger.warning("shard %d: reply to a full peer queue dropped", self.config.shard_index)
+        except zmq.Again:  # a peer that does not read its replies: counted, logged once
+            self._replies_dropped += 1
+            if self._replies_dropped == 1:
+                logger.warning("shard %d: a reply to a full peer queue dropped (further ones "
+                               "are counted in replies_dropped)", self._index)  # fmt: skip
 
     def _reply_error(self, identity: bytes, sequence: int, text: str) -> None:
         self._send(identity, messages.error(text, self._index, sequence))
@@ -341,11 +359,13 @@ class ShardServer:
             "samples_per_s": self.samples_served / elapsed,
             "rejected": rejected,
             "rejected_total": sum(rejected.values()),
+            "refused": self._context.refusals(),
             "samples_per_insert": self.config.samples_per_insert,
             "rate_limiter_diff": self.limiter.diff,
             "inserts_waiting": not self.limiter.can_insert(),
             "samples_waiting": len(self._waiting_samples),
             "waiting_samples_dropped": self._samples_dropped,
+            "replies_dropped": self._replies_dropped,
             "senders": self._senders.counters(),
             **self._senders.delivery(),
             "uptime_s": elapsed,
@@ -385,9 +405,7 @@ class ShardServer:
         self._ingest.frames_received = meta_counts([shard.get("frames_received")], 1)[0]
 
     def _restore_newest(self, root: Path) -> None:
-        """Brings back the newest usable snapshot under ``root``, older ones when newer
-        are refused; starts empty if there is none, and refuses to start if there are
-        some and none is usable (starting empty would lose them silently)."""
+        """``replay.shard_snapshots.restore_newest`` into this shard."""
         attempts = []
 
         def load(snapshot: Snapshot) -> None:
@@ -397,15 +415,4 @@ class ShardServer:
             attempts.append(snapshot.path)
             self.restore(snapshot)
 
-        started = time.monotonic()
-        snapshot, refused = load_newest(root, load)
-        for reason in refused:
-            logger.warning("shard %d: snapshot refused: %s", self._index, reason)
-        if snapshot is None and refused:
-            raise ConfigError([f"no usable snapshot in {root}: {reason}" for reason in refused],
-                              "shard restore")  # fmt: skip
-        if snapshot is None:
-            logger.info("shard %d: no snapshot in %s yet, starting empty", self._index, root)
-            return
-        logger.info("shard %d: restored %s: %d transitions in %.2f s", self._index,
-                    snapshot.path, self.replay.size, time.monotonic() - started)  # fmt: skip
+        restore_newest(root, load, self._index, lambda: self.replay.size)

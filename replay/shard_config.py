@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from replay.frame_spec import FrameStackSpec
 from replay.rate_limiter import RateLimiter
+from replay.security import SecurityConfig
 from replay.spec import TransitionSpec
 
 # Transitions a shard keeps unless told otherwise (``apex replay --capacity``), and a run's
@@ -37,6 +38,10 @@ class ShardConfig:
             limiter holds sampling; past it the oldest is dropped (0: none waits, each is
             answered with an ERROR).
         socket_hwm: high-water mark (messages) on both sockets.
+        max_sample_batch: the largest SAMPLE a shard answers (a u32 count from a peer
+            would otherwise make it allocate up to 4 billion rows, and die).
+        max_message_bytes: the largest message frame a peer may send (ZeroMQ drops the
+            connection of one that sends more, before buffering it).
         insert_batch_hint: transitions per insert message, usually; sizes the insert
             socket's kernel buffers (see replay.transport.insert_buffer_bytes).
         poll_timeout_s: longest wait before the loop looks at the stop flag again.
@@ -51,6 +56,7 @@ class ShardConfig:
         snapshot_interval_s: seconds between background snapshots (None: only on
             request and when stopping).
         restore: start from the newest usable snapshot in ``snapshot_dir``.
+        security: CURVE keys (``replay.security``); without keys only loopback binds.
     """
 
     spec: TransitionSpec
@@ -68,6 +74,8 @@ class ShardConfig:
     max_requests_per_round: int = 16
     max_waiting_samples: int = 64
     socket_hwm: int = 64
+    max_sample_batch: int = 65_536
+    max_message_bytes: int = 1 << 28
     insert_batch_hint: int = 50
     poll_timeout_s: float = 0.05
     frames: FrameStackSpec | None = None
@@ -76,6 +84,7 @@ class ShardConfig:
     snapshot_dir: str | None = None
     snapshot_interval_s: float | None = None
     restore: bool = False
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def problems(self) -> list[str]:
         """Every problem with these settings (empty if none), with the values involved."""
@@ -90,6 +99,8 @@ class ShardConfig:
             "max_requests_per_round",
             "socket_hwm",
             "insert_batch_hint",
+            "max_sample_batch",
+            "max_message_bytes",
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
@@ -110,4 +121,4 @@ class ShardConfig:
             problems.append(
                 f"spec {self.spec} is not the frame layout's {self.frames.transition_spec}"
             )
-        return problems
+        return problems + self.security.problems()

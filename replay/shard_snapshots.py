@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from replay.errors import SnapshotError
+from replay.errors import ConfigError, SnapshotError
 from replay.prioritized import PrioritizedReplay
-from replay.snapshot import complete_snapshots, open_snapshot, write_snapshot
+from replay.snapshot import Snapshot, complete_snapshots, load_newest, open_snapshot, write_snapshot
 from replay.state import Reader, prefixed, sub_reader
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,30 @@ logger = logging.getLogger(__name__)
 CHILD_WAIT_S = 600.0
 # Background snapshots go at most this fast (the final one, at a stop, at full speed).
 BACKGROUND_BYTES_PER_S = 64e6
+
+
+def restore_newest(
+    root: Path, load: Callable[[Snapshot], None], index: int, size: Callable[[], int]
+) -> None:
+    """Brings back the newest usable snapshot under ``root`` through ``load``, older ones
+    when newer are refused; leaves the shard empty if there is none, and refuses to start
+    if there are some and none is usable (starting empty would lose them silently).
+
+    Raises:
+        ConfigError: snapshots are there and every one was refused (each reason listed).
+    """
+    started = time.monotonic()
+    snapshot, refused = load_newest(root, load)
+    for reason in refused:
+        logger.warning("shard %d: snapshot refused: %s", index, reason)
+    if snapshot is None and refused:
+        raise ConfigError([f"no usable snapshot in {root}: {reason}" for reason in refused],
+                          "shard restore")  # fmt: skip
+    if snapshot is None:
+        logger.info("shard %d: no snapshot in %s yet, starting empty", index, root)
+        return
+    logger.info("shard %d: restored %s: %d transitions in %.2f s", index, snapshot.path,
+                size(), time.monotonic() - started)  # fmt: skip
 
 
 def replay_state(replay: PrioritizedReplay) -> tuple[dict, dict]:

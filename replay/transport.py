@@ -1,7 +1,10 @@
 """The one place where replay makes ZeroMQ sockets and sends multipart messages.
 
 Every socket gets LINGER and both high-water marks on purpose, so transport settings
-(and, later, transport security) change in one spot.
+change in one spot. Security follows the context: a socket of a keyed
+``replay.security.RunContext`` becomes a CURVE client when made and a CURVE server
+behind the run's ZAP gatekeeper when bound; binding beyond loopback without keys is
+refused unless the context allows it (``replay.security.check_exposure``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import zmq
+
+from replay.security import arm_client, arm_server
 
 # Frames at least this large travel without a copy (ZeroMQ keeps a reference until sent);
 # smaller ones are copied, which is cheaper than wrapping them for zero-copy. This is
@@ -83,6 +88,7 @@ def make_socket(
     if kernel_buffer_bytes is not None:
         socket.setsockopt(zmq.SNDBUF, kernel_buffer_bytes)
         socket.setsockopt(zmq.RCVBUF, kernel_buffer_bytes)
+    arm_client(socket)
     return socket
 
 
@@ -102,7 +108,14 @@ def send_frames(socket: zmq.Socket, frames: Sequence[object], flags: int = 0) ->
 
 def bind(socket: zmq.Socket, host: str, port: int) -> str:
     """Binds to ``tcp://host:port`` (a free port when 0) and returns the bound endpoint.
-    Its own heartbeats slow down to the binding side's: its peers ping it."""
+    Its own heartbeats slow down to the binding side's: its peers ping it.
+
+    Raises:
+        ConfigError: ``host`` is beyond loopback and the socket's context has no keys
+            and does not allow insecure binds (``replay.security.check_exposure``).
+        zmq.ZMQError: the port cannot be bound.
+    """
+    arm_server(socket, host)
     socket.setsockopt(zmq.HEARTBEAT_IVL, BOUND_HEARTBEAT_IVL_MS)
     socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, BOUND_HEARTBEAT_TIMEOUT_MS)
     socket.setsockopt(zmq.HEARTBEAT_TTL, BOUND_HEARTBEAT_TIMEOUT_MS)

@@ -102,7 +102,7 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     out = tmp_path / "shard.json"
     # Windows of 0.25 s: in 0.1 s a loaded machine can show no insert at all, and a rate of
     # zero is refused by the report's validation.
-    arguments = ["bench", "shard", "--quick", "--repeats", "2", "--seconds", "0.25"]
+    arguments = ["bench", "shard", "--quick", "--repeats", "2", "--seconds", "0.25", "--curve"]
     result = CliRunner().invoke(main, [*arguments, "--ingest-rate", "20000", "--json", str(out)])
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
@@ -117,9 +117,15 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     assert frames["median"] > 0 and frames["params"]["transition_nbytes"] < 1000
     for shards in (1, 2):
         assert (f"sample-{shards}shard", "apex", "ready_batches") in measured
-    ingest_ratios = [r for r in document["ratios"] if r["metric"] == "ingest"]
+    ingest_ratios = [r for r in document["ratios"] if r["metric"] == "ingest"
+                     and r["denominator"] != "apex"]  # fmt: skip
     # Against both baselines: the same packed bytes, and one frame per array.
     assert len(ingest_ratios) == 4 and all(r["ratio"] > 0 for r in ingest_ratios)
+    # CURVE beside plain, in the same run: each kind's ingest and the sample service.
+    curve = {r["case"]: r["ratio"] for r in document["ratios"] if r["numerator"] == "apex-curve"}
+    assert set(curve) == {"ingest-small-1p-curve", "ingest-atari-1p-curve",
+                          "ingest-atari-frames-1p-curve", "sample-1shard-curve"}  # fmt: skip
+    assert all(ratio > 0 for ratio in curve.values())
 
 
 @pytest.mark.slow
@@ -175,13 +181,15 @@ def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, su
     assert ok and all(r["median"] > 0 for r in ok)
     if suite == "learner":
         cases = {r["case"] for r in ok}
-        assert {"mlp-cpu-b32", "mlp-cpu-b512", "nature-cnn-cpu-b32"} <= cases
+        assert {"mlp-cpu-b32", "mlp-cpu-b512", "nature-cnn-cpu-b32", "td3-mlp-cpu-b256"} <= cases
         by_case = {(r["case"], r["metric"]): r["median"] for r in ok}
         assert by_case[("mlp-cpu-b512", "samples")] == pytest.approx(
             512 * by_case[("mlp-cpu-b512", "updates")]
         )
     else:
-        assert {"CartPole-v1-k1", "CartPole-v1-k8"} <= {r["case"] for r in ok}
+        assert {"CartPole-v1-k1", "CartPole-v1-k8", "Pendulum-v1-k4", "HalfCheetah-v5-k1"} <= {
+            r["case"] for r in ok
+        }
 
 
 def _document(records: list[dict]) -> dict:

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -39,6 +40,7 @@ from launch.slurm_layout import (
 )
 from launch.slurm_script import render
 from replay.credit_desk import SHARED_WINDOW
+from replay.keys import generate
 
 CLUSTER = Path(__file__).parent.parent / "slurm" / "cluster"
 APEX = [sys.executable, "-m", "launch"]
@@ -317,6 +319,61 @@ def test_a_submitted_run_spans_three_hosts_and_completes(cluster, tmp_path: Path
     assert "actor processes" in status.stdout and "checkpoint: " in status.stdout
     # The learner's task drew the run's curves before it ended the job.
     assert (run_dir / "curves.png").stat().st_size > 10_000
+    # Compute-node ports are open to the cluster: submit made the run keys, secrets 0600.
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["security"]["keys"] == str(run_dir / "keys")
+    assert stat.S_IMODE((run_dir / "keys" / "server.key_secret").stat().st_mode) == 0o600
+    assert "security: curve" in status.stdout
+
+
+# Asks a shard for INFO from wherever it runs; prints "answered" or "refused".
+_INFO_PROBE = """
+import sys
+from replay.errors import ReplayTimeout
+from replay.requests import RequestClient
+from replay.security import SecurityConfig, make_context
+context = make_context(SecurityConfig(sys.argv[2] or None), need_server_secret=False)
+client = RequestClient(context, sys.argv[1], sender=4242, timeout_s=3.0)
+try:
+    client.info()
+    print("answered")
+except ReplayTimeout:
+    print("refused")
+client.close()
+context.destroy(linger=0)
+"""
+
+
+def test_a_dpg_run_s_shards_answer_its_keys_and_refuse_others_from_another_host(
+    cluster, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    # Pendulum: Ape-X DPG (Box actions) takes the same Slurm path as DQN.
+    job_id = submit(run_dir, "--env", "Pendulum-v1", "--max-time", "30", "--target-return", "1e9")
+    poll(lambda: latest_updates(run_dir) > 50, 120, "training to start")
+    generate(tmp_path / "stranger")
+    endpoint = "tcp://shard:5601"  # shard 0's requests, on host "shard" (shard_port_base + 1)
+
+    def probe(keys: str) -> str:
+        result = subprocess.run(
+            ["ip", "netns", "exec", "actor", sys.executable, "-c", _INFO_PROBE, endpoint, keys],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    assert probe("") == "refused"  # no key
+    assert probe(str(tmp_path / "stranger")) == "refused"  # another run's keys
+    assert probe(str(run_dir / "keys")) == "answered"
+    fields = wait_for_job_end(job_id, run_dir, timeout_s=120)
+    assert fields["JobState"] == "COMPLETED", job_output(run_dir)
+    refused = [r["refused"] for r in read_metrics(run_dir) if r.get("event") == "progress"][-1]
+    assert refused["no_key"] >= 1 and refused["wrong_key"] >= 1, refused
+    [start] = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
+    assert start["algorithm"] == "TD3" and end_record(run_dir)["updates"] > 50
+    status = subprocess.run([*APEX, "status", str(run_dir)], capture_output=True, text=True,
+                            timeout=60, check=False)  # fmt: skip
+    assert "security: curve; refused connections: no_key" in status.stdout, status.stdout
 
 
 def test_a_killed_actor_comes_back_and_a_cut_link_is_survived_and_reported(

@@ -1,0 +1,314 @@
+"""Fuzz suite: a live shard (a real ``apex replay`` process, real TCP) takes a stream of
+hostile messages on each of its two endpoints, mixed with valid traffic, and must come out
+alive, with every valid transition present and every hostile message counted.
+
+Phase 1, the insert endpoint: one connection sends hostile inserts
+(``bench.fuzz_messages``), valid inserts under invented sender ids, and floods of valid
+inserts under one id; a real actor on its own connection inserts now and then. Phase 2,
+the request endpoint: one connection sends hostile requests and stale priority updates,
+reading the shard's replies as they come, while a learner samples.
+
+The checks, exact where the shard keeps a count:
+
+* every message sent was taken (insert messages) or counted as a request;
+* the rejections rose by exactly the number of hostile messages, and stale updates by
+  exactly their transitions;
+* the transitions added are exactly the valid ones sent; sampling the whole store
+  (uniform priorities, 20 draws per slot) returns only ids that were sent, and all of
+  them;
+* the real actor keeps its own account (a connection inventing ids gets at most
+  ``MAX_SENDERS_PER_PEER`` entries; its other ids are pooled);
+* no priority was rewritten by a hostile update;
+* the shard's memory (RSS) grew by at most ``RSS_GROWTH_LIMIT_BYTES`` and its log by at
+  most ``LOG_LINES_LIMIT`` lines; it answered INFO afterwards and exited 0 on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from bench.fuzz_messages import HostileMessages, transition_ids
+from replay.errors import ReplayTimeout
+from replay.requests import RequestClient
+from replay.senders import MAX_SENDERS_PER_PEER
+from replay.spec import TransitionSpec
+from replay.transport import make_socket, send_frames
+
+SUITE = "fuzz"
+SPEC = TransitionSpec.from_dict({
+    "obs": ((4,), "float32"), "action": ((), "int64"), "reward": ((), "float32"),
+    "discount": ((), "float32"), "next_obs": ((4,), "float32"),
+})  # fmt: skip
+REAL_ACTOR = 7
+FLOODER = 8
+LEARNER = 9
+VALID_BATCH = 4
+RSS_GROWTH_LIMIT_BYTES = 64 << 20
+LOG_LINES_LIMIT = 200
+DRAWS_PER_SLOT = 20
+SETTLE_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 60.0
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process on this host (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+class FuzzedShard:
+    """An ``apex replay`` process with its log in a file (to measure how much it wrote)."""
+
+    def __init__(self, capacity: int, log_path: Path) -> None:
+        fields = [o for name, (shape, dtype) in SPEC.to_dict().items()
+                  for o in ("--field", f"{name}:{','.join(map(str, shape))}:{dtype}")]  # fmt: skip
+        self.log_path = log_path
+        self._log = log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "launch", "replay", "--capacity", str(capacity), *fields],
+            stdout=subprocess.PIPE, stderr=self._log, text=True,
+        )  # fmt: skip
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            ready = selector.select(START_TIMEOUT_S) and self.process.stdout.readline()
+        if not ready:
+            self.stop()
+            raise RuntimeError(f"the shard did not start: {log_path.read_text()[-500:]}")
+        endpoints = json.loads(ready)["ready"]
+        self.insert, self.request = endpoints["insert"], endpoints["request"]
+
+    def log_lines(self) -> int:
+        return len(self.log_path.read_text().splitlines())
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(30)
+        finally:
+            self.process.stdout.close()
+            self._log.close()
+
+
+def _totals(info: dict) -> dict[str, int]:
+    senders = info["senders"].values()
+    learner = info["senders"].get(str(LEARNER), {"requests": 0})
+    return {
+        "taken": sum(s["insert_messages_taken"] for s in senders),
+        "inserts": sum(s["inserts"] for s in senders),
+        "requests": sum(s["requests"] for s in senders) - learner["requests"],
+        "rejected": info["rejected_total"],
+        "transitions": info["transitions_added"],
+        "stale": info["dropped_stale_updates"],
+        "updates": info["updates_applied"],
+    }
+
+
+def _settle(learner: RequestClient, condition: Callable[[dict], bool], what: str) -> dict:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        info = learner.info()
+        if condition(info):
+            return info
+    raise TimeoutError(f"the shard did not settle ({what}) within {SETTLE_TIMEOUT_S} s")
+
+
+def run_fuzz(messages: int, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict:
+    """Fuzzes a fresh shard with ``messages`` messages per endpoint; returns what was sent,
+    what the shard counted, the checks (name -> passed) and the rates."""
+    rng = np.random.default_rng(seed)
+    make = HostileMessages(SPEC, rng)
+    # Room for every valid transition, so none is evicted and presence can be checked.
+    capacity = max(1024, messages * VALID_BATCH + 4096)
+    with tempfile.TemporaryDirectory(prefix="apex-fuzz-") as directory:
+        shard = FuzzedShard(capacity, Path(directory) / "shard.log")
+        context = zmq.Context()
+        try:
+            return _fuzz(shard, context, make, rng, messages, progress or (lambda _: None))
+        finally:
+            context.destroy(linger=0)
+            code = shard.stop()
+            if code != 0:
+                raise RuntimeError(f"the fuzzed shard exited {code}")
+
+
+def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
+    learner = RequestClient(context, shard.request, sender=LEARNER, timeout_s=10.0)
+    hostile = make_socket(context, zmq.PUSH, hwm=256)
+    actor = make_socket(context, zmq.PUSH, hwm=64)
+    flooder = make_socket(context, zmq.PUSH, hwm=256)
+    for socket in (hostile, actor, flooder):
+        socket.connect(shard.insert)
+    next_id, actor_transitions, valid_messages = 0, 0, 0
+    sent_cases: Counter[str] = Counter()
+
+    def valid(socket, sender: int) -> None:
+        nonlocal next_id, valid_messages
+        send_frames(socket, make.valid_insert(sender, next_id, VALID_BATCH))
+        next_id += VALID_BATCH
+        valid_messages += 1
+
+    valid(actor, REAL_ACTOR)
+    actor_transitions += VALID_BATCH
+    start = _settle(learner, lambda i: i["transitions_added"] == VALID_BATCH, "seed insert")
+    valid_messages = 0  # from here on: the fuzz's
+    rss_start, log_start, before = rss_bytes(shard.process.pid), shard.log_lines(), _totals(start)
+    names = sorted(make.insert_cases)
+    progress(f"fuzz: {messages} messages on the insert endpoint")
+    started = time.monotonic()
+    hostile_inserts = 0
+    for number in range(messages):
+        roll = rng.random()
+        if roll < 0.1:
+            valid(hostile, int(rng.integers(10_000, 2**32)))  # invented ids, valid data
+        elif roll < 0.2:
+            for _ in range(int(rng.integers(1, 20))):  # a flood of one sender
+                valid(flooder, FLOODER)
+        else:
+            case = names[int(rng.integers(0, len(names)))]
+            send_frames(hostile, make.insert_cases[case]())
+            sent_cases[f"insert/{case}"] += 1
+            hostile_inserts += 1
+        if number % 100 == 0:
+            valid(actor, REAL_ACTOR)
+            actor_transitions += VALID_BATCH
+    sent_pull = hostile_inserts + valid_messages
+    after_inserts = _settle(learner, lambda i: _totals(i)["taken"] - before["taken"] >= sent_pull,
+                            "every insert message taken")  # fmt: skip
+    insert_seconds = time.monotonic() - started
+    middle = _totals(after_inserts)
+    size = after_inserts["size"]
+
+    progress(f"fuzz: {messages} messages on the request endpoint")
+    dealer = make_socket(context, zmq.DEALER, hwm=1024)
+    dealer.connect(shard.request)
+    names = sorted(make.request_cases)
+    hostile_requests, stale_transitions, replies, bad_samples = 0, 0, 0, 0
+    sample_seconds: list[float] = []
+    valid_ids = np.arange(next_id)
+    started = time.monotonic()
+    for number in range(messages):
+        if rng.random() < 0.1:
+            send_frames(dealer, make.stale_update(size))
+            stale_transitions += 4
+        else:
+            case = names[int(rng.integers(0, len(names)))]
+            send_frames(dealer, make.request_cases[case](size))
+            sent_cases[f"request/{case}"] += 1
+            hostile_requests += 1
+        while dealer.poll(0):
+            dealer.recv_multipart()
+            replies += 1
+        if number % 250 == 0:  # the learner's service, in the middle of it all
+            asked = time.monotonic()
+            try:
+                sample = learner.sample(32, 0.4, SPEC)
+                sample_seconds.append(time.monotonic() - asked)
+                bad_samples += int(
+                    not np.isin(transition_ids(sample.fields["obs"]), valid_ids).all()
+                )
+            except ReplayTimeout:
+                bad_samples += 1
+    request_seconds = time.monotonic() - started
+    protocol_before = after_inserts["rejected"].get("protocol", 0)
+
+    def counted_requests(info: dict) -> int:
+        protocol = info["rejected"].get("protocol", 0) - protocol_before
+        return _totals(info)["requests"] - middle["requests"] + protocol
+
+    final = _settle(learner, lambda i: counted_requests(i) >= messages, "every request counted")
+
+    end = _totals(final)
+    rss_end, log_end = rss_bytes(shard.process.pid), shard.log_lines()
+    present = _sampled_ids(learner, final["size"])
+    senders = final["senders"]
+    forged = [s for s in senders if s.isdigit() and int(s) >= 10_000]
+    checks = {
+        "alive_and_answering": final["size"] == size,
+        "every_insert_message_taken": middle["taken"] - before["taken"] == sent_pull,
+        "hostile_inserts_all_rejected": middle["rejected"] - before["rejected"] == hostile_inserts,
+        "valid_inserts_all_accepted": middle["inserts"] - before["inserts"] == valid_messages,
+        "transitions_exactly_the_valid_ones": final["transitions_added"] == next_id,
+        "hostile_requests_all_rejected": end["rejected"] - middle["rejected"] == hostile_requests,
+        "stale_updates_all_dropped": end["stale"] - middle["stale"] == stale_transitions,
+        "every_request_counted": counted_requests(final) == messages,
+        # Every valid transition went in with priority 1, so the total is the size.
+        "no_priority_rewritten": abs(final["total_priority"] - final["size"]) < 1e-6 * size,
+        "every_valid_transition_present": present == set(range(next_id)),
+        "real_actor_keeps_its_account": senders[str(REAL_ACTOR)]["transitions"]
+        == actor_transitions,
+        # Two connections invent ids (hostile inserts, hostile requests).
+        "invented_ids_capped": len(forged) <= 2 * MAX_SENDERS_PER_PEER,
+        "learner_samples_valid": bad_samples == 0,
+        "memory_bounded": rss_end - rss_start <= RSS_GROWTH_LIMIT_BYTES,
+        "log_bounded": log_end - log_start <= LOG_LINES_LIMIT,
+    }
+    for socket in (hostile, actor, flooder, dealer):
+        socket.close(linger=0)
+    learner.close()
+    return {
+        "messages_per_endpoint": messages,
+        "hostile_inserts": hostile_inserts,
+        "valid_insert_messages": valid_messages,
+        "hostile_requests": hostile_requests,
+        "stale_update_transitions": stale_transitions,
+        "replies_read": replies,
+        "cases": dict(sorted(sent_cases.items())),
+        "rejected_by_reason": final["rejected"],
+        "insert_messages_per_s": sent_pull / insert_seconds,
+        "request_messages_per_s": messages / request_seconds,
+        "learner_sample_p50_ms": 1000 * float(np.median(sample_seconds))
+        if sample_seconds
+        else None,
+        "rss_growth_bytes": rss_end - rss_start,
+        "log_lines": log_end - log_start,
+        "tracked_invented_ids": len(forged),
+        "checks": checks,
+    }
+
+
+def _sampled_ids(learner: RequestClient, size: int) -> set[int]:
+    """Every id a whole-store sample returns (``DRAWS_PER_SLOT`` draws per slot)."""
+    seen: set[int] = set()
+    draws = size * DRAWS_PER_SLOT
+    batch = min(8192, max(size, 1))
+    for _ in range(-(-draws // batch)):
+        seen.update(transition_ids(learner.sample(batch, 0.0, SPEC).fields["obs"]).tolist())
+    return seen
+
+
+def run(messages: int, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict:
+    """The suite: one fuzz run, as benchmark records and a config with the checks."""
+    outcome = run_fuzz(messages, seed, progress)
+    base = {"suite": SUITE, "case": f"{messages} per endpoint", "implementation": "apex",
+            "status": "ok", "repeats": 1, "params": {"seed": seed}}  # fmt: skip
+    records = [
+        {**base, "metric": metric, "unit": unit, "median": value, "min": value, "max": value}
+        for metric, unit, value in (
+            ("hostile insert messages", "messages", outcome["hostile_inserts"]),
+            ("hostile request messages", "messages", outcome["hostile_requests"]),
+            ("insert endpoint", "messages/s", outcome["insert_messages_per_s"]),
+            ("request endpoint", "messages/s", outcome["request_messages_per_s"]),
+            ("shard RSS growth", "bytes", max(outcome["rss_growth_bytes"], 0)),
+            ("shard log lines", "lines", outcome["log_lines"]),
+            ("checks passed", "checks", sum(outcome["checks"].values())),
+        )
+    ]
+    return {"records": records, "ratios": [], "config": outcome}
