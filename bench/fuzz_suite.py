@@ -19,8 +19,9 @@ The checks, exact where the shard keeps a count:
 * the real actor keeps its own account (a connection inventing ids gets at most
   ``MAX_SENDERS_PER_PEER`` entries; its other ids are pooled);
 * no priority was rewritten by a hostile update;
-* the shard's memory (RSS) grew by at most ``RSS_GROWTH_LIMIT_BYTES`` and its log by at
-  most ``LOG_LINES_LIMIT`` lines; it answered INFO afterwards and exited 0 on SIGTERM.
+* the shard's memory (RSS) grew by at most ``RSS_GROWTH_LIMIT_BYTES`` beyond what the
+  valid transitions fill, and its log by at most ``LOG_LINES_LIMIT`` lines; it answered
+  INFO afterwards and exited 0 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -55,7 +56,11 @@ REAL_ACTOR = 7
 FLOODER = 8
 LEARNER = 9
 VALID_BATCH = 4
+VALID_TRANSITIONS_PER_MESSAGE_BOUND = 8
 RSS_GROWTH_LIMIT_BYTES = 64 << 20
+# What one stored transition of SPEC may touch: its 48 bytes of fields, priority, tree
+# leaf and generation, rounded up generously.
+STORED_BYTES_PER_TRANSITION = 256
 LOG_LINES_LIMIT = 200
 DRAWS_PER_SLOT = 20
 SETTLE_TIMEOUT_S = 60.0
@@ -135,8 +140,9 @@ def run_fuzz(messages: int, seed: int = 0, progress: Callable[[str], None] | Non
     what the shard counted, the checks (name -> passed) and the rates."""
     rng = np.random.default_rng(seed)
     make = HostileMessages(SPEC, rng)
-    # Room for every valid transition, so none is evicted and presence can be checked.
-    capacity = max(1024, messages * VALID_BATCH + 4096)
+    # Room for every valid transition (about 4.4 a message: floods, invented ids, the
+    # actor), so none is evicted and presence can be checked (the check also asks it).
+    capacity = messages * VALID_TRANSITIONS_PER_MESSAGE_BOUND + 4096
     with tempfile.TemporaryDirectory(prefix="apex-fuzz-") as directory:
         shard = FuzzedShard(capacity, Path(directory) / "shard.log")
         context = zmq.Context()
@@ -246,6 +252,7 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         "hostile_inserts_all_rejected": middle["rejected"] - before["rejected"] == hostile_inserts,
         "valid_inserts_all_accepted": middle["inserts"] - before["inserts"] == valid_messages,
         "transitions_exactly_the_valid_ones": final["transitions_added"] == next_id,
+        "store_never_full": next_id <= final["capacity"],
         "hostile_requests_all_rejected": end["rejected"] - middle["rejected"] == hostile_requests,
         "stale_updates_all_dropped": end["stale"] - middle["stale"] == stale_transitions,
         "every_request_counted": counted_requests(final) == messages,
@@ -257,7 +264,9 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         # Two connections invent ids (hostile inserts, hostile requests).
         "invented_ids_capped": len(forged) <= 2 * MAX_SENDERS_PER_PEER,
         "learner_samples_valid": bad_samples == 0,
-        "memory_bounded": rss_end - rss_start <= RSS_GROWTH_LIMIT_BYTES,
+        # The store's pages are touched as valid data fills it; beyond that, nothing.
+        "memory_bounded": rss_end - rss_start
+        <= RSS_GROWTH_LIMIT_BYTES + next_id * STORED_BYTES_PER_TRANSITION,
         "log_bounded": log_end - log_start <= LOG_LINES_LIMIT,
     }
     for socket in (hostile, actor, flooder, dealer):

@@ -101,16 +101,18 @@ class RunContext(zmq.Context):
     keys: RunKeys | None = None
     insecure: bool = False
     gatekeeper: Gatekeeper | None = None
+    stopped_refusals: dict[str, int] | None = None  # a stopped gatekeeper's last counts
 
     def refusals(self) -> dict[str, int]:
         """Refused connection attempts so far, by reason (every reason present)."""
-        if self.gatekeeper is None:
-            return dict.fromkeys(REFUSAL_REASONS, 0)
-        return self.gatekeeper.counts()
+        if self.gatekeeper is not None:
+            return self.gatekeeper.counts()
+        return dict(self.stopped_refusals or dict.fromkeys(REFUSAL_REASONS, 0))
 
     def _stop_gatekeeper(self) -> None:
         if self.gatekeeper is not None:
             self.gatekeeper.stop()
+            self.stopped_refusals = self.gatekeeper.counts()
             self.gatekeeper = None
 
     def term(self) -> None:
@@ -285,7 +287,21 @@ class Gatekeeper:
                     poller.register(monitor, zmq.POLLIN)
                 for socket, _ in poller.poll(GATEKEEPER_POLL_MS):
                     if socket is self._zap:
-                        self._answer(self._zap.recv_multipart())
+                        request = self._zap.recv_multipart()
+                        try:
+                            self._answer(request)
+                        except Exception:  # a REP that never answers would hang every handshake
+                            logger.exception("ZAP request not understood; refused")
+                            self._zap.send_multipart(
+                                [
+                                    b"1.0",
+                                    request[1] if len(request) > 1 else b"",
+                                    b"500",
+                                    b"error",
+                                    b"",
+                                    b"",
+                                ]
+                            )
                     elif not self._on_event(socket.recv_multipart(), monitors[socket]):
                         poller.unregister(socket)
                         del monitors[socket]

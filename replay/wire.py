@@ -137,9 +137,12 @@ class Message:
     held: int = 0
 
 
-def encode(message: Message, pack: bool = True) -> list[bytes | memoryview | np.ndarray]:
+def encode(
+    message: Message, pack: bool = True, max_packed_bytes: int = PACK_MAX_BYTES
+) -> list[bytes | memoryview | np.ndarray]:
     """Frames for ``message``: the header, then each array's buffer (not copied); or one
-    packed frame when the arrays are small and ``pack`` allows it.
+    packed frame when the arrays take at most ``max_packed_bytes`` and ``pack`` allows it
+    (a copy: a sender that must never send a multipart message raises the limit).
 
     Raises:
         ProtocolError: an array that is not C-contiguous, has an unsupported dtype or more
@@ -154,7 +157,7 @@ def encode(message: Message, pack: bool = True) -> list[bytes | memoryview | np.
         if not array.flags.c_contiguous:
             raise ProtocolError(f"array {position} is not C-contiguous")
     descriptor_bytes, payload = _describe(tuple((a.dtype, a.shape) for a in arrays))
-    packed = pack and bool(arrays) and payload + 8 * len(arrays) <= PACK_MAX_BYTES
+    packed = pack and bool(arrays) and payload + 8 * len(arrays) <= max_packed_bytes
     try:
         header = _HEADER.pack(
             MAGIC,

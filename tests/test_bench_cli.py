@@ -124,7 +124,8 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     # CURVE beside plain, in the same run: each kind's ingest and the sample service.
     curve = {r["case"]: r["ratio"] for r in document["ratios"] if r["numerator"] == "apex-curve"}
     assert set(curve) == {"ingest-small-1p-curve", "ingest-atari-1p-curve",
-                          "ingest-atari-frames-1p-curve", "sample-1shard-curve"}  # fmt: skip
+                          "ingest-atari-frames-1p-curve", "sample-1shard-curve",
+                          "weights-mlp-8sub-curve"}  # fmt: skip
     assert all(ratio > 0 for ratio in curve.values())
 
 
