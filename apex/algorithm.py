@@ -2,7 +2,7 @@
 
 The loop (``apex.learner``), the actors and the launch code never know which algorithm
 runs; they hold an :class:`Algorithm`: double DQN (``apex.dqn.DoubleDQN``) for discrete
-actions, DPG with TD3's fixes (``apex.dpg.TD3``) for continuous ones.
+actions, DPG with TD3's fixes (``apex.dpg.DPG``) for continuous ones.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from apex.dpg import TD3
+from apex.dpg import DPG
 from apex.dqn import DoubleDQN, StepResult
 from apex.envs import EnvShape, choose_algorithm
 from apex.settings import LearnerConfig
@@ -44,6 +44,6 @@ def build_algorithm(config: LearnerConfig, shape: EnvShape, device: torch.device
         ValueError: an algorithm that does not fit the env (see ``choose_algorithm``).
     """
     if choose_algorithm(config.algorithm, shape, config.env) == "dpg":
-        return TD3(config, shape.observation_shape[0], shape.action_low, shape.action_high,
+        return DPG(config, shape.observation_shape[0], shape.action_low, shape.action_high,
                    device)  # fmt: skip
     return DoubleDQN(config, shape.observation_shape, shape.actions, device)

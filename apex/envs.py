@@ -50,7 +50,8 @@ class EnvPreset:
     defaults: Mapping[str, object] = field(default_factory=dict)
 
 
-# What every continuous-control preset's learner starts from (TD3's usual optimizer).
+# What every continuous-control preset's learner starts from (the optimizer TD3's paper
+# used for DDPG and TD3 alike).
 _DPG_LEARNER = {"batch_size": 256, "learning_rate": 1e-3, "adam_epsilon": 1e-8,
                 "max_grad_norm": 10.0}  # fmt: skip
 
@@ -129,7 +130,7 @@ _DEFAULTS: dict[str, dict] = {
             "eval_interval_s": 30.0,
         },
     },
-    # Ape-X DPG (TD3's fixes, apex.dpg) on vector observations.
+    # Ape-X DPG (plain DDPG by default, apex.dpg) on vector observations.
     "Pendulum-v1": {
         "actors": 1,
         "shards": 1,

@@ -208,7 +208,8 @@ class Learner:
                 "updates": self.counters.updates,
                 "weight_version": self.counters.weight_version,
                 "device": str(self._device),
-                "algorithm": type(self.algorithm).__name__,  # DoubleDQN or TD3
+                # DoubleDQN, or DPG's variant (DDPG, TD3)
+                "algorithm": getattr(self.algorithm, "variant", type(self.algorithm).__name__),
                 **run_actors(self._resolved_config),
             }
         )

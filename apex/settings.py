@@ -181,9 +181,10 @@ class LearnerConfig:
     target_update_period: int = 2500
     algorithm: str = "auto"
     tau: float = 0.005
-    twin_critics: bool = True
-    policy_delay: int = 2
-    target_noise: float = 0.2
+    # Plain DDPG by default; TD3's fixes are settings (see apex.dpg for the figures).
+    twin_critics: bool = False
+    policy_delay: int = 1
+    target_noise: float = 0.0
     noise_clip: float = 0.5
     publish_period: int = 10
     beta: float = 0.4

@@ -1,6 +1,7 @@
 """Learner suite: gradient updates per second by batch size, on the CPU and on CUDA when
 present, for the dueling MLP (vector observations), the Nature CNN (Atari frames), and
-Ape-X DPG's TD3 update at HalfCheetah's sizes (``td3-mlp``).
+Ape-X DPG's update at HalfCheetah's sizes, plain (``ddpg-mlp``, the default) and with
+TD3's fixes (``td3-mlp``).
 
 Each figure times ``apex.dqn.dqn_step`` (forward, double-DQN target, backward, clipping,
 fused Adam) on a fixed random batch already on the device, so it is the learner's compute
@@ -17,14 +18,14 @@ import numpy as np
 import torch
 
 from apex.cpu_math import flush_denormals
-from apex.dpg import TD3
+from apex.dpg import DPG
 from apex.dqn import adam, dqn_step
 from apex.networks import build_network
 from apex.staging import DeviceBatch
 from bench.timing import measure_rate
 
 SUITE = "learner"
-TD3_ACTIONS = 6
+DPG_ACTIONS = 6
 
 
 def _batch(
@@ -55,8 +56,10 @@ def run(
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     cases = [("mlp", (4,), (256, 256), (32, 128, 512) if quick else (32, 64, 128, 256, 512))]
     cases.append(("nature-cnn", (4, 84, 84), (256,), (32,) if quick else (32, 128, 512)))
-    # Ape-X DPG (TD3) at HalfCheetah's sizes: 17 observations, 6 actions, 256x256 nets.
-    cases.append(("td3-mlp", (17,), (256, 256), (64, 256) if quick else (64, 128, 256, 512)))
+    # Ape-X DPG at HalfCheetah's sizes (17 observations, 6 actions, 256x256 nets): the
+    # default DDPG update, and TD3's (two critics; the policy every second update).
+    for variant in ("ddpg-mlp", "td3-mlp"):
+        cases.append((variant, (17,), (256, 256), (256,) if quick else (64, 256, 512)))
     per_repeat = seconds_per_repeat or (0.05 if quick else 0.5)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(torch_threads)
@@ -70,7 +73,7 @@ def run(
                     if progress:
                         progress(f"learner {case}")
                     timing = {"repeats": repeats, "seconds_per_repeat": per_repeat}
-                    updates = _measure(shape, hidden, batch_size, device, timing)
+                    updates = _measure(network, shape, hidden, batch_size, device, timing)
                     params = {
                         "network": network, "device": device.type, "batch_size": batch_size,
                         "torch_threads": torch_threads,
@@ -85,15 +88,19 @@ def run(
     return {"records": records, "ratios": [], "config": {**config, "torch_threads": torch_threads}}
 
 
-def _measure_td3(shape, hidden, batch_size: int, device: torch.device, timing: dict) -> dict:
+def _measure_dpg(
+    variant: str, shape, hidden, batch_size: int, device: torch.device, timing: dict
+) -> dict:
     from launch.config import resolve
 
     config = dataclasses.replace(resolve({"env": "HalfCheetah-v5"}).learner, hidden=hidden)
-    low, high = -np.ones(TD3_ACTIONS, np.float32), np.ones(TD3_ACTIONS, np.float32)
-    algorithm = TD3(config, shape[0], low, high, device)
+    if variant == "td3-mlp":
+        config = dataclasses.replace(config, twin_critics=True, policy_delay=2, target_noise=0.2)
+    low, high = -np.ones(DPG_ACTIONS, np.float32), np.ones(DPG_ACTIONS, np.float32)
+    algorithm = DPG(config, shape[0], low, high, device)
     transitions = {
         "obs": torch.randn(batch_size, *shape, device=device),
-        "action": torch.rand(batch_size, TD3_ACTIONS, device=device) * 2 - 1,
+        "action": torch.rand(batch_size, DPG_ACTIONS, device=device) * 2 - 1,
         "reward": torch.randn(batch_size, device=device),
         "discount": torch.full((batch_size,), 0.97, device=device),
         "next_obs": torch.randn(batch_size, *shape, device=device),
@@ -108,9 +115,11 @@ def _measure_td3(shape, hidden, batch_size: int, device: torch.device, timing: d
     return measure_rate("updates", "updates/s", step, warmup_calls=20, **timing).to_record()
 
 
-def _measure(shape, hidden, batch_size: int, device: torch.device, timing: dict) -> dict:
-    if len(shape) == 1 and shape[0] == 17:
-        return _measure_td3(shape, hidden, batch_size, device, timing)
+def _measure(
+    network: str, shape, hidden, batch_size: int, device: torch.device, timing: dict
+) -> dict:
+    if network in ("ddpg-mlp", "td3-mlp"):
+        return _measure_dpg(network, shape, hidden, batch_size, device, timing)
     online = build_network(shape, 6, hidden).to(device)
     target = copy.deepcopy(online)
     optimizer = adam(online.parameters(), 1e-4, 1.5e-4)

@@ -182,7 +182,13 @@ def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, su
     assert ok and all(r["median"] > 0 for r in ok)
     if suite == "learner":
         cases = {r["case"] for r in ok}
-        assert {"mlp-cpu-b32", "mlp-cpu-b512", "nature-cnn-cpu-b32", "td3-mlp-cpu-b256"} <= cases
+        assert {
+            "mlp-cpu-b32",
+            "mlp-cpu-b512",
+            "nature-cnn-cpu-b32",
+            "ddpg-mlp-cpu-b256",
+            "td3-mlp-cpu-b256",
+        } <= cases
         by_case = {(r["case"], r["metric"]): r["median"] for r in ok}
         assert by_case[("mlp-cpu-b512", "samples")] == pytest.approx(
             512 * by_case[("mlp-cpu-b512", "updates")]

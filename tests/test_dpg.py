@@ -14,7 +14,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from apex.dpg import TD3
+from apex.dpg import DPG
 from apex.envs import choose_algorithm, env_shape
 from apex.exploration import gaussian_noise
 from apex.metrics import read_metrics
@@ -28,13 +28,13 @@ from launch.cli import main
 LOW, HIGH = (-2.0,), (2.0,)
 
 
-def constant_td3(policy_delay: int = 2, tau: float = 0.5, twin_critics: bool = True) -> TD3:
+def constant_td3(policy_delay: int = 2, tau: float = 0.5, twin_critics: bool = True) -> DPG:
     """TD3 on 1-d observations and actions whose every weight is 0: each network outputs
     its last bias, whatever it is given, so every value below is plain arithmetic."""
     config = LearnerConfig(hidden=(4,), policy_delay=policy_delay, tau=tau, target_noise=0.2,
                            twin_critics=twin_critics,
                            noise_clip=0.5, priority_epsilon=1e-3, max_grad_norm=1e6)  # fmt: skip
-    algorithm = TD3(config, 1, LOW, HIGH, torch.device("cpu"))
+    algorithm = DPG(config, 1, LOW, HIGH, torch.device("cpu"))
     with torch.no_grad():
         for network in (algorithm.online, algorithm.critic2, algorithm.target,
                         algorithm.target_critic2):  # fmt: skip
@@ -93,7 +93,7 @@ def test_the_policy_moves_every_policy_delay_steps_and_targets_follow_by_tau() -
 
 
 def test_td3_resumes_from_its_state_dict() -> None:
-    first = TD3(LearnerConfig(hidden=(8, 8)), 3, LOW, HIGH, torch.device("cpu"))
+    first = DPG(LearnerConfig(hidden=(8, 8)), 3, LOW, HIGH, torch.device("cpu"))
     rng = np.random.default_rng(0)
     for _ in range(3):
         first.step(DeviceBatch(transitions={
@@ -102,7 +102,7 @@ def test_td3_resumes_from_its_state_dict() -> None:
             "action": torch.from_numpy(rng.uniform(-2, 2, (16, 1)).astype(np.float32)),
             "reward": torch.ones(16), "discount": torch.full((16,), 0.9),
         }, weights=torch.ones(16), source=None))  # fmt: skip
-    second = TD3(LearnerConfig(hidden=(8, 8)), 3, LOW, HIGH, torch.device("cpu"))
+    second = DPG(LearnerConfig(hidden=(8, 8)), 3, LOW, HIGH, torch.device("cpu"))
     second.load_state_dict(first.state_dict())
     assert second.steps == 3
     for a, b in zip(first.state_dict()["critic2"].values(),

@@ -370,7 +370,7 @@ def test_a_dpg_run_s_shards_answer_its_keys_and_refuse_others_from_another_host(
     refused = [r["refused"] for r in read_metrics(run_dir) if r.get("event") == "progress"][-1]
     assert refused["no_key"] >= 1 and refused["wrong_key"] >= 1, refused
     [start] = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
-    assert start["algorithm"] == "TD3" and end_record(run_dir)["updates"] > 50
+    assert start["algorithm"] == "DDPG" and end_record(run_dir)["updates"] > 50
     status = subprocess.run([*APEX, "status", str(run_dir)], capture_output=True, text=True,
                             timeout=60, check=False)  # fmt: skip
     assert "security: curve; refused connections: no_key" in status.stdout, status.stdout
