@@ -22,11 +22,11 @@ make it plain DDPG. ``twin_critics = true``, ``policy_delay = 2`` and ``target_n
 Why DDPG by default, measured (bench/RESULTS.md, "Which DPG"): an Ape-X learner is the
 bottleneck, so what each update achieves decides how fast a run learns. A TD3 update
 costs about what a DDPG one does (224 and 231 updates/s of 256 here), but TD3 moves the
-policy on every second update only and learns from a pessimistic target. On this 2-core machine, 10 minutes each, DDPG
-ended ahead on HalfCheetah-v5 (5,430 and 5,865 against 3,610 and 4,596, seeds 0 and 1)
-and on Hopper-v5 (1,202 against 320), and solved Pendulum as fast (32.4 s median against 35.4 s).
-TD3 is the choice where updates are cheap beside the data (a GPU learner) and a run long
-enough for DDPG's overestimation to bite.
+policy on every second update only and learns from a pessimistic target. On this 2-core
+machine, 10 minutes each, DDPG ended ahead on HalfCheetah-v5 (5,430 and 5,865 against
+3,610 and 4,596, seeds 0 and 1) and on Hopper-v5 (1,202 against 320), and solved Pendulum
+as fast (32.4 s median against 35.4 s). TD3 is the choice where updates are cheap beside
+the data (a GPU learner) and a run long enough for DDPG's overestimation to bite.
 """
 
 from __future__ import annotations

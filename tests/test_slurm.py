@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -352,6 +353,10 @@ def test_a_dpg_run_s_shards_answer_its_keys_and_refuse_others_from_another_host(
     job_id = submit(run_dir, "--env", "Pendulum-v1", "--max-time", "30", "--target-return", "1e9")
     poll(lambda: latest_updates(run_dir) > 50, 120, "training to start")
     generate(tmp_path / "stranger")
+    # A client pair the run never admitted, pinned to the run's real server key.
+    generate(tmp_path / "unadmitted")
+    (tmp_path / "unadmitted" / "server.key_secret").unlink()
+    shutil.copy(run_dir / "keys" / "server.key", tmp_path / "unadmitted" / "server.key")
     endpoint = "tcp://shard:5601"  # shard 0's requests, on host "shard" (shard_port_base + 1)
 
     def probe(keys: str) -> str:
@@ -364,11 +369,13 @@ def test_a_dpg_run_s_shards_answer_its_keys_and_refuse_others_from_another_host(
 
     assert probe("") == "refused"  # no key
     assert probe(str(tmp_path / "stranger")) == "refused"  # another run's keys
+    assert probe(str(tmp_path / "unadmitted")) == "refused"
     assert probe(str(run_dir / "keys")) == "answered"
     fields = wait_for_job_end(job_id, run_dir, timeout_s=120)
     assert fields["JobState"] == "COMPLETED", job_output(run_dir)
     refused = [r["refused"] for r in read_metrics(run_dir) if r.get("event") == "progress"][-1]
     assert refused["no_key"] >= 1 and refused["wrong_key"] >= 1, refused
+    assert refused["not_admitted"] >= 1, refused
     [start] = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
     assert start["algorithm"] == "DDPG" and end_record(run_dir)["updates"] > 50
     status = subprocess.run([*APEX, "status", str(run_dir)], capture_output=True, text=True,
