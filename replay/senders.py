@@ -76,7 +76,6 @@ class SenderBook:
         # Ids each connection introduced (only connections that introduced one are here,
         # so at most MAX_TRACKED_SENDERS entries).
         self._introduced: dict[str, int] = {}
-        self.ids_pooled = 0
 
     def tracked(self, sender: int) -> SenderStats | None:
         """``sender``'s own counters, None if it has none (it is pooled or never seen)."""
@@ -100,7 +99,6 @@ class SenderBook:
             if len(self._senders) >= MAX_TRACKED_SENDERS or (
                 peer and introduced >= MAX_SENDERS_PER_PEER
             ):
-                self.ids_pooled += sender != UNKNOWN_SENDER
                 sender = UNKNOWN_SENDER
             elif peer:
                 self._introduced[peer] = introduced + 1
@@ -116,9 +114,10 @@ class SenderBook:
         malformed message claims)."""
         return sender if sender in self._senders else UNKNOWN_SENDER
 
-    def reject(self, sender: int, reason: str, detail: object, peer: str = "") -> None:
-        """Counts a rejected message; logs the first of each reason per sender."""
-        stats = self.get(sender, peer)
+    def reject(self, sender: int, reason: str, detail: object) -> None:
+        """Counts a rejected message under ``sender`` (an id from :meth:`account` or
+        :meth:`known`); logs the first of each reason per sender."""
+        stats = self.get(sender)
         if self._senders.get(sender) is not stats:
             sender = UNKNOWN_SENDER
         stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
