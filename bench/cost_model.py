@@ -6,7 +6,8 @@ Every role's CPU is a sum of unit costs times rates:
 - an actor process: ``per_vector_step_s / k + per_env_step_s`` per env step (k env copies
   share one batched forward pass; measured on a whole ``apex actor`` process, so its
   priorities, weights loads, reports and insert client are in it), plus
-  ``client_credit_s`` per credit question;
+  ``client_credit_s`` per credit question, times ``actor_shared_factor`` for the share
+  ``Load.actor_core_busy`` of the time its core runs other work;
 - the insert clients alone (a synthetic fleet): ``client_s_per_message`` per message plus
   ``client_credit_s`` per credit question, plus ``client_per_connection_s`` per
   connection per second;
@@ -14,11 +15,12 @@ Every role's CPU is a sum of unit costs times rates:
   per credit question, plus ``per_request_s + k * per_sampled_s`` per sample request of
   k transitions (with the priority update that follows it), plus ``per_connection_s`` per
   open connection per second (heartbeats; two connections per actor process). Those
-  per-operation costs are measured on a busy core; an operation that finds the shard's
-  core idle also pays for waking it (``message_wake_s``, ``request_wake_s``: about 100
-  us on this VM, where an idle vCPU halts), so a shard costs more per operation on a
-  core of its own than on a loaded one (``Load.core_busy``, the share of time its core
-  is busy anyway);
+  per-operation costs are measured on a core of the shard's own, idle between operations
+  (so each pays for waking it). On a core it shares with a learner, an operation finds
+  its caches cold after the learner's time slice and costs ``message_shared_factor`` or
+  ``request_shared_factor`` times as much (measured beside a real training loop); a
+  shard whose core is busy with other work a share ``Load.core_busy`` of the time pays
+  that share of the difference;
 - the wire: ``wire_bytes`` per transition in, ``sample_bytes`` per sampled transition out,
   the weights once per actor process per publication.
 
@@ -68,8 +70,9 @@ class UnitCosts:
     per_request_s: float
     per_sampled_s: float
     per_connection_s: float
-    message_wake_s: float
-    request_wake_s: float
+    message_shared_factor: float
+    request_shared_factor: float
+    actor_shared_factor: float
     client_per_connection_s: float
 
     def actor_step_s(self, envs_per_process: int) -> float:
@@ -90,6 +93,13 @@ class Load:
     updates: float  # learner updates
     batch: int  # transitions per update, split over the shards
     core_busy: float = 0.0  # share of time the shards' cores are busy with other work
+    actor_core_busy: float = 0.0  # the same for the actors' cores
+
+
+def _shared(factor: float, busy: float) -> float:
+    """What an operation costs against a core of its own: ``factor`` (measured beside a
+    learner) for the share of time ``busy`` its core runs other work."""
+    return 1.0 + min(1.0, max(0.0, busy)) * (factor - 1.0)
 
 
 def messages_per_s(costs: UnitCosts, load: Load) -> float:
@@ -112,15 +122,12 @@ def shard_cores(costs: UnitCosts, load: Load) -> float:
     """All shards together, in cores."""
     messages = messages_per_s(costs, load)
     connections = CONNECTIONS_PER_PROCESS * load.actor_processes * load.shards
-    awake = 1.0 - min(1.0, max(0.0, load.core_busy))
-    per_message = costs.per_message_s + awake * costs.message_wake_s
-    per_credit = costs.per_credit_s + awake * costs.message_wake_s
-    per_request = costs.per_request_s + awake * costs.request_wake_s
-    per_update = load.shards * per_request + load.batch * costs.per_sampled_s
+    per_message = costs.per_message_s + credit_per_message(load) * costs.per_credit_s
+    per_update = load.shards * costs.per_request_s + load.batch * costs.per_sampled_s
     return (
         load.shards * costs.idle_cores
-        + messages * (per_message + credit_per_message(load) * per_credit)
-        + load.updates * per_update
+        + messages * per_message * _shared(costs.message_shared_factor, load.core_busy)
+        + load.updates * per_update * _shared(costs.request_shared_factor, load.core_busy)
         + connections * costs.per_connection_s
     )
 
@@ -128,7 +135,7 @@ def shard_cores(costs: UnitCosts, load: Load) -> float:
 def actor_cores(costs: UnitCosts, load: Load) -> float:
     """All actor processes together, in cores."""
     messages = messages_per_s(costs, load)
-    return (
+    return _shared(costs.actor_shared_factor, load.actor_core_busy) * (
         load.transitions * costs.actor_step_s(load.envs_per_process)
         + messages * credit_per_message(load) * costs.client_credit_s
     )
@@ -186,6 +193,8 @@ def plan(
         "actor_cores": actor_cpu,
         "shards": shards,
         "shard_cores": shard_cores(costs, load),
+        # The same shards on cores they share with the actors or the learner.
+        "shard_cores_shared": shard_cores(costs, replace(load, core_busy=1.0)),
         "sampling_limit_updates_per_s": sampling_limit(costs, load),
         "actors_to_shards_mb_per_s": inbound / 1e6,
         "shards_to_learner_mb_per_s": sampled / 1e6,

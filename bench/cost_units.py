@@ -14,12 +14,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import zmq
 
+from bench.cotenant import learner_on_core
 from bench.fleet_suite import FleetRun, record, start_worker
 from bench.sample_service import fill_shards
 from bench.shard_suite import INSERT_BATCH, start_pusher, start_shard, stop_processes
@@ -50,7 +51,7 @@ def _taken(info: dict, counter: str) -> int:
     return sum(sender[counter] for sender in info["senders"].values())
 
 
-def _network(env: str):
+def learner_network(env: str):
     """The torch network the learner of ``env`` trains and publishes."""
     from apex.envs import env_shape
     from apex.networks import build_network
@@ -59,10 +60,11 @@ def _network(env: str):
     return build_network(shape.observation_shape, shape.actions, ENVS[env]["hidden"])
 
 
-def actor_process_cost(env: str, envs: int, seconds: float) -> float:
+def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False) -> float:
     """CPU seconds per env step of a real actor process (``apex actor``: acting, initial
     priorities, weights loads, episode reports, its insert client) into a live shard,
-    with weights published as a learner of 280 updates/s publishing every 10 would."""
+    with weights published as a learner of 280 updates/s publishing every 10 would. The
+    actor runs on a core of its own, or ``shared`` with a learner's training loop."""
     import torch
 
     from apex.channels import EpisodeCollector, WeightPublisher
@@ -73,13 +75,20 @@ def actor_process_cost(env: str, envs: int, seconds: float) -> float:
                        envs=envs)  # fmt: skip
         publisher = WeightPublisher(context)
         collector = EpisodeCollector(context)
-        network = _network(env)
+        network = learner_network(env)
         command = [sys.executable, "-m", "launch", "actor", "--config",
                    str(run.config_path), "--index", "0", "--shard",
                    ",".join(run.endpoints[0]), "--weights", publisher.endpoint,
                    "--episodes", collector.endpoint]  # fmt: skip
         actor = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        # The actor on a core of its own (or shared), everything measuring it on the other.
+        os.sched_setaffinity(actor.pid, {SHARD_CORE})
+        for process in run.processes:
+            os.sched_setaffinity(process.pid, {CLIENT_CORE})
+        affinity = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {CLIENT_CORE})
+        cotenant = learner_on_core(env, SHARD_CORE) if shared else contextlib.nullcontext()
         client = RequestClient(context, run.endpoints[0][1], sender=90_000, timeout_s=30)
         version = [0]
 
@@ -97,7 +106,7 @@ def actor_process_cost(env: str, envs: int, seconds: float) -> float:
                 time.sleep(1 / 28)
 
         try:
-            with torch.no_grad():
+            with torch.no_grad(), cotenant:
                 serve_until(lambda: transitions_in() > 500, 120)
                 cpu, sent = cpu_seconds(actor.pid) or 0.0, transitions_in()
                 end = time.monotonic() + seconds
@@ -105,6 +114,7 @@ def actor_process_cost(env: str, envs: int, seconds: float) -> float:
                 cpu = (cpu_seconds(actor.pid) or 0.0) - cpu
                 sent = transitions_in() - sent
         finally:
+            os.sched_setaffinity(0, affinity)
             actor.terminate()
             actor.wait(30)
             client.close()
@@ -115,12 +125,18 @@ def actor_process_cost(env: str, envs: int, seconds: float) -> float:
     return cpu / sent
 
 
-def actor_step_costs(env: str, seconds: float) -> tuple[float, float]:
-    """``(per vector step, per env step)`` CPU seconds of an actor process, from two env
-    counts: ``c(k) = per_vector / k + per_env``."""
-    (k1, c1), (k2, c2) = [(k, actor_process_cost(env, k, seconds)) for k in ENVS[env]["counts"]]
+def actor_step_costs(env: str, seconds: float) -> dict:
+    """Per vector step and per env step CPU seconds of an actor process on a core of its
+    own, from two env counts (``c(k) = per_vector / k + per_env``), and how much more a
+    step costs on a core shared with a learner (the mean ratio over the two counts)."""
+    counts = ENVS[env]["counts"]
+    own = [actor_process_cost(env, k, seconds) for k in counts]
+    shared = [actor_process_cost(env, k, seconds, shared=True) for k in counts]
+    (k1, k2), (c1, c2) = counts, own
     per_vector = max(0.0, (c1 - c2) / (1 / k1 - 1 / k2))
-    return per_vector, max(0.0, c1 - per_vector / k1)
+    factors = [beside / alone for beside, alone in zip(shared, own, strict=True)]
+    return {"per_vector_step_s": per_vector, "per_env_step_s": max(0.0, c1 - per_vector / k1),
+            "actor_shared_factor": sum(factors) / len(factors)}  # fmt: skip
 
 
 def fleet_message_costs(seconds: float) -> dict:
@@ -189,23 +205,6 @@ class _ShardWindow:
         os.sched_setaffinity(0, self._affinity)
 
 
-@contextlib.contextmanager
-def _busy_core(core: int, busy: bool) -> Iterator[None]:
-    """``core`` kept busy by a process that runs only when nothing else wants the core
-    (SCHED_IDLE): the shard never wakes an idle core, as on a loaded machine."""
-    if not busy:
-        yield
-        return
-    spin = "import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nwhile True: pass"
-    burner = subprocess.Popen([sys.executable, "-c", spin])
-    os.sched_setaffinity(burner.pid, {core})
-    try:
-        yield
-    finally:
-        burner.kill()
-        burner.wait(10)
-
-
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -234,30 +233,34 @@ def _insert_costs(shard: _ShardWindow, kind: str, seconds: float, idle: float) -
 
 def shard_costs(env: str, seconds: float) -> dict:
     """A shard's CPU: idle; per insert message (and the client's) and per sample request of
-    k transitions with its priority update, each on a busy core and on an idle one (the
-    difference: waking the core); per connection-second."""
+    k transitions with its priority update, on a core of its own (idle between operations,
+    so each pays for waking it); how much more each costs on a core shared with a
+    learner's training loop; per connection-second."""
     kind = ENVS[env]["kind"]
     spec = transition_spec("atari" if kind == "atari-frames" else kind)
     shard = _ShardWindow(kind, 200_000)
     try:
         idle = shard.cpu_over(seconds) / seconds
         figures = {}
-        for busy in (False, True):
-            with _busy_core(SHARD_CORE, busy):
+        for shared in (False, True):
+            cotenant = learner_on_core(env, SHARD_CORE) if shared else contextlib.nullcontext()
+            with cotenant:
                 per_message, client = _insert_costs(shard, kind, seconds, idle)
                 if shard.counters()[2] < 20_000:
                     endpoints = [ShardEndpoints(shard.ready["insert"], shard.ready["request"])]
                     fill_shards(kind, shard.context, endpoints, spec, 20_000)
-                figures[busy] = {"per_message_s": per_message, "client_s_per_message": client,
-                                 **_sample_costs(shard, spec, seconds, idle)}  # fmt: skip
+                figures[shared] = {"per_message_s": per_message, "client_s_per_message": client,
+                                   **_sample_costs(shard, spec, seconds, idle)}  # fmt: skip
         connections = _connection_cost(shard, spec, seconds, idle)
     finally:
         shard.close()
-    on_idle, on_busy = figures[False], figures[True]
-    wake = {f"{op}_wake_s": max(0.0, on_idle[f"per_{op}_s"] - on_busy[f"per_{op}_s"])
-            for op in ("message", "request")}  # fmt: skip
-    return {**on_busy, **wake, **connections, "idle_cores": idle,
-            "client_s_per_message": on_idle["client_s_per_message"]}  # fmt: skip
+    own, beside = figures[False], figures[True]
+    size = SAMPLE_SIZES[-1]
+    request_own = own["per_request_s"] + size * own["per_sampled_s"]
+    request_beside = beside["per_request_s"] + size * beside["per_sampled_s"]
+    return {**own, **connections, "idle_cores": idle,
+            "message_shared_factor": beside["per_message_s"] / own["per_message_s"],
+            "request_shared_factor": request_beside / request_own}  # fmt: skip
 
 
 def _sample_costs(shard: _ShardWindow, spec, seconds: float, idle: float) -> dict:
@@ -324,7 +327,7 @@ def wire_bytes(env: str) -> float:
 
 def weights_bytes(env: str) -> int:
     """The network's parameters, as the learner publishes them (float32)."""
-    return sum(p.numel() * 4 for p in _network(env).parameters())
+    return sum(p.numel() * 4 for p in learner_network(env).parameters())
 
 
 def credit_costs(streaming: dict, seconds: float, progress: Callable[[str], None]) -> dict:
@@ -350,13 +353,12 @@ def measure(envs: list[str], seconds: float, progress: Callable[[str], None] = p
     """Every unit cost of every env in ``envs``, as ``UnitCosts`` fields per env."""
     costs = {}
     for env in envs:
-        progress(f"model: {env} actor processes")
-        per_vector, per_env = actor_step_costs(env, seconds)
-        progress(f"model: {env} shard costs")
+        progress(f"model: {env} actor processes, alone and beside a learner")
+        actor = actor_step_costs(env, seconds)
+        progress(f"model: {env} shard costs, alone and beside a learner")
         costs[env] = {
             "env": env,
-            "per_vector_step_s": per_vector,
-            "per_env_step_s": per_env,
+            **actor,
             "transitions_per_message": INSERT_BATCH,
             "wire_bytes": wire_bytes(env),
             "weights_bytes": weights_bytes(env),

@@ -2,9 +2,11 @@
 measured run given, and what 360, 1,000 and 4,000 Ape-X actors would need.
 
 The checks predict each role's CPU from the rates a run measured (transitions in, insert
-messages, learner updates and samples) and compare it with the CPU the run measured for
-that role: ``bench system`` runs (actor processes and shards) and ``bench fleet`` runs
-(the fleet's insert clients and the shards). A check is met within 25%.
+messages, learner updates and samples) and the share of its cores that other roles kept
+busy, and compare it with the CPU the run measured for that role: ``bench system`` runs
+(actor processes and shards) and ``bench fleet`` runs (the fleet's insert clients and the
+shards). A check is met within 25%. This VM's speed drifts by up to 2x over hours, so the
+runs checked should be measured in the same sitting as the unit costs.
 """
 
 from __future__ import annotations
@@ -21,13 +23,10 @@ from launch.config import resolve
 SUITE = "model"
 CLUSTER_SIZES = (360, 1_000, 4_000)
 TOLERANCE = 0.25
-# The runs that calibrate how much more a role costs inside a whole run on this 2-core
-# machine than alone (cache, scheduling), per kind of run; every other run checks it.
-REFERENCES = {"system": "actors1-shards1", "fleet": "CartPole-v1-64x4"}
 COST_UNITS = {
     "per_vector_step_s": "s", "per_env_step_s": "s", "client_s_per_message": "s",
-    "client_credit_s": "s", "per_credit_s": "s", "message_wake_s": "s", "request_wake_s": "s",
-    "client_per_connection_s": "s",
+    "client_credit_s": "s", "per_credit_s": "s", "client_per_connection_s": "s",
+    "message_shared_factor": "x", "request_shared_factor": "x", "actor_shared_factor": "x",
     "wire_bytes": "bytes/transition", "sample_bytes": "bytes/transition",
     "weights_bytes": "bytes", "idle_cores": "cores", "per_message_s": "s",
     "per_request_s": "s", "per_sampled_s": "s", "per_connection_s": "s",
@@ -70,11 +69,14 @@ def system_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
         if not figures.get("updates") or "cpu_shard" not in figures:
             continue
         shards = params["shards"]
-        others = (figures["cpu_learner"] + figures["cpu_actor"]
-                  + figures["cpu_shard"] * (shards - 1) / shards)  # fmt: skip
+        beside_shard = (figures["cpu_learner"] + figures["cpu_actor"]
+                        + figures["cpu_shard"] * (shards - 1) / shards)  # fmt: skip
+        processes = params["actors"]
+        beside_actor = (figures["cpu_learner"] + figures["cpu_shard"]
+                        + figures["cpu_actor"] * (processes - 1) / processes)  # fmt: skip
         load = Load(figures["transitions_in"], params["actors"], params["envs_per_actor"], shards,
                     figures["updates"], round(figures["samples"] / figures["updates"]),
-                    _busy(others, cores))  # fmt: skip
+                    _busy(beside_shard, cores), _busy(beside_actor, cores))  # fmt: skip
         predictions = {"shard": cost_model.shard_cores(costs, load),
                        "actor": cost_model.actor_cores(costs, load)}  # fmt: skip
         for role, predicted in predictions.items():
@@ -99,30 +101,18 @@ def fleet_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
         load = Load(messages * costs.transitions_per_message, params["actors"], 1, shards,
                     figures["learner_updates_per_s"], _learner_batch(costs.env),
                     _busy(others, max(1, cores - 1)))  # fmt: skip
-        clients = cost_model.client_cores(costs, load)
+        shard = cost_model.shard_cores(costs, load)
+        # The fleet runs niced on the shards' cores. When both want more than those cores
+        # have, the shards take what they need and the fleet sends with what is left, in
+        # bursts (the same messages for fewer wake-ups) rather than falling behind.
+        clients = min(cost_model.client_cores(costs, load), max(0.0, cores - 1 - shard))
         for role, predicted, measured in (
-            ("shard", cost_model.shard_cores(costs, load), figures["shard_cpu_cores"]),
+            ("shard", shard, figures["shard_cpu_cores"]),
             ("insert clients", clients, figures["fleet_cpu_cores"]),
         ):
             checks.append({"source": source, "kind": "fleet", "case": case, "role": role,
                            **cost_model.check(predicted, measured, TOLERANCE)})  # fmt: skip
     return checks
-
-
-def calibrate(checks: list[dict]) -> dict[str, float]:
-    """Per role, measured / predicted at its reference run (:data:`REFERENCES`, the first
-    found); sets every check's ``calibrated_error`` and ``reference``."""
-    factors = {}
-    for check in checks:
-        key = f"{check['kind']} {check['role']}"
-        if key not in factors and check["case"] == REFERENCES[check["kind"]]:
-            factors[key] = check["measured"] / check["predicted"]
-            check["reference"] = True
-    for check in checks:
-        check.setdefault("reference", False)
-        calibrated = check["predicted"] * factors.get(f"{check['kind']} {check['role']}", 1.0)
-        check["calibrated_error"] = (calibrated - check["measured"]) / check["measured"]
-    return factors
 
 
 def run(
@@ -150,14 +140,9 @@ def run(
             checks += system_checks(costs, document, source)
             checks += fleet_checks(costs, document, source)
         all_costs[env] = costs
-    factors = calibrate(checks)
-    shared = factors.get("system shard", 1.0)
     for updates in learner_rates if "Pong" in all_costs else ():  # the paper's agent: Atari
         for actors in CLUSTER_SIZES:
             row = cost_model.plan(all_costs["Pong"], actors, updates, _learner_batch("Pong"))
-            # Shards on cores they share with actors, as in the runs here: the factor the
-            # system runs measured.
-            row["shard_cores_shared"] = row["shard_cores"] * shared
             plans.append({"env": "Pong", **row})
             params = {"env": "Pong", "actors": actors, "learner_updates_per_s": updates}
             case = f"Pong-{actors}-actors-{updates:g}-updates"
@@ -166,14 +151,11 @@ def run(
                                          params))  # fmt: skip
     for check in checks:
         params = {"source": check["source"], "role": check["role"], "error": check["error"],
-                  "within": check["within"], "calibrated_error": check["calibrated_error"],
-                  "reference": check["reference"]}  # fmt: skip
+                  "within": check["within"]}  # fmt: skip
         for kind in ("predicted", "measured"):
             records.append(ok_record(SUITE, f"check-{check['case']}-{check['role']}", kind,
                                      "cpu", "cores", [check[kind]], params))  # fmt: skip
     met = sum(check["within"] for check in checks)
-    others = [check for check in checks if not check["reference"]]
-    calibrated = sum(abs(check["calibrated_error"]) <= TOLERANCE for check in others)
     return {
         "records": records,
         "ratios": [],
@@ -186,8 +168,6 @@ def run(
             "unit_costs": unit_costs,
             "checks": checks,
             "checks_within": f"{met}/{len(checks)}",
-            "colocation_factors": factors,
-            "calibrated_within": f"{calibrated}/{len(others)}",
             "plans": plans,
             "shard_busy_target": cost_model.SHARD_BUSY_TARGET,
         },

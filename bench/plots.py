@@ -118,14 +118,12 @@ def plot_model(config: dict, directory: Path) -> list[Path]:
     if checks:
         figure, axis = plt.subplots(figsize=(6.5, 5.5))
         for index, role in enumerate(sorted({c["role"] for c in checks})):
-            chosen = [c for c in checks if c["role"] == role and not c.get("reference")]
-            colour = f"C{index}"
-            axis.scatter([c["measured"] for c in chosen], [c["predicted"] for c in chosen],
-                         s=28, facecolors="none", edgecolors=colour,
-                         label=f"{role}: from unit costs alone")  # fmt: skip
-            axis.scatter([c["measured"] for c in chosen],
-                         [c["measured"] * (1 + c["calibrated_error"]) for c in chosen], s=28,
-                         color=colour, label=f"{role}: with its co-location factor")  # fmt: skip
+            for kind, marker in (("system", "o"), ("fleet", "s")):
+                chosen = [c for c in checks if c["role"] == role and c["kind"] == kind]
+                if chosen:
+                    axis.scatter([c["measured"] for c in chosen],
+                                 [c["predicted"] for c in chosen], s=28, marker=marker,
+                                 color=f"C{index}", label=f"{role} ({kind} runs)")  # fmt: skip
         low = min(min(c["measured"], c["predicted"]) for c in checks) * 0.7
         high = max(max(c["measured"], c["predicted"]) for c in checks) * 1.4
         line = [low, high]
@@ -138,8 +136,7 @@ def plot_model(config: dict, directory: Path) -> list[Path]:
         axis.set_xlabel("measured CPU (cores)")
         axis.set_ylabel("predicted from unit costs (cores)")
         axis.set_title(f"cost model vs measured runs: {config['checks_within']} within "
-                       f"{tolerance:.0%} alone, {config['calibrated_within']} calibrated",
-                       fontsize=9)  # fmt: skip
+                       f"{tolerance:.0%}", fontsize=9)  # fmt: skip
         axis.legend(fontsize=7)
         written.append(_save(plt, figure, directory / "model-checks.png"))
     plans = config["plans"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench import cost_model, report
+from bench import cost_model, model_suite, report
 from bench.cost_model import Load, UnitCosts
 from launch.cli import main
 
@@ -19,8 +19,8 @@ COSTS = UnitCosts(
     env="test", per_vector_step_s=100e-6, per_env_step_s=10e-6, client_s_per_message=50e-6,
     client_credit_s=20e-6, transitions_per_message=50, wire_bytes=100.0, sample_bytes=200.0,
     weights_bytes=1_000_000, idle_cores=0.01, per_message_s=40e-6, per_credit_s=30e-6,
-    per_request_s=100e-6, per_sampled_s=1e-6, per_connection_s=1e-6, message_wake_s=10e-6,
-    request_wake_s=50e-6, client_per_connection_s=2e-6,
+    per_request_s=100e-6, per_sampled_s=1e-6, per_connection_s=1e-6, message_shared_factor=1.25,
+    request_shared_factor=1.5, actor_shared_factor=2.0, client_per_connection_s=2e-6,
 )  # fmt: skip
 
 
@@ -34,16 +34,21 @@ def test_role_cores_by_hand() -> None:
     # once per 8 // 4 = 2 messages.
     assert cost_model.credit_per_message(load) == 0.5
     # 2 idle + 200 messages/s (and 100 credit questions) + 100 updates x (2 requests + 512
-    # sampled) + 100 connections, on cores busy with other work (no wake-ups).
-    busy = dataclasses.replace(load, core_busy=1.0)
-    shards = (2 * 0.01 + 200 * 40e-6 + 100 * 30e-6 + 100 * (2 * 100e-6 + 512 * 1e-6)
-              + 100 * 1e-6)  # fmt: skip
-    assert cost_model.shard_cores(COSTS, busy) == pytest.approx(shards)
-    # On cores of their own, idle between operations: each operation wakes one.
-    woken = (200 + 100) * 10e-6 + 100 * 2 * 50e-6
-    assert cost_model.shard_cores(COSTS, load) == pytest.approx(shards + woken)
-    # Per env step 100/5 + 10 us, and the client's credit questions.
-    assert cost_model.actor_cores(COSTS, load) == pytest.approx(10_000 * 30e-6 + 100 * 20e-6)
+    # sampled) + 100 connections, on cores of their own.
+    messages, updates = 200 * 40e-6 + 100 * 30e-6, 100 * (2 * 100e-6 + 512 * 1e-6)
+    shards = 2 * 0.01 + messages + updates + 100 * 1e-6
+    assert cost_model.shard_cores(COSTS, load) == pytest.approx(shards)
+    # Cores busy with a learner's work half the time: messages cost 1.125x, requests 1.25x;
+    # heartbeats and idling are as they were.
+    half = dataclasses.replace(load, core_busy=0.5)
+    shared = shards + 0.125 * messages + 0.25 * updates
+    assert cost_model.shard_cores(COSTS, half) == pytest.approx(shared)
+    # Per env step 100/5 + 10 us, and the client's credit questions; twice that on cores
+    # always busy with other work.
+    actors = 10_000 * 30e-6 + 100 * 20e-6
+    assert cost_model.actor_cores(COSTS, load) == pytest.approx(actors)
+    always = dataclasses.replace(load, actor_core_busy=1.0)
+    assert cost_model.actor_cores(COSTS, always) == pytest.approx(2 * actors)
     clients = 200 * 50e-6 + 100 * 20e-6 + 100 * 2e-6  # and their 100 connections
     assert cost_model.client_cores(COSTS, load) == pytest.approx(clients)
     # One streaming client and one shard: the window is 64, a question per 16 messages.
@@ -74,6 +79,32 @@ def test_a_plan_takes_the_fewest_shards_that_keep_each_under_target() -> None:
     assert check["error"] == pytest.approx(0.3) and not check["within"]
 
 
+def _fleet_document(actors: int, messages_per_s: float, shard_cpu: float) -> dict:
+    figures = {"messages_per_s": messages_per_s, "learner_updates_per_s": 0.0,
+               "shard_cpu_cores": shard_cpu, "fleet_cpu_cores": 0.05}  # fmt: skip
+    params = {"env": "CartPole-v1", "actors": actors, "shards": 1}
+    case = f"fleet-{actors}"
+    records = [{"suite": "fleet", "status": "ok", "case": case, "metric": metric,
+                "median": value, "params": params}
+               for metric, value in figures.items()]  # fmt: skip
+    return {"machine": {"cores": 2}, "records": records}
+
+
+def test_a_fleet_on_a_full_core_gets_what_the_shards_leave() -> None:
+    costs = dataclasses.replace(COSTS, env="CartPole-v1")
+    # 100 messages/s: the clients want 100 x (50 + 20 / 4) us (a credit question per 4
+    # messages: 10 actors share the window) plus 2 x 10 connections' 2 us.
+    light = model_suite.fleet_checks(costs, _fleet_document(10, 100, 0.05), "light")
+    clients = {check["role"]: check["predicted"] for check in light}["insert clients"]
+    assert clients == pytest.approx(100 * 55e-6 + 20 * 2e-6)
+    # 20,000 messages/s: shards and clients want more than the one core they share (the
+    # learner has the other); the niced clients get what the shards leave of it.
+    checks = model_suite.fleet_checks(costs, _fleet_document(10, 20_000, 0.9), "heavy")
+    heavy = {check["role"]: check["predicted"] for check in checks}
+    assert heavy["shard"] > 0.5
+    assert heavy["insert clients"] == pytest.approx(1.0 - heavy["shard"])
+
+
 @pytest.mark.slow
 def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.json"
@@ -92,6 +123,9 @@ def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path) -> No
     units = config["unit_costs"]["CartPole-v1"]
     for name in ("per_env_step_s", "client_s_per_message", "per_message_s"):
         assert 0 < units[name] < 0.01, (name, units[name])
+    # Beside a learner's training loop an operation costs more or less, never 5x either way.
+    for name in ("message_shared_factor", "request_shared_factor", "actor_shared_factor"):
+        assert 0.2 < units[name] < 5, (name, units[name])
     # A sample request's cost splits into a fixed part and a slope over its size, from two
     # sizes; in a 1 s window on this VM the slope can be lost in noise (then 0, never
     # negative), but a request of 512 must cost something.

@@ -1,0 +1,60 @@
+"""A learner's training loop, run as a co-tenant of the process whose unit costs are being
+measured: ``python -m bench.cotenant ENV``.
+
+In a whole run on shared cores, a shard or an actor gets the core back after the learner's
+time slice with its caches full of the learner's tensors, and pays for that on every
+operation. A spinning loop keeps a core busy without touching memory, so it misses this;
+this loop does what a learner does (the env's network, Adam, the learner's batch size, on
+one thread), so the measured cost is the one a co-located role pays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+
+def train_forever(env: str) -> None:
+    import torch
+
+    from apex.envs import env_shape
+    from bench.cost_units import learner_network
+    from launch.config import resolve
+
+    torch.set_num_threads(1)
+    shape = env_shape(env)
+    batch = resolve({"env": env}).learner.batch_size
+    network = learner_network(env)
+    optimizer = torch.optim.Adam(network.parameters(), lr=1e-4)
+    dtype = torch.uint8 if shape.observation_dtype.kind == "u" else torch.float32
+    size = (batch, *shape.observation_shape)
+    observations = (torch.randint(0, 255, size, dtype=dtype) if dtype == torch.uint8
+                    else torch.randn(size))  # fmt: skip
+    while True:
+        loss = network(observations).square().mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+@contextlib.contextmanager
+def learner_on_core(env: str, core: int) -> Iterator[subprocess.Popen]:
+    """A training loop pinned to ``core`` for the duration, at the default priority (it
+    takes its fair share of the core, as a run's learner does)."""
+    from bench.workers import REPO_ROOT, worker_env
+
+    process = subprocess.Popen([sys.executable, "-m", "bench.cotenant", env], cwd=REPO_ROOT,
+                               env=worker_env(), stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        os.sched_setaffinity(process.pid, {core})
+        yield process
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+if __name__ == "__main__":
+    train_forever(sys.argv[1])
