@@ -21,7 +21,8 @@ import numpy as np
 import zmq
 
 from bench.cotenant import learner_on_core
-from bench.fleet_suite import FleetRun, record, start_worker
+from bench.fleet_suite import FleetRun, start_worker
+from bench.recordings import record
 from bench.sample_service import fill_shards
 from bench.shard_suite import INSERT_BATCH, start_pusher, start_shard, stop_processes
 from bench.shard_worker import transition_spec

@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from apex.envs import env_shape, make_env
 from apex.metrics import read_metrics
+from bench.recordings import record
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
 from launch import builder
@@ -80,23 +80,6 @@ UNITS = {
     "softirq_cores": "cores",
     "messages_per_s": "messages/s",
 }
-
-
-def record(env_name: str, count: int, path: Path) -> Path:
-    """``count`` transitions of real episodes of ``env_name`` under random actions."""
-    spec = env_shape(env_name).transition_spec().to_dict()
-    arrays = {name: np.empty((count, *shape), dtype) for name, (shape, dtype) in spec.items()}
-    env = make_env(env_name, training=True)
-    observation, _ = env.reset(seed=0)
-    for i in range(count):
-        action = env.action_space.sample()
-        following, reward, terminated, truncated, _ = env.step(action)
-        arrays["obs"][i], arrays["action"][i], arrays["reward"][i] = observation, action, reward
-        arrays["discount"][i], arrays["next_obs"][i] = 0.0 if terminated else 0.99, following
-        observation = env.reset()[0] if terminated or truncated else following
-    env.close()
-    np.savez(path, **arrays)
-    return path
 
 
 class FleetRun:
@@ -276,11 +259,22 @@ def start_worker(
         "seconds": seconds,
     }
     command = [sys.executable, "-m", "bench.fleet_worker", json.dumps(params)]
-    worker = run.spawn("actor", command, OTHER_CORES, stdout=subprocess.PIPE, text=True)
+    with open(run.run_dir / f"fleet-{first}.log", "wb") as log:
+        worker = run.spawn("actor", command, OTHER_CORES, stdout=subprocess.PIPE, stderr=log,
+                           text=True)  # fmt: skip
     # The fleet stands in for actors on other machines: on the shards' core it yields to
     # them, so what it costs does not come out of the replay's service.
     os.setpriority(os.PRIO_PROCESS, worker.pid, FLEET_NICE)
     return worker
+
+
+def _why_failed(run: FleetRun, worker: subprocess.Popen, lines: list[str]) -> str:
+    """What a fleet worker that gave no report left: its exit status, what it printed
+    after the window, and the end of its log."""
+    first = json.loads(worker.args[-1])["first_sender"]
+    log = (run.run_dir / f"fleet-{first}.log").read_text(errors="replace").strip()
+    tail = " | ".join(log.splitlines()[-3:]) or "(empty log)"
+    return f"worker of senders {first}+: exit {worker.returncode}, {len(lines)} lines; {tail}"
 
 
 def _measure(
@@ -303,12 +297,12 @@ def _measure(
             for worker in workers:  # each says when its actors stop sending
                 worker.stdout.readline()
             cpu_after, window_s = run.cpu(), time.monotonic() - window_start
-            reports, failed = [], 0
+            reports, failed = [], []
             for worker in workers:
                 out, _ = worker.communicate(timeout=START_TIMEOUT_S + seconds + 120)
                 lines = out.strip().splitlines()
                 if worker.returncode != 0 or not lines:  # e.g. no start answer in time
-                    failed += 1
+                    failed.append(_why_failed(run, worker, lines))
                     continue
                 reports.append(json.loads(lines[-1]))
             infos = run.infos()
@@ -316,7 +310,8 @@ def _measure(
         finally:
             run.stop()
     if failed:
-        return {"target_per_s": actors * PAPER_RATE, "sent_per_s": 0.0, "workers_failed": failed}
+        return {"target_per_s": actors * PAPER_RATE, "workers_failed": len(failed),
+                "failures": failed}  # fmt: skip
     sent = sum(r["transitions_sent"] for r in reports)
     received = sum(
         s["transitions"]
@@ -366,6 +361,9 @@ def run(
         for actors in sizes:
             progress(f"fleet {actors} actors into {shards} shards")
             figures = _measure(env_name, recording, actors, shards, seconds, hosts)
+            failures = figures.pop("failures", [])
+            for failure in failures:
+                progress(f"fleet {actors}: {failure}")
             baseline = baseline or figures.get("learner_updates_per_s")
             sustained = not figures.get("workers_failed") and (
                 figures["sent_per_s"] >= RATE_SHARE * figures["target_per_s"]
@@ -389,6 +387,10 @@ def run(
             for metric, value in {**figures, "sustained": float(sustained)}.items():
                 records.append(ok_record(SUITE, case, "apex", metric, UNITS[metric], [value],
                                          params))  # fmt: skip
+            if failures:
+                records.append({"suite": SUITE, "case": case, "implementation": "apex",
+                                "status": "unavailable", "reason": "; ".join(failures),
+                                "params": params})  # fmt: skip
     per_shard = largest / shards
     return {
         "records": records,

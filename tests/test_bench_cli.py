@@ -320,3 +320,20 @@ def test_a_short_race_gives_both_curves_and_a_plot(tmp_path: Path) -> None:
         assert record["params"]["curve"] and record["median"] < 0  # Pendulum's returns
     assert png.stat().st_size > 10_000
     assert "apex ahead at the end:" in result.output
+
+
+def test_a_fleet_worker_that_gives_no_report_is_named_with_its_exit_and_log(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from bench.fleet_suite import _why_failed
+
+    (tmp_path / "fleet-128.log").write_text("Traceback\nOSError: no recording\n")
+    script = "import sys; sys.exit(3)"
+    worker = subprocess.Popen([sys.executable, "-c", script, json.dumps({"first_sender": 128})])
+    worker.wait(30)
+    why = _why_failed(SimpleNamespace(run_dir=tmp_path), worker, [])
+    assert why == "worker of senders 128+: exit 3, 0 lines; Traceback | OSError: no recording"
