@@ -73,6 +73,7 @@ class UnitCosts:
     message_shared_factor: float
     request_shared_factor: float
     actor_shared_factor: float
+    client_shared_factor: float
     client_per_connection_s: float
 
     def actor_step_s(self, envs_per_process: int) -> float:
@@ -143,11 +144,13 @@ def actor_cores(costs: UnitCosts, load: Load) -> float:
 
 def client_cores(costs: UnitCosts, load: Load) -> float:
     """Insert clients alone (no envs, no network), in cores: a synthetic fleet, whose
-    clients also keep their connections alive (the same heartbeats, from the other end)."""
+    clients also keep their connections alive (the same heartbeats, from the other end).
+    Their cores are busy with other work ``Load.actor_core_busy`` of the time."""
     messages = messages_per_s(costs, load)
     per_message = costs.client_s_per_message + credit_per_message(load) * costs.client_credit_s
     connections = CONNECTIONS_PER_PROCESS * load.actor_processes * load.shards
-    return messages * per_message + connections * costs.client_per_connection_s
+    shared = _shared(costs.client_shared_factor, load.actor_core_busy)
+    return messages * per_message * shared + connections * costs.client_per_connection_s
 
 
 def sampling_limit(costs: UnitCosts, load: Load) -> float:
@@ -191,6 +194,8 @@ def plan(
         "actor_processes": processes,
         "transitions_per_s": load.transitions,
         "actor_cores": actor_cpu,
+        # Actor processes packed onto full nodes, each core shared with others' work.
+        "actor_cores_packed": actor_cores(costs, replace(load, actor_core_busy=1.0)),
         "shards": shards,
         "shard_cores": shard_cores(costs, load),
         # The same shards on cores they share with the actors or the learner.

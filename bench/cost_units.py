@@ -7,7 +7,6 @@ of work at a rate the shard keeps up with, so it is the cost of the work, not of
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -89,7 +88,7 @@ def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False
             os.sched_setaffinity(process.pid, {CLIENT_CORE})
         affinity = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {CLIENT_CORE})
-        cotenant = learner_on_core(env, SHARD_CORE) if shared else contextlib.nullcontext()
+        cotenant = learner_on_core(env, SHARD_CORE, shared)
         client = RequestClient(context, run.endpoints[0][1], sender=90_000, timeout_s=30)
         version = [0]
 
@@ -140,27 +139,34 @@ def actor_step_costs(env: str, seconds: float) -> dict:
             "actor_shared_factor": sum(factors) / len(factors)}  # fmt: skip
 
 
-def fleet_message_costs(seconds: float) -> dict:
+def fleet_message_costs(seconds: float, shared: bool = False) -> dict:
     """Many actors each sending at the Ape-X paper's rate, as in a cluster: every message
-    then comes with a credit question. CPU per insert message of the clients and of the
-    shard (its idle and heartbeat cost taken out by the caller)."""
+    then comes with a credit question. CPU of the clients (a fleet worker, niced as in
+    ``bench fleet``, on a core of its own or ``shared`` with a learner's training loop)
+    and of the shard (on the other core) over a window."""
     actors = 128
     with tempfile.TemporaryDirectory(prefix="apex-model-fleet-") as directory:
         recording = record("CartPole-v1", 2_000, Path(directory) / "recording.npz")
         run = FleetRun(Path(directory), "CartPole-v1", 1)
         context = zmq.Context()
         client = RequestClient(context, run.endpoints[0][1], sender=90_000, timeout_s=30)
+        cotenant = learner_on_core("CartPole-v1", CLIENT_CORE, shared)
         try:
             worker = start_worker(run, recording, 0, actors, seconds + 3)
-            worker.stdout.readline()  # sending
-            time.sleep(1.5)  # past the staggered first sends
-            shard = run.processes[0].pid
-            shard_cpu, client_cpu = cpu_seconds(shard) or 0.0, cpu_seconds(worker.pid) or 0.0
-            taken = _taken(client.info(), "insert_messages_taken")
-            time.sleep(seconds)
-            messages = _taken(client.info(), "insert_messages_taken") - taken
-            shard_cpu = (cpu_seconds(shard) or 0.0) - shard_cpu
-            client_cpu = (cpu_seconds(worker.pid) or 0.0) - client_cpu
+            os.sched_setaffinity(worker.pid, {CLIENT_CORE})
+            for process in run.processes:
+                os.sched_setaffinity(process.pid, {SHARD_CORE})
+            with cotenant:
+                worker.stdout.readline()  # sending
+                time.sleep(1.5)  # past the staggered first sends
+                shard = run.processes[0].pid
+                shard_cpu = cpu_seconds(shard) or 0.0
+                client_cpu = cpu_seconds(worker.pid) or 0.0
+                taken = _taken(client.info(), "insert_messages_taken")
+                time.sleep(seconds)
+                messages = _taken(client.info(), "insert_messages_taken") - taken
+                shard_cpu = (cpu_seconds(shard) or 0.0) - shard_cpu
+                client_cpu = (cpu_seconds(worker.pid) or 0.0) - client_cpu
             worker.communicate(timeout=120)
         finally:
             client.close()
@@ -244,8 +250,7 @@ def shard_costs(env: str, seconds: float) -> dict:
         idle = shard.cpu_over(seconds) / seconds
         figures = {}
         for shared in (False, True):
-            cotenant = learner_on_core(env, SHARD_CORE) if shared else contextlib.nullcontext()
-            with cotenant:
+            with learner_on_core(env, SHARD_CORE, shared):
                 per_message, client = _insert_costs(shard, kind, seconds, idle)
                 if shard.counters()[2] < 20_000:
                     endpoints = [ShardEndpoints(shard.ready["insert"], shard.ready["request"])]
@@ -335,8 +340,9 @@ def credit_costs(streaming: dict, seconds: float, progress: Callable[[str], None
     """What a credit question adds to a message, shard side and client side: a fleet's
     actors ask one per message, a streaming client one per many (``streaming``: the
     CartPole figures of :func:`shard_costs`)."""
-    progress("model: a fleet of 128 actors at the paper's rate (credit per message)")
+    progress("model: a fleet of 128 actors at the paper's rate, alone and beside a learner")
     fleet = fleet_message_costs(seconds)
+    beside = fleet_message_costs(seconds, shared=True)
     heartbeats = streaming["per_connection_s"] * fleet["connections"]
     background = (streaming["idle_cores"] + heartbeats) * fleet["seconds"]
     shard_per_message = (fleet["shard_cpu"] - background) / fleet["messages"]
@@ -347,6 +353,8 @@ def credit_costs(streaming: dict, seconds: float, progress: Callable[[str], None
     return {
         "per_credit_s": max(0.0, shard_per_message - streaming["per_message_s"]),
         "client_credit_s": max(0.0, client_per_message - streaming["client_s_per_message"]),
+        "client_shared_factor": (beside["client_cpu"] / beside["messages"])
+        / (fleet["client_cpu"] / fleet["messages"]),
     }
 
 

@@ -41,16 +41,19 @@ def train_forever(env: str) -> None:
 
 
 @contextlib.contextmanager
-def learner_on_core(env: str, core: int) -> Iterator[subprocess.Popen]:
-    """A training loop pinned to ``core`` for the duration, at the default priority (it
-    takes its fair share of the core, as a run's learner does)."""
+def learner_on_core(env: str, core: int, present: bool = True) -> Iterator[None]:
+    """A training loop pinned to ``core`` for the duration (if ``present``), at the default
+    priority (it takes its fair share of the core, as a run's learner does)."""
     from bench.workers import REPO_ROOT, worker_env
 
+    if not present:
+        yield
+        return
     process = subprocess.Popen([sys.executable, "-m", "bench.cotenant", env], cwd=REPO_ROOT,
                                env=worker_env(), stdout=subprocess.DEVNULL)  # fmt: skip
     try:
         os.sched_setaffinity(process.pid, {core})
-        yield process
+        yield
     finally:
         process.kill()
         process.wait(10)

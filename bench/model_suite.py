@@ -27,12 +27,14 @@ COST_UNITS = {
     "per_vector_step_s": "s", "per_env_step_s": "s", "client_s_per_message": "s",
     "client_credit_s": "s", "per_credit_s": "s", "client_per_connection_s": "s",
     "message_shared_factor": "x", "request_shared_factor": "x", "actor_shared_factor": "x",
+    "client_shared_factor": "x",
     "wire_bytes": "bytes/transition", "sample_bytes": "bytes/transition",
     "weights_bytes": "bytes", "idle_cores": "cores", "per_message_s": "s",
     "per_request_s": "s", "per_sampled_s": "s", "per_connection_s": "s",
 }  # fmt: skip
 PLAN_UNITS = {
-    "actor_processes": "processes", "actor_cores": "cores", "shards": "shards",
+    "actor_processes": "processes", "actor_cores": "cores", "actor_cores_packed": "cores",
+    "shards": "shards",
     "shard_cores": "cores", "sampling_limit_updates_per_s": "updates/s",
     "actors_to_shards_mb_per_s": "MB/s", "shards_to_learner_mb_per_s": "MB/s",
     "weights_mb_per_s": "MB/s", "replay_ratio": "sampled/inserted",
@@ -98,9 +100,11 @@ def fleet_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
             continue
         messages, shards = figures["messages_per_s"], params["shards"]
         others = figures["fleet_cpu_cores"] + figures["shard_cpu_cores"] * (shards - 1) / shards
+        fleet_cores = max(1, cores - 1)
         load = Load(messages * costs.transitions_per_message, params["actors"], 1, shards,
                     figures["learner_updates_per_s"], _learner_batch(costs.env),
-                    _busy(others, max(1, cores - 1)))  # fmt: skip
+                    _busy(others, fleet_cores),
+                    _busy(figures["shard_cpu_cores"], fleet_cores))  # fmt: skip
         shard = cost_model.shard_cores(costs, load)
         # The fleet runs niced on the shards' cores. When both want more than those cores
         # have, the shards take what they need and the fleet sends with what is left, in

@@ -20,7 +20,8 @@ COSTS = UnitCosts(
     client_credit_s=20e-6, transitions_per_message=50, wire_bytes=100.0, sample_bytes=200.0,
     weights_bytes=1_000_000, idle_cores=0.01, per_message_s=40e-6, per_credit_s=30e-6,
     per_request_s=100e-6, per_sampled_s=1e-6, per_connection_s=1e-6, message_shared_factor=1.25,
-    request_shared_factor=1.5, actor_shared_factor=2.0, client_per_connection_s=2e-6,
+    request_shared_factor=1.5, actor_shared_factor=2.0, client_shared_factor=3.0,
+    client_per_connection_s=2e-6,
 )  # fmt: skip
 
 
@@ -49,8 +50,11 @@ def test_role_cores_by_hand() -> None:
     assert cost_model.actor_cores(COSTS, load) == pytest.approx(actors)
     always = dataclasses.replace(load, actor_core_busy=1.0)
     assert cost_model.actor_cores(COSTS, always) == pytest.approx(2 * actors)
-    clients = 200 * 50e-6 + 100 * 20e-6 + 100 * 2e-6  # and their 100 connections
-    assert cost_model.client_cores(COSTS, load) == pytest.approx(clients)
+    sending, heartbeats = 200 * 50e-6 + 100 * 20e-6, 100 * 2e-6  # 100 connections
+    assert cost_model.client_cores(COSTS, load) == pytest.approx(sending + heartbeats)
+    # Beside other work half the time, sending costs 1 + 0.5 x (3 - 1) = 2x.
+    beside = dataclasses.replace(load, actor_core_busy=0.5)
+    assert cost_model.client_cores(COSTS, beside) == pytest.approx(2 * sending + heartbeats)
     # One streaming client and one shard: the window is 64, a question per 16 messages.
     assert cost_model.credit_per_message(Load(1000, 1, 1, 1, 0, 64)) == 1 / 16
 
@@ -93,10 +97,11 @@ def _fleet_document(actors: int, messages_per_s: float, shard_cpu: float) -> dic
 def test_a_fleet_on_a_full_core_gets_what_the_shards_leave() -> None:
     costs = dataclasses.replace(COSTS, env="CartPole-v1")
     # 100 messages/s: the clients want 100 x (50 + 20 / 4) us (a credit question per 4
-    # messages: 10 actors share the window) plus 2 x 10 connections' 2 us.
+    # messages: 10 actors share the window), 1.1x as the shards keep their core 5% busy,
+    # plus 2 x 10 connections' 2 us.
     light = model_suite.fleet_checks(costs, _fleet_document(10, 100, 0.05), "light")
     clients = {check["role"]: check["predicted"] for check in light}["insert clients"]
-    assert clients == pytest.approx(100 * 55e-6 + 20 * 2e-6)
+    assert clients == pytest.approx(100 * 55e-6 * 1.1 + 20 * 2e-6)
     # 20,000 messages/s: shards and clients want more than the one core they share (the
     # learner has the other); the niced clients get what the shards leave of it.
     checks = model_suite.fleet_checks(costs, _fleet_document(10, 20_000, 0.9), "heavy")
@@ -124,7 +129,8 @@ def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path) -> No
     for name in ("per_env_step_s", "client_s_per_message", "per_message_s"):
         assert 0 < units[name] < 0.01, (name, units[name])
     # Beside a learner's training loop an operation costs more or less, never 5x either way.
-    for name in ("message_shared_factor", "request_shared_factor", "actor_shared_factor"):
+    for name in ("message_shared_factor", "request_shared_factor", "actor_shared_factor",
+                 "client_shared_factor"):  # fmt: skip
         assert 0.2 < units[name] < 5, (name, units[name])
     # A sample request's cost splits into a fixed part and a slope over its size, from two
     # sizes; in a 1 s window on this VM the slope can be lost in noise (then 0, never
