@@ -87,7 +87,6 @@ def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False
         for process in run.processes:
             os.sched_setaffinity(process.pid, {CLIENT_CORE})
         affinity = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {CLIENT_CORE})
         cotenant = learner_on_core(env, SHARD_CORE, shared)
         client = RequestClient(context, run.endpoints[0][1], sender=90_000, timeout_s=30)
         version = [0]
@@ -106,6 +105,7 @@ def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False
                 time.sleep(1 / 28)
 
         try:
+            os.sched_setaffinity(0, {CLIENT_CORE})
             with torch.no_grad(), cotenant:
                 serve_until(lambda: transitions_in() > 500, 120)
                 cpu, sent = cpu_seconds(actor.pid) or 0.0, transitions_in()

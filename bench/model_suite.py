@@ -109,7 +109,7 @@ def fleet_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
         # The fleet runs niced on the shards' cores. When both want more than those cores
         # have, the shards take what they need and the fleet sends with what is left, in
         # bursts (the same messages for fewer wake-ups) rather than falling behind.
-        clients = min(cost_model.client_cores(costs, load), max(0.0, cores - 1 - shard))
+        clients = min(cost_model.client_cores(costs, load), max(0.0, fleet_cores - shard))
         for role, predicted, measured in (
             ("shard", shard, figures["shard_cpu_cores"]),
             ("insert clients", clients, figures["fleet_cpu_cores"]),
