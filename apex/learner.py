@@ -288,6 +288,10 @@ class Learner:
             except ReplayTimeout as exc:
                 if self._stop.is_set():
                     return False
+                # Actors' reports are taken while waiting (the rate limiter holds samples
+                # until inserts catch up, or shards are down): their silences are timed
+                # when they happen, and their queues do not fill.
+                self._take_episodes()
                 if time.monotonic() >= deadline:
                     # Name the wait that ran out, not the last short poll inside it.
                     raise ReplayTimeout(

@@ -335,13 +335,20 @@ class SamplerPump:
     def _expire(self, now: float) -> None:
         limit = self.config.shard_timeout_s
         for key, part in list(self._parts.items()):
-            if part.reply is None and now - part.sent_at > limit:
-                if self._parts.pop(key, None) is None:
-                    continue  # dropped with its whole batch by an earlier re-draw
-                health = self.health[part.shard]
-                health.timeouts += 1
-                health.mark_down(now, f"no reply within {limit} s", self.config.probe_interval_s)
-                self._redraw(part, now)
+            if part.reply is not None or now - part.sent_at <= limit:
+                continue
+            if key not in self._parts:
+                continue  # dropped with its whole batch by an earlier re-draw
+            health = self.health[part.shard]
+            if health.holds_for_limiter(part.sent_at):
+                # Alive, and holding the request until inserts catch up: the learner
+                # waits for it, as the limiter means it to (see replay.shard_health).
+                part.sent_at = now
+                continue
+            del self._parts[key]
+            health.timeouts += 1
+            health.mark_down(now, f"no reply within {limit} s", self.config.probe_interval_s)
+            self._redraw(part, now)
 
     def _redraw(self, part: _Part, now: float) -> None:
         """Replaces a lost part of a pending batch with draws from the live shards."""

@@ -2,7 +2,10 @@
 
 A shard that leaves a request unanswered for ``shard_timeout_s`` is marked down: its part
 of every pending batch is re-drawn from the live shards, it is probed with INFO every
-``probe_interval_s``, and it is used again as soon as it answers anything. A live shard
+``probe_interval_s``, and it is used again as soon as it answers anything. Unless it is
+only waiting: a shard whose rate limiter holds SAMPLE requests (no inserts lately: the
+actors are slow, blocked or cut off) answers INFO meanwhile and says it holds them, and
+the request is then waited for, not counted as an outage. A live shard
 whose mass is not known to be positive yet is probed too: it gets no SAMPLE, so only INFO
 can show it filling. Every shard is also asked for INFO every ``info_interval_s``, so the
 learner's metrics read counters the sampler already has instead of making round trips.
@@ -31,6 +34,8 @@ class ShardHealth:
         info: its latest INFO counters (None before the first), received at ``info_at``.
         replies, timeouts, outages: answers taken, requests that expired, times marked down.
         down_s: seconds spent down, over finished outages.
+        limiter_waits: times a SAMPLE went unanswered past the timeout because the shard's
+            rate limiter held it (one per wait, however long).
     """
 
     index: int
@@ -48,6 +53,8 @@ class ShardHealth:
     down_since: float | None = None
     next_probe: float = 0.0
     next_info: float = 0.0
+    limiter_waits: int = 0
+    held_by_limiter: bool = False
 
     @property
     def mass(self) -> float:
@@ -85,7 +92,25 @@ class ShardHealth:
         self.next_probe = now + probe_interval_s
         self.next_info = now + info_interval_s
 
+    def holds_for_limiter(self, asked_at: float) -> bool:
+        """Whether a SAMPLE asked at ``asked_at``, unanswered past the timeout, is held by
+        the shard's rate limiter: the shard answered an INFO since, and that INFO had
+        SAMPLE requests waiting. Said once per wait."""
+        held = (
+            self.alive
+            and self.info is not None
+            and self.info_at >= asked_at
+            and bool(self.info.get("samples_waiting"))
+        )
+        if held and not self.held_by_limiter:
+            self.held_by_limiter = True
+            self.limiter_waits += 1
+            logger.info("shard %d at %s holds samples for its rate limiter (inserts are "
+                        "behind); waiting for them", self.index, self.endpoint)  # fmt: skip
+        return held
+
     def apply_sample(self, reply: SampleReply) -> None:
+        self.held_by_limiter = False
         self.total = reply.total_priority
         self.min_positive = reply.min_priority
         self.size = reply.size
@@ -106,5 +131,6 @@ class ShardHealth:
             "index": self.index, "endpoint": self.endpoint, "alive": self.alive,
             "total": self.total, "min_positive": self.min_positive, "size": self.size,
             "replies": self.replies, "timeouts": self.timeouts, "outages": self.outages,
-            "down_s": self.down_s + ongoing, "info": self.info, "info_at": self.info_at,
+            "down_s": self.down_s + ongoing, "limiter_waits": self.limiter_waits,
+            "held_by_limiter": self.held_by_limiter, "info": self.info, "info_at": self.info_at,
         }  # fmt: skip

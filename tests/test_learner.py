@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import torch
 import zmq
 
 from apex.algorithm import build_algorithm
-from apex.channels import WeightSubscriber
+from apex.channels import EpisodeReporter, WeightSubscriber
 from apex.envs import env_shape
 from apex.learner import Learner
 from apex.periodic import Periodic
@@ -21,6 +22,7 @@ from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch, DeviceStager
 from replay import PrioritizedReplay
 from replay.batch_math import ReplayBatch
+from replay.errors import ReplayTimeout
 
 BATCH = 32
 
@@ -65,6 +67,28 @@ class LocalSource:
 
     def close(self) -> None:
         self.closed = True
+
+
+class StallingSource(LocalSource):
+    """From the third batch on, refuses batches for ``stall_s`` (a rate limiter holding
+    samples), while an actor reports at every refusal as it would every second."""
+
+    def __init__(self, store, stage, reporter: EpisodeReporter, stall_s: float) -> None:
+        super().__init__(store, stage)
+        self.reporter, self.stall_s = reporter, stall_s
+        self.calls, self.refused = 0, 0
+        self._stall_until: float | None = None
+
+    def next_batch(self, timeout_s: float = 10.0) -> DeviceBatch:
+        self.calls += 1
+        self.reporter.report([], [], 0, 0)
+        if self.calls >= 3:
+            self._stall_until = self._stall_until or time.monotonic() + self.stall_s
+            if time.monotonic() < self._stall_until:
+                self.refused += 1
+                threading.Event().wait(min(timeout_s, 0.05))  # the sampler's short poll
+                raise ReplayTimeout("held by the rate limiter")
+        return super().next_batch(timeout_s)
 
 
 class _Policy:
@@ -228,3 +252,21 @@ def test_periodic_tasks_run_on_their_own_period_and_may_stop_the_loop() -> None:
     assert ran.count("updates") == 1  # at update 4
     with pytest.raises(ValueError, match="periods must be > 0"):
         tasks.every("bad", lambda: None, seconds=0.0)
+
+
+def test_actors_are_heard_while_the_learner_waits_for_a_batch(tmp_path: Path) -> None:
+    """A learner held by the rate limiter for 3 s still takes the actors' reports: an actor
+    that kept reporting is not counted silent for the wait."""
+    store = filled_store(np.random.default_rng(3))
+    learner = make_learner(tmp_path, store, max_updates=10)
+    context = zmq.Context()
+    reporter = EpisodeReporter(context, learner.episodes_endpoint, sender=7)
+    learner.source = source = StallingSource(store, learner.source.stage, reporter, 3.0)
+    try:
+        outcome = learner.run()
+        assert outcome.reason == "max_updates" and source.refused >= 10
+        actor = outcome.delivery["actors"]["7"]
+        assert actor["longest_silence_s"] < 1.5, actor
+    finally:
+        reporter.close()
+        context.destroy(linger=0)

@@ -219,3 +219,38 @@ def test_a_busy_training_thread_does_not_mark_answering_shards_down(
         states = sampler.shard_states()
         assert [s["outages"] for s in states] == [0, 0, 0]
         assert sampler.parts_redrawn == 0
+
+
+def test_a_shard_holding_samples_for_its_rate_limiter_is_waited_for_not_marked_down(
+    io_thread: bool, context: zmq.Context
+) -> None:
+    """With spi 1, min size 50 and buffer 100, 100 inserts answer three batches of 64;
+    the fourth waits for inserts. The shard answers INFO meanwhile and says it holds the
+    requests: the sampler waits for them instead of counting outages and re-drawing."""
+    shard = ShardProcess(
+        "--capacity", "1000", "--min-size", "50", "--samples-per-insert", "1",
+        "--error-buffer", "100",
+    )  # fmt: skip
+    actor = InsertClient(context, [shard.endpoints], sender=3, spec=SMALL_SPEC)
+    try:
+        actor.insert(make_batch(SMALL_SPEC, 100), np.ones(100))
+        with make_sampler(
+            [shard], io_thread, batch_size=64, shard_timeout_s=0.3, probe_interval_s=0.1,
+            info_interval_s=0.1,
+        ) as sampler:  # fmt: skip
+            for _ in range(3):
+                sampler.next_batch(timeout_s=5)
+            with pytest.raises(ReplayTimeout):
+                sampler.next_batch(timeout_s=1.5)  # five shard timeouts
+            [state] = sampler.shard_states()
+            assert state["alive"] and state["held_by_limiter"], state
+            assert state["outages"] == 0 and state["limiter_waits"] == 1, state
+            actor.insert(make_batch(SMALL_SPEC, 200, first_id=100), np.ones(200))
+            for _ in range(3):
+                assert sampler.next_batch(timeout_s=5).indices.size == 64
+            [state] = sampler.shard_states()  # held again by now, or soon: a new wait
+            assert state["outages"] == 0 and state["limiter_waits"] >= 1, state
+            assert sampler.parts_redrawn == 0
+    finally:
+        actor.close(linger_s=0)
+        assert shard.stop() == 0

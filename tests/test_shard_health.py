@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,3 +36,20 @@ def test_down_and_empty_shards_are_probed_and_every_shard_reports_periodically()
     assert (health.total, health.size, health.min_positive, health.info_at) == (3.0, 7, 0.25, 0.6)
     health.apply_info({"total_priority": 0.0, "size": 0, "min_priority": None}, 2.0)
     assert health.min_positive == math.inf and not health.usable
+
+
+def test_a_sample_held_by_the_rate_limiter_is_a_wait_not_an_outage() -> None:
+    health = ShardHealth(0, "tcp://x:1", total=5.0)
+    counters = {"total_priority": 5.0, "size": 7, "min_priority": 1.0}
+    health.apply_info({**counters, "samples_waiting": 1}, 1.0)
+    assert not health.holds_for_limiter(2.0)  # that INFO is older than the request
+    health.apply_info({**counters, "samples_waiting": 0}, 3.0)
+    assert not health.holds_for_limiter(2.0)  # it answers but holds nothing of ours
+    health.apply_info({**counters, "samples_waiting": 2}, 4.0)
+    assert health.holds_for_limiter(2.0) and health.holds_for_limiter(2.0)
+    assert health.alive and health.outages == 0 and health.limiter_waits == 1
+    health.apply_sample(SimpleNamespace(total_priority=6.0, min_priority=1.0, size=8))
+    assert not health.held_by_limiter and health.holds_for_limiter(2.0)
+    assert health.limiter_waits == 2  # one per wait
+    health.mark_down(5.0, "no reply", PROBE_S)
+    assert not health.holds_for_limiter(2.0)  # a shard already down stays down

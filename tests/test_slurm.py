@@ -413,6 +413,9 @@ def test_a_killed_actor_comes_back_and_a_cut_link_is_survived_and_reported(
     assert end["reason"] == "max_time"
     delivery = end["delivery"]
     assert delivery["actors_gone"] == [], delivery  # its task brought it back
+    # The shard held the learner's samples for its rate limiter while the actors were cut
+    # off: a wait, not an outage.
+    assert delivery["shard_outages"] == [], delivery
     lives = sum(r.get("event") == "start" for r in read_metrics(run_dir))
     assert lives == 1, output  # the delivery below is one learner's view of the whole run
     for index in ("0", "2"):
