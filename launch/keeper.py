@@ -41,8 +41,8 @@ def run_restarting(
     negative code: killed by that signal); returns its last exit code.
 
     A stop signal is not passed on at once: Slurm signals every process of the step, the
-    child included, and a second SIGTERM would cut the child's final snapshot short (the
-    roles take a second signal as "kill now"). Only a child still running
+    child included, so passing it on would only repeat it (``launch.signals``: a repeated
+    SIGTERM is the same request). Only a child still running
     ``forward_after_s`` after the stop (the signal came to the keeper alone) gets it.
     """
     stopping = threading.Event()

@@ -1,7 +1,13 @@
-"""Stop handlers: the first SIGINT/SIGTERM asks for a clean stop, a second one kills.
+"""Stop handlers: SIGINT or SIGTERM asks for a clean stop (final checkpoint or snapshot).
 
-The handler only calls the given stop function (which sets an event) and restores the
-previous handler; it never logs or does work inside the signal context.
+A second SIGINT kills: a person at a terminal who presses Ctrl-C again means it. A
+second SIGTERM is the same request again, never a kill: whoever sends TERM (Slurm, our
+supervisor, systemd) follows with SIGKILL after its own grace period, and a Slurm job's
+end can bring more than one (the learner's task and the batch script both stop the
+job's steps); taking the second as a kill cut shards' final snapshots short.
+
+The handler only calls the given stop function (which sets an event) and, for SIGINT,
+restores the previous handler; it never logs or does work inside the signal context.
 """
 
 from __future__ import annotations
@@ -11,11 +17,14 @@ from collections.abc import Callable
 
 
 def on_stop_signal(stop: Callable[[], None]) -> None:
-    previous: dict[int, object] = {}
+    previous_interrupt = signal.getsignal(signal.SIGINT)
 
-    def handler(signum, frame) -> None:
+    def on_interrupt(signum, frame) -> None:
         stop()
-        signal.signal(signum, previous[signum])
+        signal.signal(signal.SIGINT, previous_interrupt)
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous[signum] = signal.signal(signum, handler)
+    def on_terminate(signum, frame) -> None:
+        stop()
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    signal.signal(signal.SIGTERM, on_terminate)

@@ -1,6 +1,6 @@
 """The keeper behind a Slurm shard task restarts its child when it dies on its own, and
 on a stop signal lets the child stop (passing the signal on only if the child did not get
-it too) instead of restarting it."""
+it too) instead of restarting it; the roles take a repeated SIGTERM as the same stop."""
 
 from __future__ import annotations
 
@@ -90,3 +90,29 @@ def test_a_signal_to_the_whole_step_reaches_the_child_once() -> None:
         if keeper.poll() is None:
             keeper.kill()
         keeper.stdout.close()
+
+
+# The roles' stop handler: counts stop requests, then is interrupted by a second SIGINT.
+STOP_HANDLER = """
+import signal
+from launch.signals import on_stop_signal
+stops = []
+on_stop_signal(lambda: stops.append(1))
+signal.raise_signal(signal.SIGTERM)
+signal.raise_signal(signal.SIGTERM)
+print(len(stops), flush=True)
+try:
+    signal.raise_signal(signal.SIGINT)
+    signal.raise_signal(signal.SIGINT)
+except KeyboardInterrupt:
+    print("interrupted", len(stops))
+"""
+
+
+def test_a_repeated_sigterm_asks_again_and_a_second_sigint_interrupts() -> None:
+    """A Slurm job's end sends its steps more than one SIGTERM (the learner's task and the
+    batch script both stop them): a role must go on with its clean stop, not die."""
+    result = subprocess.run([sys.executable, "-c", STOP_HANDLER], capture_output=True,
+                            text=True, timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2", "interrupted", "3"]

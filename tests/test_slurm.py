@@ -416,6 +416,9 @@ def test_a_killed_actor_comes_back_and_a_cut_link_is_survived_and_reported(
     # The shard held the learner's samples for its rate limiter while the actors were cut
     # off: a wait, not an outage.
     assert delivery["shard_outages"] == [], delivery
+    # At the end the shard got SIGTERM from the learner's task and again from the batch
+    # script: it wrote its final snapshot and exited cleanly.
+    assert re.search(r"written \(final, ", output) and "shard: task 0: Exited" not in output, output
     lives = sum(r.get("event") == "start" for r in read_metrics(run_dir))
     assert lives == 1, output  # the delivery below is one learner's view of the whole run
     for index in ("0", "2"):
