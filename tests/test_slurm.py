@@ -395,7 +395,7 @@ def test_a_killed_actor_comes_back_and_a_cut_link_is_survived_and_reported(
     job_id = submit(run_dir, "--actors-per-node", "3", "--max-time", "40", "--target-return", "1e9")
     # Training can start on two actors' data while the third still starts up; one the
     # learner first hears after the cut has no silence to show (seen once in CI: 1.01 s).
-    poll(lambda: latest_updates(run_dir) > 100 and latest_progress(run_dir)["actors_heard"] == 3,
+    poll(lambda: (p := latest_progress(run_dir)) and p["updates"] > 100 and p["actors_heard"] == 3,
          120, "training to start with all three actors heard")  # fmt: skip
     victim = poll(lambda: kept_pid(run_dir, "actor", 1), 30, "actor 1's process")
     os.kill(victim, signal.SIGKILL)
