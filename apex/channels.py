@@ -39,7 +39,7 @@ import zmq
 
 from replay.errors import ProtocolError
 from replay.transport import bind, make_socket, send_frames
-from replay.wire import APPLICATION_KINDS, Message, array_text, decode, encode, text_array
+from replay.wire import APPLICATION_KINDS, Message, array_json, decode, encode, text_array
 
 if TYPE_CHECKING:  # torch only for the learner's side; actors run without it
     import torch
@@ -104,6 +104,50 @@ class WeightPublisher:
         self._socket.close(linger=0)
 
 
+def read_weights(message: Message, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The parameters of a WEIGHTS message, by name, checked against ``shapes`` (names
+    in order, each array's shape; dtypes are the taker's to cast).
+
+    Raises:
+        ProtocolError: another kind, other names, or an array of another shape.
+    """
+    if message.kind != ApexKind.WEIGHTS or not message.arrays:
+        raise ProtocolError(f"expected WEIGHTS with arrays, got {message.kind.name}")
+    names = array_json(message.arrays[0], "WEIGHTS names")
+    if names != list(shapes):
+        raise ProtocolError("parameter names differ from this actor's network")
+    if len(message.arrays) != 1 + len(shapes):
+        raise ProtocolError(f"{len(message.arrays) - 1} arrays for {len(shapes)} parameters")
+    arrays = {}
+    for name, array in zip(names, message.arrays[1:], strict=True):
+        if tuple(array.shape) != tuple(shapes[name]) or array.dtype.kind != "f":
+            raise ProtocolError(f"{name}: {array.dtype}{array.shape} is not float{shapes[name]}")
+        arrays[name] = array
+    return arrays
+
+
+def read_episodes(message: Message) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An EPISODES message's returns (f64), lengths (i64) and delivery counts
+    (:data:`DELIVERY_COUNTS`, i64, none negative).
+
+    Raises:
+        ProtocolError: another kind, or arrays that do not fit.
+    """
+    if message.kind != ApexKind.EPISODES or len(message.arrays) != 3:
+        raise ProtocolError(f"expected EPISODES of 3 arrays, got {message.kind.name}")
+    returns, lengths, counts = message.arrays
+    if returns.ndim != 1 or returns.shape != lengths.shape or returns.dtype != np.float64 or (
+            lengths.dtype != np.int64):  # fmt: skip
+        raise ProtocolError(f"returns {returns.dtype}{returns.shape} and lengths "
+                            f"{lengths.dtype}{lengths.shape} disagree")  # fmt: skip
+    if counts.shape != (len(DELIVERY_COUNTS),) or counts.dtype != np.int64 or (
+            counts < 0).any():  # fmt: skip
+        raise ProtocolError("malformed delivery counts")
+    if not 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
+        raise ProtocolError(f"transitions sent {message.scalar} is not a count")
+    return returns, lengths, counts
+
+
 class WeightTaker(Protocol):
     """What takes published weights: an actor's policy (see apex.policy)."""
 
@@ -141,20 +185,10 @@ class WeightSubscriber:
                 break
         try:
             message = decode(newest, ApexKind)
-            if message.kind != ApexKind.WEIGHTS or not message.arrays:
-                raise ProtocolError(f"expected WEIGHTS, got {message.kind.name}")
             if message.policy_version <= self.version:
                 return False
-            names = json.loads(array_text(message.arrays[0]))
-            shapes = policy.parameter_shapes()
-            if names != list(shapes):
-                raise ProtocolError("parameter names differ from this actor's network")
-            arrays = {}
-            for name, array in zip(names, message.arrays[1:], strict=True):
-                if tuple(array.shape) != tuple(shapes[name]):
-                    raise ProtocolError(f"{name}: shape {array.shape} is not {shapes[name]}")
-                arrays[name] = array
-        except (ProtocolError, ValueError) as exc:
+            arrays = read_weights(message, policy.parameter_shapes())
+        except ProtocolError as exc:
             self.rejected += 1
             if self.rejected == 1:
                 logger.warning("ignoring weights that do not fit this actor: %s", exc)
@@ -291,16 +325,7 @@ class EpisodeCollector:
                 break
             try:
                 message = decode(frames, ApexKind)
-                if message.kind != ApexKind.EPISODES or len(message.arrays) != 3:
-                    raise ProtocolError(f"expected EPISODES, got {message.kind.name}")
-                returns, lengths, counts = message.arrays
-                if returns.shape != lengths.shape or returns.dtype != np.float64:
-                    raise ProtocolError("returns and lengths disagree")
-                if counts.shape != (len(DELIVERY_COUNTS),) or counts.dtype != np.int64 or (
-                        counts < 0).any():  # fmt: skip
-                    raise ProtocolError("malformed delivery counts")
-                if not 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
-                    raise ProtocolError(f"transitions sent {message.scalar} is not a count")
+                returns, lengths, counts = read_episodes(message)
             except ProtocolError:
                 self.rejected += 1
                 continue

@@ -90,7 +90,7 @@ class FrameInsert:
             )
         check_count(message)
         streams, numbers, starts = message.arrays[:3]
-        count = len(numbers)
+        count = numbers.shape[0] if numbers.ndim else -1
         for name, array in (("streams", streams), ("numbers", numbers), ("starts", starts)):
             dtype = np.bool_ if name == "starts" else np.int64
             if array.dtype != dtype or array.shape != (count,):

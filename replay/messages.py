@@ -55,7 +55,7 @@ from replay.errors import ProtocolError
 from replay.frame_payload import FrameInsert, FramePayload, check_count, unpack
 from replay.frame_spec import FrameStackSpec
 from replay.spec import TransitionSpec
-from replay.wire import Kind, Message, array_text, text_array
+from replay.wire import Kind, Message, array_json, array_text, text_array
 
 __all__ = ["FrameInsert"]  # re-exported: writers build inserts from here
 
@@ -178,7 +178,7 @@ class SampleReply:
         stats, indices, generations, priorities, weights, *fields = message.arrays
         if stats.shape != (4,) or stats.dtype != np.float64:
             raise ProtocolError(f"SAMPLE_REPLY stats are {stats.dtype}{stats.shape}, not f64[4]")
-        count = len(indices)
+        count = indices.shape[0] if indices.ndim == 1 else -1
         for name, array, dtype in (
             ("generations", generations, np.int64),
             ("priorities", priorities, np.float64),
@@ -188,8 +188,9 @@ class SampleReply:
             if array.dtype != dtype or array.shape != (count,):
                 raise ProtocolError(f"SAMPLE_REPLY {name} are {array.dtype}{array.shape}")
         for name, array in zip(spec, fields, strict=True):
-            if len(array) != count:
-                raise ProtocolError(f"SAMPLE_REPLY field {name} has {len(array)} rows, not {count}")
+            if array.shape[:1] != (count,):
+                rows = array.shape[0] if array.ndim else 0
+                raise ProtocolError(f"SAMPLE_REPLY field {name} has {rows} rows, not {count}")
         total, smallest, size, capacity = stats.tolist()
         return cls(
             total, smallest, int(size), int(capacity), indices, generations, priorities, weights,
@@ -210,8 +211,8 @@ class SampleReply:
         *head, index, data, offsets = message.arrays
         payload = FramePayload(index, data, offsets, message.scalar == 1.0)
         obs, following = unpack(payload, layout)
-        if len(obs) != len(head[1]):
-            raise ProtocolError(f"{len(obs)} frame stacks for {len(head[1])} items")
+        if obs.shape[:1] != head[1].shape[:1]:
+            raise ProtocolError(f"{len(obs)} frame stacks for indices {head[1].shape}")
         fields = dict(zip(scalars, head[5:], strict=True))
         fields.update(obs=obs, next_obs=following)
         whole = Message(Kind.SAMPLE_REPLY, message.sender, message.sequence, arrays=(
@@ -306,10 +307,9 @@ def read_info(message: Message) -> dict[str, object]:
         ProtocolError: another kind, or a payload that is not a JSON object.
     """
     _expect(message, Kind.INFO_REPLY)
-    try:
-        info = json.loads(array_text(message.arrays[0]))
-    except (IndexError, ValueError) as exc:
-        raise ProtocolError(f"malformed INFO_REPLY: {exc}") from exc
+    if len(message.arrays) != 1:
+        raise ProtocolError(f"INFO_REPLY has {len(message.arrays)} arrays, expected 1")
+    info = array_json(message.arrays[0], "INFO_REPLY")
     if not isinstance(info, dict):
         raise ProtocolError("INFO_REPLY is not a JSON object")
     return info
@@ -345,8 +345,10 @@ def read_frame_layout(message: Message) -> dict | None:
 
 def _spec_payload(message: Message) -> tuple[TransitionSpec, dict | None]:
     _expect(message, Kind.SPEC_REPLY)
+    if len(message.arrays) != 1:
+        raise ProtocolError(f"SPEC_REPLY has {len(message.arrays)} arrays, expected 1")
+    payload = array_json(message.arrays[0], "spec payload")
     try:
-        payload = json.loads(array_text(message.arrays[0]))
         entries, frames = (
             (payload["fields"], payload.get("frames"))
             if isinstance(payload, dict)

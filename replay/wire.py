@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 import math
 import struct
 from collections.abc import Sequence
@@ -87,6 +88,9 @@ _SEQUENCE_OFFSET, _SEQUENCE = 8, struct.Struct("<Q")
 _LIFE_OFFSET, _LIFE = 40, struct.Struct("<II")
 _COUNT_OFFSET, _COUNT = 24, struct.Struct("<I")
 _PADDING = bytes(8)
+# numpy refuses an array whose nonzero dimensions and item size multiply past its index
+# type (even an empty one, (0, 2^32-1, ...)); a descriptor beyond it describes nothing.
+MAX_ARRAY_NBYTES = np.iinfo(np.intp).max
 # Kinds an application on top of replay may define for its own sockets (see above).
 APPLICATION_KINDS = range(32, 64)
 
@@ -344,6 +348,12 @@ def _layout(
         shape = struct.unpack_from(f"<{ndim}I", descriptors, offset)
         offset += 4 * ndim
         dtype = DTYPES[code]
+        extent = math.prod(dim for dim in shape if dim) * dtype.itemsize
+        if extent > MAX_ARRAY_NBYTES:
+            raise ProtocolError(
+                f"descriptor {position}: shape {shape} of {dtype} spans {extent} bytes, "
+                f"past the {MAX_ARRAY_NBYTES} an array can address"
+            )
         layout.append((dtype, shape, math.prod(shape) * dtype.itemsize))
     if offset != len(descriptors):
         raise ProtocolError(f"header has {len(descriptors) - offset} trailing bytes")
@@ -353,6 +363,18 @@ def _layout(
 def text_array(text: str) -> np.ndarray:
     """UTF-8 text (or JSON) as a u8 array, the payload of text-carrying kinds."""
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+
+def array_json(array: np.ndarray, what: str = "payload") -> object:
+    """The JSON value of a text payload (:func:`text_array`); ``what`` names it in errors.
+
+    Raises:
+        ProtocolError: not 1-D u8 UTF-8, not JSON, or nested too deep to parse.
+    """
+    try:
+        return json.loads(array_text(array))
+    except (ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] past the stack
+        raise ProtocolError(f"malformed {what}: {type(exc).__name__}: {exc}") from None
 
 
 def array_text(array: np.ndarray) -> str:
@@ -366,4 +388,4 @@ def array_text(array: np.ndarray) -> str:
     try:
         return array.tobytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ProtocolError(f"text payload is not UTF-8: {exc}") from exc
+        raise ProtocolError(f"text payload is not UTF-8: {exc}") from None
