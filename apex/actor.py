@@ -324,6 +324,9 @@ class Actor:
             logger.warning("actor %d: stopping with %s", self.config.actor_index,
                            self._inserts.delivery())  # fmt: skip
         self._report([], [], final=True)
+        counts = self._weights.counts()
+        if counts["weights_rejected"]:
+            logger.warning("actor %d: weights %s", self.config.actor_index, counts)
         self._inserts.close(linger_s=1.0)
         self._episodes.close()
         self._weights.close()

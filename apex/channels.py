@@ -122,6 +122,8 @@ def read_weights(message: Message, shapes: dict[str, tuple[int, ...]]) -> dict[s
     for name, array in zip(names, message.arrays[1:], strict=True):
         if tuple(array.shape) != tuple(shapes[name]) or array.dtype.kind != "f":
             raise ProtocolError(f"{name}: {array.dtype}{array.shape} is not float{shapes[name]}")
+        if not np.isfinite(array).all():  # a diverged learner's, or a forger's
+            raise ProtocolError(f"{name} holds NaN or infinite values")
         arrays[name] = array
     return arrays
 
@@ -167,7 +169,13 @@ class WeightSubscriber:
         self._socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._socket.connect(endpoint)
         self.version = -1
+        self.received = 0
+        """Messages taken off the socket: each is loaded, rejected, stale (not newer than
+        the loaded version) or superseded (a newer one came in the same poll)."""
+        self.loaded = 0
         self.rejected = 0
+        self.stale = 0
+        self.superseded = 0
 
     def poll(self, policy: WeightTaker, timeout_ms: int = 0) -> bool:
         """Loads the newest weights that arrived, if newer than the current ones.
@@ -178,14 +186,21 @@ class WeightSubscriber:
         newest = None
         if not self._socket.poll(timeout_ms):
             return False
+        drained = 0
         while True:
             try:
                 newest = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
+            drained += 1
+        if not drained:
+            return False
+        self.received += drained
+        self.superseded += drained - 1
         try:
             message = decode(newest, ApexKind)
             if message.policy_version <= self.version:
+                self.stale += 1
                 return False
             arrays = read_weights(message, policy.parameter_shapes())
         except ProtocolError as exc:
@@ -195,7 +210,14 @@ class WeightSubscriber:
             return False
         policy.load(arrays)
         self.version = message.policy_version
+        self.loaded += 1
         return True
+
+    def counts(self) -> dict[str, int]:
+        """What became of the messages received (for an actor's last log line)."""
+        return {"weights_received": self.received, "weights_loaded": self.loaded,
+                "weights_rejected": self.rejected, "weights_stale": self.stale,
+                "weights_superseded": self.superseded}  # fmt: skip
 
     def close(self) -> None:
         self._socket.close(linger=0)
@@ -280,6 +302,9 @@ class EpisodeCollector:
     def __init__(self, context: zmq.Context, host: str = "127.0.0.1", port: int = 0) -> None:
         self._socket = make_socket(context, zmq.PULL, EPISODES_HWM)
         self.endpoint = bind(self._socket, host, port)
+        self.received = 0
+        """Messages taken off the socket: each is taken (``reports``) or ``rejected``."""
+        self.reports = 0
         self.rejected = 0
         self.actors: dict[int, ActorStatus] = {}
 
@@ -313,6 +338,7 @@ class EpisodeCollector:
             "actors_silent": sum(now - a.last_heard >= silent_after_s for a in actors),
             "actor_transitions_sent": sum(a.transitions_sent for a in actors),
             "actor_lives": sum(len(a.lives) for a in actors),
+            "episode_messages_rejected": self.rejected,
         }
 
     def drain(self, limit: int = 1000) -> list[tuple[int, int, float, int]]:
@@ -323,12 +349,14 @@ class EpisodeCollector:
                 frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
+            self.received += 1
             try:
                 message = decode(frames, ApexKind)
                 returns, lengths, counts = read_episodes(message)
             except ProtocolError:
                 self.rejected += 1
                 continue
+            self.reports += 1
             self._heard(message.sender, message.incarnation, message.scalar, counts)
             for value, length in zip(returns.tolist(), lengths.tolist(), strict=True):
                 episodes.append((message.sender, message.policy_version, value, length))

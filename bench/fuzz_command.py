@@ -12,12 +12,15 @@ from bench.cli_options import report_options, run_bench
     "--messages",
     type=click.IntRange(min=100),
     default=100_000,
-    help="Messages per endpoint (hostile ones mixed with valid traffic).",
+    help="Messages per endpoint: hostile ones mixed with valid traffic on the shard's two, "
+    "then as many descriptor-level ones on each decoding endpoint (shard insert and "
+    "request, learner episodes, actor weights).",
 )
 @click.option("--seed", type=int, default=0, help="Seed of the message stream (replays it).")
 @report_options
 def bench_fuzz(messages, seed, json_path, markdown_path) -> None:
-    """Fuzz a live shard on both endpoints; fails unless every check passes."""
+    """Fuzz a live shard on both endpoints, then every decoding endpoint at the descriptor
+    level; fails unless every check passes."""
     from bench import fuzz_suite
 
     outcomes = []

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from bench.fuzz_endpoints import fuzz_episode_socket, fuzz_shard, fuzz_weight_subscription
 from bench.fuzz_messages import HostileMessages, transition_ids
 from replay.errors import ReplayTimeout
 from replay.requests import RequestClient
@@ -146,8 +147,20 @@ def run_fuzz(messages: int, seed: int = 0, progress: Callable[[str], None] | Non
     with tempfile.TemporaryDirectory(prefix="apex-fuzz-") as directory:
         shard = FuzzedShard(capacity, Path(directory) / "shard.log")
         context = zmq.Context()
+        progress = progress or (lambda _: None)
         try:
-            return _fuzz(shard, context, make, rng, messages, progress or (lambda _: None))
+            outcome = _fuzz(shard, context, make, rng, messages, progress)
+            progress(f"fuzz: {messages} descriptor-level messages per decoding endpoint")
+            outcome["descriptor"] = {
+                "shard": fuzz_shard(shard.insert, shard.request, SPEC, context, rng, messages,
+                                    LEARNER),
+                "learner_episodes": fuzz_episode_socket(context, rng, messages),
+                "actor_weights": fuzz_weight_subscription(context, rng, messages),
+            }  # fmt: skip
+            for part in outcome["descriptor"].values():
+                outcome["checks"].update(part.pop("checks"))
+            outcome["checks"]["shard_alive_after_everything"] = shard.process.poll() is None
+            return outcome
         finally:
             context.destroy(linger=0)
             code = shard.stop()
@@ -308,16 +321,25 @@ def run(messages: int, seed: int = 0, progress: Callable[[str], None] | None = N
     outcome = run_fuzz(messages, seed, progress)
     base = {"suite": SUITE, "case": f"{messages} per endpoint", "implementation": "apex",
             "status": "ok", "repeats": 1, "params": {"seed": seed}}  # fmt: skip
+    descriptor = outcome["descriptor"]
+    rows = [
+        ("hostile insert messages", "messages", outcome["hostile_inserts"]),
+        ("hostile request messages", "messages", outcome["hostile_requests"]),
+        ("insert endpoint", "messages/s", outcome["insert_messages_per_s"]),
+        ("request endpoint", "messages/s", outcome["request_messages_per_s"]),
+        ("shard RSS growth", "bytes", max(outcome["rss_growth_bytes"], 0)),
+        ("shard log lines", "lines", outcome["log_lines"]),
+        ("checks passed", "checks", sum(outcome["checks"].values())),
+        ("descriptor messages, shard insert", "messages", descriptor["shard"]["insert_messages"]),
+        ("descriptor messages, shard request", "messages",
+         descriptor["shard"]["request_messages"]),
+        ("descriptor messages, learner episodes", "messages",
+         descriptor["learner_episodes"]["messages"]),
+        ("descriptor messages, actor weights", "messages",
+         descriptor["actor_weights"]["messages"]),
+    ]  # fmt: skip
     records = [
         {**base, "metric": metric, "unit": unit, "median": value, "min": value, "max": value}
-        for metric, unit, value in (
-            ("hostile insert messages", "messages", outcome["hostile_inserts"]),
-            ("hostile request messages", "messages", outcome["hostile_requests"]),
-            ("insert endpoint", "messages/s", outcome["insert_messages_per_s"]),
-            ("request endpoint", "messages/s", outcome["request_messages_per_s"]),
-            ("shard RSS growth", "bytes", max(outcome["rss_growth_bytes"], 0)),
-            ("shard log lines", "lines", outcome["log_lines"]),
-            ("checks passed", "checks", sum(outcome["checks"].values())),
-        )
+        for metric, unit, value in rows
     ]
     return {"records": records, "ratios": [], "config": outcome}

@@ -25,6 +25,12 @@ def test_a_fuzzed_shard_survives_counts_every_reject_and_keeps_every_valid_trans
     cases = {name.split("/")[1] for name in outcome["cases"]}
     make = HostileMessages(SPEC, np.random.default_rng(0))
     assert cases == set(make.insert_cases) | set(make.request_cases)
+    # The descriptor-level fuzz reached past decoding on every endpoint: some of its
+    # messages were valid enough to be stored, taken or loaded.
+    descriptor = outcome["descriptor"]
+    assert descriptor["shard"]["inserts_stored"] > 0, descriptor
+    assert descriptor["learner_episodes"]["taken"] > 0, descriptor
+    assert descriptor["actor_weights"]["loaded"] > 0, descriptor
 
 
 def test_no_hostile_insert_case_can_be_taken_by_a_store() -> None:

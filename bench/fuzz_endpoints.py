@@ -1,0 +1,230 @@
+"""Descriptor-level fuzz of every socket that decodes anything (``bench.fuzz_descriptors``).
+
+Four endpoints, each sent ``messages`` messages made at the descriptor level from valid
+templates of what it carries and from scratch:
+
+* a live shard's insert (PULL) and request (ROUTER) sockets, in its own process (the
+  ``apex replay`` of ``bench.fuzz_suite``); the shard must stay up, and its counters must
+  account for every message: taken, and then stored, refused as a duplicate or gap, or
+  rejected (inserts); counted as a request or rejected (requests);
+* the learner's episode socket (``apex.channels.EpisodeCollector`` on real TCP), where
+  every message must be received and then taken or rejected;
+* an actor's weights subscription (``apex.channels.WeightSubscriber`` fed by a hostile
+  publisher on loopback), one message in flight at a time so that none is dropped by
+  PUB/SUB: each must be received and then loaded, rejected, or stale.
+
+The two apex endpoints run their real classes in this process, the same code the learner
+and actor processes run; an exception out of them ends the fuzz as it would end a role.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import numpy as np
+import zmq
+
+from apex.channels import ApexKind, EpisodeCollector, WeightSubscriber
+from apex.policy import NumpyDuelingMLP
+from bench.fuzz_descriptors import RngDraws, descriptor_message
+from replay import messages as replay_messages
+from replay.requests import RequestClient
+from replay.spec import TransitionSpec
+from replay.transport import bind, make_socket, send_frames
+from replay.wire import Kind, Message, text_array
+
+SETTLE_TIMEOUT_S = 120.0
+ARRIVAL_TIMEOUT_MS = 2000
+EPISODE_CHUNK = 500  # below the collector's receive HWM: a chunk is never dropped
+INSERT_KINDS = [int(Kind.INSERT), int(Kind.INSERT_FRAMES)]
+REQUEST_KINDS = [int(k) for k in (Kind.SAMPLE, Kind.UPDATE, Kind.INFO, Kind.SPEC, Kind.CREDIT,
+                                  Kind.SNAPSHOT)]  # fmt: skip
+APEX_KINDS = [int(k) for k in ApexKind]
+
+
+def _settle(client: RequestClient, condition: Callable[[dict], bool], what: str) -> dict:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        info = client.info()
+        if condition(info):
+            return info
+    raise TimeoutError(f"the shard did not settle ({what}) within {SETTLE_TIMEOUT_S} s")
+
+
+def _insert_totals(info: dict, learner: int) -> dict[str, int]:
+    senders = [s for key, s in info["senders"].items() if key != str(learner)]
+    return {
+        "taken": sum(s["insert_messages_taken"] for s in senders),
+        "inserts": sum(s["inserts"] for s in senders),
+        "requests": sum(s["requests"] for s in senders),
+        "settled": info["rejected_total"] + info["duplicates_dropped"]
+        + info["out_of_order_refused"],
+        "protocol": info["rejected"].get("protocol", 0),
+    }  # fmt: skip
+
+
+def fuzz_shard(
+    insert_endpoint: str,
+    request_endpoint: str,
+    spec: TransitionSpec,
+    context: zmq.Context,
+    rng: np.random.Generator,
+    messages: int,
+    learner: int,
+) -> dict:
+    """Descriptor-level messages to both of a live shard's sockets; what it counted."""
+    draws = RngDraws(rng)
+    client = RequestClient(context, request_endpoint, sender=learner, timeout_s=10.0)
+    batch = {name: np.zeros((4, *f.shape), f.dtype) for name, f in spec.items()}
+    insert_templates = [replay_messages.Insert(batch, np.ones(4)).to_message(spec, sender, 0, 0)
+                        for sender in (1, 2, 2**32 - 1)]  # fmt: skip
+    slots = np.arange(4, dtype=np.int64)
+    request_templates = [
+        replay_messages.SampleRequest(4, 0.4).to_message(3, 0),
+        replay_messages.PriorityUpdate(slots, slots, np.ones(4)).to_message(3, 0),
+        replay_messages.CreditRequest(1, 10).to_message(3, 0),
+        replay_messages.request(Kind.INFO, 3, 0),
+        replay_messages.request(Kind.SPEC, 3, 0),
+    ]
+    before = _insert_totals(client.info(), learner)
+    pusher = make_socket(context, zmq.PUSH, hwm=256)
+    pusher.connect(insert_endpoint)
+    started = time.monotonic()
+    for _ in range(messages):
+        send_frames(pusher, descriptor_message(draws, INSERT_KINDS, insert_templates))
+    middle = _insert_totals(
+        _settle(client, lambda i: _insert_totals(i, learner)["taken"] - before["taken"]
+                >= messages, "every insert message taken"),
+        learner,
+    )  # fmt: skip
+    insert_seconds = time.monotonic() - started
+
+    dealer = make_socket(context, zmq.DEALER, hwm=1024)
+    dealer.connect(request_endpoint)
+    replies = 0
+    started = time.monotonic()
+    for _ in range(messages):
+        send_frames(dealer, descriptor_message(draws, REQUEST_KINDS, request_templates))
+        while dealer.poll(0):
+            dealer.recv_multipart()
+            replies += 1
+
+    def counted(info: dict) -> int:
+        totals = _insert_totals(info, learner)
+        return totals["requests"] - middle["requests"] + totals["protocol"] - middle["protocol"]
+
+    end_info = _settle(client, lambda i: counted(i) >= messages, "every request counted")
+    request_seconds = time.monotonic() - started
+    for socket in (pusher, dealer):
+        socket.close(linger=0)
+    client.close()
+    inserts = middle["inserts"] - before["inserts"]
+    refused = middle["settled"] - before["settled"]
+    return {
+        "insert_messages": messages,
+        "insert_messages_taken": middle["taken"] - before["taken"],
+        "inserts_stored": inserts,
+        "inserts_refused": refused,
+        "insert_messages_per_s": messages / insert_seconds,
+        "request_messages": messages,
+        "requests_counted": counted(end_info),
+        "request_messages_per_s": messages / request_seconds,
+        "replies_read": replies,
+        "checks": {
+            "descriptor_inserts_all_taken": middle["taken"] - before["taken"] == messages,
+            "descriptor_inserts_all_accounted": inserts + refused == messages,
+            "descriptor_requests_all_counted": counted(end_info) == messages,
+            "shard_answers_after_descriptor_fuzz": end_info["size"] >= 0,
+        },
+    }
+
+
+def fuzz_episode_socket(context: zmq.Context, rng: np.random.Generator, messages: int) -> dict:
+    """Descriptor-level messages to a learner's episode collector over TCP."""
+    draws = RngDraws(rng)
+    collector = EpisodeCollector(context)
+    pusher = make_socket(context, zmq.PUSH, hwm=EPISODE_CHUNK)
+    pusher.connect(collector.endpoint)
+    episodes = (np.ones(2), np.array([10, 20]), np.zeros(6, np.int64))
+    templates = [Message(ApexKind.EPISODES, sender, 0, 3, 2, 100.0, episodes, incarnation=7)
+                 for sender in (0, 5)]  # fmt: skip
+    started = time.monotonic()
+    sent = 0
+    try:
+        while sent < messages:
+            chunk = min(EPISODE_CHUNK, messages - sent)
+            for _ in range(chunk):
+                send_frames(pusher, descriptor_message(draws, APEX_KINDS, templates))
+            sent += chunk
+            deadline = time.monotonic() + SETTLE_TIMEOUT_S
+            while collector.received < sent and time.monotonic() < deadline:
+                collector.drain()
+        seconds = time.monotonic() - started
+        return {
+            "messages": messages,
+            "received": collector.received,
+            "taken": collector.reports,
+            "rejected": collector.rejected,
+            "messages_per_s": messages / seconds,
+            "checks": {
+                "episode_messages_all_received": collector.received == messages,
+                "episode_messages_all_accounted": collector.reports + collector.rejected
+                == messages,
+            },
+        }
+    finally:
+        pusher.close(linger=0)
+        collector.close()
+
+
+def fuzz_weight_subscription(context: zmq.Context, rng: np.random.Generator, messages: int) -> dict:
+    """Descriptor-level messages from a hostile publisher to an actor's subscription."""
+    draws = RngDraws(rng)
+    policy = NumpyDuelingMLP(4, 2, (8,), seed=0)
+    shapes = policy.parameter_shapes()
+    arrays = [text_array(json.dumps(list(shapes)))]
+    arrays += [np.ones(shape, np.float32) for shape in shapes.values()]
+    templates = [Message(ApexKind.WEIGHTS, 0, 0, 5, 0, 0.0, tuple(arrays))]
+    publisher = make_socket(context, zmq.PUB, hwm=1000)
+    endpoint = bind(publisher, "127.0.0.1", 0)
+    subscriber = WeightSubscriber(context, endpoint)
+    try:
+        # PUB/SUB's slow joiner: a probe until the subscription is in place (then not counted).
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        probe = descriptor_message(draws, APEX_KINDS, [])
+        while not subscriber.received and time.monotonic() < deadline:
+            send_frames(publisher, probe)
+            subscriber.poll(policy, timeout_ms=10)
+        base = {key: getattr(subscriber, key)
+                for key in ("received", "loaded", "rejected", "stale", "superseded")}  # fmt: skip
+        started, lost = time.monotonic(), 0
+        for _ in range(messages):
+            expected = subscriber.received + 1
+            send_frames(publisher, descriptor_message(draws, APEX_KINDS, templates))
+            arrival = time.monotonic() + ARRIVAL_TIMEOUT_MS / 1000
+            while subscriber.received < expected and time.monotonic() < arrival:
+                subscriber.poll(policy, timeout_ms=ARRIVAL_TIMEOUT_MS)
+            lost += subscriber.received < expected
+            # Every message's parse is what is fuzzed: the version rule (only newer weights
+            # load) is tested on its own, so a forged huge version must not end the fuzz.
+            subscriber.version = -1
+        seconds = time.monotonic() - started
+        counts = {key: getattr(subscriber, key) - value for key, value in base.items()}
+        return {
+            "messages": messages,
+            **counts,
+            "lost_in_transit": lost,
+            "messages_per_s": messages / seconds,
+            "checks": {
+                "weight_messages_all_received": counts["received"] == messages and not lost,
+                "weight_messages_all_accounted": sum(
+                    counts[key] for key in ("loaded", "rejected", "stale", "superseded")
+                )
+                == counts["received"],
+            },
+        }
+    finally:
+        subscriber.close()
+        publisher.close(linger=0)
