@@ -58,6 +58,7 @@ HEARTBEAT_S = 1.0
 MAX_TRACKED_ACTORS = 65_536
 # An EPISODES message's third array, in this order (the last is 1 in an actor's last word).
 MAX_LIVES = 64
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 DELIVERY_COUNTS = ("unconfirmed", "resent", "shard_restarts_seen", "rerouted", "abandoned", "final")
 
 
@@ -122,8 +123,11 @@ def read_weights(message: Message, shapes: dict[str, tuple[int, ...]]) -> dict[s
     for name, array in zip(names, message.arrays[1:], strict=True):
         if tuple(array.shape) != tuple(shapes[name]) or array.dtype.kind != "f":
             raise ProtocolError(f"{name}: {array.dtype}{array.shape} is not float{shapes[name]}")
-        if not np.isfinite(array).all():  # a diverged learner's, or a forger's
-            raise ProtocolError(f"{name} holds NaN or infinite values")
+        # A diverged learner's, or a forger's; the taker keeps float32, so a larger value
+        # would become infinite there.
+        if not np.isfinite(array).all() or (
+                array.size and np.abs(array).max() > FLOAT32_MAX):  # fmt: skip
+            raise ProtocolError(f"{name} holds NaN, infinite or beyond-float32 values")
         arrays[name] = array
     return arrays
 

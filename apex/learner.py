@@ -256,6 +256,9 @@ class Learner:
             self.counters.train_seconds = self._elapsed_s()
             self._running = False
             outcome.last_eval_return = self._last_eval
+            # The run's last figures, not those of up to metrics_interval_s before its end:
+            # apex status and curves.png read the newest progress record.
+            self._write_progress()
             path = self._checkpoint_or_count()
             outcome.delivery = self._account()
             metrics.write(

@@ -12,8 +12,13 @@ import math
 from dataclasses import dataclass
 
 from replay.client import REROUTE_AFTER_S
+from replay.field_checks import checked
 
 DEVICES = ("auto", "cpu", "cuda")
+# Past these a network is a typo, not a design: a 10^9-wide layer fails allocating
+# gigabytes in every role at once.
+MAX_HIDDEN_LAYERS = 16
+MAX_HIDDEN_WIDTH = 65_536
 REPLAY_IO_MODES = ("auto", "thread", "inline")
 
 
@@ -29,6 +34,21 @@ def not_positive_integers(named: dict[str, object]) -> list[str]:
 def named(config: object, prefix: str, names: tuple[str, ...]) -> dict[str, object]:
     """``{prefix + name: value}`` of ``config``'s fields ``names``, for the checks above."""
     return {f"{prefix}{name}": getattr(config, name) for name in names}
+
+
+def hidden_problems(name: str, hidden: object) -> list[str]:
+    """Network widths: one to ``MAX_HIDDEN_LAYERS`` layers of 1 to ``MAX_HIDDEN_WIDTH``."""
+    if (
+        isinstance(hidden, (tuple, list))
+        and 1 <= len(hidden) <= MAX_HIDDEN_LAYERS
+        and all(isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= MAX_HIDDEN_WIDTH
+                for w in hidden)
+    ):  # fmt: skip
+        return []
+    return [
+        f"{name} must be 1 to {MAX_HIDDEN_LAYERS} layer widths, each 1 to {MAX_HIDDEN_WIDTH}, "
+        f"got {list(hidden) if isinstance(hidden, tuple) else hidden!r}"
+    ]
 
 
 def _in_unit_interval(name: str, value: object) -> list[str]:
@@ -108,6 +128,9 @@ class ActorConfig:
 
     def problems(self, prefix: str = "actor.") -> list[str]:
         """Every problem with these settings (empty if none)."""
+        return checked(self, prefix, lambda: self._range_problems(prefix))
+
+    def _range_problems(self, prefix: str) -> list[str]:
         counts = (
             "envs_per_actor",
             "n_step",
@@ -120,6 +143,11 @@ class ActorConfig:
         problems += _in_unit_interval(f"{prefix}gamma", self.gamma)
         problems += _in_unit_interval(f"{prefix}epsilon", self.epsilon)
         problems += _in_unit_interval(f"{prefix}noise_scale", self.noise_scale)
+        problems += hidden_problems(f"{prefix}hidden", self.hidden)
+        for name in ("epsilon_alpha", "priority_epsilon"):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                problems.append(f"{prefix}{name} must be finite and >= 0, got {value}")
         problems += _positive_or_none(
             {
                 f"{prefix}insert_timeout_s": self.insert_timeout_s,
@@ -204,6 +232,9 @@ class LearnerConfig:
 
     def problems(self, prefix: str = "learner.") -> list[str]:
         """Every problem with these settings (empty if none)."""
+        return checked(self, prefix, lambda: self._range_problems(prefix))
+
+    def _range_problems(self, prefix: str) -> list[str]:
         counts = (
             "batch_size",
             "target_update_period",
@@ -225,6 +256,13 @@ class LearnerConfig:
                 f"got {self.replay_io!r}"
             )
         problems += _in_unit_interval(f"{prefix}tau", self.tau)
+        problems += hidden_problems(f"{prefix}hidden", self.hidden)
+        for name in ("adam_epsilon", "priority_epsilon"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                problems.append(f"{prefix}{name} must be finite and > 0, got {value}")
+        if self.target_return is not None and not math.isfinite(self.target_return):
+            problems.append(f"{prefix}target_return must be finite, got {self.target_return}")
         for name in ("target_noise", "noise_clip"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 <= value < math.inf):

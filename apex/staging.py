@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from replay.batch_math import ReplayBatch
+from replay.errors import ConfigError
 
 
 @dataclass
@@ -61,18 +62,38 @@ class DeviceStager:
         return tensor.to(self.device, non_blocking=True)
 
 
+def device_problems(name: str, prefix: str = "learner.device") -> list[str]:
+    """Whether torch here can train on ``name``: the learner's check at its start, and
+    ``apex train``'s before anything starts (``launch.preflight``)."""
+    if name in ("auto", "cpu"):
+        return []
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        return [f"{prefix} {name!r} is not a device torch knows: {exc}"]
+    if device.type != "cuda":
+        return []
+    if not torch.cuda.is_available():
+        return [f"{prefix} {name!r} asks for CUDA, but torch {torch.__version__} sees no CUDA "
+                f"device here (built for CUDA {torch.version.cuda or 'none'}); use auto or "
+                "cpu, or install a CUDA build of torch (APEX_TORCH=torch)"]  # fmt: skip
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        return [f"{prefix} {name!r}: torch sees {torch.cuda.device_count()} CUDA devices"]
+    return []
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` (CUDA when torch sees it, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``.
 
     Raises:
-        ValueError: CUDA was asked for and torch sees none.
+        ConfigError: a device torch does not see here (:func:`device_problems`).
     """
+    problems = device_problems(name)
+    if problems:
+        raise ConfigError(problems, "learner device")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
-    return device
+    return torch.device(name)
 
 
 def uses_io_thread(replay_io: str, device: torch.device) -> bool:

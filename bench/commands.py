@@ -360,6 +360,7 @@ DEFAULT_SUITES = SUITES[:-1]
 def bench_run(suites, quick, out, plots) -> None:
     """Run several suites (default: all but frames) into one directory, with a report and
     plots."""
+    from apex.envs import EnvUnavailable
     from bench import (
         actor_suite,
         frames_suite,
@@ -400,7 +401,14 @@ def bench_run(suites, quick, out, plots) -> None:
     sections, problems = [], []
     for suite in chosen:
         document = report.new_document(REPO_ROOT)
-        report.add_suite(document, suite, runners[suite](document["machine"]["memory_bytes"]))
+        try:
+            result = runners[suite](document["machine"]["memory_bytes"])
+        except (ImportError, EnvUnavailable) as exc:  # a peer or extra its cases did not name
+            reason = f"{type(exc).__name__}: {exc}"
+            progress(f"{suite}: unavailable ({reason})")
+            result = {"records": [report.unavailable_record(suite, "all", "apex", reason)],
+                      "ratios": [], "config": {}}  # fmt: skip
+        report.add_suite(document, suite, result)
         problems += [f"{suite}: {p}" for p in report.validate(document)]
         report.write_json(document, out / f"{suite}.json")
         sections.append(report.markdown(document))

@@ -48,6 +48,25 @@ def ok_record(suite: str, case: str, implementation: str, metric: str, unit: str
             "params": params}  # fmt: skip
 
 
+def unavailable_record(suite: str, case: str, implementation: str, reason: str,
+                       params: dict | None = None) -> dict:  # fmt: skip
+    """A case that could not run here (a missing extra, peer or cluster), and why."""
+    return {"suite": suite, "case": case, "implementation": implementation,
+            "status": "unavailable", "reason": reason, "params": params or {}}  # fmt: skip
+
+
+def missing_env(name: str) -> str | None:
+    """Why environment ``name`` cannot be made here (a missing extra, with its install
+    hint), or None when it can."""
+    from apex.envs import EnvUnavailable, check_env
+
+    try:
+        check_env(name)
+    except EnvUnavailable as exc:
+        return str(exc)
+    return None
+
+
 def new_document(repo_root: Path) -> dict[str, object]:
     return {
         "schema": SCHEMA,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bench.report import ok_record
+from bench.report import missing_env, ok_record, unavailable_record
 from bench.workers import REPO_ROOT, worker_env
 
 SUITE = "shard"
@@ -244,6 +244,13 @@ def run(
     pusher_counts = tuple(pusher_counts or ((1,) if quick else (1, 2, 4)))
     records, ratios = [], []
     for kind in kinds:
+        missing = missing_env("Pong") if kind == "atari-frames" else None  # real Pong frames
+        if missing:
+            records += [unavailable_record(SUITE, f"ingest-{kind}-{pushers}p", implementation,
+                                           missing)
+                        for pushers in pusher_counts
+                        for implementation in ("apex", "apex-no-credit")]  # fmt: skip
+            continue
         nbytes = _message_nbytes(kind) / INSERT_BATCH
         capacity = (1 << 16) if kind in ("small", "atari-frames") else (1 << 12)
         for pushers in pusher_counts:

@@ -41,6 +41,7 @@ from apex.envs import ALGORITHMS, preset
 from apex.settings import ActorConfig, LearnerConfig, named, not_positive_integers
 from launch.keeper import SHARD_RESTART_BUDGET
 from replay.errors import ConfigError
+from replay.field_checks import alpha_problems, checked, type_problems
 from replay.rate_limiter import RateLimiter
 from replay.security import SecurityConfig
 from replay.shard_config import DEFAULT_CAPACITY
@@ -101,8 +102,13 @@ class ReplayConfig:
 
     def problems(self, prefix: str = "replay.") -> list[str]:
         """Every problem with these settings (empty if none). The rate limiter's own rules
-        (``RateLimiter.problems``) apply to the totals as they do to each shard."""
-        problems = not_positive_integers(
+        (``RateLimiter.problems``) apply to the totals as they do to each shard; each
+        shard's own checks run on its share (``launch.preflight``)."""
+        return checked(self, prefix, lambda: self._range_problems(prefix))
+
+    def _range_problems(self, prefix: str) -> list[str]:
+        problems = alpha_problems(self.alpha, f"{prefix}alpha")
+        problems += not_positive_integers(
             {f"{prefix}capacity": self.capacity, f"{prefix}min_size": self.min_size}
         )
         interval = self.snapshot_interval_s
@@ -173,6 +179,9 @@ class SlurmConfig:
 
     def problems(self, actors: object, shards: object, prefix: str = "slurm.") -> list[str]:
         """Every problem with this layout for a run of ``actors`` and ``shards``."""
+        return checked(self, prefix, lambda: self._range_problems(actors, shards, prefix))
+
+    def _range_problems(self, actors: object, shards: object, prefix: str) -> list[str]:
         problems = []
         if self.layout not in ("hetjob", "multi-prog"):
             problems.append(f"{prefix}layout must be hetjob or multi-prog, got {self.layout!r}")
@@ -250,7 +259,10 @@ class RunConfig:
     def problems(self) -> list[str]:
         """Every problem: each section's own, then the rules that span roles, with the
         arithmetic where there is some."""
-        problems = not_positive_integers({"actors": self.actors, "shards": self.shards})
+        problems = [
+            p for p in type_problems(self) if p.split(" ", 1)[0] not in ("actors", "shards")
+        ]
+        problems += not_positive_integers({"actors": self.actors, "shards": self.shards})
         if self.algorithm not in ALGORITHMS:
             problems.append(
                 f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}"

@@ -146,8 +146,12 @@ def _draw_targets(axis, targets: list[float]) -> None:
 
 
 def write_run_curves(run_dir: Path) -> Path | None:
-    """``curves.png`` in ``run_dir``; a failure is logged, never raised: a picture must
-    not turn a finished run into a failed one."""
+    """``curves.png`` in ``run_dir`` (None, and no file, for a run that recorded no
+    progress or evaluation: an empty picture says nothing); a failure is logged, never
+    raised: a picture must not turn a finished run into a failed one."""
+    run = RunRecords.read(run_dir)
+    if not run.progress and not run.evaluations:
+        return None
     try:
         return plot_runs([run_dir], run_dir / CURVES_FILE)
     except Exception as exc:  # matplotlib raises many kinds; the run's outcome stands

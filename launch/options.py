@@ -47,6 +47,24 @@ class ShardParam(click.ParamType):
         return ShardEndpoints(*parts)
 
 
+class RunDirParam(click.ParamType):
+    """A run's directory: an existing directory that holds the run's ``config.json``.
+    Anything else is a usage error (exit code 2), as every other bad argument is."""
+
+    name = "RUN_DIR"
+
+    def convert(self, value, param, ctx):
+        path = Path(value)
+        if not path.is_dir():
+            self.fail(f"{value} is not a directory", param, ctx)
+        if not (path / "config.json").is_file():
+            self.fail(f"{value} is not a run directory (no config.json)", param, ctx)
+        return path
+
+
+RUN_DIR = RunDirParam()
+
+
 def config_option(command):
     """``--config``: a run's config file (TOML, or a run directory's config.json)."""
     return click.option(
@@ -173,21 +191,30 @@ def load_run_config(path: Path | None, overrides: dict):
         raise click.UsageError(str(exc)) from exc
 
 
-def load_checked_run_config(path: Path | None, overrides: dict):
-    """:func:`load_run_config`, and its environment made once here: what starts a run
+def load_checked_run_config(path: Path | None, overrides: dict, *, cluster: bool = False):
+    """:func:`load_run_config`, its environment made once here, and every role's settings
+    checked by the roles' own checks (``launch.preflight``): what starts a run
     (``apex train``, ``apex slurm submit``) fails with a usage error, before it makes a
-    run directory, when the env cannot be made.
+    run directory, when any role would refuse to start.
+
+    Args:
+        cluster: the run is for Slurm (devices are the nodes', not this machine's).
 
     Raises:
         click.UsageError: the config's problems, or why the env cannot be made.
     """
     from apex.envs import EnvUnavailable, check_env
+    from launch.preflight import cluster_run_problems, local_run_problems
+    from replay.errors import ConfigError
 
     config = load_run_config(path, overrides)
     try:
         check_env(config.env, config.algorithm)
     except EnvUnavailable as exc:
         raise click.UsageError(str(exc)) from exc
+    problems = (cluster_run_problems if cluster else local_run_problems)(config)
+    if problems:
+        raise click.UsageError(str(ConfigError(problems)))
     return config
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from launch.options import (
+    RUN_DIR,
     FieldParam,
     config_argument,
     config_option,
@@ -180,7 +181,18 @@ def replay_role(
 @config_option
 @shards_option
 @run_dir_option(required=True, help_text="Run directory.")
-@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --run-dir.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue from the newest checkpoint in --run-dir; refused (exit 2) if it has none "
+    "usable.",
+)
+@click.option(
+    "--resume-if-any",
+    is_flag=True,
+    help="As --resume, but start fresh when there is no usable checkpoint (how the "
+    "supervisor restarts a learner that may have died before its first one).",
+)
 @click.option(
     "--host", default="127.0.0.1", help="Address to bind the weights and episodes sockets."
 )
@@ -188,7 +200,16 @@ def replay_role(
 @_port_option("--episodes-port", "PULL port (0: free).")
 @security_options
 def learner_role(
-    config_path, shards, run_dir, resume, host, weights_port, episodes_port, keys, insecure
+    config_path,
+    shards,
+    run_dir,
+    resume,
+    resume_if_any,
+    host,
+    weights_port,
+    episodes_port,
+    keys,
+    insecure,
 ) -> None:
     """Run the learner until solved, a limit, or SIGINT/SIGTERM (final checkpoint)."""
     from launch import roles
@@ -196,8 +217,11 @@ def learner_role(
     run = load_run_config(config_path, security_overrides(keys, insecure))
     requests = tuple(s.request for s in shards)
     try:
-        code = roles.run_learner(run, requests, run_dir, resume, host, weights_port, episodes_port)
-    except ConfigError as exc:  # keys that cannot be used, an exposed bind without keys
+        code = roles.run_learner(
+            run, requests, run_dir, resume or resume_if_any, host, weights_port,
+            episodes_port, require_checkpoint=resume,
+        )  # fmt: skip
+    except ConfigError as exc:  # keys, an exposed bind without keys, a device, a checkpoint
         raise click.UsageError(str(exc)) from exc
     sys.exit(code)
 
@@ -249,7 +273,7 @@ def actor_role(config_path, index, shards, weights, episodes, max_steps, keys, i
 @click.option(
     "--resume",
     "resume_dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=RUN_DIR,
     default=None,
     help="Continue the run in this directory from its newest checkpoint; --max-time and "
     "--max-updates then mean that much more.",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from launch import builder
 from launch.config import RunConfig
 from launch.signals import on_stop_signal
+from replay.errors import ConfigError
 from replay.shard import ShardServer
 
 if TYPE_CHECKING:
@@ -59,7 +60,14 @@ def run_learner(
     host: str,
     weights_port: int = 0,
     episodes_port: int = 0,
+    require_checkpoint: bool = False,
 ) -> int:
+    """Runs the learner role to its end; its exit code.
+
+    Raises:
+        ConfigError: a device, keys or bind this learner cannot use, or (with
+            ``require_checkpoint``) no usable checkpoint to resume from.
+    """
     # torch is imported here, not at the top: a shard process (and the supervisor) never
     # needs it, and its import costs a second of CPU while every role starts at once.
     from apex import checkpoint
@@ -73,8 +81,12 @@ def run_learner(
     for reason in refused:
         logger.warning("--resume: checkpoint refused: %s", reason)
     if resume and resume_from is None:
-        logger.warning("--resume: no usable checkpoint in %s, starting fresh",
-                       run_dir / "checkpoints")  # fmt: skip
+        where = run_dir / "checkpoints"
+        if require_checkpoint:
+            reasons = "; ".join(refused) or "none written"
+            raise ConfigError([f"--resume: no usable checkpoint in {where} ({reasons})"],
+                              "resume")  # fmt: skip
+        logger.warning("--resume: no usable checkpoint in %s, starting fresh", where)
     learner = builder.learner(
         config, shard_requests, run_dir, resume_from, host, weights_port, episodes_port
     )

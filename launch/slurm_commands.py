@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from launch.options import (
+    RUN_DIR,
     config_argument,
     load_checked_run_config,
     new_run_dir,
@@ -107,7 +108,7 @@ def submit(
         file_nodes = load_file(config_path).get("slurm", {}) if config_path else {}
         node_count = nodes or file_nodes.get("actor_nodes", 1)
         overrides["actors"] = actors_per_node * node_count
-    config = load_checked_run_config(config_path, overrides)
+    config = load_checked_run_config(config_path, overrides, cluster=True)
     run_dir = (run_dir or new_run_dir(config.env)).absolute()
     script = render(config, run_dir)
     if dry_run:
@@ -120,6 +121,7 @@ def submit(
             f"{run_dir} already holds a run; pick another --run-dir (a requeued job resumes "
             "by itself)"
         )
+    created = not run_dir.exists()
     # Ports on compute nodes are open to every job on the cluster: the run gets keys.
     config = with_run_keys(config, run_dir, on_cluster=True)
     write_resolved(config, run_dir)
@@ -135,7 +137,13 @@ def submit(
         check=False,
     )
     if result.returncode != 0:
-        raise click.ClickException(f"sbatch failed: {result.stderr.strip() or result.stdout}")
+        said = result.stderr.strip() or result.stdout.strip()
+        if created:  # nothing was submitted: leave nothing behind that looks like a run
+            shutil.rmtree(run_dir, ignore_errors=True)
+            left = f"nothing was submitted; {run_dir}, made for it, was removed"
+        else:
+            left = f"nothing was submitted; the files written for it are in {run_dir}"
+        raise click.ClickException(f"sbatch failed ({said}): {left}")
     job_id = result.stdout.strip().split(";")[0]
     (run_dir / JOB_ID_FILE).write_text(job_id + "\n", encoding="utf-8")
     click.echo(f"submitted job {job_id}")
@@ -166,14 +174,12 @@ def job_state(job_id: str) -> dict[str, str]:
 
 
 @slurm.command("status")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_dir", type=RUN_DIR)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def status_command(run_dir: Path, as_json: bool) -> None:
     """Slurm's view of a run's job, then the run's summary (as `apex status`)."""
     from launch.run_status import run_status, status_lines
 
-    if not (run_dir / "config.json").exists():
-        raise click.ClickException(f"{run_dir} is not a run directory (no config.json)")
     status = run_status(run_dir)
     id_path = run_dir / JOB_ID_FILE
     if id_path.exists():

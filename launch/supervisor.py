@@ -43,6 +43,7 @@ from launch.config import RunConfig, write_resolved
 from launch.curves import write_run_curves
 from launch.keeper import LEARNER_RESTART_BUDGET, RESTART_BACKOFF_S
 from launch.live_view import ProgressDisplay
+from launch.log_reasons import role_failure
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
 from launch.run_status import last_refused, security_mode, write_summary
 
@@ -203,7 +204,8 @@ class Supervisor:
     def _await_ready(self, child: Child) -> dict:
         message = self._read_line(child, READY_TIMEOUT_S)
         if not message or "ready" not in message:
-            raise RuntimeError(f"{child.role} {child.index} did not start; see {child.log_path}")
+            raise RuntimeError(role_failure(f"{child.role} {child.index} did not start",
+                                            child.log_path))  # fmt: skip
         child.ready = message["ready"]
         return child.ready
 
@@ -233,8 +235,8 @@ class Supervisor:
                 "--weights-port", str(weights_port), "--episodes-port", str(episodes_port),
                 *shard_args,
             )  # fmt: skip
-            if self.resume:
-                learner_command.append("--resume")
+            if self.resume:  # apex train --resume: the run's checkpoint, or none may be left
+                learner_command.append("--resume-if-any")
             learner = Child("learner", 0, learner_command, logs / "learner.log")
             self._children.append(learner)
             for index in range(config.actors):
@@ -284,12 +286,9 @@ class Supervisor:
                 and learner.process.poll() is not None
                 and learner.restarts >= LEARNER_RESTART_BUDGET
             ):
-                return self._finish(
-                    EXIT_ROLE_DIED,
-                    f"learner died with exit code {learner.process.returncode} after "
-                    f"{learner.restarts} restarts; see {learner.log_path}",
-                    {},
-                )
+                died = (f"learner died with exit code {learner.process.returncode} after "
+                        f"{learner.restarts} restarts")  # fmt: skip
+                return self._finish(EXIT_ROLE_DIED, role_failure(died, learner.log_path), {})
             self._tend(learner)
             for child in self._children:
                 if (
@@ -303,7 +302,7 @@ class Supervisor:
                         f"shard {child.index} died with exit code {code} after {restarts} restarts"
                     )
                     if not self._give_up(child):
-                        return self._finish(EXIT_ROLE_DIED, f"{died}; see {child.log_path}", {})
+                        return self._finish(EXIT_ROLE_DIED, role_failure(died, child.log_path), {})
                     self.echo(f"{died}: given up; the run goes on with the other shards")
                 if child.role in ("actor", "shard") and not child.given_up:
                     self._tend(child)
@@ -326,8 +325,8 @@ class Supervisor:
             delay = RESTART_BACKOFF_S[min(child.restarts, len(RESTART_BACKOFF_S) - 1)]
             source = {"shard": " from its newest snapshot",
                       "learner": " from its newest checkpoint"}.get(child.role, "")  # fmt: skip
-            if child.role == "learner" and "--resume" not in child.command:
-                child.command.append("--resume")
+            if child.role == "learner" and "--resume-if-any" not in child.command:
+                child.command.append("--resume-if-any")
             self.echo(
                 f"{child.role} {child.index} died (exit code {child.process.returncode}); "
                 f"restarting in {delay:.0f} s{source}"

@@ -8,13 +8,7 @@ from pathlib import Path
 
 import click
 
-RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
-
-
-def _run_dir(run_dir: Path) -> Path:
-    if not (run_dir / "config.json").exists():
-        raise click.ClickException(f"{run_dir} is not a run directory (no config.json)")
-    return run_dir
+from launch.options import RUN_DIR
 
 
 @click.command("status")
@@ -25,7 +19,7 @@ def status(run_dir: Path, as_json: bool) -> None:
     faults and the newest checkpoint (`apex slurm status` adds Slurm's view)."""
     from launch.run_status import run_status, status_lines
 
-    summary = run_status(_run_dir(run_dir))
+    summary = run_status(run_dir)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
@@ -47,7 +41,6 @@ def plot(run_dirs: tuple[Path, ...], out: Path | None) -> None:
     runs are overlaid, one colour each."""
     from launch.curves import plot_runs
 
-    run_dirs = tuple(_run_dir(d) for d in run_dirs)
     if out is None:
         out = run_dirs[0] / "curves.png" if len(run_dirs) == 1 else Path("curves.png")
     click.echo(f"wrote {plot_runs(list(run_dirs), out)}")
@@ -68,4 +61,4 @@ def top(run_dir: Path, interval: float, once: bool) -> None:
     q or Ctrl-C quits."""
     from launch.top import run_top
 
-    run_top(_run_dir(run_dir), interval, once)
+    run_top(run_dir, interval, once)

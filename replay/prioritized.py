@@ -34,6 +34,7 @@ from replay.errors import (
     InvalidIndexError,
     InvalidPriorityError,
 )
+from replay.field_checks import alpha_problems
 from replay.spec import TransitionSpec
 from replay.storage import BatchBuffers, RingStorage
 from replay.sum_tree import SumTree, first_out_of_range
@@ -151,8 +152,9 @@ class PrioritizedReplay:
         *,
         storage: RingStorage | FrameStackStorage | None = None,
     ) -> None:
-        if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha >= 0):
-            raise InvalidPriorityError(f"alpha must be a finite number >= 0, got {alpha!r}")
+        problems = alpha_problems(alpha)
+        if problems:
+            raise InvalidPriorityError(problems[0])
         self._alpha = float(alpha)
         self._storage = storage if storage is not None else RingStorage(spec, capacity)
         if self._storage.capacity != capacity:

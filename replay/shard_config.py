@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from replay.field_checks import alpha_problems, checked
 from replay.frame_spec import FrameStackSpec
 from replay.rate_limiter import RateLimiter
 from replay.security import SecurityConfig
@@ -88,7 +89,10 @@ class ShardConfig:
 
     def problems(self) -> list[str]:
         """Every problem with these settings (empty if none), with the values involved."""
-        problems = []
+        return checked(self, "", self._range_problems)
+
+    def _range_problems(self) -> list[str]:
+        problems = alpha_problems(self.alpha)
         if self.capacity <= 0:
             problems.append(f"capacity must be > 0, got {self.capacity}")
         problems += RateLimiter.problems(

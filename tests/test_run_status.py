@@ -55,7 +55,7 @@ def test_status_of_a_run_with_nothing_yet_and_of_no_run(tmp_path: Path) -> None:
     assert "running, or stopped without an outcome" in result.output
     assert "no progress recorded yet" in result.output and "checkpoint: none yet" in result.output
     result = CliRunner().invoke(main, ["status", str(tmp_path)])
-    assert result.exit_code == 1 and "not a run directory" in result.output
+    assert result.exit_code == 2 and "not a run directory" in result.output
 
 
 def test_a_resume_past_its_limit_is_refused_with_the_figures(tmp_path: Path) -> None:

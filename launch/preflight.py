@@ -1,0 +1,69 @@
+"""Every role's configuration built before anything starts, and checked by the checks the
+roles run at their own start: a run that a role would refuse is refused by ``apex train``
+and ``apex slurm submit`` at once, with exit code 2 and no run directory.
+
+The checks are the roles' own, not copies: each shard's ``ShardConfig.problems`` on the
+share ``launch.builder.shard_config`` gives it, and the learner's ``device_problems`` for
+a run on this machine (a cluster's nodes have their own devices: a CUDA learner there
+needs ``slurm.learner_gpus``). The settings' own checks (types, ranges, network sizes)
+ran when the config was resolved (``launch.config``).
+"""
+
+from __future__ import annotations
+
+import socket
+
+from launch import builder
+from launch.config import RunConfig
+from replay.errors import ConfigError
+
+
+def shard_problems(config: RunConfig) -> list[str]:
+    """Each shard's own checks on the settings it would start with; a problem that every
+    shard has is named once."""
+    spec = builder.transition_spec(config)
+    found: dict[str, list[int]] = {}
+    for index in range(config.shards):
+        try:
+            problems = builder.shard_config(config, index, config.host, spec=spec).problems()
+        except ConfigError as exc:
+            problems = exc.problems
+        for problem in problems:
+            found.setdefault(problem, []).append(index)
+    return [
+        problem if len(shards) == config.shards else f"shard {shards}: {problem}"
+        for problem, shards in found.items()
+    ]
+
+
+def host_problems(host: str) -> list[str]:
+    """Whether the roles of a local run can bind ``host`` here (a mistyped address ends
+    every role at its bind otherwise)."""
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind) as probe:
+            probe.bind(address)
+    except OSError as exc:
+        return [f"host {host!r} cannot be bound on this machine: {exc.strerror or exc}"]
+    return []
+
+
+def local_run_problems(config: RunConfig) -> list[str]:
+    """What refuses a run of every role on this machine (``apex train``)."""
+    problems = host_problems(config.host) + shard_problems(config)
+    if config.learner.device not in ("auto", "cpu"):
+        from apex.staging import device_problems  # torch: only when a device is named
+
+        problems += device_problems(config.learner.device)
+    return problems
+
+
+def cluster_run_problems(config: RunConfig) -> list[str]:
+    """What refuses a Slurm run (``apex slurm submit``)."""
+    problems = shard_problems(config)
+    if str(config.learner.device).startswith("cuda") and config.slurm.learner_gpus < 1:
+        problems.append(
+            f"learner.device {config.learner.device!r} needs slurm.learner_gpus >= 1, got "
+            f"{config.slurm.learner_gpus}"
+        )
+    return problems
