@@ -206,13 +206,22 @@ def bench_actor(quick, repeats, json_path, markdown_path) -> None:
 
 @bench.command("snapshot")
 @click.option("--quick", is_flag=True, help="Small shards, 2 s windows.")
+@click.option(
+    "--part",
+    type=click.Choice(["all", "service", "fill"]),
+    default="all",
+    show_default=True,
+    help="service: what snapshots cost the sample service; fill: snapshot size, time and "
+    "restore peak memory at 5%, 50% and 100% fill.",
+)
 @report_options
-def bench_snapshot(quick, json_path, markdown_path) -> None:
-    """What shard snapshots cost the sample service (p99), and the time to restore."""
+def bench_snapshot(quick, part, json_path, markdown_path) -> None:
+    """What shard snapshots cost the sample service (p99), what they weigh against what
+    the shard holds, and the time and memory to restore."""
     from bench import snapshot_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
-        return snapshot_suite.run(quick=quick, progress=progress)
+        return snapshot_suite.run(quick=quick, progress=progress, part=part)
 
     run_bench(snapshot_suite.SUITE, run_suite, json_path, markdown_path)
 

@@ -20,16 +20,17 @@ from collections.abc import Callable
 
 import numpy as np
 
+from bench.sample_service import fill_shards
 from bench.shard_suite import (
     INSERT_BATCH,
     START_TIMEOUT_S,
-    _fill,
-    _pusher,
     _read_json_line,
     _spawn,
-    _stop,
+    start_pusher,
+    stop_processes,
 )
 from bench.shard_suite import _record as _shard_record
+from bench.snapshot_fill import fill_records
 
 SUITE = "snapshot"
 SAMPLE_BATCH = 512
@@ -92,10 +93,10 @@ def _case(kind: str, capacity: int, seconds: float, rate: float, progress) -> li
         try:
             endpoints = [ShardEndpoints(ready["insert"], ready["request"])]
             progress(f"snapshot {case}: filling")
-            _fill(kind, context, endpoints, spec, capacity)
+            fill_shards(kind, context, endpoints, spec, capacity)
             client = RequestClient(context, ready["request"], sender=99, timeout_s=30.0)
             watcher = RequestClient(context, ready["request"], sender=97, timeout_s=30.0)
-            pusher = _pusher("apex", kind, 100, [ready], 3 * seconds + 60, rate=rate)
+            pusher = start_pusher("apex", kind, 100, [ready], 3 * seconds + 60, rate=rate)
             progress(f"snapshot {case}: sampling, without and with snapshots")
             outside, _, _ = _latencies(client, spec, watcher.info, seconds, snapshot=False)
             before = watcher.info()["transitions_added"]
@@ -107,8 +108,8 @@ def _case(kind: str, capacity: int, seconds: float, rate: float, progress) -> li
             client.close()
             watcher.close()
         finally:
-            _stop([p for p in (pusher,) if p is not None])
-            _stop([shard], timeout_s=300)  # its final snapshot is written before it exits
+            stop_processes([p for p in (pusher,) if p is not None])
+            stop_processes([shard], timeout_s=300)  # its final snapshot is written before it exits
             context.destroy(linger=0)
         if not during or not written:
             raise RuntimeError(f"{case}: no sample ran during a snapshot")
@@ -155,14 +156,19 @@ def _restore(kind: str, capacity: int, root: str, held: int) -> float:
         size = client.info()["size"]
         client.close()
     finally:
-        _stop([shard], timeout_s=300)
+        stop_processes([shard], timeout_s=300)
         context.destroy(linger=0)
     if size < held:
         raise RuntimeError(f"restored {size} transitions, the shard held {held}")
     return seconds
 
 
-def run(*, quick: bool = False, progress: Callable[[str], None] | None = None) -> dict:
+FILLS = (0.05, 0.5, 1.0)
+
+
+def run(
+    *, quick: bool = False, progress: Callable[[str], None] | None = None, part: str = "all"
+) -> dict:
     say = progress or (lambda _line: None)
     seconds = 2.0 if quick else 8.0
     cases = (
@@ -170,7 +176,15 @@ def run(*, quick: bool = False, progress: Callable[[str], None] | None = None) -
         if quick
         else [("small", 1_000_000, 20_000.0), ("atari-frames", 1_000_000, 5_000.0)]
     )
-    records = []
+    # The fill cases: a CartPole-sized shard and a Pong shard of the Pong preset's size.
+    fill_cases = [(kind, capacity, fraction)
+                  for kind, capacity in ((("small", 1 << 14), ("atari-frames", 4_096)) if quick
+                                         else (("small", 1_000_000), ("atari-frames", 2_000_000)))
+                  for fraction in FILLS]  # fmt: skip
+    records = fill_records(fill_cases, SUITE, say) if part in ("all", "fill") else []
+    if part == "fill":
+        return {"records": records, "ratios": [],
+                "config": {"quick": quick, "part": part, "fill_cases": fill_cases}}  # fmt: skip
     for kind, capacity, rate in cases:
         records += _case(kind, capacity, seconds, rate, say)
     ratios = []
@@ -181,6 +195,6 @@ def run(*, quick: bool = False, progress: Callable[[str], None] | None = None) -
                        "numerator": "snapshotting", "denominator": "no-snapshot",
                        "ratio": by[(case, "snapshotting", "sample_p99")]
                        / by[(case, "no-snapshot", "sample_p99")]})  # fmt: skip
-    config = {"quick": quick, "seconds": seconds, "insert_batch": INSERT_BATCH,
-              "cases": [list(c) for c in cases]}  # fmt: skip
+    config = {"quick": quick, "part": part, "seconds": seconds, "insert_batch": INSERT_BATCH,
+              "cases": [list(c) for c in cases], "fill_cases": fill_cases}  # fmt: skip
     return {"records": records, "ratios": ratios, "config": config}
