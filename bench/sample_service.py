@@ -39,6 +39,9 @@ def fill_shards(kind: str, context, endpoints, spec, transitions: int) -> None:
         block = make_batch(spec, 4096, 0)
         for _ in range(transitions // 4096):
             filler.insert(block, np.ones(4096))
+        rest = transitions % 4096
+        if rest:
+            filler.insert({name: rows[:rest] for name, rows in block.items()}, np.ones(rest))
     filler.close()
 
 

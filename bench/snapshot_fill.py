@@ -55,6 +55,20 @@ def _disk_bytes(path: Path) -> int:
     return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
 
 
+def _settled(client, at_least: int) -> None:
+    """Waits until the shard has taken in the fill (sends return before it stores them),
+    so that the snapshot asked for next holds all of it."""
+    deadline = time.monotonic() + SNAPSHOT_TIMEOUT_S
+    previous = -1
+    while time.monotonic() < deadline:
+        added = client.info()["transitions_added"]
+        if added >= at_least and added == previous:
+            return
+        previous = added
+        time.sleep(0.2)
+    raise RuntimeError(f"the shard took in {previous} of {at_least} transitions")
+
+
 def content_bytes(kind: str, spec, info: dict) -> int:
     """What the transitions a shard holds occupy in its memory (see the module doc)."""
     size = info["size"]
@@ -82,8 +96,10 @@ def measure_fill(kind: str, capacity: int, fraction: float) -> dict:
         shard, ready = _shard(kind, capacity, "--snapshot-dir", str(root))
         try:
             endpoints = [ShardEndpoints(ready["insert"], ready["request"])]
-            fill_shards(kind, context, endpoints, spec, max(1, int(capacity * fraction)))
+            wanted = max(1, int(capacity * fraction))
+            fill_shards(kind, context, endpoints, spec, wanted)
             client = RequestClient(context, ready["request"], sender=99, timeout_s=60.0)
+            _settled(client, min(wanted, capacity))
             client.snapshot()
             deadline = time.monotonic() + SNAPSHOT_TIMEOUT_S
             while not (info := client.info())["snapshots_written"]:
@@ -96,6 +112,9 @@ def measure_fill(kind: str, capacity: int, fraction: float) -> dict:
                 shard.send_signal(signal.SIGKILL)
             stop_processes([shard])
         snapshot = Path(info["last_snapshot"]["path"])
+        if info["last_snapshot"]["transitions"] != info["size"]:
+            raise RuntimeError(f"the snapshot holds {info['last_snapshot']['transitions']} "
+                               f"transitions, the shard {info['size']}")  # fmt: skip
         measured = {
             "transitions": info["size"],
             "content_bytes": content_bytes(kind, spec, info),
