@@ -123,10 +123,11 @@ def read_weights(message: Message, shapes: dict[str, tuple[int, ...]]) -> dict[s
     for name, array in zip(names, message.arrays[1:], strict=True):
         if tuple(array.shape) != tuple(shapes[name]) or array.dtype.kind != "f":
             raise ProtocolError(f"{name}: {array.dtype}{array.shape} is not float{shapes[name]}")
-        # A diverged learner's, or a forger's; the taker keeps float32, so a larger value
-        # would become infinite there.
+        # A diverged learner's, or a forger's; the taker keeps float32, so a float64
+        # value past its range would become infinite there.
         if not np.isfinite(array).all() or (
-                array.size and np.abs(array).max() > FLOAT32_MAX):  # fmt: skip
+                array.dtype.itemsize > 4 and array.size
+                and np.abs(array).max() > FLOAT32_MAX):  # fmt: skip
             raise ProtocolError(f"{name} holds NaN, infinite or beyond-float32 values")
         arrays[name] = array
     return arrays

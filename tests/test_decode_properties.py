@@ -216,3 +216,19 @@ def test_an_empty_array_of_impossible_extent_is_refused(dims: tuple, pack: bool)
     struct.pack_into(f"<{len(dims)}I", header, HEADER_NBYTES + 4, *dims)
     with pytest.raises(ProtocolError, match="can address"):
         decode([bytes(header), *frames[1:]])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "loads"),
+    [("float16", 65504.0, True), ("float16", np.inf, False), ("float32", np.nan, False),
+     ("float64", 1e300, False), ("float64", -3e38, True)],
+)  # fmt: skip
+def test_weights_a_float32_policy_cannot_hold_are_refused(dtype: str, value: float, loads: bool):
+    names = text_array('["torso.0.weight", "torso.0.bias"]')
+    weight = np.full((8, 4), value, dtype=dtype)
+    message = Message(ApexKind.WEIGHTS, arrays=(names, weight, np.zeros(8, dtype)))
+    if loads:
+        assert read_weights(message, WEIGHT_SHAPES)["torso.0.weight"] is weight
+    else:
+        with pytest.raises(ProtocolError, match="NaN, infinite or beyond-float32"):
+            read_weights(message, WEIGHT_SHAPES)
