@@ -256,16 +256,17 @@ class Learner:
             self.counters.train_seconds = self._elapsed_s()
             self._running = False
             outcome.last_eval_return = self._last_eval
-            # The run's last figures, not those of up to metrics_interval_s before its end:
-            # apex status and curves.png read the newest progress record.
-            self._write_progress()
             path = self._checkpoint_or_count()
-            outcome.delivery = self._account()
+            outcome.delivery, transitions_added = self._account()
             metrics.write(
                 {
                     "event": "end",
                     "reason": outcome.reason,
                     "solved": outcome.solved,
+                    # The run's last figures (a progress record is up to
+                    # metrics_interval_s older): apex status and curves.png read these.
+                    "time_s": self.counters.train_seconds,
+                    "transitions_added": transitions_added,
                     "updates": self.counters.updates,
                     "weight_version": self.counters.weight_version,
                     "train_seconds": self.counters.train_seconds,
@@ -364,8 +365,9 @@ class Learner:
         self._metrics.write(record)
         logger.info("%s", describe_progress(record))
 
-    def _account(self) -> dict:
-        """What the actors sent against what the shards hold (see apex.delivery)."""
+    def _account(self) -> tuple[dict, int | None]:
+        """What the actors sent against what the shards hold (see apex.delivery), and the
+        transitions the shards took in all (None unless every shard answered)."""
         self._episodes.drain()  # the newest heartbeats first
         asked_at = time.monotonic()
         try:
@@ -379,7 +381,8 @@ class Learner:
         fresh = [s["info"] if s["info_at"] >= asked_at else None for s in states] or [None]
         report = delivery_report(self._episodes.actors, fresh, states, time.monotonic())
         logger.info("delivery: %s", describe(report))
-        return report
+        added = None if None in fresh else sum(info["transitions_added"] for info in fresh)
+        return report, added
 
     def close(self) -> None:
         self._publisher.close()

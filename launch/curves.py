@@ -59,7 +59,9 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
         colour, label = colours[index % len(colours)], _label(run_dir, run_dirs)
         if run.target_return is not None:
             targets.add(run.target_return)
-        progress_t, steps = _series(run.progress, "transitions_added")
+        # Env steps at a time: from the progress records and the run's end, so that an
+        # evaluation after the last progress record is not drawn at a stale count.
+        progress_t, steps = _series(run.timeline, "transitions_added")
         eval_t, eval_mean = _series(run.evaluations, "eval_return_mean")
         _, eval_low = _series(run.evaluations, "eval_return_min")
         _, eval_high = _series(run.evaluations, "eval_return_max")

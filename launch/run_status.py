@@ -47,6 +47,20 @@ class RunRecords:
     def target_return(self) -> float | None:
         return target_return(self.config)
 
+    @property
+    def timeline(self) -> list[dict]:
+        """The progress records, then the last end record if it is newer (it holds the
+        run's last updates, time and transitions; a progress record can be up to
+        ``metrics_interval_s`` older). A resumed run's end records of earlier lives are
+        older than its later progress, and are left out."""
+        timeline = list(self.progress)
+        end = self.ends[-1] if self.ends else None
+        newest = timeline[-1].get("time_s") if timeline else None
+        if end is not None and end.get("time_s") is not None and (
+                newest is None or end["time_s"] >= newest):  # fmt: skip
+            timeline.append(end)
+        return timeline
+
 
 def target_return(config: dict) -> float | None:
     """The evaluation mean that counts as solved: the config's, else its env preset's."""
@@ -136,6 +150,11 @@ def run_status(run_dir: Path) -> dict:
                 "replay_sizes", "episode_return_mean", "policy_lag_median", "shards_alive",
             )
         }  # fmt: skip
+        final = run.timeline[-1]
+        if final is not last:  # the run's end: its own totals, the rates of the last window
+            status["progress"].update({key: final[key] for key in ("time_s", "updates")})
+            if final.get("transitions_added") is not None:
+                status["progress"]["transitions_added"] = final["transitions_added"]
         status["refused"] = last.get("refused") or {}
     if run.evaluations:
         means = [e["eval_return_mean"] for e in run.evaluations]

@@ -66,7 +66,7 @@ def restore_newest(
 def replay_state(replay: PrioritizedReplay) -> tuple[dict, dict]:
     """A prioritized store's arrays and scalars: storage, sum-tree leaves, generator."""
     storage_arrays, storage_meta = replay.storage.state()
-    tree_arrays, tree_meta = replay.tree.state()
+    tree_arrays, tree_meta = replay.tree.state(replay.storage.slots_touched)
     arrays = {**prefixed("storage.", storage_arrays), **prefixed("tree.", tree_arrays)}
     meta = {"storage": storage_meta, "tree": tree_meta, "alpha": replay.alpha,
             "rng": replay.rng.bit_generator.state,

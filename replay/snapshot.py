@@ -4,7 +4,9 @@ Layout under a snapshot root::
 
     snapshot-000012/        a complete snapshot
         manifest.json       format, version, meta, and per array: file, dtype, shape, crc32
-        00-<name>.bin       the array's bytes in C order
+                            and, for an array written in part, its row ranges
+        00-<name>.bin       the array's bytes in C order (its ranges' rows, one after
+                            another, for an array written in part)
     .partial-000013/        one being written; never read, removed when found stale
 
 A snapshot is written under a ``.partial-`` name, every file and the directory fsynced,
@@ -12,6 +14,12 @@ then renamed to its final name (atomic on POSIX) and the root fsynced. So a snap
 its final name is always complete; a crash or a full disk leaves only a partial
 directory, and the previous snapshot stays. The newest ``keep`` complete snapshots are
 kept; older ones go once a new one is complete.
+
+A snapshot is sized by what a store holds, not by what it could hold: a store names the
+rows of each array that are in use (:class:`Rows`, e.g. the first ``size`` slots of a ring
+that has not wrapped), only those are written, and a restore reads them back into the same
+rows of a freshly built store, whose other rows keep their initial values. Version 1
+snapshots (whole arrays only) are still read.
 
 Nothing is pickled. A manifest is a file someone else may have written: its format,
 version, array names, dtypes (plain numbers and bools only), shapes and sizes are checked,
@@ -36,10 +44,12 @@ from pathlib import Path
 import numpy as np
 
 from replay.errors import ReplayError, SnapshotError
+from replay.state import Rows
 from replay.sum_tree import aligned_empty
 
 FORMAT = "apex-replay-snapshot"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 _COMPLETE = re.compile(r"^snapshot-(\d{6,})$")
 _NAME = re.compile(r"^[a-z0-9_.]{1,64}$")
@@ -54,10 +64,18 @@ class ArrayEntry:
     dtype: np.dtype
     shape: tuple[int, ...]
     crc32: int
+    ranges: tuple[tuple[int, int], ...] | None = None
+    """The rows written (None: the whole array)."""
+
+    @property
+    def row_nbytes(self) -> int:
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        if self.ranges is None:
+            return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return sum(stop - start for start, stop in self.ranges) * self.row_nbytes
 
 
 @dataclass(frozen=True)
@@ -79,20 +97,28 @@ class Snapshot:
         if entry is None:
             raise SnapshotError(f"{self.path}: no array {name!r}")
         if out is None:
-            out = np.empty(entry.shape, dtype=entry.dtype)
+            # Rows not written read as zeros; a store passes its own array to keep its own.
+            out = (np.empty if entry.ranges is None else np.zeros)(entry.shape, entry.dtype)
         elif out.dtype != entry.dtype or out.shape != entry.shape or not out.flags.c_contiguous:
             raise SnapshotError(
                 f"{self.path}: {name} is {entry.dtype}{entry.shape}, this store holds "
                 f"{out.dtype}{out.shape}"
             )
-        view = memoryview(out.reshape(-1).view(np.uint8))
+        flat = out.reshape(-1).view(np.uint8)
+        row = entry.row_nbytes
+        pieces = [(0, flat.size)] if entry.ranges is None else [
+            (start * row, stop * row) for start, stop in entry.ranges]  # fmt: skip
         crc = 0
+        # Straight into the store's own rows: no second copy of the snapshot in memory,
+        # and rows never written stay untouched (pages never faulted in).
         with open(self.path / entry.file, "rb") as file:
-            for start in range(0, entry.nbytes, _CHUNK):
-                part = view[start : start + _CHUNK]
-                if file.readinto(part) != len(part):
-                    raise SnapshotError(f"{self.path}: {entry.file} is truncated")
-                crc = zlib.crc32(part, crc)
+            for first, last in pieces:
+                view = memoryview(flat[first:last])
+                for start in range(0, last - first, _CHUNK):
+                    part = view[start : start + _CHUNK]
+                    if file.readinto(part) != len(part):
+                        raise SnapshotError(f"{self.path}: {entry.file} is truncated")
+                    crc = zlib.crc32(part, crc)
         if crc != entry.crc32:
             raise SnapshotError(f"{self.path}: {entry.file} fails its checksum (corrupted)")
         return out
@@ -127,10 +153,11 @@ class _Pace:
 _DIRECT_ALIGN = 4096
 
 
-def _write_direct(path: Path, data: memoryview, pace: _Pace) -> int | None:
-    """Writes ``data`` with ``O_DIRECT`` (no page cache: the I/O is done by this process,
-    not by the kernel's writeback threads that the serving shard shares its cores with);
-    returns the CRC-32, or None where the file system refuses ``O_DIRECT`` (tmpfs)."""
+def _write_direct(path: Path, pieces: list[memoryview], pace: _Pace) -> int | None:
+    """Writes ``pieces`` one after another with ``O_DIRECT`` (no page cache: the I/O is
+    done by this process, not by the kernel's writeback threads that the serving shard
+    shares its cores with); returns the CRC-32, or None where the file system refuses
+    ``O_DIRECT`` (tmpfs)."""
     direct = getattr(os, "O_DIRECT", 0)  # Linux
     if not direct:
         return None
@@ -139,21 +166,36 @@ def _write_direct(path: Path, data: memoryview, pace: _Pace) -> int | None:
     except OSError:
         return None
     bounce = aligned_empty(_WRITE_CHUNK, np.uint8, _DIRECT_ALIGN)
-    crc, start = 0, 0
+    crc, filled, written = 0, 0, 0
+
+    def flush(nbytes: int) -> None:
+        nonlocal written
+        if os.write(descriptor, memoryview(bounce)[:nbytes]) != nbytes:
+            raise OSError(f"short write to {path}")
+        written += nbytes
+
     try:
-        for start in range(0, len(data), _WRITE_CHUNK):
-            part = data[start : start + _WRITE_CHUNK]
-            crc = zlib.crc32(part, crc)
-            padded = -(-len(part) // _DIRECT_ALIGN) * _DIRECT_ALIGN
-            bounce[: len(part)] = part
-            bounce[len(part) : padded] = 0
-            if os.write(descriptor, memoryview(bounce)[:padded]) != padded:
-                raise OSError(f"short write to {path}")
-            pace.wrote(len(part))
-        os.ftruncate(descriptor, len(data))
+        for piece in pieces:
+            for start in range(0, len(piece), _WRITE_CHUNK):
+                part = piece[start : start + _WRITE_CHUNK]
+                crc = zlib.crc32(part, crc)
+                while len(part):  # through the aligned bounce buffer, full blocks out
+                    take = min(len(part), _WRITE_CHUNK - filled)
+                    bounce[filled : filled + take] = part[:take]
+                    filled, part = filled + take, part[take:]
+                    if filled == _WRITE_CHUNK:
+                        flush(_WRITE_CHUNK)
+                        filled = 0
+                pace.wrote(min(_WRITE_CHUNK, len(piece) - start))
+        total = written + filled
+        if filled:
+            padded = -(-filled // _DIRECT_ALIGN) * _DIRECT_ALIGN
+            bounce[filled:padded] = 0
+            flush(padded)
+        os.ftruncate(descriptor, total)
         os.fsync(descriptor)
     except OSError as exc:
-        if start == 0 and exc.errno == errno.EINVAL:  # O_DIRECT accepted, then refused
+        if written == 0 and exc.errno == errno.EINVAL:  # O_DIRECT accepted, then refused
             return None
         raise
     finally:
@@ -161,18 +203,35 @@ def _write_direct(path: Path, data: memoryview, pace: _Pace) -> int | None:
     return crc
 
 
-def _write_array(path: Path, array: np.ndarray, pace: _Pace) -> int:
-    data = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
-    crc = _write_direct(path, data, pace)
+def _pieces(array: np.ndarray | Rows) -> tuple[np.ndarray, list[memoryview], list | None]:
+    """The array, the byte views a snapshot writes of it, and its ranges (None: whole)."""
+    if isinstance(array, Rows):
+        whole = np.ascontiguousarray(array.array)
+        ranges = [[int(start), int(stop)] for start, stop in array.ranges]
+        bounds = [0, 0]
+        for start, stop in ranges:
+            if not bounds[1] <= start < stop <= len(whole):
+                raise SnapshotError(f"rows {ranges} are not in order within {len(whole)}")
+            bounds = [start, stop]
+        views = [memoryview(whole[start:stop].reshape(-1).view(np.uint8))
+                 for start, stop in ranges]  # fmt: skip
+        return whole, views, ranges
+    whole = np.ascontiguousarray(array)
+    return whole, [memoryview(whole.reshape(-1).view(np.uint8))], None
+
+
+def _write_array(path: Path, pieces: list[memoryview], pace: _Pace) -> int:
+    crc = _write_direct(path, pieces, pace)
     if crc is not None:
         return crc
     crc = 0
     with open(path, "wb") as file:
-        for start in range(0, len(data), _WRITE_CHUNK):
-            part = data[start : start + _WRITE_CHUNK]
-            file.write(part)
-            crc = zlib.crc32(part, crc)
-            pace.wrote(len(part))
+        for data in pieces:
+            for start in range(0, len(data), _WRITE_CHUNK):
+                part = data[start : start + _WRITE_CHUNK]
+                file.write(part)
+                crc = zlib.crc32(part, crc)
+                pace.wrote(len(part))
         file.flush()
         os.fsync(file.fileno())
     return crc
@@ -193,13 +252,13 @@ def complete_snapshots(root: Path) -> list[tuple[int, Path]]:
 def write_snapshot(
     root: Path,
     sequence: int,
-    arrays: Mapping[str, np.ndarray],
+    arrays: Mapping[str, np.ndarray | Rows],
     meta: dict,
     keep: int = 2,
     bytes_per_s: float | None = None,
 ) -> Path:
     """Writes a complete snapshot ``root/snapshot-<sequence>``, at most ``bytes_per_s``
-    fast if given; returns its path.
+    fast if given; returns its path. An array given as :class:`Rows` is written in part.
 
     Raises:
         SnapshotError: a bad name, or the disk refused (full, read-only...): the partial
@@ -216,9 +275,12 @@ def write_snapshot(
             if not _NAME.match(name):
                 raise SnapshotError(f"array name {name!r} is not [a-z0-9_.]{{1,64}}")
             file = f"{number:02d}-{name}.bin"
-            crc = _write_array(partial / file, array, pace)
-            entries[name] = {"file": file, "dtype": array.dtype.str, "shape": list(array.shape),
+            whole, pieces, ranges = _pieces(array)
+            crc = _write_array(partial / file, pieces, pace)
+            entries[name] = {"file": file, "dtype": whole.dtype.str, "shape": list(whole.shape),
                              "crc32": crc}  # fmt: skip
+            if ranges is not None:
+                entries[name]["ranges"] = ranges
         manifest = {"format": FORMAT, "version": VERSION, "sequence": sequence, "meta": meta,
                     "arrays": entries}  # fmt: skip
         with open(partial / MANIFEST, "w", encoding="utf-8") as file:
@@ -258,13 +320,30 @@ def _entry(path: Path, name: object, raw: object) -> ArrayEntry:
         raise SnapshotError(f"{path}: array {name} has a bad shape {shape!r}")
     if not isinstance(crc, int) or not 0 <= crc < 2**32:
         raise SnapshotError(f"{path}: array {name} has a bad checksum {crc!r}")
-    entry = ArrayEntry(file, dtype, tuple(shape), crc)
+    entry = ArrayEntry(file, dtype, tuple(shape), crc, _ranges(path, name, raw, shape))
     size = (path / file).stat().st_size if (path / file).is_file() else -1
     if size != entry.nbytes:
         raise SnapshotError(
             f"{path}: {file} holds {size} bytes, its manifest says {entry.nbytes} (truncated?)"
         )
     return entry
+
+
+def _ranges(path: Path, name: str, raw: dict, shape: list) -> tuple | None:
+    """An entry's row ranges: in order, apart, within the first axis (None: whole)."""
+    ranges = raw.get("ranges")
+    if ranges is None:
+        return None
+    end = 0
+    if not shape or not isinstance(ranges, list):
+        raise SnapshotError(f"{path}: array {name} has bad row ranges {ranges!r:.100}")
+    for pair in ranges:
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
+                and end <= pair[0] < pair[1] <= shape[0]):  # fmt: skip
+            raise SnapshotError(f"{path}: array {name} has bad row ranges {ranges!r:.100}")
+        end = pair[1]
+    return tuple((start, stop) for start, stop in ranges)
 
 
 def open_snapshot(path: Path) -> Snapshot:
@@ -282,9 +361,10 @@ def open_snapshot(path: Path) -> Snapshot:
         raise SnapshotError(f"{path}: unreadable manifest ({exc})") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise SnapshotError(f"{path}: not an {FORMAT}")
-    if manifest.get("version") != VERSION:
+    if manifest.get("version") not in READABLE_VERSIONS:
         raise SnapshotError(
-            f"{path}: snapshot version {manifest.get('version')!r}, this build reads {VERSION}"
+            f"{path}: snapshot version {manifest.get('version')!r}, this build reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     sequence, meta, arrays = (manifest.get(key) for key in ("sequence", "meta", "arrays"))
     if not isinstance(sequence, int) or not isinstance(meta, dict) or not isinstance(arrays, dict):

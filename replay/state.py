@@ -5,17 +5,36 @@ state as ``(arrays, meta)``: the arrays it keeps, by name (written as they are, 
 copied first: a snapshot is written by a forked child, see ``replay.shard_snapshots``),
 and a JSON-able dict of its scalars and of the settings it was built with. It takes a state
 back with ``restore(read, meta)``, reading each array straight into its own buffer; the
-settings must match its own, or the snapshot is refused (:class:`SnapshotError`).
+settings must match its own, or the snapshot is refused (:class:`SnapshotError`). An array
+may be given as :class:`Rows`, the rows in use: a snapshot is sized by what a store holds,
+and the rows left out keep, on restore, the values the fresh store was built with.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from replay.errors import SnapshotError
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows of ``array`` (along its first axis) a snapshot keeps: ``ranges`` of
+    ``(start, stop)``, in order and apart; the others are not written, and a restore
+    leaves them as the restoring store built them."""
+
+    array: np.ndarray
+    ranges: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def prefix(cls, array: np.ndarray, rows: int) -> Rows:
+        """The first ``rows`` rows (all of them, past the end)."""
+        return cls(array, ((0, min(rows, len(array))),) if rows > 0 else ())
+
 
 # ``read(name, out)``: the snapshot's array ``name``, read into ``out`` if given.
 Reader = Callable[[str, "np.ndarray | None"], np.ndarray]

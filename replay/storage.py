@@ -27,7 +27,7 @@ from numba import njit
 
 from replay.errors import InvalidIndexError
 from replay.spec import TransitionSpec
-from replay.state import Reader, json_like, meta_int, require_same
+from replay.state import Reader, Rows, json_like, meta_int, require_same
 from replay.sum_tree import aligned_empty, first_out_of_range
 
 # Float fields start as NaN so that reading a never-written slot is obvious. Integer
@@ -146,6 +146,12 @@ class RingSlots:
         """Per-slot generation, -1 for a slot that holds nothing. Read-only."""
         return read_only(self._generations)
 
+    @property
+    def slots_touched(self) -> int:
+        """Slots ever written: slots fill in order from 0, so these are the first ones
+        (all of them once the ring has wrapped). A snapshot writes only these."""
+        return min(self._next_generation, self._capacity)
+
 
 class RingStorage(RingSlots):
     """Fixed-capacity FIFO ring of transitions with a given spec.
@@ -229,7 +235,9 @@ class RingStorage(RingSlots):
 
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Arrays and scalars for a snapshot (see ``replay.state``)."""
-        arrays = {"rows": self._rows_u8, "generations": self._generations}
+        touched = self.slots_touched
+        arrays = {"rows": Rows.prefix(self._rows_u8, touched),
+                  "generations": Rows.prefix(self._generations, touched)}  # fmt: skip
         return arrays, {"settings": self._settings(), "next_generation": self._next_generation}
 
     def restore(self, read: Reader, meta: dict) -> None:

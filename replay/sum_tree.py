@@ -35,6 +35,7 @@ from replay.errors import (
     InvalidPriorityError,
     SnapshotError,
 )
+from replay.state import Rows
 
 ARITY = 8
 _SHIFT = 3  # log2(ARITY)
@@ -347,13 +348,15 @@ class SumTree:
         find_leaves(self._sums, self._offsets, self._targets, out)
         return out
 
-    def state(self) -> tuple[dict[str, np.ndarray], dict]:
-        """The leaves (the inner nodes are rebuilt from them), for a snapshot."""
-        return {"leaves": self._leaves}, {"capacity": self._capacity}
+    def state(self, slots_touched: int | None = None) -> tuple[dict, dict]:
+        """The leaves (the inner nodes are rebuilt from them), for a snapshot: the first
+        ``slots_touched`` (the storage's; the others hold zero) or all."""
+        leaves = self._leaves if slots_touched is None else Rows.prefix(self._leaves, slots_touched)
+        return {"leaves": leaves}, {"capacity": self._capacity}
 
     def restore(self, read, meta: dict) -> None:
-        """Takes back a :meth:`state`; raises ``SnapshotError`` for another capacity or
-        priorities that are not finite and >= 0."""
+        """Takes back a :meth:`state` (leaves not written read as zero); raises
+        ``SnapshotError`` for another capacity or priorities that are not finite and >= 0."""
         if meta.get("capacity") != self._capacity:
             raise SnapshotError(
                 f"sum-tree of {meta.get('capacity')!r} leaves, here {self._capacity}"

@@ -161,6 +161,11 @@ def test_the_loop_trains_sends_priorities_publishes_and_checkpoints(tmp_path: Pa
         assert events[0] == "start" and events[-1] == "end" and "progress" in events
         progress = [r for r in records if r["event"] == "progress"]
         assert progress[-1]["replay_sizes"] == [512] and progress[-1]["loss"] is not None
+        # The end record holds the run's last figures (apex status and curves.png read
+        # them): its updates, time and the transitions the shards took in all.
+        end = records[-1]
+        assert end["updates"] == 40 and end["time_s"] >= progress[-1]["time_s"]
+        assert end["transitions_added"] == 512
         assert list((tmp_path / "checkpoints").glob("checkpoint-0000000040.pt"))
         # The end-of-run account read the store's fresh counters (no actor reported).
         assert outcome.delivery["shards_answering"] == 1

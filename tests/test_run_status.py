@@ -89,3 +89,34 @@ def test_a_summary_that_does_not_parse_starts_a_fresh_history(tmp_path: Path, da
     write_summary(tmp_path, {"reason": "solved", "solved": True})
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["history"] == [] and summary["reason"] == "solved"
+
+
+def test_status_and_curves_read_the_runs_end_and_a_resumed_runs_latest(tmp_path: Path) -> None:
+    """The end record holds the run's last figures (a progress record is up to
+    metrics_interval_s older); a resumed run's newer progress wins over an older end."""
+    from apex.metrics import MetricsWriter
+    from launch.run_status import RunRecords, run_status
+
+    write_run_dir(tmp_path, updates=1200, train_seconds=30.0)
+    metrics = MetricsWriter(tmp_path)
+    metrics.write({"event": "evaluation", "time_s": 32.0, "updates": 1300,
+                   "eval_return_mean": 480.0, "eval_return_min": 400.0,
+                   "eval_return_max": 500.0})  # fmt: skip
+    metrics.write({"event": "end", "reason": "solved", "solved": True, "updates": 1333,
+                   "train_seconds": 33.0, "time_s": 33.0, "transitions_added": 50_000})  # fmt: skip
+    metrics.close()
+    status = run_status(tmp_path)
+    assert (status["progress"]["updates"], status["progress"]["time_s"]) == (1333, 33.0)
+    assert status["progress"]["transitions_added"] == 50_000
+    timeline = RunRecords.read(tmp_path).timeline
+    assert timeline[-1]["event"] == "end"  # curves.png reads env steps up to the end
+    assert [r["time_s"] for r in timeline] == sorted(r["time_s"] for r in timeline)
+    metrics = MetricsWriter(tmp_path)  # the run resumed: a second life, going on
+    metrics.write({"event": "start", "updates": 1333, "device": "cpu"})
+    metrics.write(
+        {"event": "progress", "time_s": 40.0, "updates": 1500, "transitions_added": 60_000}
+    )
+    metrics.close()
+    status = run_status(tmp_path)
+    assert (status["progress"]["updates"], status["progress"]["time_s"]) == (1500, 40.0)
+    assert RunRecords.read(tmp_path).timeline[-1]["event"] == "progress"

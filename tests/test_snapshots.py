@@ -15,6 +15,7 @@ from replay import PrioritizedReplay
 from replay.client import InsertClient
 from replay.errors import ReplayTimeout
 from replay.frame_storage import FrameStackStorage
+from replay.lz4_codec import compress_bound
 from replay.requests import RequestClient
 from replay.shard_snapshots import replay_state, restore_replay
 from replay.snapshot import (
@@ -24,6 +25,7 @@ from replay.snapshot import (
     open_snapshot,
     write_snapshot,
 )
+from replay.state import Rows
 from tests.conftest import SMALL_SPEC, ShardProcess, make_batch, wait_for
 from tests.test_frame_storage import built_streams, feed, make_spec
 
@@ -149,6 +151,86 @@ def test_a_frame_store_comes_back_exactly(tmp_path: Path, compress: bool) -> Non
     assert fresh.storage.frames_stored == replay.storage.frames_stored
     assert fresh.storage.streams.ids_array().tolist() == replay.storage.streams.ids_array().tolist()
     _same_future(replay, fresh)
+
+
+def _written_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*.bin"))
+
+
+@pytest.mark.parametrize("items", [0, 7, 49, 50, 130])
+def test_a_partly_filled_ring_is_written_by_what_it_holds_and_comes_back(
+    tmp_path: Path, items: int
+) -> None:
+    replay = PrioritizedReplay(SMALL_SPEC, 50, 0.6, rng=3)
+    rng = np.random.default_rng(items)
+    for start in range(0, items, 13):
+        count = min(13, items - start)
+        replay.add(make_batch(SMALL_SPEC, count, start), rng.uniform(0.1, 3.0, count))
+    fresh = PrioritizedReplay(SMALL_SPEC, 50, 0.6, rng=77)
+    _through_disk(replay, fresh, tmp_path)
+    held = min(items, 50)
+    # Rows, generations and priorities of the slots in use, nothing for the others.
+    assert _written_bytes(tmp_path) == held * (SMALL_SPEC.item_nbytes + 8 + 8)
+    assert fresh.size == held and fresh.items_added == items
+    np.testing.assert_array_equal(fresh.storage.generations, replay.storage.generations)
+    if held:
+        _same_future(replay, fresh)
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["whole", "lz4"])
+@pytest.mark.parametrize(
+    ("episodes", "arena_frames"),
+    [([5], None), ([9, 30], None), ([9, 30, 12, 25] * 2, None), ([9, 30, 12, 25] * 2, 70)],
+    ids=["few", "some", "wrapped", "arena-wrapped"],
+)
+def test_a_frame_store_is_written_by_what_it_holds_and_comes_back(
+    tmp_path: Path, compress: bool, episodes: list[int], arena_frames: int | None
+) -> None:
+    spec = make_spec(4)
+
+    def make(seed: int) -> PrioritizedReplay:
+        # About arena_frames frames (an LZ4 block of a 6-byte frame takes 7 or 8 bytes).
+        per_frame = spec.frame_nbytes + (2 if compress else 0)
+        arena = arena_frames * per_frame if arena_frames else None
+        storage = FrameStackStorage(spec, 60, compress=compress, frame_capacity=90,
+                                    arena_bytes=arena)  # fmt: skip
+        return PrioritizedReplay(None, 60, 0.6, rng=seed, storage=storage)
+
+    replay = make(5)
+    feed(replay.storage, built_streams(40, 3, episodes), np.random.default_rng(2), replay=replay)
+    fresh = make(99)
+    _through_disk(replay, fresh, tmp_path)
+    store = replay.storage
+    assert fresh.storage.frames_stored == store.frames_stored and fresh.size == replay.size
+    _same_future(replay, fresh)
+    # The arena part is the bytes of the frames held, give or take the end of a lap.
+    arena = next(tmp_path.rglob("*-storage.arena.bin")).stat().st_size
+    lap_end = compress_bound(spec.frame_nbytes) if compress else spec.frame_nbytes
+    assert store.frame_bytes_stored <= arena <= store.frame_bytes_stored + lap_end
+    if arena_frames:  # the case is the one it names: the byte ring went round
+        assert store._cursor[2] > store._arena.size
+
+
+def test_a_version_1_snapshot_of_whole_arrays_is_still_read(tmp_path: Path) -> None:
+    path = write_snapshot(tmp_path, 1, _arrays(), {"n": 1})
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert all("ranges" not in entry for entry in manifest["arrays"].values())
+    (path / "manifest.json").write_text(json.dumps({**manifest, "version": 1}))
+    snapshot = open_snapshot(path)
+    for name, array in _arrays().items():
+        np.testing.assert_array_equal(snapshot.read(name), array)
+
+
+@pytest.mark.parametrize(
+    "ranges", [[[3, 2]], [[0, 50]], [[5, 9], [7, 12]], "rows", [[0, 1, 2]], [[True, 2]]]
+)
+def test_row_ranges_that_do_not_fit_the_array_are_refused(tmp_path: Path, ranges) -> None:
+    path = write_snapshot(tmp_path, 1, {"a": Rows.prefix(np.arange(40.0), 40)}, {})
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["arrays"]["a"]["ranges"] = ranges
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SnapshotError, match=r"bad row ranges|holds"):
+        open_snapshot(path)
 
 
 def test_a_snapshot_of_another_store_is_refused_by_name(tmp_path: Path) -> None:
