@@ -44,7 +44,8 @@ REQUEST_KINDS = [int(k) for k in (Kind.SAMPLE, Kind.UPDATE, Kind.INFO, Kind.SPEC
 APEX_KINDS = [int(k) for k in ApexKind]
 
 
-def _settle(client: RequestClient, condition: Callable[[dict], bool], what: str) -> dict:
+def settle(client: RequestClient, condition: Callable[[dict], bool], what: str) -> dict:
+    """The shard's INFO once ``condition`` holds of it (its queues drained)."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while time.monotonic() < deadline:
         info = client.info()
@@ -95,7 +96,7 @@ def fuzz_shard(
     for _ in range(messages):
         send_frames(pusher, descriptor_message(draws, INSERT_KINDS, insert_templates))
     middle = _insert_totals(
-        _settle(client, lambda i: _insert_totals(i, learner)["taken"] - before["taken"]
+        settle(client, lambda i: _insert_totals(i, learner)["taken"] - before["taken"]
                 >= messages, "every insert message taken"),
         learner,
     )  # fmt: skip
@@ -115,7 +116,7 @@ def fuzz_shard(
         totals = _insert_totals(info, learner)
         return totals["requests"] - middle["requests"] + totals["protocol"] - middle["protocol"]
 
-    end_info = _settle(client, lambda i: counted(i) >= messages, "every request counted")
+    end_info = settle(client, lambda i: counted(i) >= messages, "every request counted")
     request_seconds = time.monotonic() - started
     for socket in (pusher, dealer):
         socket.close(linger=0)

@@ -40,7 +40,12 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from bench.fuzz_endpoints import fuzz_episode_socket, fuzz_shard, fuzz_weight_subscription
+from bench.fuzz_endpoints import (
+    fuzz_episode_socket,
+    fuzz_shard,
+    fuzz_weight_subscription,
+    settle,
+)
 from bench.fuzz_messages import HostileMessages, transition_ids
 from replay.errors import ReplayTimeout
 from replay.requests import RequestClient
@@ -64,7 +69,6 @@ RSS_GROWTH_LIMIT_BYTES = 64 << 20
 STORED_BYTES_PER_TRANSITION = 256
 LOG_LINES_LIMIT = 200
 DRAWS_PER_SLOT = 20
-SETTLE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 60.0
 
 
@@ -127,15 +131,6 @@ def _totals(info: dict) -> dict[str, int]:
     }
 
 
-def _settle(learner: RequestClient, condition: Callable[[dict], bool], what: str) -> dict:
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while time.monotonic() < deadline:
-        info = learner.info()
-        if condition(info):
-            return info
-    raise TimeoutError(f"the shard did not settle ({what}) within {SETTLE_TIMEOUT_S} s")
-
-
 def run_fuzz(messages: int, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict:
     """Fuzzes a fresh shard with ``messages`` messages per endpoint; returns what was sent,
     what the shard counted, the checks (name -> passed) and the rates."""
@@ -186,7 +181,7 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
 
     valid(actor, REAL_ACTOR)
     actor_transitions += VALID_BATCH
-    start = _settle(learner, lambda i: i["transitions_added"] == VALID_BATCH, "seed insert")
+    start = settle(learner, lambda i: i["transitions_added"] == VALID_BATCH, "seed insert")
     valid_messages = 0  # from here on: the fuzz's
     rss_start, log_start, before = rss_bytes(shard.process.pid), shard.log_lines(), _totals(start)
     names = sorted(make.insert_cases)
@@ -209,7 +204,7 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
             valid(actor, REAL_ACTOR)
             actor_transitions += VALID_BATCH
     sent_pull = hostile_inserts + valid_messages
-    after_inserts = _settle(learner, lambda i: _totals(i)["taken"] - before["taken"] >= sent_pull,
+    after_inserts = settle(learner, lambda i: _totals(i)["taken"] - before["taken"] >= sent_pull,
                             "every insert message taken")  # fmt: skip
     insert_seconds = time.monotonic() - started
     middle = _totals(after_inserts)
@@ -252,7 +247,7 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         protocol = info["rejected"].get("protocol", 0) - protocol_before
         return _totals(info)["requests"] - middle["requests"] + protocol
 
-    final = _settle(learner, lambda i: counted_requests(i) >= messages, "every request counted")
+    final = settle(learner, lambda i: counted_requests(i) >= messages, "every request counted")
 
     end = _totals(final)
     rss_end, log_end = rss_bytes(shard.process.pid), shard.log_lines()
