@@ -136,3 +136,20 @@ def test_a_failed_sbatch_leaves_no_run_directory_behind(tmp_path: Path) -> None:
     assert f"{run_dir}, made for it, was removed" in result.stderr
     assert not run_dir.exists()
     assert "Traceback" not in result.stderr
+
+
+def test_a_bench_case_whose_extra_is_missing_is_recorded_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without ale-py, the shard suite's Pong-frame cases are unavailable rows that say
+    what to install, and nothing is started for them."""
+    from bench import shard_suite
+    from bench.report import missing_env
+
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # import ale_py raises ImportError
+    reason = missing_env("Pong")
+    assert reason and "ale_py" in reason and "'.[atari]'" in reason
+    result = shard_suite.run(quick=True, kinds=("atari-frames",), shard_counts=())
+    assert result["records"], result
+    assert {r["status"] for r in result["records"]} == {"unavailable"}
+    assert all(r["reason"] == reason for r in result["records"])
