@@ -23,10 +23,11 @@ from bench.cotenant import learner_on_core
 from bench.fleet_suite import FleetRun, start_worker
 from bench.recordings import record
 from bench.sample_service import fill_shards
-from bench.shard_suite import INSERT_BATCH, start_pusher, start_shard, stop_processes
+from bench.shard_suite import INSERT_BATCH, start_pusher, start_shard
 from bench.shard_worker import transition_spec
 from bench.workers import REPO_ROOT, worker_env
 from launch.processes import cpu_seconds
+from launch.role_process import stop_all
 from replay.client import InsertClient, ShardEndpoints
 from replay.requests import RequestClient
 
@@ -208,7 +209,7 @@ class _ShardWindow:
     def close(self) -> None:
         self.requests.close()
         self.context.destroy(linger=0)
-        stop_processes([self.process])
+        stop_all([self.process])
         os.sched_setaffinity(0, self._affinity)
 
 
@@ -232,7 +233,7 @@ def _insert_costs(shard: _ShardWindow, kind: str, seconds: float, idle: float) -
         cpu_after, messages_after, _ = shard.counters()
         client_after, elapsed = cpu_seconds(pusher.pid) or 0.0, time.monotonic() - started
     finally:
-        stop_processes([pusher])
+        stop_all([pusher])
     messages = messages_after - messages_before
     return ((cpu_after - cpu_before - idle * elapsed) / messages,
             (client_after - client_before) / messages)  # fmt: skip

@@ -26,11 +26,6 @@ The checks, exact where the shard keeps a count:
 
 from __future__ import annotations
 
-import json
-import selectors
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -47,6 +42,7 @@ from bench.fuzz_endpoints import (
     settle,
 )
 from bench.fuzz_messages import HostileMessages, transition_ids
+from launch.role_process import RoleProcess, RoleStartError
 from replay.errors import ReplayTimeout
 from replay.requests import RequestClient
 from replay.senders import MAX_SENDERS_PER_PEER
@@ -87,34 +83,25 @@ class FuzzedShard:
         fields = [o for name, (shape, dtype) in SPEC.to_dict().items()
                   for o in ("--field", f"{name}:{','.join(map(str, shape))}:{dtype}")]  # fmt: skip
         self.log_path = log_path
-        self._log = log_path.open("w")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "launch", "replay", "--capacity", str(capacity), *fields],
-            stdout=subprocess.PIPE, stderr=self._log, text=True,
-        )  # fmt: skip
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            ready = selector.select(START_TIMEOUT_S) and self.process.stdout.readline()
-        if not ready:
+        log_path.write_text("")
+        self.role = RoleProcess.apex("replay", "--capacity", str(capacity), *fields,
+                                     log_path=log_path, name="fuzzed shard")  # fmt: skip
+        self.process = self.role.process
+        try:
+            endpoints = self.role.await_ready(START_TIMEOUT_S)
+        except RoleStartError:
             self.stop()
-            raise RuntimeError(f"the shard did not start: {log_path.read_text()[-500:]}")
-        endpoints = json.loads(ready)["ready"]
+            raise
         self.insert, self.request = endpoints["insert"], endpoints["request"]
 
     def log_lines(self) -> int:
         return len(self.log_path.read_text().splitlines())
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(30)
+            return self.role.stop(30.0)
         finally:
-            self.process.stdout.close()
-            self._log.close()
+            self.role.close()
 
 
 def _totals(info: dict) -> dict[str, int]:

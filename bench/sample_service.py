@@ -15,8 +15,8 @@ from bench.shard_suite import (
     START_TIMEOUT_S,
     start_pusher,
     start_shard,
-    stop_processes,
 )
+from launch.role_process import stop_all
 
 
 def fill_shards(kind: str, context, endpoints, spec, transitions: int) -> None:
@@ -119,5 +119,5 @@ def measure_sampling(
             client.close()
     finally:
         context.destroy(linger=0)
-        stop_processes(processes)
+        stop_all(processes)
     return batch_rates, ingest_rates

@@ -22,9 +22,6 @@ paced at a stated rate (100K transitions/s by default), since an unpaced pusher 
 from __future__ import annotations
 
 import json
-import selectors
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +30,7 @@ import numpy as np
 
 from bench.report import missing_env, ok_record, unavailable_record
 from bench.workers import REPO_ROOT, worker_env
+from launch.role_process import RoleProcess, stop_all
 
 SUITE = "shard"
 INSERT_BATCH = 50
@@ -48,41 +46,10 @@ ATARI_SAMPLE_FILL = 20_000
 ATARI_SAMPLE_INGEST_RATE = 5_000.0
 
 
-def _spawn(module: str, *arguments: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", module, *arguments],
-        cwd=REPO_ROOT,
-        env=worker_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-
-
-def _read_json_line(process: subprocess.Popen, timeout_s: float) -> dict:
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout_s):
-            raise TimeoutError(f"{process.args[2]} printed nothing within {timeout_s} s")
-    line = process.stdout.readline()
-    if not line:
-        raise RuntimeError(f"{process.args[2]} exited with {process.wait()}")
-    return json.loads(line)
-
-
-def stop_processes(processes: Sequence[subprocess.Popen], timeout_s: float = 10.0) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    for process in processes:
-        try:
-            process.wait(max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stdout:
-            process.stdout.close()
+def spawn(module: str, *arguments: str) -> RoleProcess:
+    """``python -m MODULE ARGUMENTS`` from the repository, its log in a temporary file."""
+    return RoleProcess([sys.executable, "-m", module, *arguments], cwd=REPO_ROOT,
+                       env=worker_env())  # fmt: skip
 
 
 def _field_options(kind: str) -> list[str]:
@@ -93,14 +60,22 @@ def _field_options(kind: str) -> list[str]:
 
 
 def start_shard(
-    kind: str, capacity: int, index: int = 0, keys: str | None = None
-) -> tuple[subprocess.Popen, dict]:
+    kind: str,
+    capacity: int,
+    index: int = 0,
+    keys: str | None = None,
+    extra: Sequence[str] = (),
+    timeout_s: float = START_TIMEOUT_S,
+) -> tuple[RoleProcess, dict]:
+    """An ``apex replay`` of ``kind`` and ``capacity`` (``extra`` options added), and its
+    ready payload (endpoints)."""
     frames = ["--frames"] if kind == "atari-frames" else []
-    process = _spawn(
+    process = spawn(
         "launch", "replay", "--capacity", str(capacity), "--shard-index", str(index),
         "--seed", str(index), *_field_options(kind), *frames, *(["--keys", keys] if keys else []),
+        *extra,
     )  # fmt: skip
-    return process, _read_json_line(process, START_TIMEOUT_S)["ready"]
+    return process, process.await_ready(timeout_s)
 
 
 def start_pusher(
@@ -127,7 +102,7 @@ def start_pusher(
         "shards": [[s["insert"], s["request"]] for s in shards],
         "max_seconds": max_seconds,
     }
-    return _spawn("bench.shard_worker", json.dumps(request))
+    return spawn("bench.shard_worker", json.dumps(request))
 
 
 def _message_nbytes(kind: str) -> int:
@@ -160,19 +135,19 @@ def _record(
 
 def _measure_raw(kind: str, pushers: int, timing: dict, pack: bool = True) -> list[float]:
     request = {"role": "pull", "start_timeout_s": START_TIMEOUT_S, **timing}
-    receiver = _spawn("bench.shard_worker", json.dumps(request))
+    receiver = spawn("bench.shard_worker", json.dumps(request))
     senders = []
     try:
-        endpoint = _read_json_line(receiver, START_TIMEOUT_S)["ready"]
+        endpoint = receiver.await_ready(START_TIMEOUT_S)
         target = [{"insert": endpoint, "request": ""}]
         budget = (
             START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
         )
         senders = [start_pusher("raw", kind, 100 + i, target, budget, pack=pack)
                    for i in range(pushers)]  # fmt: skip
-        rates = _read_json_line(receiver, budget + 30)["rates"]
+        rates = receiver.expect("rates", budget + 30)
     finally:
-        stop_processes([*senders, receiver])
+        stop_all([*senders, receiver])
     return [rate * INSERT_BATCH for rate in rates]
 
 
@@ -217,7 +192,7 @@ def measure_apex(
             raise RuntimeError(f"the shard rejected messages from the pushers: {rejected}")
     finally:
         context.destroy(linger=0)
-        stop_processes([*senders, shard])
+        stop_all([*senders, shard])
     return rates
 
 

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from bench.sample_service import fill_shards
-from bench.shard_suite import _field_options, _read_json_line, _spawn, stop_processes
+from bench.shard_suite import start_shard
+from launch.role_process import stop_all
 
 SNAPSHOT_TIMEOUT_S = 600.0
 # Per-frame links a frame store keeps beside each frame's bytes (replay.frame_storage):
@@ -38,10 +39,7 @@ FRAME_HEAD_BYTES = 8
 
 
 def _shard(kind: str, capacity: int, *extra: str):
-    frames = ["--frames"] if kind == "atari-frames" else []
-    process = _spawn("launch", "replay", "--capacity", str(capacity), *_field_options(kind),
-                     *frames, *extra)  # fmt: skip
-    return process, _read_json_line(process, SNAPSHOT_TIMEOUT_S)["ready"]
+    return start_shard(kind, capacity, extra=extra, timeout_s=SNAPSHOT_TIMEOUT_S)
 
 
 def _peak_rss(pid: int) -> int:
@@ -109,8 +107,8 @@ def measure_fill(kind: str, capacity: int, fraction: float) -> dict:
             client.close()
         finally:
             if shard.poll() is None:  # killed: the snapshot asked for is the one measured
-                shard.send_signal(signal.SIGKILL)
-            stop_processes([shard])
+                shard.process.send_signal(signal.SIGKILL)
+            stop_all([shard])
         snapshot = Path(info["last_snapshot"]["path"])
         if info["last_snapshot"]["transitions"] != info["size"]:
             raise RuntimeError(f"the snapshot holds {info['last_snapshot']['transitions']} "
@@ -125,7 +123,7 @@ def measure_fill(kind: str, capacity: int, fraction: float) -> dict:
         try:
             measured["empty_peak_rss"] = _peak_rss(empty.pid)
         finally:
-            stop_processes([empty])
+            stop_all([empty])
         os.sync()  # the restore reads from the page cache either way; measured the same
         started = time.monotonic()
         restored, ready = _shard(kind, capacity, "--restore", str(root))
@@ -136,7 +134,7 @@ def measure_fill(kind: str, capacity: int, fraction: float) -> dict:
             measured["restored_transitions"] = client.info()["size"]
             client.close()
         finally:
-            stop_processes([restored], timeout_s=300)
+            stop_all([restored], budget_s=300)
             context.destroy(linger=0)
     if measured["restored_transitions"] != measured["transitions"]:
         raise RuntimeError(f"restored {measured['restored_transitions']} of "

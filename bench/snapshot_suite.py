@@ -20,17 +20,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from bench.report import ok_record
 from bench.sample_service import fill_shards
-from bench.shard_suite import (
-    INSERT_BATCH,
-    START_TIMEOUT_S,
-    _read_json_line,
-    _spawn,
-    start_pusher,
-    stop_processes,
-)
-from bench.shard_suite import _record as _shard_record
+from bench.shard_suite import INSERT_BATCH, start_pusher, start_shard
 from bench.snapshot_fill import fill_records
+from launch.role_process import stop_all
 
 SUITE = "snapshot"
 SAMPLE_BATCH = 512
@@ -38,16 +32,11 @@ SAMPLE_BATCH = 512
 
 def _record(case: str, implementation: str, metric: str, unit: str, values: list[float],
             params: dict) -> dict:  # fmt: skip
-    return {**_shard_record(case, implementation, metric, unit, values, params), "suite": SUITE}
+    return ok_record(SUITE, case, implementation, metric, unit, values, params)
 
 
 def _shard(kind: str, capacity: int, *extra: str):
-    from bench.shard_suite import _field_options
-
-    frames = ["--frames"] if kind == "atari-frames" else []
-    process = _spawn("launch", "replay", "--capacity", str(capacity), *_field_options(kind),
-                     *frames, *extra)  # fmt: skip
-    return process, _read_json_line(process, START_TIMEOUT_S)["ready"]
+    return start_shard(kind, capacity, extra=extra)
 
 
 def _latencies(client, spec, info, seconds: float, snapshot: bool) -> tuple[list, list, list]:
@@ -108,8 +97,8 @@ def _case(kind: str, capacity: int, seconds: float, rate: float, progress) -> li
             client.close()
             watcher.close()
         finally:
-            stop_processes([p for p in (pusher,) if p is not None])
-            stop_processes([shard], timeout_s=300)  # its final snapshot is written before it exits
+            stop_all([p for p in (pusher,) if p is not None])
+            stop_all([shard], budget_s=300)  # its final snapshot is written before it exits
             context.destroy(linger=0)
         if not during or not written:
             raise RuntimeError(f"{case}: no sample ran during a snapshot")
@@ -156,7 +145,7 @@ def _restore(kind: str, capacity: int, root: str, held: int) -> float:
         size = client.info()["size"]
         client.close()
     finally:
-        stop_processes([shard], timeout_s=300)
+        stop_all([shard], budget_s=300)
         context.destroy(linger=0)
     if size < held:
         raise RuntimeError(f"restored {size} transitions, the shard held {held}")

@@ -23,14 +23,9 @@ snapshot when stopped.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import random
-import selectors
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -44,6 +39,7 @@ from launch.curves import write_run_curves
 from launch.keeper import LEARNER_RESTART_BUDGET, RESTART_BACKOFF_S
 from launch.live_view import ProgressDisplay
 from launch.log_reasons import role_failure
+from launch.role_process import RoleProcess, RoleStartError
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
 from launch.run_status import last_refused, security_mode, write_summary
 
@@ -62,7 +58,7 @@ class Child:
     index: int
     command: list[str]
     log_path: Path
-    process: subprocess.Popen | None = None
+    process: RoleProcess | None = None
     ready: dict = field(default_factory=dict)
     restarts: int = 0
     restart_at: float | None = None
@@ -182,31 +178,14 @@ class Supervisor:
         return [sys.executable, "-m", "launch", *arguments]
 
     def _spawn(self, child: Child) -> None:
-        with open(child.log_path, "ab") as log:
-            child.process = subprocess.Popen(
-                child.command,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,  # Ctrl-C reaches the supervisor only
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-
-    def _read_line(self, child: Child, timeout_s: float) -> dict | None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(child.process.stdout, selectors.EVENT_READ)
-            if not selector.select(timeout_s):
-                return None
-        line = child.process.stdout.readline()
-        return json.loads(line) if line.strip() else None
+        child.process = RoleProcess(child.command, child.log_path, own_session=True,
+                                    name=f"{child.role} {child.index}")  # fmt: skip
 
     def _await_ready(self, child: Child) -> dict:
-        message = self._read_line(child, READY_TIMEOUT_S)
-        if not message or "ready" not in message:
-            raise RuntimeError(role_failure(f"{child.role} {child.index} did not start",
-                                            child.log_path))  # fmt: skip
-        child.ready = message["ready"]
+        try:
+            child.ready = child.process.await_ready(READY_TIMEOUT_S)
+        except RoleStartError as exc:
+            raise RuntimeError(str(exc)) from None
         return child.ready
 
     def run(self) -> RunSummary:
@@ -272,11 +251,11 @@ class Supervisor:
     def _watch(self, learner: Child) -> RunSummary:
         while not self._stop.is_set():
             if learner.restart_at is None:
-                outcome = self._read_line(learner, WATCH_INTERVAL_S)
+                outcome = learner.process.read_line(WATCH_INTERVAL_S)
                 if outcome and "outcome" in outcome:
                     result = outcome["outcome"]
-                    learner.process.wait(STOP_BUDGET_S)
-                    code = EXIT_OK if learner.process.returncode == 0 else EXIT_FAILED
+                    returncode, _ = learner.process.wait_or_kill(time.monotonic() + STOP_BUDGET_S)
+                    code = EXIT_OK if returncode == 0 else EXIT_FAILED
                     return self._finish(code, result["reason"], result)
             else:
                 self._stop.wait(WATCH_INTERVAL_S)
@@ -286,7 +265,7 @@ class Supervisor:
                 and learner.process.poll() is not None
                 and learner.restarts >= LEARNER_RESTART_BUDGET
             ):
-                died = (f"learner died with exit code {learner.process.returncode} after "
+                died = (f"learner died with exit code {learner.process.poll()} after "
                         f"{learner.restarts} restarts")  # fmt: skip
                 return self._finish(EXIT_ROLE_DIED, role_failure(died, learner.log_path), {})
             self._tend(learner)
@@ -297,7 +276,7 @@ class Supervisor:
                     and child.restarts >= self.config.replay.restart_budget
                     and child.process.poll() is not None
                 ):
-                    code, restarts = child.process.returncode, child.restarts
+                    code, restarts = child.process.poll(), child.restarts
                     died = (
                         f"shard {child.index} died with exit code {code} after {restarts} restarts"
                     )
@@ -314,7 +293,7 @@ class Supervisor:
         if all(c.given_up for c in self._children if c.role == "shard" and c is not shard):
             return False
         shard.given_up = True
-        shard.process.stdout.close()
+        shard.process.close()
         return True
 
     def _tend(self, child: Child) -> None:
@@ -328,10 +307,10 @@ class Supervisor:
             if child.role == "learner" and "--resume-if-any" not in child.command:
                 child.command.append("--resume-if-any")
             self.echo(
-                f"{child.role} {child.index} died (exit code {child.process.returncode}); "
+                f"{child.role} {child.index} died (exit code {child.process.poll()}); "
                 f"restarting in {delay:.0f} s{source}"
             )
-            child.process.stdout.close()
+            child.process.close()
             child.restart_at = now + delay
         elif child.restart_at is not None and now >= child.restart_at:
             child.restart_at = None
@@ -343,7 +322,7 @@ class Supervisor:
         self._stop_role("actor")
         self._terminate([learner])
         waiting = learner.restart_at is not None  # dead, between restarts: nothing to read
-        outcome = {} if waiting else self._read_line(learner, STOP_BUDGET_S) or {}
+        outcome = {} if waiting else learner.process.read_line(STOP_BUDGET_S) or {}
         return self._finish(EXIT_OK, "interrupted", outcome.get("outcome", {}))
 
     def _finish(self, code: int, reason: str, outcome: dict) -> RunSummary:
@@ -366,19 +345,13 @@ class Supervisor:
 
     def _terminate(self, children: list[Child]) -> None:
         for child in children:
-            if child.process is not None and child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
+            if child.process is not None:
+                child.process.terminate()
 
     def _wait(self, children: list[Child], deadline: float) -> None:
         for child in children:
-            if child.process is None:
-                continue
-            try:
-                child.process.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                logger.warning("%s %d did not stop in time; killing it", child.role, child.index)
-                child.process.kill()
-                child.process.wait()
+            if child.process is not None and child.process.wait_or_kill(deadline)[1]:
+                logger.warning("%s %d did not stop in time; killed", child.role, child.index)
 
     def _stop_role(self, role: str) -> None:
         children = [c for c in self._children if c.role == role]
@@ -390,9 +363,5 @@ class Supervisor:
         for role in ("actor", "learner", "shard"):
             self._stop_role(role)
         for child in self._children:
-            if (
-                child.process is not None
-                and child.process.stdout
-                and not child.process.stdout.closed
-            ):
-                child.process.stdout.close()
+            if child.process is not None:
+                child.process.close()

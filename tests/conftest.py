@@ -4,12 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import selectors
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +13,7 @@ import numpy as np
 import pytest
 import zmq
 
+from launch.role_process import RoleProcess, RoleStartError
 from replay import TransitionSpec
 from replay.client import ShardEndpoints
 from replay.requests import RequestClient
@@ -112,41 +107,29 @@ def write_run_dir(run_dir: Path, updates: int = 1200, train_seconds: float = 30.
 
 
 class ShardProcess:
+    """A real ``apex replay`` process (``launch.role_process.RoleProcess``), ready to use:
+    its endpoints are read from its ready line."""
+
     def __init__(self, *arguments: str) -> None:
-        command = [sys.executable, "-m", "launch", "replay", *arguments]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        # stderr goes to a file: a pipe nobody reads could fill and block the shard.
-        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in stop())
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env
-        )
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            if not selector.select(START_TIMEOUT_S):
-                self.stop()
-                raise AssertionError("shard printed no ready line in time")
-        line = self.process.stdout.readline()
-        if not line:
-            self.process.wait(STOP_TIMEOUT_S)
-            self.log.seek(0)
-            errors = self.log.read()
-            self.stop()
-            raise AssertionError(f"shard exited: {errors}")
-        ready = json.loads(line)["ready"]
+        self.role = RoleProcess.apex("replay", *arguments, name="shard")
+        self.process = self.role.process
+        try:
+            ready = self.role.await_ready(START_TIMEOUT_S)
+        except RoleStartError as exc:
+            self.role.stop(STOP_TIMEOUT_S)
+            self.role.close()
+            raise AssertionError(str(exc)) from None
         self.endpoints = ShardEndpoints(ready["insert"], ready["request"])
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+        """Stops it (SIGTERM); its exit code. A shard that needs SIGKILL fails the test."""
+        self.role.terminate()
         try:
-            return self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
-            raise
+            code, killed = self.role.wait_or_kill(time.monotonic() + STOP_TIMEOUT_S)
         finally:
-            self.process.stdout.close()
-            self.log.close()
+            self.role.close()
+        assert not killed, "the shard did not stop on SIGTERM in time"
+        return code
 
 
 @pytest.fixture(scope="module")

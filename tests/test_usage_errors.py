@@ -95,7 +95,7 @@ def test_a_role_that_fails_at_start_is_reported_with_its_own_reason(tmp_path: Pa
     lines: list[str] = []
     summary = Supervisor(config, tmp_path / "run", False, lines.append, False).run()
     assert summary.exit_code == 3, summary
-    assert "did not start: Error:" in summary.reason, summary.reason
+    assert "did not start (exit code 2): Error:" in summary.reason, summary.reason
     assert "keys" in summary.reason and "(log: " in summary.reason, summary.reason
     assert not (tmp_path / "run" / "curves.png").exists()
 
