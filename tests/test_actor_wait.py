@@ -6,6 +6,7 @@ import itertools
 import threading
 import time
 
+import pytest
 import zmq
 
 from apex.actor import Actor, ActorEndpoints
@@ -29,6 +30,7 @@ def _steadily_blocked(actor: Actor):
     return blocked
 
 
+@pytest.mark.slow
 def test_a_blocked_actor_keeps_sending_heartbeats() -> None:
     # Nothing samples: the limiter stops inserts after about 600 transitions.
     shard = ShardProcess("--capacity", "10000", "--min-size", "100", "--samples-per-insert",

@@ -170,6 +170,7 @@ def test_an_unsolved_time_is_marked_in_the_table_and_the_plot(tmp_path: Path) ->
     assert png.stat().st_size > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suite", ["learner", "actor"])
 def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, suite: str) -> None:
     out = tmp_path / f"{suite}.json"
@@ -251,6 +252,7 @@ def test_quick_system_suite_measures_a_real_run_and_names_its_bottleneck(tmp_pat
     assert "bottleneck" in result.output
 
 
+@pytest.mark.slow
 def test_quick_system_suite_runs_a_layout_and_times_the_first_update(tmp_path: Path) -> None:
     out = tmp_path / "system.json"
     arguments = ["bench", "system", "--quick", "--layout", "2x3", "--json", str(out)]

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import zmq
 
 from apex.channels import ActorStatus, EpisodeCollector, EpisodeReporter
@@ -79,6 +80,7 @@ def test_a_live_shard_drops_duplicates_refuses_gaps_and_asks_for_them(
         pusher.close()
 
 
+@pytest.mark.slow
 def test_the_last_batch_lost_with_a_broken_connection_is_sent_again(
     shard: ShardProcess, context: zmq.Context
 ) -> None:
@@ -106,6 +108,7 @@ def test_the_last_batch_lost_with_a_broken_connection_is_sent_again(
         client.close(0)
 
 
+@pytest.mark.slow
 def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -> None:
     """The shard is stopped (SIGSTOP) after a snapshot, batches pile up in its socket
     buffers, then it is killed: they die with it. The client kept them and sends them to
@@ -147,6 +150,7 @@ def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -
         context.term()
 
 
+@pytest.mark.slow
 def test_a_shard_that_never_comes_back_is_given_up_and_its_batches_go_to_another() -> None:
     """Shard 1 stops answering (SIGSTOP, then kill -9) with batches unconfirmed; the client
     gives it up while shard 0 answers, and shard 0 ends with every batch shard 1 lacked."""
@@ -178,6 +182,7 @@ def test_a_shard_that_never_comes_back_is_given_up_and_its_batches_go_to_another
         context.term()
 
 
+@pytest.mark.slow
 def test_a_given_up_shard_that_answers_again_takes_batches_again(
     shard: ShardProcess, context: zmq.Context
 ) -> None:

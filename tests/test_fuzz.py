@@ -14,6 +14,7 @@ from replay.shard_config import ShardConfig
 from replay.wire import Kind, decode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_fuzzed_shard_survives_counts_every_reject_and_keeps_every_valid_transition(
     seed: int,

@@ -259,6 +259,7 @@ def test_periodic_tasks_run_on_their_own_period_and_may_stop_the_loop() -> None:
         tasks.every("bad", lambda: None, seconds=0.0)
 
 
+@pytest.mark.slow
 def test_actors_are_heard_while_the_learner_waits_for_a_batch(tmp_path: Path) -> None:
     """A learner held by the rate limiter for 3 s still takes the actors' reports: an actor
     that kept reporting is not counted silent for the wait."""

@@ -74,6 +74,7 @@ def make_sampler(
     return sampler_for(config, SMALL_SPEC)
 
 
+@pytest.mark.slow
 def test_sharded_sampling_matches_one_store_holding_everything(
     io_thread: bool, filled_shards
 ) -> None:
@@ -112,6 +113,7 @@ def test_sharded_sampling_matches_one_store_holding_everything(
     assert wrong > 10 * critical
 
 
+@pytest.mark.slow
 def test_priority_updates_reach_the_owning_shards(
     io_thread: bool, filled_shards, context: zmq.Context
 ) -> None:
@@ -135,6 +137,7 @@ def test_priority_updates_reach_the_owning_shards(
             requests.close()
 
 
+@pytest.mark.slow
 def test_a_stopped_shard_is_skipped_then_used_again(io_thread: bool, filled_shards) -> None:
     shards, _ = filled_shards
     frozen = shards[1]
@@ -157,6 +160,7 @@ def test_a_stopped_shard_is_skipped_then_used_again(io_thread: bool, filled_shar
         assert sampler.parts_redrawn >= 1
 
 
+@pytest.mark.slow
 def test_every_shard_frozen_at_once_stalls_the_sampler_but_never_breaks_it(
     io_thread: bool, filled_shards
 ) -> None:
@@ -201,6 +205,7 @@ def compute_for(seconds: float) -> None:
         work = np.tanh(work @ work.T / 64)
 
 
+@pytest.mark.slow
 def test_a_busy_training_thread_does_not_mark_answering_shards_down(
     io_thread: bool, filled_shards
 ) -> None:
@@ -221,6 +226,7 @@ def test_a_busy_training_thread_does_not_mark_answering_shards_down(
         assert sampler.parts_redrawn == 0
 
 
+@pytest.mark.slow
 def test_a_shard_holding_samples_for_its_rate_limiter_is_waited_for_not_marked_down(
     io_thread: bool, context: zmq.Context
 ) -> None:

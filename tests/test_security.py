@@ -160,6 +160,7 @@ def test_the_run_s_client_inserts_samples_updates_and_reads_info(keys, keyed_sha
         context.destroy(linger=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("who", "reason"),
     [("none", "no_key"), ("stranger", "wrong_key"), ("unadmitted", "not_admitted")],
@@ -221,6 +222,7 @@ def _publish_until(publisher: WeightPublisher, module, condition, what: str, tim
     return wait_for(published_and_checked, timeout_s=timeout_s, interval_s=0.05, what=what)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("who", ["none", "stranger", "unadmitted"])
 def test_only_the_run_s_actors_receive_weights(keys, who: str) -> None:
     learner = make_context(SecurityConfig(str(keys["run"])))
@@ -318,6 +320,7 @@ def test_one_connection_inventing_ids_cannot_push_real_actors_into_the_pool() ->
 # -- whole runs -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_run_bound_beyond_loopback_gets_its_own_keys_and_trains(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = subprocess.run(

@@ -152,6 +152,7 @@ def test_bad_shard_settings_are_refused_before_binding(arguments, message) -> No
     assert message in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("credit", [None, 8])
 def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
     context: zmq.Context, credit: int | None

@@ -220,7 +220,7 @@ def test_submit_refuses_bad_options_clearly(tmp_path: Path) -> None:
     result = runner.invoke(main, ["slurm", "submit", "--dry-run", "--nodes", "0"])
     assert result.exit_code == 2 and "--nodes" in result.output
     result = runner.invoke(main, ["slurm", "status", str(tmp_path)])
-    assert result.exit_code == 1 and "not a run directory" in result.output
+    assert result.exit_code == 2 and "not a run directory" in result.output
 
 
 # -- a real Slurm, three namespace hosts ------------------------------------------------------
@@ -295,6 +295,7 @@ def latest_updates(run_dir: Path) -> int:
     return latest_progress(run_dir).get("updates", 0)
 
 
+@pytest.mark.slow
 def test_a_submitted_run_spans_three_hosts_and_completes(cluster, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     job_id = submit(run_dir, "--shards", "2", "--actors-per-node", "2", "--max-updates", "800")
@@ -349,6 +350,7 @@ context.destroy(linger=0)
 """
 
 
+@pytest.mark.slow
 def test_a_dpg_run_s_shards_answer_its_keys_and_refuse_others_from_another_host(
     cluster, tmp_path: Path
 ) -> None:
@@ -387,6 +389,7 @@ def test_a_dpg_run_s_shards_answer_its_keys_and_refuse_others_from_another_host(
     assert "security: curve; refused connections: no_key" in status.stdout, status.stdout
 
 
+@pytest.mark.slow
 def test_a_killed_actor_comes_back_and_a_cut_link_is_survived_and_reported(
     cluster, tmp_path: Path
 ) -> None:
@@ -434,6 +437,7 @@ def test_a_killed_actor_comes_back_and_a_cut_link_is_survived_and_reported(
     assert delivery["transitions_lost"] == lost <= SHARED_WINDOW * insert_batch, delivery
 
 
+@pytest.mark.slow
 def test_a_signalled_job_checkpoints_requeues_and_resumes(cluster, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     job_id = submit(run_dir, "--max-updates", "3000")
@@ -480,6 +484,7 @@ def kept_pid(run_dir: Path, role: str, rank: int = 0) -> int | None:
     return None
 
 
+@pytest.mark.slow
 def test_a_killed_learner_comes_back_inside_the_job(cluster, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     job_id = submit(run_dir, "--max-updates", "2000", "--set", "learner.checkpoint_interval_s=2")
@@ -496,6 +501,7 @@ def test_a_killed_learner_comes_back_inside_the_job(cluster, tmp_path: Path) -> 
     assert end["reason"] == "max_updates" and end["updates"] == 2000
 
 
+@pytest.mark.slow
 def test_a_multi_prog_job_fills_three_nodes_in_rank_order(cluster, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     # 1 learner + 1 shard + 3 actors over 3 nodes, 2 tasks per node, nodes in name order:

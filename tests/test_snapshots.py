@@ -257,6 +257,7 @@ def _insert(context: zmq.Context, shard: ShardProcess, batches: int, sender: int
     client.close(linger_s=5.0)
 
 
+@pytest.mark.slow
 def test_a_shard_snapshots_while_serving_and_comes_back_after_sigterm_and_kill(
     tmp_path: Path,
 ) -> None:
@@ -315,6 +316,7 @@ def test_restore_refuses_to_start_empty_over_unusable_snapshots(tmp_path: Path) 
         _shard("--restore", str(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_client_out_of_credit_carries_on_with_a_restarted_shard(tmp_path: Path) -> None:
     # Nothing samples: the limiter stops inserts, the client runs out of credit, and its
     # last CREDIT question goes unanswered when the shard is killed. The restarted shard

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
@@ -32,6 +33,7 @@ def _next_event(monitor: zmq.Socket, wanted: int, deadline: float) -> dict | Non
     return None
 
 
+@pytest.mark.slow
 def test_a_frozen_peer_is_dropped_and_a_quiet_live_one_is_kept(context: zmq.Context) -> None:
     peers, sockets, monitors = [], [], []
     try:
