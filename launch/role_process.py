@@ -56,6 +56,8 @@ class RoleProcess:
         self.command = list(command)
         self.name = name or " ".join(command[2:4] if command[1:2] == ["-m"] else command[:1])
         self.log_path = log_path
+        self.output_closed = False
+        """Its stdout reached its end (it exited, or closed it)."""
         self._log: IO | None = None
         if log_path is None:
             self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in close())
@@ -103,6 +105,8 @@ class RoleProcess:
             if not selector.select(timeout_s):
                 return None
         line = stdout.readline()
+        if not line:
+            self.output_closed = True
         return json.loads(line) if line.strip() else None
 
     def await_ready(self, timeout_s: float) -> dict:
@@ -124,7 +128,7 @@ class RoleProcess:
         message = self.read_line(timeout_s)
         if message and key in message:
             return message[key]
-        if self.process.poll() is None and message is None:
+        if message is None and not self.output_closed and self.process.poll() is None:
             what = f"{self.name} printed no {key} line within {timeout_s:g} s"
         elif message is not None:
             what = f"{self.name} printed {str(message)[:200]} where {key} was expected"
