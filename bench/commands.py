@@ -15,13 +15,10 @@ from bench.cli_options import (
     timing_options,
 )
 from bench.compare_command import bench_compare
+from bench.fault_names import FAULTS
 from bench.fuzz_command import bench_fuzz
 from bench.race_command import bench_race
 from bench.workers import REPO_ROOT
-
-# The fault suite's cases, named without importing it (it imports apex and the launcher).
-FAULTS = ("kill-actor", "kill-shard", "kill-learner", "stop-shard", "corrupt-snapshot",
-          "corrupt-checkpoint", "full-disk", "lose-shard", "cut-link", "preempt")  # fmt: skip
 
 
 @click.group(context_settings={"show_default": True})
@@ -246,10 +243,12 @@ def bench_frames(quick, json_path, markdown_path) -> None:
 @report_options
 def bench_faults(quick, faults, slurm, json_path, markdown_path) -> None:
     """Kill, stop, corrupt and fill under a real run: recovery time and what was lost."""
-    from bench import faults_suite
+    from bench import faults_suite, slurm_faults
 
     def run_suite(memory_bytes: int | None) -> dict:
-        return faults_suite.run(quick, faults or None, progress, slurm)
+        if slurm:
+            return slurm_faults.run(quick, faults or None, progress)
+        return faults_suite.run(quick, faults or None, progress)
 
     run_bench(faults_suite.SUITE, run_suite, json_path, markdown_path)
 

@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from bench.cotenant import learner_network as network_of
 from bench.cotenant import learner_on_core
 from bench.fleet_suite import FleetRun, start_worker
 from bench.recordings import record
 from bench.sample_service import fill_shards
-from bench.shard_suite import INSERT_BATCH, start_pusher, start_shard
+from bench.shard_processes import INSERT_BATCH, message_nbytes, start_pusher, start_shard
 from bench.shard_worker import transition_spec
 from bench.workers import REPO_ROOT, worker_env
 from launch.processes import cpu_seconds
@@ -53,12 +54,8 @@ def _taken(info: dict, counter: str) -> int:
 
 
 def learner_network(env: str):
-    """The torch network the learner of ``env`` trains and publishes."""
-    from apex.envs import env_shape
-    from apex.networks import build_network
-
-    shape = env_shape(env)
-    return build_network(shape.observation_shape, shape.actions, ENVS[env]["hidden"])
+    """The torch network the learner of ``env`` trains and publishes (its widths here)."""
+    return network_of(env, ENVS[env]["hidden"])
 
 
 def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False) -> float:
@@ -88,7 +85,7 @@ def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False
         for process in run.processes:
             os.sched_setaffinity(process.pid, {CLIENT_CORE})
         affinity = os.sched_getaffinity(0)
-        cotenant = learner_on_core(env, SHARD_CORE, shared)
+        cotenant = learner_on_core(env, ENVS[env]["hidden"], SHARD_CORE, shared)
         client = RequestClient(context, run.endpoints[0][1], sender=90_000, timeout_s=30)
         version = [0]
 
@@ -151,7 +148,9 @@ def fleet_message_costs(seconds: float, shared: bool = False) -> dict:
         run = FleetRun(Path(directory), "CartPole-v1", 1)
         context = zmq.Context()
         client = RequestClient(context, run.endpoints[0][1], sender=90_000, timeout_s=30)
-        cotenant = learner_on_core("CartPole-v1", CLIENT_CORE, shared)
+        cotenant = learner_on_core(
+            "CartPole-v1", ENVS["CartPole-v1"]["hidden"], CLIENT_CORE, shared
+        )
         try:
             worker = start_worker(run, recording, 0, actors, seconds + 3)
             os.sched_setaffinity(worker.pid, {CLIENT_CORE})
@@ -251,7 +250,7 @@ def shard_costs(env: str, seconds: float) -> dict:
         idle = shard.cpu_over(seconds) / seconds
         figures = {}
         for shared in (False, True):
-            with learner_on_core(env, SHARD_CORE, shared):
+            with learner_on_core(env, ENVS[env]["hidden"], SHARD_CORE, shared):
                 per_message, client = _insert_costs(shard, kind, seconds, idle)
                 if shard.counters()[2] < 20_000:
                     endpoints = [ShardEndpoints(shard.ready["insert"], shard.ready["request"])]
@@ -327,9 +326,8 @@ def _connection_cost(shard: _ShardWindow, spec, seconds: float, idle: float) -> 
 
 def wire_bytes(env: str) -> float:
     """Bytes on the wire per transition an actor sends (a message of INSERT_BATCH)."""
-    from bench.shard_suite import _message_nbytes
 
-    return _message_nbytes(ENVS[env]["kind"]) / INSERT_BATCH
+    return message_nbytes(ENVS[env]["kind"]) / INSERT_BATCH
 
 
 def weights_bytes(env: str) -> int:

@@ -1,5 +1,5 @@
 """A learner's training loop, run as a co-tenant of the process whose unit costs are being
-measured: ``python -m bench.cotenant ENV``.
+measured: ``python -m bench.cotenant ENV HIDDEN`` (widths, comma-separated).
 
 In a whole run on shared cores, a shard or an actor gets the core back after the learner's
 time slice with its caches full of the learner's tensors, and pays for that on every
@@ -17,17 +17,25 @@ import sys
 from collections.abc import Iterator
 
 
-def train_forever(env: str) -> None:
+def learner_network(env: str, hidden: tuple[int, ...]):
+    """The torch network a learner of ``env`` with ``hidden`` widths trains and publishes."""
+    from apex.envs import env_shape
+    from apex.networks import build_network
+
+    shape = env_shape(env)
+    return build_network(shape.observation_shape, shape.actions, hidden)
+
+
+def train_forever(env: str, hidden: tuple[int, ...]) -> None:
     import torch
 
     from apex.envs import env_shape
-    from bench.cost_units import learner_network
     from launch.config import resolve
 
     torch.set_num_threads(1)
     shape = env_shape(env)
     batch = resolve({"env": env}).learner.batch_size
-    network = learner_network(env)
+    network = learner_network(env, hidden)
     optimizer = torch.optim.Adam(network.parameters(), lr=1e-4)
     dtype = torch.uint8 if shape.observation_dtype.kind == "u" else torch.float32
     size = (batch, *shape.observation_shape)
@@ -41,15 +49,19 @@ def train_forever(env: str) -> None:
 
 
 @contextlib.contextmanager
-def learner_on_core(env: str, core: int, present: bool = True) -> Iterator[None]:
-    """A training loop pinned to ``core`` for the duration (if ``present``), at the default
-    priority (it takes its fair share of the core, as a run's learner does)."""
+def learner_on_core(
+    env: str, hidden: tuple[int, ...], core: int, present: bool = True
+) -> Iterator[None]:
+    """A training loop of ``env``'s network with ``hidden`` widths pinned to ``core`` for
+    the duration (if ``present``), at the default priority (it takes its fair share of the
+    core, as a run's learner does)."""
     from bench.workers import REPO_ROOT, worker_env
 
     if not present:
         yield
         return
-    process = subprocess.Popen([sys.executable, "-m", "bench.cotenant", env], cwd=REPO_ROOT,
+    widths = ",".join(map(str, hidden))
+    process = subprocess.Popen([sys.executable, "-m", "bench.cotenant", env, widths], cwd=REPO_ROOT,
                                env=worker_env(), stdout=subprocess.DEVNULL)  # fmt: skip
     try:
         os.sched_setaffinity(process.pid, {core})
@@ -60,4 +72,4 @@ def learner_on_core(env: str, core: int, present: bool = True) -> Iterator[None]
 
 
 if __name__ == "__main__":
-    train_forever(sys.argv[1])
+    train_forever(sys.argv[1], tuple(int(w) for w in sys.argv[2].split(",")))

@@ -21,7 +21,7 @@ import numpy as np
 
 from bench.report import ok_record
 from bench.sample_service import measure_sampling
-from bench.shard_suite import SAMPLE_BATCH, SAMPLE_PREFETCH, SUITE, measure_apex
+from bench.shard_processes import SAMPLE_BATCH, SAMPLE_PREFETCH, measure_apex
 from replay.keys import generate
 
 IMPLEMENTATIONS = ("apex", "apex-curve")
@@ -30,13 +30,14 @@ FANOUT_SUBSCRIBERS = 8
 
 
 def curve_cases(
+    suite: str,
     timing: dict,
     kinds: Sequence[str],
     fill: int,
     ingest_rate: float,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """Records and ratios (apex-curve / apex) of every CURVE case."""
+    """Records and ratios (apex-curve / apex) of every CURVE case, for ``suite``."""
     records, ratios = [], []
     with tempfile.TemporaryDirectory(prefix="apex-bench-keys-") as directory:
         keys = str(Path(directory) / "keys")
@@ -68,10 +69,10 @@ def curve_cases(
                     progress(f"shard {case} {implementation}")
                 key = keys if implementation == "apex-curve" else None
                 rates = measure(key=key)
-                records.append(ok_record(SUITE, case, implementation, metric, unit, rates,
+                records.append(ok_record(suite, case, implementation, metric, unit, rates,
                                          {**params, "curve": key is not None}))  # fmt: skip
                 medians[implementation] = float(np.median(rates))
-            ratios.append({"suite": SUITE, "case": case, "metric": metric,
+            ratios.append({"suite": suite, "case": case, "metric": metric,
                            "numerator": "apex-curve", "denominator": "apex",
                            "ratio": medians["apex-curve"] / medians["apex"]})  # fmt: skip
     return records, ratios

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from apex.checkpoint import every_checkpoint
 from apex.metrics import read_metrics
-from bench import commands as bench_commands
+from bench.fault_names import FAULTS
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
 from launch.processes import run_processes
@@ -53,7 +53,6 @@ from replay.snapshot import complete_snapshots
 
 SUITE = "faults"
 PERIOD_S = 4.0
-FAULTS = bench_commands.FAULTS
 START_TIMEOUT_S = 180.0
 RECOVERY_TIMEOUT_S = 120.0
 TMPFS_BYTES = 96 * 2**20
@@ -348,17 +347,21 @@ METRICS = (
 )  # fmt: skip
 
 
-def run(quick: bool = False, faults: tuple[str, ...] | None = None, progress=print,
-        slurm: bool = False) -> dict:  # fmt: skip
-    """The suite on this machine, or with ``slurm`` under the namespace Slurm
-    (``bench.slurm_faults``)."""
-    open_run, cluster = _local_run, contextlib.nullcontext()
-    if slurm:
-        from bench import slurm_faults
-
-        faults = faults or slurm_faults.SLURM_FAULTS
-        open_run = lambda root, fault: slurm_faults.SlurmFaultRun(root)  # noqa: E731
-        cluster = slurm_faults.namespace_cluster() if os.geteuid() == 0 else None
+def run(
+    quick: bool = False,
+    faults: tuple[str, ...] | None = None,
+    progress=print,
+    slurm: bool = False,
+    open_run: Callable | None = None,
+    cluster: contextlib.AbstractContextManager | None = None,
+) -> dict:
+    """The suite on this machine; ``bench.slurm_faults.run`` runs it under the namespace
+    Slurm by giving its own ``open_run`` (a run for a fault) and ``cluster`` (around them
+    all; None where it cannot start)."""
+    if slurm and open_run is None:
+        raise ValueError("a Slurm fault run needs its open_run: see bench.slurm_faults.run")
+    open_run = open_run or _local_run
+    cluster = contextlib.nullcontext() if not slurm else cluster
     faults = faults or FAULTS
     hold_s = 5.0 if quick else 30.0
     settle = 2 if quick else 6

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from bench.shard_suite import (
+from bench.shard_processes import (
     INSERT_BATCH,
     SAMPLE_BATCH,
     SAMPLE_PREFETCH,

@@ -21,22 +21,21 @@ paced at a stated rate (100K transitions/s by default), since an unpaced pusher 
 
 from __future__ import annotations
 
-import json
-import sys
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from bench.report import missing_env, ok_record, unavailable_record
-from bench.workers import REPO_ROOT, worker_env
-from launch.role_process import RoleProcess, stop_all
+from bench.shard_processes import (
+    INSERT_BATCH,
+    SAMPLE_BATCH,
+    SAMPLE_PREFETCH,
+    measure_apex,
+    measure_raw,
+    message_nbytes,
+)
 
 SUITE = "shard"
-INSERT_BATCH = 50
-START_TIMEOUT_S = 60.0
-SAMPLE_BATCH = 512
-SAMPLE_PREFETCH = 8
 # Ingestion during the sample-service figure: twice the whole 360-actor fleet of the
 # Ape-X paper (about 50K transitions/s). 0 means as fast as one actor process can push.
 DEFAULT_INGEST_RATE = 100_000.0
@@ -46,154 +45,10 @@ ATARI_SAMPLE_FILL = 20_000
 ATARI_SAMPLE_INGEST_RATE = 5_000.0
 
 
-def spawn(module: str, *arguments: str) -> RoleProcess:
-    """``python -m MODULE ARGUMENTS`` from the repository, its log in a temporary file."""
-    return RoleProcess([sys.executable, "-m", module, *arguments], cwd=REPO_ROOT,
-                       env=worker_env())  # fmt: skip
-
-
-def _field_options(kind: str) -> list[str]:
-    obs = "4:float32" if kind == "small" else "4,84,84:uint8"
-    fields = [f"obs:{obs}", "action::int64", "reward::float32", "discount::float32"]
-    fields.append(f"next_obs:{obs}")
-    return [option for field in fields for option in ("--field", field)]
-
-
-def start_shard(
-    kind: str,
-    capacity: int,
-    index: int = 0,
-    keys: str | None = None,
-    extra: Sequence[str] = (),
-    timeout_s: float = START_TIMEOUT_S,
-) -> tuple[RoleProcess, dict]:
-    """An ``apex replay`` of ``kind`` and ``capacity`` (``extra`` options added), and its
-    ready payload (endpoints)."""
-    frames = ["--frames"] if kind == "atari-frames" else []
-    process = spawn(
-        "launch", "replay", "--capacity", str(capacity), "--shard-index", str(index),
-        "--seed", str(index), *_field_options(kind), *frames, *(["--keys", keys] if keys else []),
-        *extra,
-    )  # fmt: skip
-    return process, process.await_ready(timeout_s)
-
-
-def start_pusher(
-    mode: str,
-    kind: str,
-    sender: int,
-    shards: list[dict],
-    max_seconds: float,
-    rate: float = 0.0,
-    credit: bool = True,
-    pack: bool = True,
-    keys: str | None = None,
-):
-    request = {
-        "keys": keys,
-        "rate": rate,
-        "credit": credit,
-        "pack": pack,
-        "role": "push",
-        "mode": mode,
-        "kind": kind,
-        "batch": INSERT_BATCH,
-        "sender": sender,
-        "shards": [[s["insert"], s["request"]] for s in shards],
-        "max_seconds": max_seconds,
-    }
-    return spawn("bench.shard_worker", json.dumps(request))
-
-
-def _message_nbytes(kind: str) -> int:
-    """Bytes on the wire of one insert message (of INSERT_BATCH transitions, about)."""
-    from bench.shard_worker import FrameSource, transition_spec
-    from replay.frame_spec import FrameStackSpec
-    from replay.wire import encode
-
-    if kind != "atari-frames":
-        return INSERT_BATCH * (transition_spec(kind).item_nbytes + 8)  # + f64 priority
-    # A steady-state message of a Pong pusher: new frames (LZ4) and its records.
-    source = FrameSource(INSERT_BATCH, compress=True, seed=0)
-    layout = FrameStackSpec.from_transition_spec(transition_spec("atari"))
-    total = count = 0
-    for _ in range(8):
-        refs, scalars, priorities = source.next_records()
-        insert = source.writer.build(0, refs, scalars, priorities)
-        source.writer.sent_to(0, insert)
-        frames = encode(insert.to_message(layout, 0, 0, 0))
-        total += sum(f.nbytes if hasattr(f, "nbytes") else len(f) for f in frames)
-        count += len(priorities)
-    return int(total / count * INSERT_BATCH)
-
-
 def _record(
     case: str, implementation: str, metric: str, unit: str, rates: list[float], params: dict
 ) -> dict:
     return ok_record(SUITE, case, implementation, metric, unit, rates, params)
-
-
-def _measure_raw(kind: str, pushers: int, timing: dict, pack: bool = True) -> list[float]:
-    request = {"role": "pull", "start_timeout_s": START_TIMEOUT_S, **timing}
-    receiver = spawn("bench.shard_worker", json.dumps(request))
-    senders = []
-    try:
-        endpoint = receiver.await_ready(START_TIMEOUT_S)
-        target = [{"insert": endpoint, "request": ""}]
-        budget = (
-            START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
-        )
-        senders = [start_pusher("raw", kind, 100 + i, target, budget, pack=pack)
-                   for i in range(pushers)]  # fmt: skip
-        rates = receiver.expect("rates", budget + 30)
-    finally:
-        stop_all([*senders, receiver])
-    return [rate * INSERT_BATCH for rate in rates]
-
-
-def measure_apex(
-    kind: str,
-    pushers: int,
-    timing: dict,
-    capacity: int,
-    credit: bool = True,
-    keys: str | None = None,
-) -> list[float]:
-    from replay.requests import RequestClient
-    from replay.security import SecurityConfig, make_context
-
-    shard, ready = start_shard(kind, capacity, keys=keys)
-    senders = []
-    context = make_context(SecurityConfig(keys), need_server_secret=False)
-    try:
-        budget = (
-            START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
-        )
-        senders = [
-            start_pusher("apex", kind, 100 + i, [ready], budget, credit=credit, keys=keys)
-            for i in range(pushers)
-        ]
-        client = RequestClient(context, ready["request"], sender=99, timeout_s=10.0)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while client.info()["transitions_added"] == 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError("no transition reached the shard")
-            time.sleep(0.05)
-        time.sleep(timing["warmup_s"])
-        rates = []
-        for _ in range(timing["repeats"]):
-            before, started = client.info()["transitions_added"], time.monotonic()
-            time.sleep(timing["seconds_per_repeat"])
-            after, ended = client.info()["transitions_added"], time.monotonic()
-            rates.append((after - before) / (ended - started))
-        rejected = client.info()["rejected"]
-        client.close()
-        if rejected:
-            raise RuntimeError(f"the shard rejected messages from the pushers: {rejected}")
-    finally:
-        context.destroy(linger=0)
-        stop_all([*senders, shard])
-    return rates
 
 
 def run(
@@ -209,7 +64,7 @@ def run(
     curve: bool = False,
 ) -> dict[str, object]:
     """Runs the suite and returns ``{"records": [...], "ratios": [...], "config": {...}}``."""
-    from bench.sample_service import measure_sampling  # it builds on this module's helpers
+    from bench.sample_service import measure_sampling
 
     timing = {
         "repeats": repeats,
@@ -226,7 +81,7 @@ def run(
                         for pushers in pusher_counts
                         for implementation in ("apex", "apex-no-credit")]  # fmt: skip
             continue
-        nbytes = _message_nbytes(kind) / INSERT_BATCH
+        nbytes = message_nbytes(kind) / INSERT_BATCH
         capacity = (1 << 16) if kind in ("small", "atari-frames") else (1 << 12)
         for pushers in pusher_counts:
             case = f"ingest-{kind}-{pushers}p"
@@ -236,10 +91,10 @@ def run(
                 # Raw pyzmq moves prebuilt messages; frame messages differ each time.
                 *(
                     [
-                        ("raw-pyzmq", lambda k=kind, p=pushers: _measure_raw(k, p, timing)),
+                        ("raw-pyzmq", lambda k=kind, p=pushers: measure_raw(k, p, timing)),
                         (
                             "raw-pyzmq-per-array",
-                            lambda k=kind, p=pushers: _measure_raw(k, p, timing, pack=False),
+                            lambda k=kind, p=pushers: measure_raw(k, p, timing, pack=False),
                         ),
                     ]
                     if kind != "atari-frames"
@@ -302,7 +157,8 @@ def run(
     if curve:  # the same figures with CURVE keys beside without (bench.curve_cases)
         from bench.curve_cases import curve_cases
 
-        more_records, more_ratios = curve_cases(timing, kinds, fill, ingest_rate, progress)
+        more_records, more_ratios = curve_cases(SUITE, timing, kinds, fill, ingest_rate,
+                                                progress)  # fmt: skip
         records += more_records
         ratios += more_ratios
     return {

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from apex.metrics import read_metrics
+from bench import faults_suite
 from bench.faults_suite import PERIOD_S, FaultRun
 from bench.workers import REPO_ROOT, worker_env
 from launch.processes import run_processes
@@ -165,3 +166,12 @@ class SlurmFaultRun(FaultRun):
                    "job_restarts": fields.get("Restarts")}  # fmt: skip
         ends = [r for r in read_metrics(self.run_dir) if r.get("event") == "end"]
         return summary, (ends[-1] if ends else {})
+
+
+def run(quick: bool = False, faults: tuple[str, ...] | None = None, progress=print) -> dict:
+    """The fault suite (``bench.faults_suite``) with every role a Slurm task on the three
+    namespace hosts; without root (no namespaces) each fault is an unavailable record."""
+    cluster = namespace_cluster() if os.geteuid() == 0 else None
+    return faults_suite.run(quick, faults or SLURM_FAULTS, progress, slurm=True,
+                            open_run=lambda root, fault: SlurmFaultRun(root),
+                            cluster=cluster)  # fmt: skip

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench.sample_service import fill_shards
-from bench.shard_suite import start_shard
+from bench.shard_processes import start_shard
 from launch.role_process import stop_all
 
 SNAPSHOT_TIMEOUT_S = 600.0

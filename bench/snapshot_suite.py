@@ -22,7 +22,7 @@ import numpy as np
 
 from bench.report import ok_record
 from bench.sample_service import fill_shards
-from bench.shard_suite import INSERT_BATCH, start_pusher, start_shard
+from bench.shard_processes import INSERT_BATCH, start_pusher, start_shard
 from bench.snapshot_fill import fill_records
 from launch.role_process import stop_all
 
