@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench import report
+from bench.registry import COMMANDS
 from launch.cli import main
 
 
@@ -19,6 +20,14 @@ def test_help_lists_the_roles_and_tools() -> None:
     assert "bench" in result.output
     result = CliRunner().invoke(main, ["bench", "--help"])
     assert "replay" in result.output
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_registered_suite_has_a_command_with_help(name: str) -> None:
+    """The registry is the CLI's list: each entry resolves to its command, under its name."""
+    result = CliRunner().invoke(main, ["bench", name, "--help"])
+    assert result.exit_code == 0, result.output
+    assert f"Usage: main bench {name}" in result.output
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,73 @@
+"""Every ``apex bench`` command by name, where it lives, and how ``apex bench run`` runs the
+suites it gathers into one report. A new suite is a module of its own, its command, and a
+line here; ``bench.commands`` imports a command only when it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# name -> "module:attribute" of each ``apex bench`` command.
+COMMANDS = {
+    "replay": "bench.part_commands:bench_replay",
+    "shard": "bench.part_commands:bench_shard",
+    "learner": "bench.part_commands:bench_learner",
+    "actor": "bench.part_commands:bench_actor",
+    "snapshot": "bench.part_commands:bench_snapshot",
+    "frames": "bench.part_commands:bench_frames",
+    "system": "bench.system_commands:bench_system",
+    "solve": "bench.system_commands:bench_solve",
+    "faults": "bench.system_commands:bench_faults",
+    "fleet": "bench.system_commands:bench_fleet",
+    "model": "bench.system_commands:bench_model",
+    "race": "bench.race_command:bench_race",
+    "fuzz": "bench.fuzz_command:bench_fuzz",
+    "compare": "bench.compare_command:bench_compare",
+    "run": "bench.run_command:bench_run",
+}
+
+# The suites ``apex bench run`` knows, and those it runs when none is named (frames fills
+# a 2M store: it runs when asked for).
+RUN_SUITES = ("replay", "shard", "learner", "actor", "system", "solve", "frames")
+DEFAULT_RUN = RUN_SUITES[:-1]
+
+
+def run_suite(
+    name: str, quick: bool, memory_bytes: int | None, progress: Callable[[str], None]
+) -> dict:
+    """Suite ``name`` as ``apex bench run`` runs it (``quick``: every suite tiny)."""
+    repeats = 2 if quick else 5
+    if name == "replay":
+        from bench import replay_suite
+
+        implementations = ("apex", "cpprb", "torchrl") if quick else replay_suite.IMPLEMENTATIONS
+        return replay_suite.run(quick=quick, memory_bytes=memory_bytes, progress=progress,
+                                implementations=implementations, repeats=repeats)  # fmt: skip
+    if name == "shard":
+        from bench import shard_suite
+
+        return shard_suite.run(
+            quick=quick, progress=progress, repeats=repeats,
+            seconds_per_repeat=0.1 if quick else None, ingest_rate=20_000.0 if quick else 100_000.0,
+        )  # fmt: skip
+    if name == "learner":
+        from bench import learner_suite
+
+        return learner_suite.run(quick=quick, repeats=repeats, progress=progress)
+    if name == "actor":
+        from bench import actor_suite
+
+        return actor_suite.run(quick=quick, repeats=repeats, progress=progress)
+    if name == "system":
+        from bench import system_suite
+
+        return system_suite.run(quick=quick, memory_bytes=memory_bytes, progress=progress)
+    if name == "solve":
+        from bench import solve_suite
+
+        return solve_suite.run(quick=quick, max_seconds=6.0 if quick else None, progress=progress)
+    if name == "frames":
+        from bench import frames_suite
+
+        return frames_suite.run(quick=quick, progress=progress)
+    raise ValueError(f"apex bench run knows {', '.join(RUN_SUITES)}, not {name!r}")
