@@ -147,21 +147,23 @@ def test_resume_continues_from_the_checkpoint_counters(finished_run) -> None:
         assert re.search(r"restored \S+: [1-9]\d* transitions", log), log[-2000:]
 
 
-def kill_and_stop(process, run_dir: Path, role: str, before_kill=None, after_restart=None):
-    """Waits for training, kills the role's first process (kill -9), waits for its
-    replacement, then stops the run with SIGINT; returns everything the run printed.
-    ``before_kill`` and ``after_restart`` are extra ``(condition, what)`` to wait for."""
+def kill_in_turn(process, run_dir: Path, kills: list[tuple[str, tuple | None, tuple | None]]):
+    """Waits for training, then for each ``(role, before_kill, after_restart)`` kills the
+    role's first process (kill -9) and waits for its replacement; then stops the run with
+    SIGINT and returns everything it printed. ``before_kill`` and ``after_restart`` are
+    extra ``(condition, what)`` to wait for, or None."""
     seen: list[str] = []
     try:
         wait_for_progress(process, seen, run_dir)
-        if before_kill:
-            wait_until(process, seen, before_kill[0], 30, before_kill[1])
-        victims = processes_of(run_dir, role)
-        os.kill(victims[0], signal.SIGKILL)
-        wait_until(process, seen, lambda: set(processes_of(run_dir, role)) - set(victims), 30,
-                   f"a restarted {role}")  # fmt: skip
-        if after_restart:
-            wait_until(process, seen, after_restart[0], 90, after_restart[1])
+        for role, before_kill, after_restart in kills:
+            if before_kill:
+                wait_until(process, seen, before_kill[0], 30, before_kill[1])
+            victims = processes_of(run_dir, role)
+            os.kill(victims[0], signal.SIGKILL)
+            wait_until(process, seen, lambda r=role, v=victims: set(processes_of(run_dir, r))
+                       - set(v), 30, f"a restarted {role}")  # fmt: skip
+            if after_restart:
+                wait_until(process, seen, after_restart[0], 90, after_restart[1])
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=120)
         return "".join(seen) + rest
@@ -184,37 +186,44 @@ def more_updates(run_dir: Path, count: int):
 
 
 @pytest.mark.slow
-def test_a_killed_actor_is_restarted_and_sigint_leaves_nothing_behind(tmp_path: Path) -> None:
-    run_dir = tmp_path / "interrupted"
-    process = train(run_dir, "--actors", "2", "--max-time", "600", "--target-return", "1e9")
-    output = kill_and_stop(process, run_dir, "actor")
+def test_a_killed_actor_shard_and_learner_each_come_back_and_sigint_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """One run, three kills in turn (each role's recovery proved once, at the supervisor):
+    an actor is restarted; a shard comes back from its snapshot and training goes on; the
+    learner resumes from its checkpoint and trains on. Then SIGINT stops everything."""
+    run_dir = tmp_path / "kills"
+    # Snapshots and checkpoints every second, so that each victim has one when it dies.
+    process = train(run_dir, "--actors", "2", "--max-time", "600", "--target-return", "1e9",
+                    "--set", "replay.snapshot_interval_s=1",
+                    "--set", "learner.checkpoint_interval_s=1")  # fmt: skip
+    snapshot = (lambda: complete_snapshots(run_dir / "replay" / "shard-0"), "a shard snapshot")
+    checkpoint = (lambda: list((run_dir / "checkpoints").glob("*.pt")), "a periodic checkpoint")
+
+    def resumed_and_training() -> bool:
+        records = read_metrics(run_dir)
+        starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
+        return len(starts) == 2 and any(
+            r.get("event") == "progress" and r["updates"] > records[starts[1]]["updates"]
+            for r in records[starts[1] :]
+        )
+
+    output = kill_in_turn(process, run_dir, [
+        ("actor", None, None),
+        ("shard", snapshot, (more_updates(run_dir, 200), "updates after the shard's restart")),
+        ("learner", checkpoint, (resumed_and_training, "training after the learner's restart")),
+    ])  # fmt: skip
     assert process.returncode == 0, output
     assert "actor 0 died" in output and "restarting" in output
-    assert "reason: interrupted" in output
-    assert processes_of(run_dir) == []
-    assert list((run_dir / "checkpoints").glob("checkpoint-*.pt"))  # the final checkpoint
-
-
-def test_a_killed_shard_comes_back_from_its_snapshot_and_the_run_goes_on(tmp_path: Path) -> None:
-    run_dir = tmp_path / "shard-dies"
-    # Snapshots every second, so that the shard has one when it is killed.
-    process = train(
-        run_dir,
-        "--max-time",
-        "600",
-        "--target-return",
-        "1e9",
-        "--set",
-        "replay.snapshot_interval_s=1",
-    )
-    snapshot = (lambda: complete_snapshots(run_dir / "replay" / "shard-0"), "a shard snapshot")
-    output = kill_and_stop(process, run_dir, "shard", snapshot,
-                           (more_updates(run_dir, 200), "updates after the restart"))  # fmt: skip
-    assert process.returncode == 0, output
     assert "shard 0 died" in output and "from its newest snapshot" in output
-    assert "shard restarts: 1" in output
+    assert "learner 0 died" in output and "from its newest checkpoint" in output
+    assert "actor restarts: 1 | shard restarts: 1 | learner restarts: 1" in output, output
+    assert "reason: interrupted" in output
     log = (run_dir / "logs" / "shard-0.log").read_text()
     assert re.search(r"restored \S+: [1-9]\d* transitions", log), log[-2000:]
+    second_start = [r for r in read_metrics(run_dir) if r.get("event") == "start"][1]
+    assert second_start["updates"] > 0  # resumed, not from scratch
+    assert list((run_dir / "checkpoints").glob("checkpoint-*.pt"))  # the final checkpoint
     assert processes_of(run_dir) == []
 
 
@@ -242,30 +251,4 @@ def test_a_shard_past_its_restart_budget_is_given_up_and_the_run_goes_on(tmp_pat
     end = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
     # Batches the actors kept for the dead shard went to the live one.
     assert end["delivery"]["rerouted_batches"] >= 1, end["delivery"]
-    assert processes_of(run_dir) == []
-
-
-@pytest.mark.slow
-def test_a_killed_learner_resumes_from_its_checkpoint_and_the_run_goes_on(tmp_path: Path) -> None:
-    run_dir = tmp_path / "learner-dies"
-    process = train(run_dir, "--max-time", "600", "--target-return", "1e9",
-                    "--set", "learner.checkpoint_interval_s=1")  # fmt: skip
-    checkpoint = (lambda: list((run_dir / "checkpoints").glob("*.pt")), "a periodic checkpoint")
-
-    def resumed_and_training() -> bool:
-        records = read_metrics(run_dir)
-        starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
-        return len(starts) == 2 and any(
-            r.get("event") == "progress" and r["updates"] > records[starts[1]]["updates"]
-            for r in records[starts[1] :]
-        )
-
-    output = kill_and_stop(process, run_dir, "learner", checkpoint,
-                           (resumed_and_training, "training after the restart"))  # fmt: skip
-    assert process.returncode == 0, output
-    assert "learner 0 died" in output and "from its newest checkpoint" in output
-    assert "learner restarts: 1" in output
-    records = read_metrics(run_dir)
-    second_start = [r for r in records if r.get("event") == "start"][1]
-    assert second_start["updates"] > 0  # resumed, not from scratch
     assert processes_of(run_dir) == []
