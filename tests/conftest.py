@@ -132,6 +132,21 @@ class ShardProcess:
         return code
 
 
+@pytest.fixture(scope="session")
+def quick_fleet(tmp_path_factory) -> Path:
+    """``apex bench fleet --quick`` of 8 and 32 logical actors into 2 shards, run once for
+    the tests that read its document (the fleet's own test, the cost model's check)."""
+    from click.testing import CliRunner
+
+    from launch.cli import main
+
+    out = tmp_path_factory.mktemp("fleet") / "fleet.json"
+    arguments = ["bench", "fleet", "--quick", "--actors", "8", "--actors", "32", "--shards", "2"]
+    result = CliRunner().invoke(main, [*arguments, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
 @pytest.fixture(scope="module")
 def shard() -> Iterator[ShardProcess]:
     process = ShardProcess("--capacity", "64", "--seed", "1")

@@ -277,12 +277,8 @@ def test_quick_system_suite_runs_a_layout_and_times_the_first_update(tmp_path: P
 
 
 @pytest.mark.slow
-def test_quick_fleet_delivers_everything_it_sends(tmp_path: Path) -> None:
-    out = tmp_path / "fleet.json"
-    arguments = ["bench", "fleet", "--quick", "--actors", "8", "--actors", "32", "--shards", "2"]
-    result = CliRunner().invoke(main, [*arguments, "--json", str(out)])
-    assert result.exit_code == 0, result.output
-    document = json.loads(out.read_text())
+def test_quick_fleet_delivers_everything_it_sends(quick_fleet: Path) -> None:
+    document = json.loads(quick_fleet.read_text())
     assert report.validate(document) == []
     by_case: dict[str, dict] = {}
     for record in document["records"]:

@@ -111,12 +111,8 @@ def test_a_fleet_on_a_full_core_gets_what_the_shards_leave() -> None:
 
 
 @pytest.mark.slow
-def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path) -> None:
-    fleet = tmp_path / "fleet.json"
-    runner = CliRunner()
-    arguments = ["bench", "fleet", "--quick", "--actors", "32", "--shards", "2"]
-    result = runner.invoke(main, [*arguments, "--json", str(fleet)])
-    assert result.exit_code == 0, result.output
+def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path, quick_fleet: Path):
+    fleet, runner = quick_fleet, CliRunner()
     out, plots = tmp_path / "model.json", tmp_path / "plots"
     arguments = ["bench", "model", "--env", "CartPole-v1", "--seconds", "1", "--repeats", "1",
                  "--measured", str(fleet), "--plot", str(plots), "--json", str(out)]  # fmt: skip
@@ -139,6 +135,7 @@ def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path) -> No
     assert units["per_request_s"] + 512 * units["per_sampled_s"] > 0
     assert units["wire_bytes"] > 4 * 2 * 4  # two float32 observations of 4, at least
     roles = {(check["case"], check["role"]) for check in config["checks"]}
-    assert roles == {("CartPole-v1-32x2", "shard"), ("CartPole-v1-32x2", "insert clients")}
+    assert roles == {(f"CartPole-v1-{size}x2", role) for size in (8, 32)
+                     for role in ("shard", "insert clients")}  # fmt: skip
     assert all(math.isfinite(check["error"]) for check in config["checks"])
     assert (plots / "model-checks.png").stat().st_size > 10_000
