@@ -263,9 +263,9 @@ class Learner:
                     "event": "end",
                     "reason": outcome.reason,
                     "solved": outcome.solved,
-                    # The run's last figures (a progress record is up to
-                    # metrics_interval_s older): apex status and curves.png read these.
-                    "time_s": self.counters.train_seconds,
+                    # With updates and train_seconds, the run's last figures (a progress
+                    # record is up to metrics_interval_s older): apex status and
+                    # curves.png read them.
                     "transitions_added": transitions_added,
                     "updates": self.counters.updates,
                     "weight_version": self.counters.weight_version,

@@ -25,7 +25,9 @@ from typing import Protocol
 import numpy as np
 
 from replay.wire import (
+    DESCRIPTOR,
     DTYPES,
+    HEADER,
     HEADER_NBYTES,
     MAGIC,
     MAX_ARRAYS,
@@ -34,8 +36,6 @@ from replay.wire import (
     Message,
 )
 
-_HEADER = struct.Struct("<2sBBIQqIHHdII")
-_DESCRIPTOR = struct.Struct("<BBH")
 # Dimensions at the edges: empty, one, small, a frame's, and past i32 and u32 limits.
 EDGE_DIMS = (0, 1, 2, 3, 4, 7, 84, 1 << 16, (1 << 31) - 1, 1 << 31, (1 << 32) - 2, (1 << 32) - 1)
 EDGE_SCALARS = (0.0, -0.0, 1.0, 2.0, 0.5, -1.0, math.nan, math.inf, -math.inf, 2.0**53, 1e308)
@@ -170,14 +170,14 @@ def descriptor_message(
     if draws.chance(0.05):
         declared = draws.pick((max(0, declared - 1), declared + 1, MAX_ARRAYS, MAX_ARRAYS + 1))
     descriptor_bytes = b"".join(
-        _DESCRIPTOR.pack(code, ndim, reserved) + struct.pack(f"<{len(dims)}I", *dims)
+        DESCRIPTOR.pack(code, ndim, reserved) + struct.pack(f"<{len(dims)}I", *dims)
         for code, ndim, dims, reserved in descriptors
     )
     packed = bool(descriptors) and draws.chance(0.5)
     packed_field = len(descriptor_bytes) if packed else 0
     if packed and draws.chance(0.05):
         packed_field = draws.pick((1, max(1, packed_field - 4), packed_field + 4, 65535))
-    header = _HEADER.pack(
+    header = HEADER.pack(
         MAGIC,
         PROTOCOL_VERSION if draws.chance(0.97) else draws.integer(0, 255),
         kind,

@@ -35,10 +35,6 @@ def _record(case: str, implementation: str, metric: str, unit: str, values: list
     return ok_record(SUITE, case, implementation, metric, unit, values, params)
 
 
-def _shard(kind: str, capacity: int, *extra: str):
-    return start_shard(kind, capacity, extra=extra)
-
-
 def _latencies(client, spec, info, seconds: float, snapshot: bool) -> tuple[list, list, list]:
     """SAMPLE latencies (s) outside and during snapshots, and each snapshot's record."""
     outside, during, written = [], [], []
@@ -76,7 +72,7 @@ def _case(kind: str, capacity: int, seconds: float, rate: float, progress) -> li
     params = {"capacity": capacity, "batch_size": SAMPLE_BATCH, "ingest_rate": rate}
     records: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="apex-snapshots-") as root:
-        shard, ready = _shard(kind, capacity, "--snapshot-dir", root)
+        shard, ready = start_shard(kind, capacity, extra=("--snapshot-dir", root))
         context = zmq.Context()
         pusher = None
         try:
@@ -137,7 +133,7 @@ def _restore(kind: str, capacity: int, root: str, held: int) -> float:
     from replay.requests import RequestClient
 
     started = time.monotonic()
-    shard, ready = _shard(kind, capacity, "--restore", root)
+    shard, ready = start_shard(kind, capacity, extra=("--restore", root))
     seconds = time.monotonic() - started
     context = zmq.Context()
     try:

@@ -209,10 +209,11 @@ def load_checked_run_config(path: Path | None, overrides: dict, *, cluster: bool
 
     config = load_run_config(path, overrides)
     try:
-        check_env(config.env, config.algorithm)
+        shape = check_env(config.env, config.algorithm)
     except EnvUnavailable as exc:
         raise click.UsageError(str(exc)) from exc
-    problems = (cluster_run_problems if cluster else local_run_problems)(config)
+    check = cluster_run_problems if cluster else local_run_problems
+    problems = check(config, shape.transition_spec())
     if problems:
         raise click.UsageError(str(ConfigError(problems)))
     return config

@@ -16,12 +16,13 @@ import socket
 from launch import builder
 from launch.config import RunConfig
 from replay.errors import ConfigError
+from replay.spec import TransitionSpec
 
 
-def shard_problems(config: RunConfig) -> list[str]:
-    """Each shard's own checks on the settings it would start with; a problem that every
-    shard has is named once."""
-    spec = builder.transition_spec(config)
+def shard_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
+    """Each shard's own checks on the settings it would start with (``spec``: the env's
+    transitions, from the env the caller made); a problem that every shard has is named
+    once."""
     found: dict[str, list[int]] = {}
     for index in range(config.shards):
         try:
@@ -48,9 +49,9 @@ def host_problems(host: str) -> list[str]:
     return []
 
 
-def local_run_problems(config: RunConfig) -> list[str]:
+def local_run_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
     """What refuses a run of every role on this machine (``apex train``)."""
-    problems = host_problems(config.host) + shard_problems(config)
+    problems = host_problems(config.host) + shard_problems(config, spec)
     if config.learner.device not in ("auto", "cpu"):
         from apex.staging import device_problems  # torch: only when a device is named
 
@@ -58,9 +59,9 @@ def local_run_problems(config: RunConfig) -> list[str]:
     return problems
 
 
-def cluster_run_problems(config: RunConfig) -> list[str]:
+def cluster_run_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
     """What refuses a Slurm run (``apex slurm submit``)."""
-    problems = shard_problems(config)
+    problems = shard_problems(config, spec)
     if str(config.learner.device).startswith("cuda") and config.slurm.learner_gpus < 1:
         problems.append(
             f"learner.device {config.learner.device!r} needs slurm.learner_gpus >= 1, got "

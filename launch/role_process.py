@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO
 
-from launch.log_reasons import last_error_line
+from launch.log_reasons import role_failure
 
 
 class RoleStartError(RuntimeError):
@@ -137,16 +137,7 @@ class RoleProcess:
                 self.process.wait(5.0)  # its log is complete once it has exited
             verb = "did not start" if key == "ready" else f"exited before its {key} line"
             what = f"{self.name} {verb} (exit code {self.process.poll()})"
-        reason = last_error_line(self.log_path)
-        raise RoleStartError(f"{what}: {reason} (log: {self.log_path})" if reason
-                             else f"{what}; see {self.log_path}")  # fmt: skip
-
-    def log_text(self) -> str:
-        """What it has written to its log so far."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        raise RoleStartError(role_failure(what, self.log_path))
 
     def terminate(self) -> None:
         """Asks it to stop (SIGTERM) if it still runs; returns at once."""
@@ -174,14 +165,6 @@ class RoleProcess:
             self.process.stdout.close()
         if self._log is not None:
             self._log.close()
-
-    def __enter__(self) -> RoleProcess:
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        if self.process.poll() is None:
-            self.stop()
-        self.close()
 
 
 def stop_all(processes: Iterable[RoleProcess], budget_s: float = 10.0) -> list[RoleProcess]:

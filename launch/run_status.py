@@ -50,15 +50,16 @@ class RunRecords:
     @property
     def timeline(self) -> list[dict]:
         """The progress records, then the last end record if it is newer (it holds the
-        run's last updates, time and transitions; a progress record can be up to
-        ``metrics_interval_s`` older). A resumed run's end records of earlier lives are
-        older than its later progress, and are left out."""
+        run's last updates, training time and transitions; a progress record can be up to
+        ``metrics_interval_s`` older), its ``train_seconds`` as ``time_s``. A resumed
+        run's end records of earlier lives are older than its later progress, and are
+        left out."""
         timeline = list(self.progress)
         end = self.ends[-1] if self.ends else None
+        ended = end.get("train_seconds") if end else None
         newest = timeline[-1].get("time_s") if timeline else None
-        if end is not None and end.get("time_s") is not None and (
-                newest is None or end["time_s"] >= newest):  # fmt: skip
-            timeline.append(end)
+        if ended is not None and (newest is None or ended >= newest):
+            timeline.append({**end, "time_s": ended})
         return timeline
 
 
@@ -151,7 +152,7 @@ def run_status(run_dir: Path) -> dict:
             )
         }  # fmt: skip
         final = run.timeline[-1]
-        if final is not last:  # the run's end: its own totals, the rates of the last window
+        if final.get("event") == "end":  # the run's end: its totals, the last window's rates
             status["progress"].update({key: final[key] for key in ("time_s", "updates")})
             if final.get("transitions_added") is not None:
                 status["progress"]["transitions_added"] = final["transitions_added"]

@@ -208,11 +208,8 @@ def _pieces(array: np.ndarray | Rows) -> tuple[np.ndarray, list[memoryview], lis
     if isinstance(array, Rows):
         whole = np.ascontiguousarray(array.array)
         ranges = [[int(start), int(stop)] for start, stop in array.ranges]
-        bounds = [0, 0]
-        for start, stop in ranges:
-            if not bounds[1] <= start < stop <= len(whole):
-                raise SnapshotError(f"rows {ranges} are not in order within {len(whole)}")
-            bounds = [start, stop]
+        if not _rows_in_order(ranges, len(whole)):
+            raise SnapshotError(f"rows {ranges} are not in order within {len(whole)}")
         views = [memoryview(whole[start:stop].reshape(-1).view(np.uint8))
                  for start, stop in ranges]  # fmt: skip
         return whole, views, ranges
@@ -329,20 +326,28 @@ def _entry(path: Path, name: object, raw: object) -> ArrayEntry:
     return entry
 
 
-def _ranges(path: Path, name: str, raw: dict, shape: list) -> tuple | None:
-    """An entry's row ranges: in order, apart, within the first axis (None: whole)."""
-    ranges = raw.get("ranges")
-    if ranges is None:
-        return None
+def _rows_in_order(ranges: object, rows: int) -> bool:
+    """Whether ``ranges`` is a list of ``[start, stop]`` integer pairs, each non-empty,
+    in order and apart, within ``rows`` rows."""
+    if not isinstance(ranges, list):
+        return False
     end = 0
-    if not shape or not isinstance(ranges, list):
-        raise SnapshotError(f"{path}: array {name} has bad row ranges {ranges!r:.100}")
     for pair in ranges:
         if not (isinstance(pair, list) and len(pair) == 2
                 and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
-                and end <= pair[0] < pair[1] <= shape[0]):  # fmt: skip
-            raise SnapshotError(f"{path}: array {name} has bad row ranges {ranges!r:.100}")
+                and end <= pair[0] < pair[1] <= rows):  # fmt: skip
+            return False
         end = pair[1]
+    return True
+
+
+def _ranges(path: Path, name: str, raw: dict, shape: list) -> tuple | None:
+    """An entry's row ranges (None: the whole array)."""
+    ranges = raw.get("ranges")
+    if ranges is None:
+        return None
+    if not shape or not _rows_in_order(ranges, shape[0]):
+        raise SnapshotError(f"{path}: array {name} has bad row ranges {ranges!r:.100}")
     return tuple((start, stop) for start, stop in ranges)
 
 

@@ -79,9 +79,10 @@ DTYPES: tuple[np.dtype, ...] = tuple(
     )
 )  # fmt: skip
 _DTYPE_CODE = {dtype: code for code, dtype in enumerate(DTYPES)}
-_HEADER = struct.Struct("<2sBBIQqIHHdII")
-_DESCRIPTOR = struct.Struct("<BBH")
-HEADER_NBYTES = _HEADER.size
+# The layouts of frame 0 (see above): what a receiver reads, and a fuzz builds hostile ones by.
+HEADER = struct.Struct("<2sBBIQqIHHdII")
+DESCRIPTOR = struct.Struct("<BBH")
+HEADER_NBYTES = HEADER.size
 PACK_MAX_BYTES = 65536
 # Where restamp writes: sequence at 8; incarnation and held at 40.
 _SEQUENCE_OFFSET, _SEQUENCE = 8, struct.Struct("<Q")
@@ -163,7 +164,7 @@ def encode(
     descriptor_bytes, payload = _describe(tuple((a.dtype, a.shape) for a in arrays))
     packed = pack and bool(arrays) and payload + 8 * len(arrays) <= max_packed_bytes
     try:
-        header = _HEADER.pack(
+        header = HEADER.pack(
             MAGIC,
             PROTOCOL_VERSION,
             int(message.kind),
@@ -201,7 +202,7 @@ def _describe(layout: tuple[tuple[np.dtype, tuple[int, ...]], ...]) -> tuple[byt
             raise ProtocolError(f"array {position} has unsupported dtype {dtype}")
         if len(shape) > MAX_NDIM:
             raise ProtocolError(f"array {position} has {len(shape)} > {MAX_NDIM} dimensions")
-        descriptors.append(_DESCRIPTOR.pack(code, len(shape), 0))
+        descriptors.append(DESCRIPTOR.pack(code, len(shape), 0))
         try:
             descriptors.append(struct.pack(f"<{len(shape)}I", *shape))
         except struct.error as exc:
@@ -255,7 +256,7 @@ def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Messag
     if len(header) < HEADER_NBYTES:
         raise ProtocolError(f"header of {len(header)} bytes is shorter than {HEADER_NBYTES}")
     (magic, version, kind_code, sender, sequence, policy_version, count, array_count,
-     packed, scalar, incarnation, held) = _HEADER.unpack_from(header)  # fmt: skip
+     packed, scalar, incarnation, held) = HEADER.unpack_from(header)  # fmt: skip
     if magic != MAGIC:
         raise ProtocolError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != PROTOCOL_VERSION:
@@ -335,10 +336,10 @@ def _layout(
     offset = 0
     layout = []
     for position in range(array_count):
-        if offset + _DESCRIPTOR.size > len(descriptors):
+        if offset + DESCRIPTOR.size > len(descriptors):
             raise ProtocolError(f"descriptor {position} is truncated")
-        code, ndim, pad = _DESCRIPTOR.unpack_from(descriptors, offset)
-        offset += _DESCRIPTOR.size
+        code, ndim, pad = DESCRIPTOR.unpack_from(descriptors, offset)
+        offset += DESCRIPTOR.size
         if code >= len(DTYPES) or ndim > MAX_NDIM or pad != 0:
             raise ProtocolError(
                 f"descriptor {position}: dtype code {code}, ndim {ndim}, reserved {pad}"

@@ -164,7 +164,7 @@ def test_the_loop_trains_sends_priorities_publishes_and_checkpoints(tmp_path: Pa
         # The end record holds the run's last figures (apex status and curves.png read
         # them): its updates, time and the transitions the shards took in all.
         end = records[-1]
-        assert end["updates"] == 40 and end["time_s"] >= progress[-1]["time_s"]
+        assert end["updates"] == 40 and end["train_seconds"] >= progress[-1]["time_s"]
         assert end["transitions_added"] == 512
         assert list((tmp_path / "checkpoints").glob("checkpoint-0000000040.pt"))
         # The end-of-run account read the store's fresh counters (no actor reported).

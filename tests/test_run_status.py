@@ -103,7 +103,7 @@ def test_status_and_curves_read_the_runs_end_and_a_resumed_runs_latest(tmp_path:
                    "eval_return_mean": 480.0, "eval_return_min": 400.0,
                    "eval_return_max": 500.0})  # fmt: skip
     metrics.write({"event": "end", "reason": "solved", "solved": True, "updates": 1333,
-                   "train_seconds": 33.0, "time_s": 33.0, "transitions_added": 50_000})  # fmt: skip
+                   "train_seconds": 33.0, "transitions_added": 50_000})  # fmt: skip
     metrics.close()
     status = run_status(tmp_path)
     assert (status["progress"]["updates"], status["progress"]["time_s"]) == (1333, 33.0)
