@@ -34,9 +34,9 @@ from apex.frame_writer import FrameWriter
 from apex.nstep import NStepBuilder
 from apex.policy import NumpyActorCritic, build_policy
 from apex.settings import ActorConfig
-from replay.client import InsertClient, ShardEndpoints
 from replay.errors import ReplayTimeout
-from replay.security import SecurityConfig, make_context
+from replay.inserts.client import InsertClient, ShardEndpoints
+from replay.wire.security import SecurityConfig, make_context
 
 # At its end an actor waits this long for the shards to confirm what it sent.
 FLUSH_TIMEOUT_S = 5.0

@@ -18,7 +18,7 @@
 A message that does not fit (malformed, other parameter names or shapes) is counted and
 skipped, never loaded.
 
-Both kinds are apex's, numbered in the range ``replay.wire`` reserves for applications
+Both kinds are apex's, numbered in the range ``replay.wire.layout`` reserves for applications
 (:class:`ApexKind`); they travel in replay's frame format but never reach a shard.
 """
 
@@ -38,8 +38,8 @@ import numpy as np
 import zmq
 
 from replay.errors import ProtocolError
-from replay.transport import bind, make_socket, send_frames
-from replay.wire import APPLICATION_KINDS, Message, array_json, decode, encode, text_array
+from replay.wire.layout import APPLICATION_KINDS, Message, array_json, decode, encode, text_array
+from replay.wire.transport import bind, make_socket, send_frames
 
 if TYPE_CHECKING:  # torch only for the learner's side; actors run without it
     import torch
@@ -77,7 +77,7 @@ class WeightPublisher:
     ):
         self._socket = make_socket(context, zmq.PUB, WEIGHTS_HWM,
                                    kernel_buffer_bytes=WEIGHTS_KERNEL_BUFFER_BYTES)  # fmt: skip
-        # A PUB receives only subscriptions. Behind a ZAP handler (replay.security), one
+        # A PUB receives only subscriptions. Behind a ZAP handler (replay.wire.security), one
         # with RCVHWM 1 never delivered a message (libzmq 4.3.5, measured); the weights'
         # freshness depends on SNDHWM alone.
         self._socket.setsockopt(zmq.RCVHWM, SUBSCRIPTIONS_HWM)
@@ -250,7 +250,7 @@ class EpisodeReporter:
         final: bool = False,
     ) -> None:
         """Sends finished episodes (none: a heartbeat) and the actor's delivery counts
-        (``replay.client.InsertClient.delivery``); ``final``: its last word."""
+        (``replay.inserts.client.InsertClient.delivery``); ``final``: its last word."""
         delivery = delivery or {}
         counts = [delivery.get(name, 0) for name in DELIVERY_COUNTS[:-1]] + [int(final)]
         arrays = (

@@ -2,7 +2,7 @@
 
 Each actor's heartbeats tell the learner how many transitions it handed to its replay
 client, and how many of those its shards have not confirmed yet (it keeps them and sends
-them again if a shard loses them, see ``replay.lanes``); each shard's INFO tells how many
+them again if a shard loses them, see ``replay.server.lanes``); each shard's INFO tells how many
 it holds from every sender. What a live actor has not had confirmed is in transit; what
 it sent beyond that and no shard holds was lost by a shard that came back from an older
 snapshot; an actor gone silent lost whatever its process held. An actor's last word
@@ -74,7 +74,7 @@ def delivery_report(
         "transitions_in_transit": in_transit if shards_answered else None,
         "shards_answering": sum(info is not None for info in shard_infos),
         # Batch messages a shard dropped as already held, and lane numbers it found
-        # lost when it came back (see replay.lanes).
+        # lost when it came back (see replay.server.lanes).
         "resent_batches": sum(a.resent for a in actors.values()),
         # Batches moved off shards given up, frame transitions that could not move, and
         # what a given-up shard that came back holds twice (see the module's doc).

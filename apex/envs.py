@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 
-from replay.spec import TransitionSpec
+from replay.store.spec import TransitionSpec
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,14 @@ restarted actor never links to its predecessor's frames). Every observation the 
 (a reset, a step, an episode's final observation) adds its newest frame with the next
 number of that stream; the first frame of an episode is flagged. A transition is then a
 record: its stream, the numbers of its ``obs`` and ``next_obs`` frames, action, n-step
-return and discount (``replay.frame_storage`` puts the stacks together).
+return and discount (``replay.frames.storage`` puts the stacks together).
 
 A shard must hold every frame that the stacks of its records reach: ``stack - 1`` frames
 before a record's ``obs`` frame (or its episode's first frame, whose history is itself).
 For each message the writer sends the frames of each stream that the chosen shard lacks:
 the new ones when the stream's last stretch went to the same shard, else everything from
 the oldest frame the message's records reach. Switching shards therefore repeats up to
-``stack - 1 + n`` frames of each stream plus those not yet recorded; ``replay.client``
+``stack - 1 + n`` frames of each stream plus those not yet recorded; ``replay.inserts.client``
 keeps an actor on one shard for a stretch of messages so that this stays a few percent.
 """
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from replay.frame_kernels import copy_out_blobs
-from replay.lz4_codec import compress_bound, kernels
-from replay.messages import FrameInsert
+from replay.frames.kernels import copy_out_blobs
+from replay.frames.lz4_codec import compress_bound, kernels
+from replay.protocol.messages import FrameInsert
 
 # Stream ids: a random 40-bit actor incarnation, then 16 bits of env index.
 _ENV_BITS = 16

@@ -35,9 +35,9 @@ from apex.progress import LearnerCounters, ProgressWindow
 from apex.progress import describe as describe_progress
 from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch
-from replay.batch_math import ReplayBatch
 from replay.errors import ConfigError, ReplayError, ReplayTimeout
-from replay.security import SecurityConfig, make_context
+from replay.sampling.batch_math import ReplayBatch
+from replay.wire.security import SecurityConfig, make_context
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ FINAL_INFO_TIMEOUT_S = 2.0
 
 
 class BatchSource(Protocol):
-    """Where the learner's batches come from (``replay.sampler_drivers`` in a run)."""
+    """Where the learner's batches come from (``replay.sampling.sampler`` in a run)."""
 
     def start(self, cancelled: threading.Event | None = None) -> bool:
         """Waits until there is data to sample; False if ``cancelled`` was set first."""
@@ -99,7 +99,7 @@ class Learner:
         host: address to bind the weights and episodes sockets on.
         weights_port, episodes_port: ports (0: free ones).
         resume_from: a checkpoint to continue from.
-        security: the run's keys (``replay.security``) for the weights and episodes
+        security: the run's keys (``replay.wire.security``) for the weights and episodes
             sockets.
 
     Raises:

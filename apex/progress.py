@@ -65,7 +65,7 @@ class ProgressWindow:
         """The progress record for the window that ends now; starts a new window.
 
         ``refused``: connections the learner's own sockets refused, by reason; the
-        record's ``refused`` adds the shards' (``replay.security``)."""
+        record's ``refused`` adds the shards' (``replay.wire.security``)."""
         infos = [state.get("info") for state in shard_states]
         refused_total = dict(refused or {})
         for info in infos:

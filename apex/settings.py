@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from replay.client import REROUTE_AFTER_S
-from replay.field_checks import checked
+from replay.inserts.client import REROUTE_AFTER_S
+from replay.store.field_checks import checked
 
 DEVICES = ("auto", "cpu", "cuda")
 # Past these a network is a typo, not a design: a 10^9-wide layer fails allocating
@@ -94,10 +94,10 @@ class ActorConfig:
         shard_start_timeout_s: how long the actor waits at start for every shard to answer
             (roles of a Slurm job all start at once).
         insert_credit: insert batches sent and not yet taken by the shards, at most (the
-            credit, see ``replay.client.ShardCredit``): bounds how stale the data waiting
+            credit, see ``replay.inserts.client.ShardCredit``): bounds how stale the data waiting
             for the learner can be, and how far actors run ahead while the learner starts.
         reroute_after_s: a shard silent this long while others answer is given up, and
-            the batches the actor kept for it go to the others (``replay.client``).
+            the batches the actor kept for it go to the others (``replay.inserts.client``).
     """
 
     env: str = "CartPole-v1"

@@ -1,6 +1,6 @@
 """Replay batches onto the learner's device: numpy in, torch tensors out.
 
-The sampler (``replay.sampler_drivers``) stays free of torch; it applies a stage function
+The sampler (``replay.sampling.sampler``) stays free of torch; it applies a stage function
 to each merged batch on whichever thread pumps it. With the background I/O thread on CUDA
 that is where the host-to-device copy starts, overlapping the training step: the batch is
 copied into pinned memory and sent with ``non_blocking=True``, so the step that takes it
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from replay.batch_math import ReplayBatch
 from replay.errors import ConfigError
+from replay.sampling.batch_math import ReplayBatch
 
 
 @dataclass

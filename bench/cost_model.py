@@ -26,7 +26,7 @@ Every role's CPU is a sum of unit costs times rates:
 
 A learner update takes a batch split evenly over the shards: one request per shard. A
 client asks a shard for credit once a quarter of its limit there is in flight
-(``replay.client``): a client streaming to one shard asks once per 16 messages, one of
+(``replay.inserts.client``): a client streaming to one shard asks once per 16 messages, one of
 many actors at the paper's rate once per message (see :func:`credit_per_message`).
 """
 
@@ -35,14 +35,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from replay.credit_desk import SHARED_WINDOW
+from replay.server.credit_desk import SHARED_WINDOW
 
 # A shard is one process with one hot loop: plan it at most this busy, so that bursts and
 # snapshots have room (the suite's shards run at 2-15% of a core here).
 SHARD_BUSY_TARGET = 0.7
 # Each actor process has two connections per shard: inserts (PUSH) and credit (DEALER).
 CONNECTIONS_PER_PROCESS = 2
-# An insert client's credit over all shards (``replay.client.InsertClient``).
+# An insert client's credit over all shards (``replay.inserts.client.InsertClient``).
 CLIENT_CREDIT = 16
 # The Ape-X paper: 139 env frames/s per actor with action repeat 4, so about 35 transitions
 # per second; its GPU learner took 19 batches of 512 per second.

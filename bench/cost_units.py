@@ -29,8 +29,8 @@ from bench.shard_worker import transition_spec
 from bench.workers import REPO_ROOT, worker_env
 from launch.processes import cpu_seconds
 from launch.role_process import stop_all
-from replay.client import InsertClient, ShardEndpoints
-from replay.requests import RequestClient
+from replay.inserts.client import InsertClient, ShardEndpoints
+from replay.protocol.requests import RequestClient
 
 # Per env: the acting loop's network, the shard kind that stores it, and two env counts
 # per actor process (the per-step cost is a fixed part per vector step plus a part per env).
@@ -275,9 +275,9 @@ def _sample_costs(shard: _ShardWindow, spec, seconds: float, idle: float) -> dic
     wakes for each request costs more per request than one serving a queue of them), and
     the reply's bytes per sampled transition."""
     from apex.staging import DeviceStager
-    from replay.messages import SampleRequest
-    from replay.sampler import SamplerConfig
-    from replay.sampler_drivers import make_sampler
+    from replay.protocol.messages import SampleRequest
+    from replay.sampling.pump import SamplerConfig
+    from replay.sampling.sampler import make_sampler
 
     costs, reply_bytes = {}, {}
     for size in SAMPLE_SIZES:

@@ -1,4 +1,4 @@
-"""The cost of CURVE (``replay.security``) in ``apex bench shard --curve``: the same
+"""The cost of CURVE (``replay.wire.security``) in ``apex bench shard --curve``: the same
 ingest and sample-service figures with keys and without, in one run, and their ratios.
 
 Ingest: one pusher process into one shard, for each transition kind (small, Atari whole,
@@ -22,7 +22,7 @@ import numpy as np
 from bench.report import ok_record
 from bench.sample_service import measure_sampling
 from bench.shard_processes import SAMPLE_BATCH, SAMPLE_PREFETCH, measure_apex
-from replay.keys import generate
+from replay.wire.keys import generate
 
 IMPLEMENTATIONS = ("apex", "apex-curve")
 # Actors the weights fan-out figure publishes to (each gets its own encrypted copy).
@@ -88,9 +88,9 @@ def measure_fanout(
 
     from apex.channels import ApexKind, WeightPublisher
     from apex.networks import build_network
-    from replay.security import SecurityConfig, make_context
-    from replay.transport import make_socket
-    from replay.wire import decode
+    from replay.wire.layout import decode
+    from replay.wire.security import SecurityConfig, make_context
+    from replay.wire.transport import make_socket
 
     shape = (4, 84, 84) if network == "nature-cnn" else (4,)
     module = build_network(shape, 6, (256, 256))

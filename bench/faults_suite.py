@@ -49,7 +49,7 @@ from bench.fault_names import FAULTS
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
 from launch.processes import run_processes
-from replay.snapshot import complete_snapshots
+from replay.store.snapshot import complete_snapshots
 
 SUITE = "faults"
 PERIOD_S = 4.0

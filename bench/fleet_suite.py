@@ -45,7 +45,7 @@ from launch import builder
 from launch.config import resolve, write_resolved
 from launch.processes import cpu_seconds, softirq_seconds
 from launch.supervisor import free_ports
-from replay.requests import RequestClient
+from replay.protocol.requests import RequestClient
 
 SUITE = "fleet"
 PAPER_RATE = 35.0

@@ -1,5 +1,5 @@
 """One process of a synthetic fleet (``bench.fleet_suite``): many logical actors, each an
-:class:`replay.client.InsertClient` of its own (its own sockets, credit and delivery lanes,
+:class:`replay.inserts.client.InsertClient` of its own (its own sockets, credit and delivery lanes,
 as a real actor has), sending recorded transitions at a fixed per-actor rate. No envs, no
 network: what is left is the cost of the fleet to the shards and the learner.
 
@@ -21,9 +21,9 @@ import time
 import numpy as np
 import zmq
 
-from replay.client import InsertClient, ShardEndpoints
 from replay.errors import ReplayTimeout
-from replay.spec import TransitionSpec
+from replay.inserts.client import InsertClient, ShardEndpoints
+from replay.store.spec import TransitionSpec
 
 # A send with no shard room waits at most this long, then the actor tries again later (a
 # real actor would wait; here one blocked actor must not hold up the others).

@@ -9,7 +9,7 @@ preprocessing (84×84 grayscale, frame skip 4, stacks of 4), random play:
   transitions (``RingStorage``), frames kept whole, and frames LZ4-compressed, filled with
   the same streams;
 * ready batches of 512 stacked transitions from each of those stores (stacks put together
-  on ``replay.parts``' default threads, and on one);
+  on ``replay.store.parts``' default threads, and on one);
 * the RSS of a fresh process holding ``capacity`` compressed Pong transitions (a worker of
   its own: ``python -m bench.frames_suite fill CAPACITY``); 2M in a full run.
 """
@@ -90,8 +90,8 @@ def fill_whole(replay, frames: np.ndarray, transitions: int, chunk: int = 512) -
 def _stores(capacity: int):
     from apex.envs import env_shape
     from replay import PrioritizedReplay
-    from replay.frame_spec import FrameStackSpec
-    from replay.frame_storage import FrameStackStorage
+    from replay.frames.spec import FrameStackSpec
+    from replay.frames.storage import FrameStackStorage
 
     spec = env_shape("Pong").transition_spec()
     layout = FrameStackSpec.from_transition_spec(spec)
@@ -103,7 +103,7 @@ def _stores(capacity: int):
         "apex-frames-lz4": lambda: PrioritizedReplay(
             None, capacity, 0.6, rng=0, storage=FrameStackStorage(layout, capacity, compress=True)
         ),
-        # The same store gathering on one thread (the others use replay.parts' default).
+        # The same store gathering on one thread (the others use replay.store.parts' default).
         "apex-frames-1thread": lambda: PrioritizedReplay(
             None,
             capacity,
@@ -117,7 +117,7 @@ def _stores(capacity: int):
 def _codec_records(frames: np.ndarray, timing: dict) -> list[dict]:
     import lz4.block
 
-    from replay.lz4_codec import kernels
+    from replay.frames.lz4_codec import kernels
 
     records = []
     raw = frames.reshape(len(frames), -1)

@@ -1,6 +1,6 @@
 """Hostile messages made at the descriptor level: headers and array descriptors at their
 limits, with payloads that fit what the descriptors claim often enough to get past
-``replay.wire.decode`` and reach the parsers and stores behind it.
+``replay.wire.layout.decode`` and reach the parsers and stores behind it.
 
 ``bench.fuzz_messages`` mutates whole messages of known fate (each must be refused); this
 module explores the space ``decode`` has to defend: every dtype code (valid and not),
@@ -24,7 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
-from replay.wire import (
+from replay.wire.layout import (
     DESCRIPTOR,
     DTYPES,
     HEADER,

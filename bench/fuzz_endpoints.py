@@ -29,11 +29,11 @@ import zmq
 from apex.channels import ApexKind, EpisodeCollector, WeightSubscriber
 from apex.policy import NumpyDuelingMLP
 from bench.fuzz_descriptors import RngDraws, descriptor_message
-from replay import messages as replay_messages
-from replay.requests import RequestClient
-from replay.spec import TransitionSpec
-from replay.transport import bind, make_socket, send_frames
-from replay.wire import Kind, Message, text_array
+from replay.protocol import messages as replay_messages
+from replay.protocol.requests import RequestClient
+from replay.store.spec import TransitionSpec
+from replay.wire.layout import Kind, Message, text_array
+from replay.wire.transport import bind, make_socket, send_frames
 
 SETTLE_TIMEOUT_S = 120.0
 ARRIVAL_TIMEOUT_MS = 2000

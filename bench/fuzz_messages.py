@@ -3,7 +3,7 @@
 Every hostile message below is malformed by construction, so the shard must count it as
 rejected (one count per message) and change nothing; the fuzz then checks the shard's
 counters against what was sent, exactly. The cases follow the wire format
-(``replay.wire``): random frames, truncated and oversized headers, bad magic, versions,
+(``replay.wire.layout``): random frames, truncated and oversized headers, bad magic, versions,
 kinds, dtype codes, dimensions and reserved bytes, frame counts and declared sizes that
 do not match the bytes, arrays that do not match the spec, NaN/inf/negative priorities,
 absurd counts, and out-of-range, stale or mis-typed priority updates.
@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from replay.spec import TransitionSpec
-from replay.wire import HEADER_NBYTES, MAGIC, Kind, Message, encode
+from replay.store.spec import TransitionSpec
+from replay.wire.layout import HEADER_NBYTES, MAGIC, Kind, Message, encode
 
 # Kinds a shard's request socket must refuse: replies, inserts, and numbers no kind has
 # (application kinds 32-63 included).

@@ -44,10 +44,10 @@ from bench.fuzz_endpoints import (
 from bench.fuzz_messages import HostileMessages, transition_ids
 from launch.role_process import RoleProcess, RoleStartError
 from replay.errors import ReplayTimeout
-from replay.requests import RequestClient
-from replay.senders import MAX_SENDERS_PER_PEER
-from replay.spec import TransitionSpec
-from replay.transport import make_socket, send_frames
+from replay.protocol.requests import RequestClient
+from replay.server.senders import MAX_SENDERS_PER_PEER
+from replay.store.spec import TransitionSpec
+from replay.wire.transport import make_socket, send_frames
 
 SUITE = "fuzz"
 SPEC = TransitionSpec.from_dict({

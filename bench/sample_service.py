@@ -22,7 +22,7 @@ from launch.role_process import stop_all
 def fill_shards(kind: str, context, endpoints, spec, transitions: int) -> None:
     """Puts ``transitions`` into the shards, as an actor would (frames for frame shards)."""
     from bench.shard_worker import FrameSource, make_batch
-    from replay.client import InsertClient
+    from replay.inserts.client import InsertClient
 
     filler = InsertClient(context, endpoints, sender=98, spec=spec, timeout_s=30.0)
     if kind == "atari-frames":
@@ -55,11 +55,11 @@ def measure_sampling(
 ) -> tuple[list[float], list[float]]:
     from apex.staging import DeviceStager
     from bench.shard_worker import transition_spec
-    from replay.client import ShardEndpoints
-    from replay.requests import RequestClient
-    from replay.sampler import SamplerConfig
-    from replay.sampler_drivers import make_sampler
-    from replay.security import SecurityConfig, make_context
+    from replay.inserts.client import ShardEndpoints
+    from replay.protocol.requests import RequestClient
+    from replay.sampling.pump import SamplerConfig
+    from replay.sampling.sampler import make_sampler
+    from replay.wire.security import SecurityConfig, make_context
 
     spec = transition_spec("atari" if kind == "atari-frames" else kind)
     started = [start_shard(kind, 2 * fill, index, keys) for index in range(shard_count)]

@@ -84,8 +84,8 @@ def start_pusher(
 def message_nbytes(kind: str) -> int:
     """Bytes on the wire of one insert message (of INSERT_BATCH transitions, about)."""
     from bench.shard_worker import FrameSource, transition_spec
-    from replay.frame_spec import FrameStackSpec
-    from replay.wire import encode
+    from replay.frames.spec import FrameStackSpec
+    from replay.wire.layout import encode
 
     if kind != "atari-frames":
         return INSERT_BATCH * (transition_spec(kind).item_nbytes + 8)  # + f64 priority
@@ -129,8 +129,8 @@ def measure_apex(
     credit: bool = True,
     keys: str | None = None,
 ) -> list[float]:
-    from replay.requests import RequestClient
-    from replay.security import SecurityConfig, make_context
+    from replay.protocol.requests import RequestClient
+    from replay.wire.security import SecurityConfig, make_context
 
     shard, ready = start_shard(kind, capacity, keys=keys)
     senders = []

@@ -7,13 +7,14 @@ what is in flight), or as the same pre-encoded frames to a bare PULL socket that
 receives ("raw-pyzmq"). The baseline is therefore what the transport alone moves with our
 framing on this machine, in the same run. A second baseline sends the same arrays one
 frame each, as a plain pyzmq program would ("raw-pyzmq-per-array"; small messages travel
-packed in one frame in our wire format, see ``replay.wire``). The credit costs peak ingest of small
+packed in one frame in our wire format, see ``replay.wire.layout``).
+The credit costs peak ingest of small
 transitions (the shard drains fewer batches per loop round) and buys a bound on stale data
 in flight. The shard's rate is read from its INFO counters
 over timed windows; the baseline counts what it received in its own windows.
 
 Sample service. S shards hold 2^16 small transitions each while one actor process keeps
-inserting into all of them. The learner's sampler (``replay.sampler_drivers``, prefetch 8) delivers
+inserting into all of them. The learner's sampler (``replay.sampling.sampler``, prefetch 8) delivers
 batches of 512 as ready tensors, and this process counts them per second. Ingestion is
 paced at a stated rate (100K transitions/s by default), since an unpaced pusher on this
 2-core machine would measure CPU contention, not the service.

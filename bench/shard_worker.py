@@ -4,7 +4,7 @@
 
 * ``push``: sends INSERT batches until SIGTERM or ``max_seconds``, at ``rate``
   transitions/s if given. ``mode`` "apex" goes
-  through :class:`replay.client.InsertClient` (spec check, validation, encoding); "raw"
+  through :class:`replay.inserts.client.InsertClient` (spec check, validation, encoding); "raw"
   sends the same pre-encoded frames with a bare PUSH socket. Kind "atari-frames" sends
   frame messages (``FrameSource`` live, or ``RecordedFrames`` into a single shard).
 * ``pull``: the baseline receiver. Binds a PULL socket, prints ``{"ready": endpoint}``,
@@ -26,12 +26,12 @@ import numpy as np
 import zmq
 
 from bench.workers import random_batch
-from replay.client import InsertClient, ShardEndpoints
 from replay.errors import ReplayTimeout
-from replay.frame_payload import FrameInsert
-from replay.security import SecurityConfig, make_context
-from replay.spec import TransitionSpec
-from replay.wire import Kind, Message, encode
+from replay.frames.payload import FrameInsert
+from replay.inserts.client import InsertClient, ShardEndpoints
+from replay.store.spec import TransitionSpec
+from replay.wire.layout import Kind, Message, encode
+from replay.wire.security import SecurityConfig, make_context
 
 # Envs per frame pusher, and the n-step of its records (as a Pong actor's).
 FRAME_ENVS, FRAME_N = 4, 3

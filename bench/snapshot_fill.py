@@ -28,7 +28,7 @@ from bench.shard_processes import start_shard
 from launch.role_process import stop_all
 
 SNAPSHOT_TIMEOUT_S = 600.0
-# Per-frame links a frame store keeps beside each frame's bytes (replay.frame_storage):
+# Per-frame links a frame store keeps beside each frame's bytes (replay.frames.storage):
 # position 8, length 4, stream 4, number 8, generation 8, prev 4, prev generation 8,
 # depth 1, refs 4.
 FRAME_LINK_BYTES = 49
@@ -72,7 +72,7 @@ def content_bytes(kind: str, spec, info: dict) -> int:
     size = info["size"]
     if kind != "atari-frames":
         return size * (spec.item_nbytes + SLOT_BYTES)
-    from replay.frame_spec import FrameStackSpec
+    from replay.frames.spec import FrameStackSpec
 
     records = FrameStackSpec.from_transition_spec(spec).record_spec.item_nbytes
     frames = info["frames_stored"] * FRAME_LINK_BYTES + info["frame_bytes_stored"]
@@ -84,8 +84,8 @@ def measure_fill(kind: str, capacity: int, fraction: float) -> dict:
     import zmq
 
     from bench.shard_worker import transition_spec
-    from replay.client import ShardEndpoints
-    from replay.requests import RequestClient
+    from replay.inserts.client import ShardEndpoints
+    from replay.protocol.requests import RequestClient
 
     spec = transition_spec("atari" if kind == "atari-frames" else kind)
     with tempfile.TemporaryDirectory(prefix="apex-snapshot-fill-") as directory:

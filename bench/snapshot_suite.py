@@ -64,8 +64,8 @@ def _case(kind: str, capacity: int, seconds: float, rate: float, progress) -> li
     import zmq
 
     from bench.shard_worker import transition_spec
-    from replay.client import ShardEndpoints
-    from replay.requests import RequestClient
+    from replay.inserts.client import ShardEndpoints
+    from replay.protocol.requests import RequestClient
 
     spec = transition_spec("atari" if kind == "atari-frames" else kind)
     case = f"{kind}-{capacity}"
@@ -130,7 +130,7 @@ def _restore(kind: str, capacity: int, root: str, held: int) -> float:
     holds what was snapshotted last (the shard's final snapshot at SIGTERM)."""
     import zmq
 
-    from replay.requests import RequestClient
+    from replay.protocol.requests import RequestClient
 
     started = time.monotonic()
     shard, ready = start_shard(kind, capacity, extra=("--restore", root))

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 from apex.envs import env_shape
 from launch.config import ConfigError, RunConfig
-from replay.client import ShardEndpoints
 from replay.errors import InvalidBatchError
-from replay.frame_spec import FrameStackSpec
-from replay.shard_config import ShardConfig
-from replay.spec import TransitionSpec
+from replay.frames.spec import FrameStackSpec
+from replay.inserts.client import ShardEndpoints
+from replay.server.config import ShardConfig
+from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
     from apex.actor import Actor
@@ -137,8 +137,8 @@ def learner(
     from apex.algorithm import build_algorithm
     from apex.learner import Learner
     from apex.staging import DeviceStager, resolve_device, uses_io_thread
-    from replay.sampler import SamplerConfig
-    from replay.sampler_drivers import make_sampler
+    from replay.sampling.pump import SamplerConfig
+    from replay.sampling.sampler import make_sampler
 
     settings = config.learner
     torch.set_num_threads(settings.torch_threads)

@@ -20,7 +20,7 @@ File layout (every key optional; defaults come from the environment preset)::
     [slurm]         # SlurmConfig: only `apex slurm submit` reads these
     partition = "gpu"
 
-    [security]      # replay.security.SecurityConfig
+    [security]      # replay.wire.security.SecurityConfig
     keys = "keys"   # CURVE keys (apex keys generate DIR); needed to bind beyond loopback
 
 Each section's dataclass validates itself (``problems``); :class:`RunConfig` adds the
@@ -41,10 +41,10 @@ from apex.envs import ALGORITHMS, preset
 from apex.settings import ActorConfig, LearnerConfig, named, not_positive_integers
 from launch.keeper import SHARD_RESTART_BUDGET
 from replay.errors import ConfigError
-from replay.field_checks import alpha_problems, checked, type_problems
-from replay.rate_limiter import RateLimiter
-from replay.security import SecurityConfig
-from replay.shard_config import DEFAULT_CAPACITY
+from replay.server.config import DEFAULT_CAPACITY
+from replay.server.rate_limiter import RateLimiter
+from replay.store.field_checks import alpha_problems, checked, type_problems
+from replay.wire.security import SecurityConfig
 
 __all__ = ["ConfigError", "ReplayConfig", "RunConfig", "SlurmConfig", "resolve"]
 
@@ -66,7 +66,7 @@ class ReplayConfig:
         min_size: transitions stored in all before the learner samples.
         samples_per_insert: the replay ratio every shard holds (None: no limit).
         error_buffer: allowed deviation from ``samples_per_insert`` in all, in transitions.
-        frames: keep each frame of image-stack observations once (``replay.frame_storage``);
+        frames: keep each frame of image-stack observations once (``replay.frames.storage``);
             None: yes exactly when ``obs`` is a stack of images (Atari), else whole.
         compress_frames: keep (and send) those frames LZ4-compressed.
         gather_threads: threads a shard puts a sampled batch's stacks together with; 0:
@@ -235,7 +235,7 @@ class RunConfig:
         host: address every role binds and connects on in a local run.
         replay, actor, learner: per-role settings.
         slurm: cluster layout, read by ``apex slurm submit`` only.
-        security: the run's CURVE keys (``replay.security``); every role reads them.
+        security: the run's CURVE keys (``replay.wire.security``); every role reads them.
     """
 
     env: str = "CartPole-v1"

@@ -1,4 +1,4 @@
-"""``apex keys``: a run's CURVE keys (``replay.keys``)."""
+"""``apex keys``: a run's CURVE keys (``replay.wire.keys``)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def generate(directory: Path, force: bool) -> None:
     Give the directory to every role (--keys DIR, or [security] keys in the run config).
     A host that only runs actors needs server.key and the client pair, not
     server.key_secret."""
-    from replay.keys import KeysError
-    from replay.keys import generate as write_keys
+    from replay.wire.keys import KeysError
+    from replay.wire.keys import generate as write_keys
 
     try:
         written = write_keys(directory, overwrite=force)
@@ -38,7 +38,7 @@ def generate(directory: Path, force: bool) -> None:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 def check(directory: Path) -> None:
     """Read DIRECTORY's keys as a role would, and say what they admit."""
-    from replay.keys import KeysError, fingerprint, load
+    from replay.wire.keys import KeysError, fingerprint, load
 
     try:
         loaded = load(directory)

@@ -16,7 +16,7 @@ class FieldParam(click.ParamType):
 
     def convert(self, value, param, ctx):
         from replay.errors import InvalidBatchError
-        from replay.spec import FieldSpec
+        from replay.store.spec import FieldSpec
 
         if isinstance(value, FieldSpec):
             return value
@@ -37,7 +37,7 @@ class ShardParam(click.ParamType):
     name = "INSERT,REQUEST"
 
     def convert(self, value, param, ctx):
-        from replay.client import ShardEndpoints
+        from replay.inserts.client import ShardEndpoints
 
         if isinstance(value, ShardEndpoints):
             return value
@@ -154,7 +154,7 @@ def settings_option(command):
 
 def security_options(command):
     """``--keys DIR`` and ``--insecure``: the run's CURVE keys, or leave to bind beyond
-    loopback without them (see replay.security)."""
+    loopback without them (see replay.wire.security)."""
     command = click.option(
         "--insecure",
         is_flag=True,

@@ -16,7 +16,7 @@ import socket
 from launch import builder
 from launch.config import RunConfig
 from replay.errors import ConfigError
-from replay.spec import TransitionSpec
+from replay.store.spec import TransitionSpec
 
 
 def shard_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:

@@ -26,7 +26,7 @@ from launch.options import (
     stop_options,
 )
 from replay.errors import ConfigError
-from replay.shard_config import DEFAULT_CAPACITY
+from replay.server.config import DEFAULT_CAPACITY
 
 SMALL_FIELDS = (
     "obs:4:float32",
@@ -128,11 +128,11 @@ def replay_role(
 
     Prints one JSON line with its endpoints once bound (``{"ready": ...}``)."""
     from launch import builder, roles
-    from replay.frame_spec import FrameStackSpec
-    from replay.security import SecurityConfig
-    from replay.shard import ShardServer
-    from replay.shard_config import ShardConfig
-    from replay.spec import TransitionSpec
+    from replay.frames.spec import FrameStackSpec
+    from replay.server.config import ShardConfig
+    from replay.server.shard import ShardServer
+    from replay.store.spec import TransitionSpec
+    from replay.wire.security import SecurityConfig
 
     try:
         if config_path is not None:
@@ -299,7 +299,7 @@ def train(
     from launch.run_status import run_dir_contents
     from launch.signals import on_stop_signal
     from launch.supervisor import Supervisor
-    from replay.security import is_loopback
+    from replay.wire.security import is_loopback
 
     so_far = TrainedSoFar.read(resume_dir) if resume_dir is not None else None
     if so_far is not None:  # on a resume the limits given here are more, not totals

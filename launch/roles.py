@@ -17,7 +17,7 @@ from launch import builder
 from launch.config import RunConfig
 from launch.signals import on_stop_signal
 from replay.errors import ConfigError
-from replay.shard import ShardServer
+from replay.server.shard import ShardServer
 
 if TYPE_CHECKING:
     from apex.actor import Actor

@@ -1,5 +1,5 @@
 """Per-run CURVE keys: what ``apex train`` and ``apex slurm submit`` make for a run that
-binds beyond loopback and was given none (``replay.keys``, ``replay.security``)."""
+binds beyond loopback and was given none (``replay.wire.keys``, ``replay.wire.security``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from launch.config import RunConfig
-from replay import keys as key_files
-from replay.security import is_loopback
+from replay.wire import keys as key_files
+from replay.wire.security import is_loopback
 
 RUN_KEYS_DIR = "keys"
 

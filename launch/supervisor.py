@@ -10,9 +10,9 @@ SIGKILL once the shared stop budget runs out.
 
 An actor that dies is restarted with exponential backoff. So is a shard, on the same
 ports, from its newest snapshot (``RUN_DIR/replay/shard-N``, see
-``replay.shard_snapshots``): actors and the learner reconnect by themselves. A shard that
+``replay.server.snapshots``): actors and the learner reconnect by themselves. A shard that
 dies more than ``replay.restart_budget`` times is given up while another shard lives (the
-learner samples the others; actors send them what they kept for it, ``replay.client``);
+learner samples the others; actors send them what they kept for it, ``replay.inserts.client``);
 the last shard's end ends the run with a message and exit code 3.
 A learner that dies without an outcome (killed, crashed) is restarted with ``--resume``
 from its newest checkpoint (which carries its training time), up to
@@ -82,7 +82,7 @@ class RunSummary:
     security: str = "loopback"
     """``launch.run_status.security_mode``: curve, insecure or loopback."""
     refused: dict = field(default_factory=dict)
-    """Connections the learner and shards refused, by reason (``replay.security``)."""
+    """Connections the learner and shards refused, by reason (``replay.wire.security``)."""
 
     def line(self) -> str:
         updates = self.outcome.get("updates", "?")

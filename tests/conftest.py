@@ -15,8 +15,8 @@ import zmq
 
 from launch.role_process import RoleProcess, RoleStartError
 from replay import TransitionSpec
-from replay.client import ShardEndpoints
-from replay.requests import RequestClient
+from replay.inserts.client import ShardEndpoints
+from replay.protocol.requests import RequestClient
 
 SMALL_SPEC = TransitionSpec.from_dict(
     {

@@ -12,7 +12,7 @@ import zmq
 from apex.actor import Actor, ActorEndpoints
 from apex.channels import HEARTBEAT_S, ApexKind
 from apex.settings import ActorConfig
-from replay.wire import decode
+from replay.wire.layout import decode
 from tests.conftest import ShardProcess, wait_for
 
 

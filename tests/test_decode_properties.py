@@ -18,14 +18,14 @@ from hypothesis import strategies as st
 
 from apex.channels import ApexKind, read_episodes, read_weights
 from bench.fuzz_descriptors import descriptor_message
-from replay import messages
 from replay.errors import ProtocolError, ReplayError
-from replay.frame_payload import FrameInsert, FramePayload
-from replay.frame_spec import FrameStackSpec
-from replay.ingest import Ingest
-from replay.shard_config import ShardConfig
-from replay.spec import TransitionSpec
-from replay.wire import Kind, Message, decode, text_array
+from replay.frames.payload import FrameInsert, FramePayload
+from replay.frames.spec import FrameStackSpec
+from replay.protocol import messages
+from replay.server.config import ShardConfig
+from replay.server.ingest import Ingest
+from replay.store.spec import TransitionSpec
+from replay.wire.layout import Kind, Message, decode, text_array
 from tests.conftest import SMALL_SPEC, make_batch
 
 SCALARS = TransitionSpec.from_dict(
@@ -207,7 +207,7 @@ def test_an_empty_array_of_impossible_extent_is_refused(dims: tuple, pack: bool)
     dimensions multiply past what numpy can address, with no bytes (0 in the shape)."""
     import struct
 
-    from replay.wire import HEADER_NBYTES, encode
+    from replay.wire.layout import HEADER_NBYTES, encode
 
     frames = [bytes(memoryview(f).cast("B")) if not isinstance(f, bytes) else f
               for f in encode(Message(Kind.INSERT, arrays=(np.zeros((0,) * len(dims)),)),

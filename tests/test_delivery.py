@@ -1,5 +1,5 @@
 """Delivery lanes: a shard takes each insert once and in order, and a client sends again
-what a restarted shard or a broken connection lost (``replay.lanes``)."""
+what a restarted shard or a broken connection lost (``replay.server.lanes``)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import zmq
 
 from apex.channels import ActorStatus, EpisodeCollector, EpisodeReporter
 from apex.delivery import delivery_report
-from replay.client import InsertClient
-from replay.credit_desk import SHARED_WINDOW, CreditDesk
-from replay.lanes import Verdict, admit, delivered
-from replay.messages import CreditReply, CreditRequest
-from replay.requests import RequestClient
-from replay.senders import SenderBook, SenderStats
-from replay.shard_credit import STALLED_RESEND_S
-from replay.transport import make_socket
-from replay.wire import Kind, Message, encode
+from replay.inserts.client import InsertClient
+from replay.inserts.lane import STALLED_RESEND_S
+from replay.protocol.messages import CreditReply, CreditRequest
+from replay.protocol.requests import RequestClient
+from replay.server.credit_desk import SHARED_WINDOW, CreditDesk
+from replay.server.lanes import Verdict, admit, delivered
+from replay.server.senders import SenderBook, SenderStats
+from replay.wire.layout import Kind, Message, encode
+from replay.wire.transport import make_socket
 from tests.conftest import SMALL_SPEC, ShardProcess, info, make_batch, wait_for
 
 

@@ -13,7 +13,7 @@ import zmq
 from apex.actor import Actor, ActorEndpoints
 from apex.envs import env_shape
 from apex.settings import ActorConfig
-from replay.requests import RequestClient
+from replay.protocol.requests import RequestClient
 from tests.conftest import ShardProcess, wait_for
 
 pytest.importorskip("ale_py")

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from replay import PrioritizedReplay, TransitionSpec
 from replay.errors import InvalidBatchError
-from replay.frame_spec import FrameStackSpec
-from replay.frame_storage import FrameStackStorage
+from replay.frames.spec import FrameStackSpec
+from replay.frames.storage import FrameStackStorage
 
 FRAME = (3, 2)
 SCALARS = TransitionSpec.from_dict(
@@ -374,9 +374,9 @@ def test_a_short_arena_drops_the_oldest_frames_and_their_transitions_first() -> 
 
 @pytest.mark.parametrize("compress", [True, False])
 def test_packed_samples_carry_each_frame_once_and_unpack_to_the_same_stacks(compress) -> None:
-    from replay.frame_payload import unpack
-    from replay.messages import SampleReply
-    from replay.wire import decode, encode
+    from replay.frames.payload import unpack
+    from replay.protocol.messages import SampleReply
+    from replay.wire.layout import decode, encode
 
     rng = np.random.default_rng(4)
     streams = built_streams(20, 3, [7, 3, 11])
@@ -417,7 +417,7 @@ def test_a_batch_gathered_on_several_threads_is_the_reference(compress) -> None:
 
 
 def test_run_in_parts_covers_each_item_once_and_reraises() -> None:
-    from replay.parts import run_in_parts
+    from replay.store.parts import run_in_parts
 
     seen = np.zeros(1000, dtype=np.int64)
     run_in_parts(1000, lambda start, stop: np.add.at(seen, np.arange(start, stop), 1), 4)
@@ -433,7 +433,7 @@ def test_run_in_parts_covers_each_item_once_and_reraises() -> None:
 
 def test_a_packed_payload_that_does_not_fit_is_refused() -> None:
     from replay.errors import ProtocolError
-    from replay.frame_payload import FramePayload, unpack
+    from replay.frames.payload import FramePayload, unpack
 
     store = small_store()
     store.write(records([3], [5]), 1)

@@ -9,9 +9,9 @@ import pytest
 from bench.fuzz_messages import HostileMessages
 from bench.fuzz_suite import SPEC, run_fuzz
 from replay.errors import ReplayError
-from replay.ingest import Ingest
-from replay.shard_config import ShardConfig
-from replay.wire import Kind, decode
+from replay.server.config import ShardConfig
+from replay.server.ingest import Ingest
+from replay.wire.layout import Kind, decode
 
 
 @pytest.mark.slow

@@ -21,14 +21,14 @@ from apex.periodic import Periodic
 from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch, DeviceStager
 from replay import PrioritizedReplay
-from replay.batch_math import ReplayBatch
 from replay.errors import ReplayTimeout
+from replay.sampling.batch_math import ReplayBatch
 
 BATCH = 32
 
 
 class LocalSource:
-    """Batches from one in-process store: what ``replay.sampler_drivers`` gives the learner
+    """Batches from one in-process store: what ``replay.sampling.sampler`` gives the learner
     from shards, without sockets."""
 
     def __init__(self, store: PrioritizedReplay, stage: DeviceStager) -> None:

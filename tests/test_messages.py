@@ -8,9 +8,9 @@ import enum
 import numpy as np
 import pytest
 
-from replay import messages
 from replay.errors import ProtocolError
-from replay.wire import APPLICATION_KINDS, Kind, Message, decode, encode, text_array
+from replay.protocol import messages
+from replay.wire.layout import APPLICATION_KINDS, Kind, Message, decode, encode, text_array
 from tests.conftest import SMALL_SPEC, make_batch
 
 

@@ -8,10 +8,10 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.client import InsertClient
 from replay.errors import ReplayTimeout
-from replay.rate_limiter import RateLimiter
-from replay.requests import RequestClient
+from replay.inserts.client import InsertClient
+from replay.protocol.requests import RequestClient
+from replay.server.rate_limiter import RateLimiter
 from tests.conftest import SMALL_SPEC, ShardProcess, make_batch, wait_for
 
 

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import zmq
 
-from replay.client import InsertClient
 from replay.errors import ReplayTimeout
-from replay.requests import RequestClient
-from replay.sampler import SamplerConfig
-from replay.sampler_drivers import InlineSampler, ThreadedSampler
-from replay.sampler_drivers import make_sampler as sampler_for
+from replay.inserts.client import InsertClient
+from replay.protocol.requests import RequestClient
+from replay.sampling.pump import SamplerConfig
+from replay.sampling.sampler import InlineSampler, ThreadedSampler
+from replay.sampling.sampler import make_sampler as sampler_for
 from tests.conftest import SMALL_SPEC, ShardProcess, chi2_critical, make_batch, wait_for
 
 ALPHA = 0.6

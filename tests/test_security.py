@@ -25,14 +25,14 @@ from apex.networks import DuelingMLP
 from apex.policy import NumpyDuelingMLP
 from launch.cli import main
 from replay.errors import ConfigError, ReplayTimeout
-from replay.keys import KeysError, generate, load
-from replay.requests import RequestClient
-from replay.security import REFUSAL_REASONS, SecurityConfig, make_context
-from replay.senders import MAX_SENDERS_PER_PEER
-from replay.shard import ShardServer
-from replay.shard_config import ShardConfig
-from replay.transport import make_socket, send_frames
-from replay.wire import Kind, Message, encode
+from replay.protocol.requests import RequestClient
+from replay.server.config import ShardConfig
+from replay.server.senders import MAX_SENDERS_PER_PEER
+from replay.server.shard import ShardServer
+from replay.wire.keys import KeysError, generate, load
+from replay.wire.layout import Kind, Message, encode
+from replay.wire.security import REFUSAL_REASONS, SecurityConfig, make_context
+from replay.wire.transport import make_socket, send_frames
 from tests.conftest import SMALL_SPEC, ShardProcess, make_batch, wait_for
 
 # How long a refused client keeps trying before we conclude it got nothing.

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from launch.cli import main
 from replay import TransitionSpec
-from replay.client import InsertClient
-from replay.credit_desk import SHARED_WINDOW
 from replay.errors import ReplayTimeout, ShardError, SpecMismatchError
-from replay.messages import SampleRequest
-from replay.requests import RequestClient
-from replay.wire import Kind, Message, decode, encode
+from replay.inserts.client import InsertClient
+from replay.protocol.messages import SampleRequest
+from replay.protocol.requests import RequestClient
+from replay.server.credit_desk import SHARED_WINDOW
+from replay.wire.layout import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, info, make_batch, wait_for
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from replay.shard_health import ShardHealth
+from replay.sampling.shard_health import ShardHealth
 
 PROBE_S, INFO_S = 0.5, 1.0
 

@@ -40,8 +40,8 @@ from launch.slurm_layout import (
     role_index,
 )
 from launch.slurm_script import render
-from replay.credit_desk import SHARED_WINDOW
-from replay.keys import generate
+from replay.server.credit_desk import SHARED_WINDOW
+from replay.wire.keys import generate
 
 CLUSTER = Path(__file__).parent.parent / "slurm" / "cluster"
 APEX = [sys.executable, "-m", "launch"]
@@ -336,8 +336,8 @@ def test_a_submitted_run_spans_three_hosts_and_completes(cluster, tmp_path: Path
 _INFO_PROBE = """
 import sys
 from replay.errors import ReplayTimeout
-from replay.requests import RequestClient
-from replay.security import SecurityConfig, make_context
+from replay.protocol.requests import RequestClient
+from replay.wire.security import SecurityConfig, make_context
 context = make_context(SecurityConfig(sys.argv[2] or None), need_server_secret=False)
 client = RequestClient(context, sys.argv[1], sender=4242, timeout_s=3.0)
 try:

@@ -12,20 +12,20 @@ import pytest
 import zmq
 
 from replay import PrioritizedReplay
-from replay.client import InsertClient
 from replay.errors import ReplayTimeout
-from replay.frame_storage import FrameStackStorage
-from replay.lz4_codec import compress_bound
-from replay.requests import RequestClient
-from replay.shard_snapshots import replay_state, restore_replay
-from replay.snapshot import (
+from replay.frames.lz4_codec import compress_bound
+from replay.frames.storage import FrameStackStorage
+from replay.inserts.client import InsertClient
+from replay.protocol.requests import RequestClient
+from replay.server.snapshots import replay_state, restore_replay
+from replay.store.snapshot import (
     SnapshotError,
     complete_snapshots,
     load_newest,
     open_snapshot,
     write_snapshot,
 )
-from replay.state import Rows
+from replay.store.state import Rows
 from tests.conftest import SMALL_SPEC, ShardProcess, make_batch, wait_for
 from tests.test_frame_storage import built_streams, feed, make_spec
 
@@ -197,7 +197,12 @@ def test_a_frame_store_is_written_by_what_it_holds_and_comes_back(
         return PrioritizedReplay(None, 60, 0.6, rng=seed, storage=storage)
 
     replay = make(5)
-    feed(replay.storage, built_streams(40, 3, episodes), np.random.default_rng(2), replay=replay)
+    feed(
+        replay.storage,
+        built_streams(40, 3, episodes),
+        np.random.default_rng(2),
+        replay=replay,
+    )
     fresh = make(99)
     _through_disk(replay, fresh, tmp_path)
     store = replay.storage

@@ -21,7 +21,7 @@ from apex.envs import env_shape
 from apex.metrics import read_metrics
 from launch.builder import read_spec
 from launch.processes import run_processes
-from replay.snapshot import complete_snapshots, open_snapshot
+from replay.store.snapshot import complete_snapshots, open_snapshot
 
 RANDOM_CARTPOLE_RETURN = 22.0
 TRAIN_SECONDS = 25

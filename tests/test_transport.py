@@ -12,12 +12,12 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from replay.transport import HEARTBEAT_TIMEOUT_MS, make_socket
+from replay.wire.transport import HEARTBEAT_TIMEOUT_MS, make_socket
 
 # A binding peer: prints its endpoint, then serves nothing until its stdin closes.
 PEER = """
 import sys, zmq
-from replay.transport import bind, make_socket
+from replay.wire.transport import bind, make_socket
 context = zmq.Context()
 socket = make_socket(context, zmq.ROUTER, 16)
 print(bind(socket, "127.0.0.1", 0), flush=True)

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay import messages, wire
 from replay.errors import ProtocolError
-from replay.wire import Kind, Message, decode, encode
+from replay.protocol import messages
+from replay.wire import layout as wire
+from replay.wire.layout import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, make_batch
 
 

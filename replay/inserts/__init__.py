@@ -1,0 +1,1 @@
+"""The actors' side: the insert client and its lane to each shard."""

@@ -1,0 +1,377 @@
+"""Replay's messages, one class per kind: what each carries and how it is laid out.
+
+``replay.wire.layout`` turns a :class:`~replay.wire.layout.Message` into frames and back
+and checks the frame layout; this module gives each kind its meaning. Every class has
+``to_message`` (for the sender) and ``from_message`` (for the receiver), and
+``from_message`` checks the arrays' count, dtypes and lengths and raises
+:class:`ProtocolError`; field shapes and dtypes against a spec are checked where the
+data is stored (``PrioritizedReplay.add``).
+
+Per kind, the arrays are (``F`` = the shard spec's fields, in spec order)::
+
+    INSERT        F…, priorities f64[count]                        actor → shard (PUSH)
+    INSERT_FRAMES streams i64[m], numbers i64[m], starts bool[m],   actor → frame shard
+                  then the frames: whole, (m, *frame) of the frame
+                  dtype (scalar 0), or LZ4 blocks, data u8[n] and
+                  offsets i64[m+1] (scalar 1); then the records R…
+                  (``FrameStackSpec.record_spec``), priorities f64
+    SAMPLE        none; count = batch size, scalar = β              learner → shard
+    SAMPLE_REPLY  stats f64[4], indices i64, generations i64,
+                  priorities f64 (stored p^α), weights f32, F…      shard → learner
+                  stats = (total priority, min positive, size, capacity);
+                  weights = (q_min / q_i)^β with this shard's q_min.
+                  From a frame shard (scalar 1: LZ4, 2: whole frames),
+                  F less obs and next_obs, then frame index
+                  i32[count, 2k], frame data u8[n], frame offsets
+                  i64[u+1] (``replay.frames.payload``)
+    UPDATE        indices i64, generations i64, priorities f64      learner → shard
+    INFO / SPEC   none                                              client → shard
+    INFO_REPLY    utf-8 JSON object as u8[n] (counters only)        shard → client
+    SPEC_REPLY    utf-8 JSON as u8[n]: {"fields": [[name, [dims],   shard → client
+                  dtype], ...], "frames": null or {"stack": k,
+                  "compressed": bool}} (a bare field list: version 1)
+    ERROR         utf-8 text as u8[n]                               shard → requester
+    CREDIT        none; scalar = the asker's lane number to wait    actor → shard
+                  for, count = longest wait in ms
+    CREDIT_REPLY  none; scalar = the lane number the shard expects  shard → actor
+                  next from the asker (sent once it reaches the
+                  asked number, or when the wait runs out); count =
+                  window << 1 | resend; incarnation = the shard's
+
+The credit (CREDIT, CREDIT_REPLY) is replay's flow control: an actor may have a bounded
+number of insert batches sent and not yet taken by a shard (``replay.inserts.lane``): its
+own share, or the shard's window divided among its active senders if that is more.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from replay.errors import ProtocolError
+from replay.frames.payload import FrameInsert, FramePayload, check_count, unpack
+from replay.frames.spec import FrameStackSpec
+from replay.store.spec import TransitionSpec
+from replay.wire.layout import Kind, Message, array_json, array_text, text_array
+
+__all__ = ["FrameInsert"]  # re-exported: writers build inserts from here
+
+# The longest a shard holds a CREDIT request, whatever the asker asked for.
+MAX_CREDIT_WAIT_MS = 10_000
+# Counts travel as f64 scalars; beyond 2^53 they are no longer exact.
+MAX_EXACT_COUNT = 2.0**53
+
+
+def _expect(message: Message, kind: Kind) -> None:
+    if message.kind != kind:
+        raise ProtocolError(f"expected {kind.name}, got {message.kind.name}")
+
+
+@dataclass(frozen=True)
+class Insert:
+    """A batch of transitions and their initial priorities (not yet raised to α)."""
+
+    fields: Mapping[str, np.ndarray]
+    priorities: np.ndarray
+
+    def to_message(self, spec: TransitionSpec, sender: int, sequence: int, version: int):
+        arrays = (
+            *(np.ascontiguousarray(self.fields[name]) for name in spec),
+            np.ascontiguousarray(self.priorities, dtype=np.float64),
+        )
+        return Message(Kind.INSERT, sender, sequence, version, len(arrays[-1]), 0.0, arrays)
+
+    @classmethod
+    def from_message(cls, message: Message, spec: TransitionSpec) -> Insert:
+        _expect(message, Kind.INSERT)
+        if len(message.arrays) != len(spec) + 1:
+            raise ProtocolError(
+                f"{len(message.arrays)} arrays, expected {len(spec)} fields + priorities"
+            )
+        check_count(message)
+        return cls(dict(zip(spec, message.arrays[:-1], strict=True)), message.arrays[-1])
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """Asks a shard for ``batch_size`` prioritized transitions, weighted with ``beta``."""
+
+    batch_size: int
+    beta: float
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        return Message(Kind.SAMPLE, sender, sequence, count=self.batch_size, scalar=self.beta)
+
+    @classmethod
+    def from_message(cls, message: Message) -> SampleRequest:
+        _expect(message, Kind.SAMPLE)
+        if message.count <= 0 or not 0 <= message.scalar < math.inf:
+            raise ProtocolError(
+                f"SAMPLE needs count > 0 and finite beta >= 0, got batch {message.count}, "
+                f"beta {message.scalar}"
+            )
+        return cls(message.count, message.scalar)
+
+
+@dataclass(frozen=True)
+class SampleReply:
+    """One shard's part of a batch, with the shard's priority statistics.
+
+    Attributes:
+        total_priority: the shard's sum of stored priorities ``Q_s``.
+        min_priority: its smallest positive stored priority ``q_s``.
+        size, capacity: transitions stored and storable.
+        indices, generations: the sampled slots and their generations.
+        priorities: their stored priorities ``p^α``.
+        weights: ``(q_s / q_i)^β``, weighed by this shard's own minimum.
+        fields: ``{name: array}`` in spec order (a frame shard's: without obs and
+            next_obs, which ``frames`` carries until :meth:`from_message` puts them
+            together).
+        frames: a frame shard's sampled frames, each once.
+    """
+
+    total_priority: float
+    min_priority: float
+    size: int
+    capacity: int
+    indices: np.ndarray
+    generations: np.ndarray
+    priorities: np.ndarray
+    weights: np.ndarray
+    fields: Mapping[str, np.ndarray]
+    frames: FramePayload | None = None
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        stats = np.array(
+            [self.total_priority, self.min_priority, self.size, self.capacity], dtype=np.float64
+        )
+        arrays = (
+            stats, self.indices, self.generations, self.priorities, self.weights,
+            *self.fields.values(),
+        )  # fmt: skip
+        scalar = 0.0
+        if self.frames is not None:
+            arrays += (self.frames.index, self.frames.data, self.frames.offsets)
+            scalar = 1.0 if self.frames.compressed else 2.0
+        return Message(
+            Kind.SAMPLE_REPLY, sender, sequence, count=len(self.indices), scalar=scalar,
+            arrays=arrays,
+        )  # fmt: skip
+
+    @classmethod
+    def from_message(cls, message: Message, spec: TransitionSpec) -> SampleReply:
+        """The reply, with a frame shard's stacks put together (``fields`` in spec order).
+
+        Raises:
+            ProtocolError: arrays that do not fit ``spec``.
+        """
+        _expect(message, Kind.SAMPLE_REPLY)
+        if message.scalar in (1.0, 2.0):
+            return cls._from_frames(message, spec)
+        if len(message.arrays) != 5 + len(spec):
+            raise ProtocolError(
+                f"SAMPLE_REPLY has {len(message.arrays)} arrays, expected {5 + len(spec)}"
+            )
+        stats, indices, generations, priorities, weights, *fields = message.arrays
+        if stats.shape != (4,) or stats.dtype != np.float64:
+            raise ProtocolError(f"SAMPLE_REPLY stats are {stats.dtype}{stats.shape}, not f64[4]")
+        count = indices.shape[0] if indices.ndim == 1 else -1
+        for name, array, dtype in (
+            ("generations", generations, np.int64),
+            ("priorities", priorities, np.float64),
+            ("weights", weights, np.float32),
+            ("indices", indices, np.int64),
+        ):
+            if array.dtype != dtype or array.shape != (count,):
+                raise ProtocolError(f"SAMPLE_REPLY {name} are {array.dtype}{array.shape}")
+        for name, array in zip(spec, fields, strict=True):
+            if array.shape[:1] != (count,):
+                rows = array.shape[0] if array.ndim else 0
+                raise ProtocolError(f"SAMPLE_REPLY field {name} has {rows} rows, not {count}")
+        total, smallest, size, capacity = stats.tolist()
+        return cls(
+            total, smallest, int(size), int(capacity), indices, generations, priorities, weights,
+            dict(zip(spec, fields, strict=True)),
+        )  # fmt: skip
+
+    @classmethod
+    def _from_frames(cls, message: Message, spec: TransitionSpec) -> SampleReply:
+        layout = FrameStackSpec.from_transition_spec(spec)
+        if layout is None:
+            raise ProtocolError(f"a frame reply for {spec}, which has no frame stacks")
+        scalars = [name for name in spec if name not in ("obs", "next_obs")]
+        if len(message.arrays) != 5 + len(scalars) + 3:
+            raise ProtocolError(
+                f"frame SAMPLE_REPLY has {len(message.arrays)} arrays, expected "
+                f"{5 + len(scalars) + 3}"
+            )
+        *head, index, data, offsets = message.arrays
+        payload = FramePayload(index, data, offsets, message.scalar == 1.0)
+        obs, following = unpack(payload, layout)
+        if obs.shape[:1] != head[1].shape[:1]:
+            raise ProtocolError(f"{len(obs)} frame stacks for indices {head[1].shape}")
+        fields = dict(zip(scalars, head[5:], strict=True))
+        fields.update(obs=obs, next_obs=following)
+        whole = Message(Kind.SAMPLE_REPLY, message.sender, message.sequence, arrays=(
+            *head[:5], *(fields[name] for name in spec)))  # fmt: skip
+        return cls.from_message(whole, spec)
+
+
+@dataclass(frozen=True)
+class PriorityUpdate:
+    """New priorities for sampled slots; fire-and-forget (the shard counts its outcome)."""
+
+    indices: np.ndarray
+    generations: np.ndarray
+    priorities: np.ndarray
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        arrays = (
+            np.ascontiguousarray(self.indices, dtype=np.int64),
+            np.ascontiguousarray(self.generations, dtype=np.int64),
+            np.ascontiguousarray(self.priorities, dtype=np.float64),
+        )
+        return Message(Kind.UPDATE, sender, sequence, count=len(arrays[0]), arrays=arrays)
+
+    @classmethod
+    def from_message(cls, message: Message) -> PriorityUpdate:
+        _expect(message, Kind.UPDATE)
+        arrays = message.arrays
+        if len(arrays) != 3 or arrays[0].dtype != np.int64 or arrays[1].dtype != np.int64:
+            raise ProtocolError("UPDATE needs int64 indices, int64 generations, priorities")
+        return cls(*arrays)
+
+
+@dataclass(frozen=True)
+class CreditRequest:
+    """Asks a shard to answer once it expects lane number ``wanted`` from the asker (see
+    ``replay.server.lanes``), or after ``wait_ms`` (at most :data:`MAX_CREDIT_WAIT_MS`). The
+    asker's incarnation, in the header, names its lane."""
+
+    wanted: float
+    wait_ms: int
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        wait_ms = max(0, min(int(self.wait_ms), 2**32 - 1))
+        return Message(Kind.CREDIT, sender, sequence, count=wait_ms, scalar=float(self.wanted))
+
+    @classmethod
+    def from_message(cls, message: Message) -> CreditRequest:
+        _expect(message, Kind.CREDIT)
+        if not 0.0 <= message.scalar < MAX_EXACT_COUNT:  # also refuses NaN
+            raise ProtocolError(f"CREDIT needs a count >= 0, got {message.scalar}")
+        return cls(message.scalar, min(message.count, MAX_CREDIT_WAIT_MS))
+
+
+@dataclass(frozen=True)
+class CreditReply:
+    """The lane number the shard expects next from the asker (``taken``: it has every
+    message below), whether it refused later ones for a gap (``resend``: send them again
+    from ``taken``), and which life of the shard says so (``incarnation``, a random u32
+    per shard process: a restarted shard may have lost what its predecessor confirmed)."""
+
+    taken: float
+    incarnation: int = 0
+    resend: bool = False
+    window: int = 0
+    """Batches the asker may have in flight to this shard, if more than its own share."""
+
+    def to_message(self, sender: int, sequence: int) -> Message:
+        count = min(self.window, 2**31 - 1) << 1 | int(self.resend)
+        return Message(Kind.CREDIT_REPLY, sender, sequence, count=count,
+                       scalar=float(self.taken), incarnation=self.incarnation)  # fmt: skip
+
+    @classmethod
+    def from_message(cls, message: Message) -> CreditReply:
+        _expect(message, Kind.CREDIT_REPLY)
+        return cls(message.scalar, message.incarnation, bool(message.count & 1),
+                   message.count >> 1)  # fmt: skip
+
+
+def request(kind: Kind, sender: int, sequence: int) -> Message:
+    """A request without payload: INFO or SPEC."""
+    return Message(kind, sender, sequence)
+
+
+def info_reply(counters: Mapping[str, object], sender: int, sequence: int) -> Message:
+    return Message(Kind.INFO_REPLY, sender, sequence, arrays=(text_array(json.dumps(counters)),))
+
+
+def read_info(message: Message) -> dict[str, object]:
+    """The counters of an INFO_REPLY.
+
+    Raises:
+        ProtocolError: another kind, or a payload that is not a JSON object.
+    """
+    _expect(message, Kind.INFO_REPLY)
+    if len(message.arrays) != 1:
+        raise ProtocolError(f"INFO_REPLY has {len(message.arrays)} arrays, expected 1")
+    info = array_json(message.arrays[0], "INFO_REPLY")
+    if not isinstance(info, dict):
+        raise ProtocolError("INFO_REPLY is not a JSON object")
+    return info
+
+
+def spec_reply(
+    spec: TransitionSpec, sender: int, sequence: int, frames: dict | None = None
+) -> Message:
+    """The shard's transition spec (what the learner samples) and, for a frame shard, its
+    frame layout (``{"stack": k, "compressed": bool}``: what its writers send)."""
+    entries = [[name, list(shape), dtype] for name, (shape, dtype) in spec.to_dict().items()]
+    payload = json.dumps({"fields": entries, "frames": frames})
+    return Message(Kind.SPEC_REPLY, sender, sequence, arrays=(text_array(payload),))
+
+
+def read_spec(message: Message) -> TransitionSpec:
+    """The spec of a SPEC_REPLY.
+
+    Raises:
+        ProtocolError: another kind, or not a valid spec payload.
+    """
+    return _spec_payload(message)[0]
+
+
+def read_frame_layout(message: Message) -> dict | None:
+    """A SPEC_REPLY's frame layout: None for a shard of whole transitions.
+
+    Raises:
+        ProtocolError: another kind, or not a valid spec payload.
+    """
+    return _spec_payload(message)[1]
+
+
+def _spec_payload(message: Message) -> tuple[TransitionSpec, dict | None]:
+    _expect(message, Kind.SPEC_REPLY)
+    if len(message.arrays) != 1:
+        raise ProtocolError(f"SPEC_REPLY has {len(message.arrays)} arrays, expected 1")
+    payload = array_json(message.arrays[0], "spec payload")
+    try:
+        entries, frames = (
+            (payload["fields"], payload.get("frames"))
+            if isinstance(payload, dict)
+            else (payload, None)
+        )
+        if not isinstance(entries, list) or not (frames is None or isinstance(frames, dict)):
+            raise TypeError("fields must be a list and frames an object or null")
+        spec = TransitionSpec.from_dict({str(n): (tuple(s), str(d)) for n, s, d in entries})
+        if frames is not None:
+            frames = {"stack": int(frames["stack"]), "compressed": bool(frames["compressed"])}
+        return spec, frames
+    except (IndexError, KeyError, ValueError, TypeError) as exc:
+        raise ProtocolError(f"malformed spec payload: {exc}") from exc
+
+
+def error(text: str, sender: int, sequence: int) -> Message:
+    return Message(Kind.ERROR, sender, sequence, arrays=(text_array(text),))
+
+
+def read_error(message: Message) -> str:
+    _expect(message, Kind.ERROR)
+    try:
+        return array_text(message.arrays[0])
+    except IndexError:
+        raise ProtocolError("ERROR without text") from None

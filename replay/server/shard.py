@@ -1,0 +1,418 @@
+"""One replay shard: a prioritized store served over ZeroMQ by a single-threaded loop.
+
+Sockets (both bound by the shard, one context per process):
+
+* PULL  ``insert_endpoint``: INSERT messages from actors (PUSH).
+* ROUTER ``request_endpoint``: SAMPLE, UPDATE, INFO, SPEC and CREDIT from the learner
+  and clients (DEALER). SAMPLE, INFO and SPEC are answered; UPDATE is fire-and-forget (its
+  outcome shows in INFO's counters), so the learner never waits on a round trip to send
+  priorities. CREDIT is held until the asker's insert messages taken reach the number
+  it asked for (or its wait runs out): the credit that keeps an actor from running far
+  ahead of what the shard has taken (see ``replay.inserts.lane.ShardCredit``).
+
+What each message carries is defined in ``replay.protocol.messages``.
+
+The loop polls both sockets with a timeout (so it sees the stop flag), then does bounded
+work per round: at most ``max_inserts_per_round`` inserts and ``max_requests_per_round``
+requests. A backlog of inserts therefore never starves the learner, and a busy learner
+never stops ingestion. Nothing is queued in Python beyond a bounded list of SAMPLE requests
+waiting for the store to reach ``min_size`` and one of held CREDIT requests;
+everything else waits in ZeroMQ's own queues, which high-water marks bound, so a fast actor
+is slowed rather than buffered.
+
+Malformed input of any kind is rejected, counted per sender and reason, logged once per
+sender and reason, and never stops the loop or changes the store. The server owns a
+:class:`PrioritizedReplay`; it is not one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import zmq
+
+from replay.errors import ConfigError, ProtocolError, ReplayError, SnapshotError
+from replay.protocol import messages
+from replay.server.config import ShardConfig
+from replay.server.credit_desk import CreditDesk
+from replay.server.ingest import Ingest
+from replay.server.lanes import Verdict, admit
+from replay.server.rate_limiter import RateLimiter
+from replay.server.senders import (
+    REJECT_INSERT,
+    REJECT_PROTOCOL,
+    REJECT_REQUEST,
+    REJECT_UNEXPECTED_KIND,
+    REJECT_UPDATE,
+    UNKNOWN_SENDER,
+    SenderBook,
+    claimed_sender,
+)
+from replay.server.snapshots import ShardSnapshots, replay_state, restore_newest, restore_replay
+from replay.store.snapshot import Snapshot
+from replay.store.state import meta_counts
+from replay.wire.layout import Kind, Message, decode, encode
+from replay.wire.security import make_context, peer_id
+from replay.wire.transport import bind, insert_buffer_bytes, make_socket, send_frames
+
+logger = logging.getLogger(__name__)
+
+
+class ShardServer:
+    """Serves one :class:`PrioritizedReplay` over a PULL and a ROUTER socket.
+
+    Construct it in the process that will run it (the ZeroMQ context is created here),
+    read the bound endpoints, then call :meth:`serve` until :meth:`stop` is called.
+
+    Args:
+        config: the shard's settings.
+
+    Raises:
+        ConfigError: listing every problem with ``config``.
+        zmq.ZMQError: a port cannot be bound.
+    """
+
+    def __init__(self, config: ShardConfig) -> None:
+        problems = config.problems()
+        if problems:
+            raise ConfigError(problems, "shard config")
+        self.config = config
+        self._ingest = Ingest(config)
+        self.replay = self._ingest.replay
+        self.limiter = RateLimiter(config.min_size, config.samples_per_insert, config.error_buffer)
+        self._index = config.shard_index
+        self._senders = SenderBook(config.shard_index)
+        self.samples_served = 0
+        self.transitions_sampled = 0
+        self.updates_applied = 0
+        self._snapshots = None
+        if config.snapshot_dir is not None:
+            root = Path(config.snapshot_dir)
+            if config.restore:
+                self._restore_newest(root)
+            self._snapshots = ShardSnapshots(
+                root, config.snapshot_interval_s, self.state, config.shard_index
+            )
+        self._stop = threading.Event()
+        self._context = make_context(config.security)
+        self._pull = make_socket(
+            self._context,
+            zmq.PULL,
+            config.socket_hwm,
+            kernel_buffer_bytes=insert_buffer_bytes(
+                config.insert_batch_hint * config.spec.item_nbytes
+            ),
+        )
+        self._router = make_socket(self._context, zmq.ROUTER, config.socket_hwm)
+        for socket in (self._pull, self._router):
+            socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes)
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)  # replies to vanished peers drop
+        try:
+            self.insert_endpoint = bind(self._pull, config.host, config.insert_port)
+            self.request_endpoint = bind(self._router, config.host, config.request_port)
+        except (ConfigError, zmq.ZMQError):
+            self.close()
+            raise
+        self._poller = zmq.Poller()
+        self._poller.register(self._pull, zmq.POLLIN)
+        self._poller.register(self._router, zmq.POLLIN)
+        self._waiting_samples: deque[tuple[bytes, int, messages.SampleRequest]] = deque()
+        self._samples_dropped = 0
+        self._replies_dropped = 0
+        self._credit = CreditDesk(self._senders, self._send, config.shard_index)
+        self._started = time.monotonic()
+
+    def stop(self) -> None:
+        """Asks :meth:`serve` to return after its current round (safe from any thread or
+        a signal handler)."""
+        self._stop.set()
+
+    def serve(self) -> None:
+        """Runs the loop until :meth:`stop`; closes the sockets and context on return."""
+        logger.info(
+            "shard %d serving: inserts on %s, requests on %s, capacity %d",
+            self.config.shard_index,
+            self.insert_endpoint,
+            self.request_endpoint,
+            self.config.capacity,
+        )
+        poll_ms = int(self.config.poll_timeout_s * 1000)
+        try:
+            while not self._stop.is_set():
+                # While inserts must wait, the PULL socket is not polled: its queue fills
+                # to the high-water mark and the actors feel the back-pressure.
+                self._poller.modify(self._pull, zmq.POLLIN if self.limiter.can_insert() else 0)
+                ready = dict(self._poller.poll(poll_ms))
+                if self._pull in ready:
+                    self._drain(self._pull, self.config.max_inserts_per_round, self._on_insert)
+                if self._router in ready:
+                    self._drain(self._router, self.config.max_requests_per_round, self._on_request)
+                while self._waiting_samples and self.limiter.can_sample(self.replay.size):
+                    self._answer_sample(*self._waiting_samples.popleft())
+                if self._credit:
+                    self._credit.expire()
+                if self._snapshots is not None:
+                    self._snapshots.tick()
+        finally:
+            if self._snapshots is not None:
+                self._snapshots.final()
+            self.close()
+            logger.info("shard %d stopped: %s", self.config.shard_index, self.counters())
+
+    def close(self) -> None:
+        self._pull.close(linger=0)
+        self._router.close(linger=0)
+        self._context.term()
+
+    def _drain(self, socket: zmq.Socket, limit: int, handler) -> None:
+        for _ in range(limit):
+            if socket is self._pull and not self.limiter.can_insert():
+                return
+            try:
+                frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            handler(frames)
+
+    # -- inserts ------------------------------------------------------------------------
+
+    def _on_insert(self, frames: list) -> None:
+        try:
+            message = decode(frames)
+        except ProtocolError as exc:
+            sender = self._senders.known(claimed_sender(frames[0]))
+            self._senders.get(sender).taken += 1
+            self._senders.reject(sender, REJECT_PROTOCOL, exc)
+            return
+        # Counted under the id the connection may claim (see replay.server.senders).
+        sender = self._senders.account(message.sender, lambda: peer_id(frames[0]))
+        stats = self._senders.get(sender)
+        stats.taken += 1
+        if message.kind not in (Kind.INSERT, Kind.INSERT_FRAMES):
+            self._senders.reject(sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL")
+            return
+        verdict = admit(self._senders.tracked(sender), message.incarnation,
+                        message.sequence, message.held)  # fmt: skip
+        self._credit.taken(sender)
+        if verdict != Verdict.TAKE:
+            return
+        try:
+            added = self._ingest.take(message)
+        except ReplayError as exc:  # ProtocolError included
+            self._senders.reject(sender, REJECT_INSERT, exc)
+            return
+        self.limiter.record_insert(added)
+        stats.inserts += 1
+        stats.transitions += added
+        stats.last_sequence = message.sequence
+        if message.policy_version >= 0:
+            version = message.policy_version
+            low, high = stats.policy_version_min, stats.policy_version_max
+            stats.policy_version_min = version if low is None else min(low, version)
+            stats.policy_version_max = version if high is None else max(high, version)
+
+    # -- requests -----------------------------------------------------------------------
+
+    def _on_request(self, frames: list) -> None:
+        identity = frames[0].bytes
+        try:
+            message = decode(frames[1:])
+        except ProtocolError as exc:
+            sender = claimed_sender(frames[1]) if len(frames) > 1 else UNKNOWN_SENDER
+            self._senders.reject(self._senders.known(sender), REJECT_PROTOCOL, exc)
+            self._reply_error(identity, 0, f"rejected: {exc}")
+            return
+        sender = self._senders.account(message.sender, lambda: peer_id(frames[0]))
+        if sender != message.sender:  # counted (and refused, updated) as the pool
+            message = dataclasses.replace(message, sender=sender)
+        self._senders.get(sender).requests += 1
+        if message.kind == Kind.SAMPLE:
+            self._on_sample_request(identity, message)
+        elif message.kind == Kind.UPDATE:
+            self._apply_update(message)
+        elif message.kind == Kind.INFO:
+            self._send(
+                identity, messages.info_reply(self.counters(), self._index, message.sequence)
+            )
+        elif message.kind == Kind.CREDIT:
+            try:
+                self._credit.ask(identity, message)
+            except ProtocolError as exc:
+                self._refuse(identity, message, REJECT_REQUEST, str(exc))
+        elif message.kind == Kind.SNAPSHOT:
+            if self._snapshots is None:
+                self._refuse(identity, message, REJECT_REQUEST, "this shard keeps no snapshots")
+                return
+            self._snapshots.request()
+            self._send(
+                identity, messages.info_reply(self.counters(), self._index, message.sequence)
+            )
+        elif message.kind == Kind.SPEC:
+            layout = self._ingest.frame_layout
+            reply = messages.spec_reply(self.config.spec, self._index, message.sequence, layout)
+            self._send(identity, reply)
+        else:
+            self._refuse(
+                identity, message, REJECT_UNEXPECTED_KIND, f"unexpected kind {message.kind.name}"
+            )
+
+    def _on_sample_request(self, identity: bytes, message: Message) -> None:
+        try:
+            request = messages.SampleRequest.from_message(message)
+            if request.batch_size > self.config.max_sample_batch:
+                raise ProtocolError(f"SAMPLE of {request.batch_size} exceeds this shard's "
+                                    f"max_sample_batch {self.config.max_sample_batch}")  # fmt: skip
+        except ProtocolError as exc:
+            self._refuse(identity, message, REJECT_REQUEST, str(exc))
+            return
+        if not self._waiting_samples and self.limiter.can_sample(self.replay.size):
+            self._answer_sample(identity, message.sequence, request)
+        elif self.config.max_waiting_samples:
+            # Full: the oldest goes. Its asker has re-drawn it by now (a learner gives up
+            # on a request after its timeout); refusing the newest instead had a learner
+            # blocked by the rate limiter re-asking and being refused in a loop.
+            if len(self._waiting_samples) >= self.config.max_waiting_samples:
+                self._waiting_samples.popleft()
+                self._samples_dropped += 1
+            self._waiting_samples.append((identity, message.sequence, request))
+        else:
+            self._refuse(identity, message, REJECT_REQUEST, "no SAMPLE request may wait")
+
+    def _answer_sample(
+        self, identity: bytes, sequence: int, request: messages.SampleRequest
+    ) -> None:
+        try:
+            packed = self._ingest.packs_samples
+            sample = self.replay.sample(request.batch_size, request.beta, packed=packed)
+        except ReplayError as exc:  # e.g. every stored priority is zero
+            self._reply_error(identity, sequence, f"cannot sample: {exc}")
+            return
+        reply = messages.SampleReply(
+            self.replay.total_priority,
+            self.replay.min_priority,
+            self.replay.size,
+            self.replay.capacity,
+            sample.indices,
+            sample.generations,
+            sample.priorities,
+            sample.weights,
+            sample.transitions,
+            sample.frames,
+        )
+        self._send(identity, reply.to_message(self._index, sequence))
+        self.limiter.record_sample(request.batch_size)
+        self.samples_served += 1
+        self.transitions_sampled += request.batch_size
+
+    def _apply_update(self, message: Message) -> None:
+        try:
+            update = messages.PriorityUpdate.from_message(message)
+            self.replay.update_priorities(update.indices, update.generations, update.priorities)
+        except ReplayError as exc:  # ProtocolError included
+            self._senders.reject(message.sender, REJECT_UPDATE, exc)
+            return
+        self.updates_applied += 1
+
+    def _send(self, identity: bytes, message: Message) -> None:
+        # Sampled arrays are fresh per request, so sending them without a copy is safe:
+        # nothing writes to them after this call.
+        try:
+            send_frames(self._router, [identity, *encode(message)], zmq.NOBLOCK)
+        except zmq.Again:  # a peer that does not read its replies: counted, logged once
+            self._replies_dropped += 1
+            if self._replies_dropped == 1:
+                logger.warning("shard %d: a reply to a full peer queue dropped (further ones "
+                               "are counted in replies_dropped)", self._index)  # fmt: skip
+
+    def _reply_error(self, identity: bytes, sequence: int, text: str) -> None:
+        self._send(identity, messages.error(text, self._index, sequence))
+
+    def _refuse(self, identity: bytes, message: Message, reason: str, text: str) -> None:
+        """Counts a rejected request and answers it with an ERROR saying why."""
+        self._senders.reject(message.sender, reason, text)
+        self._reply_error(identity, message.sequence, text)
+
+    def counters(self) -> dict[str, object]:
+        """Everything INFO reports; plain JSON types only."""
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        rejected = self._senders.rejected()
+        return {
+            "shard_index": self.config.shard_index,
+            "size": self.replay.size,
+            "capacity": self.replay.capacity,
+            "total_priority": self.replay.total_priority,
+            # JSON has no infinity: None means no positive priority is stored.
+            "min_priority": smallest
+            if (smallest := self.replay.min_priority) < float("inf")
+            else None,
+            "transitions_added": self.replay.items_added,
+            "samples_served": self.samples_served,
+            "transitions_sampled": self.transitions_sampled,
+            "updates_applied": self.updates_applied,
+            "dropped_stale_updates": self.replay.dropped_updates,
+            "inserts_per_s": self.replay.items_added / elapsed,
+            "samples_per_s": self.samples_served / elapsed,
+            "rejected": rejected,
+            "rejected_total": sum(rejected.values()),
+            "refused": self._context.refusals(),
+            "samples_per_insert": self.config.samples_per_insert,
+            "rate_limiter_diff": self.limiter.diff,
+            "inserts_waiting": not self.limiter.can_insert(),
+            "samples_waiting": len(self._waiting_samples),
+            "waiting_samples_dropped": self._samples_dropped,
+            "replies_dropped": self._replies_dropped,
+            "senders": self._senders.counters(),
+            **self._senders.delivery(),
+            "uptime_s": elapsed,
+            "cpu_s": time.process_time(),  # this process, every thread: for apex top
+            **self._ingest.counters(),
+            **(self._snapshots.counters() if self._snapshots is not None else {}),
+        }
+
+    # -- snapshots (see replay.server.snapshots) ------------------------------------------
+
+    def state(self) -> tuple[dict, dict]:
+        """Everything a snapshot keeps: the store, and the counts that make totals."""
+        arrays, meta = replay_state(self.replay)
+        meta["shard"] = {"index": self._index, "written_unix": time.time(),
+                         "size": self.replay.size,
+                         "limiter": [self.limiter.inserted, self.limiter.sampled],
+                         "served": [self.samples_served, self.transitions_sampled,
+                                    self.updates_applied],
+                         "frames_received": self._ingest.frames_received,
+                         "senders": self._senders.state()}  # fmt: skip
+        return arrays, meta
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Takes back :meth:`state` from ``snapshot``.
+
+        Raises:
+            SnapshotError: a snapshot of another store or settings, or unusable.
+        """
+        restore_replay(self.replay, snapshot.read, snapshot.meta)
+        shard = snapshot.meta.get("shard")
+        if not isinstance(shard, dict):
+            raise SnapshotError(f"{snapshot.path}: no shard counters")
+        counts = [*meta_counts(shard.get("limiter"), 2), *meta_counts(shard.get("served"), 3)]
+        self._senders.restore(shard.get("senders"))
+        self.limiter.inserted, self.limiter.sampled = counts[:2]
+        self.samples_served, self.transitions_sampled, self.updates_applied = counts[2:]
+        self._ingest.frames_received = meta_counts([shard.get("frames_received")], 1)[0]
+
+    def _restore_newest(self, root: Path) -> None:
+        """``replay.server.snapshots.restore_newest`` into this shard."""
+        attempts = []
+
+        def load(snapshot: Snapshot) -> None:
+            if attempts:  # a refused snapshot may have been half read: start clean
+                self._ingest = Ingest(self.config)
+                self.replay = self._ingest.replay
+            attempts.append(snapshot.path)
+            self.restore(snapshot)
+
+        restore_newest(root, load, self._index, lambda: self.replay.size)

@@ -1,0 +1,126 @@
+"""The one place where replay makes ZeroMQ sockets and sends multipart messages.
+
+Every socket gets LINGER and both high-water marks on purpose, so transport settings
+change in one spot. Security follows the context: a socket of a keyed
+``replay.wire.security.RunContext`` becomes a CURVE client when made and a CURVE server
+behind the run's ZAP gatekeeper when bound; binding beyond loopback without keys is
+refused unless the context allows it (``replay.wire.security.check_exposure``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import zmq
+
+from replay.wire.security import arm_client, arm_server
+
+# Frames at least this large travel without a copy (ZeroMQ keeps a reference until sent);
+# smaller ones are copied, which is cheaper than wrapping them for zero-copy. This is
+# pyzmq's own default threshold for copy=False sends.
+ZERO_COPY_MIN_BYTES = 65536
+
+# Kernel buffers of insert sockets hold about this many messages (and at least
+# MIN_KERNEL_BUFFER_BYTES). Left to the kernel, they grow to megabytes (tcp_rmem allows
+# 32 MB here): with CartPole's 2.4 KB messages that is tens of thousands of transitions in
+# flight behind a rate limiter, tens of seconds old when they land. Bounded, CartPole
+# solved in a median 32.7 s instead of 58 s (3 seeds each).
+# The floor is two loopback segments (MSS is about 64 KiB on lo): with 64 KiB on both
+# ends the receive window often stayed under one segment and the sender waited for the
+# 200 ms+ zero-window probe (ingest windows of 0.2 s dropped to 3% of the median); at
+# 16 KiB ingest fell to ~50 messages/s. With 128 KiB no window stalled in 8 quick runs.
+KERNEL_BUFFER_MESSAGES = 2
+MIN_KERNEL_BUFFER_BYTES = 131072
+# Above this, a fixed buffer may be capped by net.core.wmem_max (212992 on many kernels),
+# below what the kernel's own tuning gives; and its few-megabyte buffers hold only a couple
+# of such large messages anyway.
+MAX_KERNEL_BUFFER_BYTES = 262144
+
+
+# ZMTP heartbeats on every connection, sent by the connecting side. A link that goes down
+# leaves TCP connections open and their retransmissions backing off (past 20 s after a
+# 30 s cut: the learner waited 25 s after the link came back, measured on the namespace
+# hosts). A connection silent for HEARTBEAT_TIMEOUT_MS is dropped instead, and ZeroMQ
+# connects anew; a connect that hangs is given up after CONNECT_TIMEOUT_MS and tried
+# again, so the first attempt after the link is back succeeds. What a dropped connection
+# held is sent again (``replay.server.lanes``).
+# The connecting side (actors, the learner's clients) pings every HEARTBEAT_IVL_MS; the
+# binding side (shards, the learner's PUB) answers those pings and pings rarely itself,
+# only to let go of peers that vanished. Heartbeats cost per connection, and a shard has
+# two per actor: with pings both ways every second, 512 idle actors cost 4 shards 0.35
+# cores. (A peer's TTL alone did not make libzmq 4.3.5 drop a frozen peer, measured.)
+HEARTBEAT_IVL_MS = 2000
+HEARTBEAT_TIMEOUT_MS = 6000
+BOUND_HEARTBEAT_IVL_MS = 15000
+BOUND_HEARTBEAT_TIMEOUT_MS = 45000
+CONNECT_TIMEOUT_MS = 2000
+
+
+def insert_buffer_bytes(message_bytes: int) -> int | None:
+    """Kernel buffer size for a socket carrying insert messages of ``message_bytes``
+    (None: leave it to the kernel)."""
+    wanted = max(MIN_KERNEL_BUFFER_BYTES, KERNEL_BUFFER_MESSAGES * message_bytes)
+    return wanted if wanted <= MAX_KERNEL_BUFFER_BYTES else None
+
+
+def make_socket(
+    context: zmq.Context,
+    kind: int,
+    hwm: int,
+    linger_ms: int = 0,
+    kernel_buffer_bytes: int | None = None,
+) -> zmq.Socket:
+    """A socket with LINGER, both high-water marks and heartbeats set.
+
+    ``kernel_buffer_bytes`` fixes the TCP send and receive buffers (else the kernel grows
+    them to megabytes). High-water marks count messages, but small messages pile up in
+    those kernel buffers by the thousand, out of reach of any back-pressure.
+    """
+    socket = context.socket(kind)
+    socket.setsockopt(zmq.LINGER, linger_ms)
+    socket.setsockopt(zmq.SNDHWM, hwm)
+    socket.setsockopt(zmq.RCVHWM, hwm)
+    socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+    socket.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
+    if kernel_buffer_bytes is not None:
+        socket.setsockopt(zmq.SNDBUF, kernel_buffer_bytes)
+        socket.setsockopt(zmq.RCVBUF, kernel_buffer_bytes)
+    arm_client(socket)
+    return socket
+
+
+def send_frames(socket: zmq.Socket, frames: Sequence[object], flags: int = 0) -> None:
+    """Sends one multipart message, choosing copy or zero-copy per frame by size.
+
+    Raises:
+        zmq.Again: with ``zmq.NOBLOCK`` in ``flags``, if the message cannot be queued now
+            (ZeroMQ queues a multipart message whole or not at all).
+    """
+    last = len(frames) - 1
+    for position, frame in enumerate(frames):
+        nbytes = frame.nbytes if isinstance(frame, (np.ndarray, memoryview)) else len(frame)
+        more = zmq.SNDMORE if position < last else 0
+        socket.send(frame, flags | more, copy=nbytes < ZERO_COPY_MIN_BYTES)
+
+
+def bind(socket: zmq.Socket, host: str, port: int) -> str:
+    """Binds to ``tcp://host:port`` (a free port when 0) and returns the bound endpoint.
+    Its own heartbeats slow down to the binding side's: its peers ping it.
+
+    Raises:
+        ConfigError: ``host`` is beyond loopback and the socket's context has no keys
+            and does not allow insecure binds (``replay.wire.security.check_exposure``).
+        zmq.ZMQError: the port cannot be bound.
+    """
+    arm_server(socket, host)
+    socket.setsockopt(zmq.HEARTBEAT_IVL, BOUND_HEARTBEAT_IVL_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, BOUND_HEARTBEAT_TIMEOUT_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TTL, BOUND_HEARTBEAT_TIMEOUT_MS)
+    if port:
+        socket.bind(f"tcp://{host}:{port}")
+    else:
+        socket.bind_to_random_port(f"tcp://{host}")
+    return socket.getsockopt_string(zmq.LAST_ENDPOINT)
