@@ -112,13 +112,15 @@ def plot_race(document: dict, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(9, 5))
+    # The env from the records (their case), so a saved record plots as the fresh one does.
+    env = ""
     for record in document["records"]:
         if record.get("metric") != "last_eval":
             continue
+        env = record["case"]
         curve = record["params"]["curve"]
         axis.plot([p[0] / 60 for p in curve], [p[2] for p in curve], marker="o", markersize=3,
                   label=f"{record['implementation']} (last {record['median']:.0f})")  # fmt: skip
-    env = document["config"]["env"]
     target = preset(env).solved_return
     if target is not None:
         axis.axhline(target, color="black", linestyle=":", linewidth=1, label=f"target {target:g}")
