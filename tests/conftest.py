@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,17 @@ SMALL_SPEC = TransitionSpec.from_dict(
         "next_obs": ((4,), "float32"),
     }
 )
+
+
+@pytest.fixture(autouse=True)
+def denormals_as_ieee_says():
+    """A role run in-process (``apex learner`` through click's runner) flushes denormals
+    to zero for the whole process (``apex.cpu_math``); the tests after it, and hypothesis's
+    float strategies, need the default back."""
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_flush_denormal(False)
 
 
 def make_batch(spec: TransitionSpec, count: int, first_id: int = 0) -> dict[str, np.ndarray]:
