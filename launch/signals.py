@@ -4,7 +4,10 @@ A second SIGINT kills: a person at a terminal who presses Ctrl-C again means it.
 second SIGTERM is the same request again, never a kill: whoever sends TERM (Slurm, our
 supervisor, systemd) follows with SIGKILL after its own grace period, and a Slurm job's
 end can bring more than one (the learner's task and the batch script both stop the
-job's steps); taking the second as a kill cut shards' final snapshots short.
+job's steps); taking the second as a kill cut shards' final snapshots short. So the first
+SIGTERM also sets the signal to be ignored: Python puts its handlers back to the default
+while the interpreter shuts down, and a repeated TERM arriving then killed a shard that had
+already written its final snapshot and stopped (its task reported exit code 241).
 
 The handler only calls the given stop function (which sets an event) and, for SIGINT,
 restores the previous handler; it never logs or does work inside the signal context.
@@ -25,6 +28,7 @@ def on_stop_signal(stop: Callable[[], None]) -> None:
 
     def on_terminate(signum, frame) -> None:
         stop()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # survives shutdown, unlike a handler
 
     signal.signal(signal.SIGINT, on_interrupt)
     signal.signal(signal.SIGTERM, on_terminate)
