@@ -6,6 +6,11 @@
 #                                   training runs, benchmark commands, Slurm jobs, a terminal,
 #                                   several shard processes at once); other arguments go to
 #                                   pytest, e.g. --fast tests/test_wire.py
+#
+# Tests run in APEX_TEST_WORKERS (2) pytest-xdist workers: most of the suite waits on child
+# processes, sockets and Slurm, so two workers fill a 2-core machine that one leaves half
+# idle. Tests sharing a fixture made once stay in one worker (tests/conftest.py).
+# APEX_TEST_WORKERS=0 runs them in this process, e.g. for pdb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tier=()
@@ -19,4 +24,7 @@ APEX_EXTRAS=${APEX_EXTRAS:-dev,bench,box2d,atari,mujoco} bash scripts/setup.sh
 # As root (CI), the Slurm tests install and start a real Slurm in network namespaces and
 # must run; elsewhere they skip.
 if [ "$(id -u)" = 0 ]; then export APEX_REQUIRE_SLURM=${APEX_REQUIRE_SLURM:-1}; fi
-exec .venv/bin/python -m pytest "${tier[@]}" "$@"
+workers=${APEX_TEST_WORKERS:-2}
+parallel=()
+if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadgroup); fi
+exec .venv/bin/python -m pytest "${parallel[@]}" "${tier[@]}" "$@"

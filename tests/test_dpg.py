@@ -169,7 +169,10 @@ def test_the_action_space_chooses_the_algorithm_and_a_mismatch_stops_train(tmp_p
 
 
 @pytest.mark.slow
-def test_a_short_pendulum_run_learns_and_resumes(tmp_path: Path) -> None:
+def test_a_short_pendulum_run_learns(tmp_path: Path) -> None:
+    """Ape-X DPG end to end. Resuming is proved once, for any algorithm, by
+    tests/test_train.py (the checkpoint path does not depend on it), and DPG's own state
+    by test_td3_resumes_from_its_state_dict."""
     run_dir = tmp_path / "pendulum"
     command = [sys.executable, "-m", "launch", "train", "--env", "Pendulum-v1", "--run-dir",
                str(run_dir), "--max-time", "30", "--target-return", "1e9", "--plain",
@@ -183,13 +186,7 @@ def test_a_short_pendulum_run_learns_and_resumes(tmp_path: Path) -> None:
     assert len(evaluations) >= 3 and max(evaluations) >= evaluations[0] + 200, evaluations
     config = json.loads((run_dir / "config.json").read_text())
     assert config["algorithm"] == "auto" and config["learner"]["algorithm"] == "auto"
-    before = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]["updates"]
-    # Its 30 s are spent: more time, and 100 updates more, which end it.
-    resumed = subprocess.run(
-        [sys.executable, "-m", "launch", "train", "--resume", str(run_dir), "--max-updates",
-         "100", "--max-time", "600", "--plain"],
-        capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stdout[-3000:]
-    after = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
-    assert after["reason"] == "max_updates" and after["updates"] >= before + 100
+    [start] = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
+    assert start["algorithm"] == "DDPG"
+    end = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
+    assert end["reason"] == "max_time" and Path(end["checkpoint"]).exists()

@@ -8,8 +8,6 @@ import contextlib
 import json
 import shutil
 import stat
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -321,15 +319,8 @@ def test_one_connection_inventing_ids_cannot_push_real_actors_into_the_pool() ->
 
 
 @pytest.mark.slow
-def test_a_run_bound_beyond_loopback_gets_its_own_keys_and_trains(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
-         "--actors", "1", "--max-time", "6", "--target-return", "1e9",
-         "--set", 'host="0.0.0.0"', "--set", "learner.metrics_interval_s=0.5"],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_a_run_bound_beyond_loopback_gets_its_own_keys_and_trains(cartpole_run) -> None:
+    run_dir, _ = cartpole_run  # bound to 0.0.0.0, given no keys
     keys = load(run_dir / "keys")  # made for the run, secrets private (load checks)
     config = json.loads((run_dir / "config.json").read_text())
     assert config["security"] == {"keys": str((run_dir / "keys").absolute()), "insecure": False}

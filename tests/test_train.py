@@ -1,6 +1,7 @@
 """`apex train` for real: CartPole with 2 shards and 2 actors in child processes.
 
-One run is shared by the tests below (about half a minute of training), then resumed.
+The tests that read a finished run share one (``cartpole_run`` in conftest), and one of
+them resumes it.
 Every wait polls a condition with a deadline."""
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from launch.processes import run_processes
 from replay.store.snapshot import complete_snapshots, open_snapshot
 
 RANDOM_CARTPOLE_RETURN = 22.0
-TRAIN_SECONDS = 25
 
 
 def processes_of(run_dir: Path, role: str | None = None) -> list[int]:
@@ -62,22 +62,9 @@ def train(run_dir: Path, *arguments: str) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> tuple[Path, str]:
-    run_dir = tmp_path_factory.mktemp("run") / "cartpole"
-    # Progress records every 0.5 s: the run may solve CartPole within 2 s of training.
-    process = train(
-        run_dir, "--actors", "2", "--shards", "2", "--seed", "3", "--max-time", str(TRAIN_SECONDS),
-        "--set", "learner.metrics_interval_s=0.5",
-    )  # fmt: skip
-    output, _ = process.communicate(timeout=TRAIN_SECONDS + 120)
-    assert process.returncode == 0, output
-    return run_dir, output
-
-
 @pytest.mark.slow
-def test_a_short_run_learns_far_beyond_random(finished_run) -> None:
-    run_dir, output = finished_run
+def test_a_short_run_learns_far_beyond_random(cartpole_run) -> None:
+    run_dir, output = cartpole_run
     records = read_metrics(run_dir)
     evaluations = [r["eval_return_mean"] for r in records if r.get("event") == "evaluation"]
     assert evaluations and max(evaluations) >= 4 * RANDOM_CARTPOLE_RETURN, evaluations
@@ -89,8 +76,8 @@ def test_a_short_run_learns_far_beyond_random(finished_run) -> None:
 
 
 @pytest.mark.slow
-def test_versions_advance_priorities_update_and_a_checkpoint_is_written(finished_run) -> None:
-    run_dir, _ = finished_run
+def test_versions_advance_priorities_update_and_a_checkpoint_is_written(cartpole_run) -> None:
+    run_dir, _ = cartpole_run
     progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
     # Progress records carry INFO counters up to a second old, and a run may solve within
     # two seconds: the shards' final snapshots have the exact counts.
@@ -119,8 +106,8 @@ def test_versions_advance_priorities_update_and_a_checkpoint_is_written(finished
 
 
 @pytest.mark.slow
-def test_resume_continues_from_the_checkpoint_counters(finished_run) -> None:
-    run_dir, _ = finished_run
+def test_resume_continues_from_the_checkpoint_counters(cartpole_run) -> None:
+    run_dir, _ = cartpole_run
     before = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
     first = json.loads((run_dir / "summary.json").read_text())
     # On a resume the limits are more: 200 updates more, whatever the first run did. The
