@@ -1,21 +1,16 @@
 """The Ape-X actor: k environments, one batched forward pass per step, n-step transitions
 with priorities computed from the actor's own network, pushed to the replay shards.
 
-Per step: ``Q(s_t)`` for all k envs in one forward pass; ε-greedy with each env copy's
-fixed ``ε_i``; the vector env steps (SAME_STEP autoreset); the n-step builder emits
-finished transitions. Once ``insert_batch`` transitions are ready they get initial
-priorities
-
-    p = |R + d · max_a Q(s', a) − Q(s, a)| + priority_epsilon          (DQN)
-    p = |R + d · Q1(s', π(s')) − Q1(s, a)| + priority_epsilon          (DPG)
-
-from the actor's copy of the network (Ape-X computes them actor-side so that the learner
-never sees unprioritized data), and go to a shard stamped with the policy version the actor
-acted with. With continuous actions (DPG) each env copy acts with ``π(s)`` plus Gaussian
-noise of its own fixed scale ``σ_i`` (spread over the run as ε is), clipped to the bounds.
-Every ``weight_refresh_steps`` vector steps the actor loads the newest weights
-that the learner published.
-"""
+Per step: the acting policy's actions for all k envs in one forward pass, each env copy
+exploring with its own fixed scale (ε-greedy for DQN, Gaussian noise σ_i for DPG, spread
+over the run's copies as in Ape-X); the vector env steps (SAME_STEP autoreset); the n-step
+builder emits finished transitions. Once ``insert_batch`` transitions are ready they get
+initial priorities ``|TD| + priority_epsilon`` from the actor's copy of the network (Ape-X
+computes them actor-side so that the learner never sees unprioritized data), and go to a
+shard stamped with the policy version the actor acted with. What the policy is and how it
+explores is the algorithm's (``apex.algorithm.ActingPolicy``); this loop is the same for
+every algorithm. Every ``weight_refresh_steps`` vector steps the actor loads the newest
+weights that the learner published."""
 
 from __future__ import annotations
 
@@ -27,12 +22,12 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from apex.algorithm import ActingPolicy, AlgorithmEntry
 from apex.channels import EpisodeReporter, WeightSubscriber
-from apex.envs import choose_algorithm, env_factories, env_shape
-from apex.exploration import env_epsilons, epsilon_greedy, gaussian_noise
+from apex.envs import env_factories, env_shape
+from apex.exploration import env_epsilons
 from apex.frame_writer import FrameWriter
 from apex.nstep import NStepBuilder
-from apex.policy import NumpyActorCritic, build_policy
 from apex.settings import ActorConfig
 from replay.errors import ReplayTimeout
 from replay.inserts.client import InsertClient, ShardEndpoints
@@ -63,6 +58,8 @@ class Actor:
 
     Args:
         config: its settings.
+        acting: what it acts with, and the algorithm that is for (``launch.builder.actor``
+            makes both with ``apex.algorithm.build_acting``).
         endpoints: the shards' and the learner's.
         security: the run's keys; with keys, it takes weights only from a publisher that
             proves it holds the run's server secret.
@@ -74,6 +71,7 @@ class Actor:
     def __init__(
         self,
         config: ActorConfig,
+        acting: tuple[ActingPolicy, AlgorithmEntry],
         endpoints: ActorEndpoints,
         security: SecurityConfig | None = None,
     ) -> None:
@@ -81,21 +79,11 @@ class Actor:
         shape = env_shape(config.env)
         self._shape = shape
         self._spec = shape.transition_spec()
-        self._continuous = choose_algorithm(config.algorithm, shape, config.env) == "dpg"
-        if self._continuous:
-            self._policy = NumpyActorCritic(
-                shape.observation_shape[0], shape.action_low, shape.action_high, config.hidden,
-                seed=config.actor_seed,
-            )  # fmt: skip
-        else:
-            self._policy = build_policy(
-                shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
-                torch_threads=config.torch_threads,
-            )  # fmt: skip
-        # Each env copy's ε (DQN) or noise scale σ (DPG), spread over the run's copies.
-        self._epsilons = env_epsilons(
+        self._policy, self._algorithm = acting
+        # Each env copy's exploration scale (ε, or DPG's noise σ), spread over the run.
+        self._scales = env_epsilons(
             config.actor_index, config.actor_count, config.envs_per_actor,
-            config.noise_scale if self._continuous else config.epsilon, config.epsilon_alpha,
+            getattr(config, self._algorithm.exploration), config.epsilon_alpha,
         )  # fmt: skip
         self._rng = np.random.default_rng(config.actor_seed)
         self._context = make_context(security, need_server_secret=False)
@@ -153,12 +141,13 @@ class Actor:
     def run(self) -> None:
         config = self.config
         logger.info(
-            "actor %d: %d × %s, ε %.4g to %.4g (Ape-X actors %d, %d, ... of %d)",
+            "actor %d: %d × %s, %s %.4g to %.4g (Ape-X actors %d, %d, ... of %d)",
             config.actor_index,
             config.envs_per_actor,
             config.env,
-            self._epsilons.max(),
-            self._epsilons.min(),
+            self._algorithm.symbol,
+            self._scales.max(),
+            self._scales.min(),
             config.actor_index,
             config.actor_index + config.actor_count,
             config.actor_count * config.envs_per_actor,
@@ -240,26 +229,11 @@ class Actor:
             self.close()
 
     def _explore(self, observations: np.ndarray) -> np.ndarray:
-        """Each env copy's action: ε-greedy on Q (DQN), or π(s) plus noise (DPG)."""
-        if self._continuous:
-            policy = self._policy
-            return gaussian_noise(policy.actions(observations), self._epsilons, policy.scale,
-                                  policy.offset, self._rng)  # fmt: skip
-        greedy = self._policy.q_values(observations).argmax(axis=1)
-        return epsilon_greedy(greedy, self._epsilons, self._shape.actions, self._rng)
+        return self._policy.explore(observations, self._scales, self._rng)
 
     def _initial_priorities(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        """|n-step TD error| under the actor's own network (Ape-X)."""
-        policy = self._policy
-        if self._continuous:
-            taken = policy.q(batch["obs"], batch["action"])
-            q_next = policy.q(batch["next_obs"], policy.actions(batch["next_obs"]))
-        else:
-            q = policy.q_values(batch["obs"])
-            q_next = policy.q_values(batch["next_obs"]).max(axis=1)
-            taken = q[np.arange(len(q)), batch["action"]]
-        targets = batch["reward"] + batch["discount"] * q_next
-        return np.abs(targets - taken).astype(np.float64) + self.config.priority_epsilon
+        """|n-step TD error| under the actor's own network (Ape-X), plus ε."""
+        return self._policy.td_errors(batch) + self.config.priority_epsilon
 
     def _number_frames(
         self, observations: np.ndarray, envs: np.ndarray, episode_start: bool

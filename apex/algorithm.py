@@ -1,22 +1,41 @@
-"""What the learner loop needs of an algorithm: one update per batch, new priorities out.
+"""The algorithm seam: what the learner loop and the actors need of an algorithm, and the
+registry that names every algorithm.
 
-The loop (``apex.learner``), the actors and the launch code never know which algorithm
-runs; they hold an :class:`Algorithm`: double DQN (``apex.dqn.DoubleDQN``) for discrete
-actions, DPG with TD3's fixes (``apex.dpg.DPG``) for continuous ones.
+The loop (``apex.learner``), the actor loop (``apex.actor``) and the launch code never
+know which algorithm runs. The learner holds an :class:`Algorithm` (one update per batch,
+new priorities out); an actor holds an :class:`ActingPolicy` (exploring actions, and the
+initial priorities Ape-X computes actor-side). Both come from the algorithm's module,
+which :data:`ALGORITHMS` names:
+
+- ``Settings``: a frozen dataclass, the run config's ``[learner.NAME]`` section, with
+  ``problems(prefix)``;
+- ``build_learner(config, settings, shape, device) -> Algorithm``;
+- ``build_acting(actor_config, shape) -> ActingPolicy``;
+- ``shape_problems(shape, env) -> list[str]``: what the algorithm cannot take beyond its
+  action space (DPG: image observations).
+
+A module is imported only when its algorithm is used, and imports torch only where it
+trains or acts on images, so a CartPole actor never pays torch's import. Adding an
+algorithm is one module with those four names and one line in :data:`ALGORITHMS`.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-from torch import nn
+import numpy as np
 
-from apex.dpg import DPG
-from apex.dqn import DoubleDQN, StepResult
-from apex.envs import EnvShape, choose_algorithm
-from apex.settings import LearnerConfig
-from apex.staging import DeviceBatch
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from apex.dqn import StepResult
+    from apex.envs import EnvShape
+    from apex.settings import ActorConfig, LearnerConfig
+    from apex.staging import DeviceBatch
 
 
 class Algorithm(Protocol):
@@ -37,13 +56,106 @@ class Algorithm(Protocol):
         """Takes back what :meth:`state_dict` gave (older checkpoints may lack ``steps``)."""
 
 
-def build_algorithm(config: LearnerConfig, shape: EnvShape, device: torch.device) -> Algorithm:
-    """The algorithm a learner config names, or the action space calls for ("auto").
+class ActingPolicy(Protocol):
+    """What an actor acts with: its copy of the learner's network, as numpy arrays in and
+    out (``apex.channels.WeightSubscriber`` loads the learner's weights into it)."""
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The learner's ``state_dict`` names and shapes this policy takes."""
+
+    def load(self, arrays: dict[str, np.ndarray]) -> None:
+        """Takes the learner's weights."""
+
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+        """An action per row of ``observations``, each env copy exploring with its own
+        fixed scale (``scales``: ε, or a noise σ)."""
+
+    def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """``|R + d · bootstrap − Q(s, a)|`` per n-step transition, float64 (priorities
+        before their ε)."""
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """One registered algorithm.
+
+    Attributes:
+        name: what ``algorithm = NAME`` selects, and its config section ``[learner.NAME]``.
+        continuous: the action space it takes (a bounded ``Box``), or ``Discrete``.
+        module: the module with ``Settings``, ``build_learner``, ``build_acting`` and
+            ``shape_problems``.
+        exploration: the actor setting that is its base exploration scale, spread over the
+            run's env copies (``apex.exploration.env_epsilons``).
+        symbol: how the actors' logs name that scale.
+    """
+
+    name: str
+    continuous: bool
+    module: str
+    exploration: str
+    symbol: str
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+
+ALGORITHMS = (
+    AlgorithmEntry("dqn", continuous=False, module="apex.dqn", exploration="epsilon", symbol="ε"),
+    AlgorithmEntry(
+        "dpg", continuous=True, module="apex.dpg", exploration="noise_scale", symbol="σ"
+    ),
+)
+BY_NAME = {entry.name: entry for entry in ALGORITHMS}
+# What a run's ``algorithm`` setting may say: a registered name, or "auto" (from the
+# action space).
+SETTINGS = ("auto", *BY_NAME)
+
+
+def default_settings() -> dict[str, Any]:
+    """Every algorithm's section at its defaults, by name (``LearnerConfig.algorithms``)."""
+    return {entry.name: entry.load().Settings() for entry in ALGORITHMS}
+
+
+def choose(setting: str, shape: EnvShape, env: str = "the environment") -> AlgorithmEntry:
+    """The algorithm a run uses: ``setting``, or with "auto" the first registered one
+    that takes the env's action space.
 
     Raises:
-        ValueError: an algorithm that does not fit the env (see ``choose_algorithm``).
+        ValueError: an unknown setting, or an algorithm that does not fit the env.
     """
-    if choose_algorithm(config.algorithm, shape, config.env) == "dpg":
-        return DPG(config, shape.observation_shape[0], shape.action_low, shape.action_high,
-                   device)  # fmt: skip
-    return DoubleDQN(config, shape.observation_shape, shape.actions, device)
+    if setting not in SETTINGS:
+        raise ValueError(f"algorithm must be one of {', '.join(SETTINGS)}, got {setting!r}")
+    if setting == "auto":
+        entry = next(e for e in ALGORITHMS if e.continuous == shape.continuous)
+    else:
+        entry = BY_NAME[setting]
+    if entry.continuous != shape.continuous:
+        fits = ", ".join(e.name for e in ALGORITHMS if e.continuous == shape.continuous)
+        kind = "a continuous (Box)" if shape.continuous else "a Discrete"
+        needs = "a continuous (Box) one" if entry.continuous else "Discrete"
+        raise ValueError(f"{env} has {kind} action space: {entry.name.upper()} needs {needs}; "
+                         f"use algorithm {fits} (or auto)")  # fmt: skip
+    problems = entry.load().shape_problems(shape, env)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return entry
+
+
+def build_algorithm(config: LearnerConfig, shape: EnvShape, device: torch.device) -> Algorithm:
+    """The learner's algorithm, with its own config section.
+
+    Raises:
+        ValueError: an algorithm that does not fit the env (see :func:`choose`).
+    """
+    entry = choose(config.algorithm, shape, config.env)
+    return entry.load().build_learner(config, config.algorithms[entry.name], shape, device)
+
+
+def build_acting(config: ActorConfig, shape: EnvShape) -> tuple[ActingPolicy, AlgorithmEntry]:
+    """An actor's policy, and the entry of the algorithm it acts for.
+
+    Raises:
+        ValueError: an algorithm that does not fit the env (see :func:`choose`).
+    """
+    entry = choose(config.algorithm, shape, config.env)
+    return entry.load().build_acting(config, shape), entry

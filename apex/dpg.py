@@ -14,7 +14,7 @@ by Polyak averaging at rate ``tau`` after each policy update. New priorities are
 ``|y − Q1(s, a)| + ε``: the TD error of the critic the actors hold a copy of, so the
 priorities the learner writes back are the same kind as those the actors start with.
 
-With one critic (``learner.twin_critics = false``, the default), ``y = R + d · Q1'(s', ã)``
+With one critic (``learner.dpg.twin_critics = false``, the default), ``y = R + d · Q1'(s', ã)``
 and only ``Q1`` is trained; ``policy_delay = 1`` and ``target_noise = 0`` (the defaults)
 make it plain DDPG. ``twin_critics = true``, ``policy_delay = 2`` and ``target_noise =
 0.2`` make it TD3 (Fujimoto et al. 2018).
@@ -27,23 +27,87 @@ machine, 10 minutes each, DDPG ended ahead on HalfCheetah-v5 (5,430 and 5,865 ag
 3,610 and 4,596, seeds 0 and 1) and on Hopper-v5 (1,202 against 320), and solved Pendulum
 as fast (32.4 s median against 35.4 s). TD3 is the choice where updates are cheap beside
 the data (a GPU learner) and a run long enough for DDPG's overestimation to bite.
+
+:class:`DPGActing` is an actor's side: the policy plus Gaussian noise of the env copy's own
+scale, and initial priorities from its copy of critic 1. The module is DPG's entry in
+``apex.algorithm.ALGORITHMS``; torch is imported only where the learner builds or trains.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+import numpy as np
 
 from apex.dqn import StepResult, adam
-from apex.networks import ActorCritic, Critic
-from apex.settings import LearnerConfig
-from apex.staging import DeviceBatch
+from apex.exploration import gaussian_noise
+from apex.policy import NumpyActorCritic
+from replay.store.field_checks import checked, in_unit_interval, not_positive_integers
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from apex.envs import EnvShape
+    from apex.settings import ActorConfig, LearnerConfig
+    from apex.staging import DeviceBatch
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run config's ``[learner.dpg]``: plain DDPG at the defaults, TD3 with
+    ``twin_critics = true``, ``policy_delay = 2``, ``target_noise = 0.2``.
+
+    Attributes:
+        tau: the Polyak rate of the target networks.
+        twin_critics: TD3's clipped double-Q (two critics, the smaller target).
+        policy_delay: critic updates per policy update.
+        target_noise: target policy smoothing, σ of the noise on the target action as a
+            fraction of half the action range.
+        noise_clip: that noise's bound, in the same unit.
+    """
+
+    tau: float = 0.005
+    twin_critics: bool = False
+    policy_delay: int = 1
+    target_noise: float = 0.0
+    noise_clip: float = 0.5
+
+    def problems(self, prefix: str = "learner.dpg.") -> list[str]:
+        def ranges() -> list[str]:
+            problems = not_positive_integers({f"{prefix}policy_delay": self.policy_delay})
+            problems += in_unit_interval(f"{prefix}tau", self.tau)
+            for name in ("target_noise", "noise_clip"):
+                value = getattr(self, name)
+                if not 0 <= value < float("inf"):
+                    problems.append(f"{prefix}{name} must be finite and >= 0, got {value}")
+            return problems
+
+        return checked(self, prefix, ranges)
+
+
+def shape_problems(shape: EnvShape, env: str) -> list[str]:
+    if len(shape.observation_shape) != 1:
+        return [f"{env} has observations of shape {shape.observation_shape}: DPG takes "
+                "vector observations (d,)"]  # fmt: skip
+    return []
+
+
+def build_learner(config: LearnerConfig, settings: Settings, shape: EnvShape, device) -> DPG:
+    return DPG(config, settings, shape.observation_shape[0], shape.action_low,
+               shape.action_high, device)  # fmt: skip
+
+
+def build_acting(config: ActorConfig, shape: EnvShape) -> DPGActing:
+    return DPGActing(config, shape)
 
 
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """``target ← (1 − tau)·target + tau·online``, parameter by parameter."""
+    import torch
+
     with torch.no_grad():
         for kept, new in zip(target.parameters(), online.parameters(), strict=True):
             kept.lerp_(new, tau)
@@ -54,16 +118,26 @@ class DPG:
     twin critics, target smoothing and delayed policy updates, as ``config`` says.
 
     Args:
-        config: the learner's settings (widths, learning rate, tau, delays, noise).
+        config: the learner's settings (widths, learning rate, clipping).
+        settings: its ``[learner.dpg]`` section (tau, critics, delay, noise).
         observation_size: ``d`` of the ``(d,)`` observations.
         low, high: the action bounds.
         device: where the networks live.
     """
 
     def __init__(
-        self, config: LearnerConfig, observation_size: int, low, high, device: torch.device
+        self,
+        config: LearnerConfig,
+        settings: Settings,
+        observation_size: int,
+        low,
+        high,
+        device: torch.device,
     ) -> None:
+        from apex.networks import ActorCritic, Critic
+
         self.config = config
+        self.settings = settings
         self.online = ActorCritic(observation_size, low, high, config.hidden).to(device)
         self.critic2 = Critic(observation_size, len(low), config.hidden).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
@@ -81,13 +155,13 @@ class DPG:
     @property
     def variant(self) -> str:
         """``DDPG``, ``TD3``, or the DPG settings in between (for the run's records)."""
-        config = self.config
-        settings = (
-            ("twin critics", config.twin_critics),
-            ("policy delay", config.policy_delay > 1),
-            ("target smoothing", config.target_noise > 0),
+        settings = self.settings
+        chosen = (
+            ("twin critics", settings.twin_critics),
+            ("policy delay", settings.policy_delay > 1),
+            ("target smoothing", settings.target_noise > 0),
         )
-        fixes = [name for name, on in settings if on]
+        fixes = [name for name, on in chosen if on]
         return {0: "DDPG", 3: "TD3"}.get(len(fixes), f"DPG ({', '.join(fixes)})")
 
     @property
@@ -96,14 +170,17 @@ class DPG:
         return self.online
 
     def step(self, batch: DeviceBatch) -> StepResult:
-        config, online = self.config, self.online
+        import torch
+        from torch import nn
+
+        config, settings, online = self.config, self.settings, self.online
         transitions, weights = batch.transitions, batch.weights
         observations, actions = transitions["obs"], transitions["action"]
         scale, offset = online.policy.scale, online.policy.offset
         with torch.no_grad():
             next_observations = transitions["next_obs"]
-            noise = (torch.randn_like(actions) * config.target_noise).clamp(
-                -config.noise_clip, config.noise_clip
+            noise = (torch.randn_like(actions) * settings.target_noise).clamp(
+                -settings.noise_clip, settings.noise_clip
             )
             next_actions = torch.clamp(
                 self.target.policy(next_observations) + noise * scale,
@@ -111,7 +188,7 @@ class DPG:
                 offset + scale,
             )
             next_value = self.target.critic(next_observations, next_actions)
-            if config.twin_critics:
+            if settings.twin_critics:
                 next_value = torch.minimum(
                     next_value, self.target_critic2(next_observations, next_actions)
                 )
@@ -119,7 +196,7 @@ class DPG:
         q1 = online.critic(observations, actions)
         td = targets - q1
         squared = td.square()
-        if config.twin_critics:
+        if settings.twin_critics:
             squared = squared + (targets - self.critic2(observations, actions)).square()
         critic_loss = (weights * squared).mean()
         self.critic_optimizer.zero_grad(set_to_none=True)
@@ -129,7 +206,7 @@ class DPG:
         )
         self.critic_optimizer.step()
         self.steps += 1
-        if self.steps % config.policy_delay == 0:
+        if self.steps % settings.policy_delay == 0:
             self._improve_policy(observations)
         magnitude = td.detach().abs()
         return StepResult(
@@ -139,6 +216,8 @@ class DPG:
         )
 
     def _improve_policy(self, observations: torch.Tensor) -> None:
+        from torch import nn
+
         online = self.online
         online.critic.requires_grad_(False)  # the policy's loss moves the policy only
         policy_loss = -online.critic(observations, online.policy(observations)).mean()
@@ -147,10 +226,12 @@ class DPG:
         nn.utils.clip_grad_norm_(online.policy.parameters(), self.config.max_grad_norm)
         self.policy_optimizer.step()
         online.critic.requires_grad_(True)
-        soft_update(self.target, online, self.config.tau)
-        soft_update(self.target_critic2, self.critic2, self.config.tau)
+        soft_update(self.target, online, self.settings.tau)
+        soft_update(self.target_critic2, self.critic2, self.settings.tau)
 
     def state_dict(self) -> dict:
+        import torch
+
         return {
             "online": self.online.state_dict(),
             "target": self.target.state_dict(),
@@ -170,3 +251,31 @@ class DPG:
         self.policy_optimizer.load_state_dict(state["policy_optimizer"])
         if "steps" in state:
             self.steps = int(state["steps"])
+
+
+class DPGActing:
+    """An actor's DPG: its numpy copy of the policy and critic 1 (``apex.policy``), acting
+    with Gaussian noise of each env copy's own scale, clipped to the action bounds."""
+
+    def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
+        self.network = NumpyActorCritic(
+            shape.observation_shape[0], shape.action_low, shape.action_high, config.hidden,
+            seed=config.actor_seed,
+        )  # fmt: skip
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return self.network.parameter_shapes()
+
+    def load(self, arrays) -> None:
+        self.network.load(arrays)
+
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+        network = self.network
+        return gaussian_noise(network.actions(observations), scales, network.scale,
+                              network.offset, rng)  # fmt: skip
+
+    def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        network = self.network
+        taken = network.q(batch["obs"], batch["action"])
+        q_next = network.q(batch["next_obs"], network.actions(batch["next_obs"]))
+        return np.abs(batch["reward"] + batch["discount"] * q_next - taken).astype(np.float64)

@@ -11,21 +11,61 @@ Gradients are clipped to a global norm, and the new priorities are ``|δ| + ε``
 
 :class:`DoubleDQN` is the algorithm object the learner loop drives: it owns the online and
 target networks and the optimizer, and its :meth:`DoubleDQN.step` takes a batch and returns
-the new priorities. Another algorithm sits beside it by offering the same few methods
-(:class:`apex.algorithm.Algorithm`).
+the new priorities. :class:`DQNActing` is an actor's side: ε-greedy on its copy of the
+Q-network, and Ape-X's initial priorities ``|R + d · max_a Q(s', a) − Q(s, a)|``. The module
+is DQN's entry in ``apex.algorithm.ALGORITHMS``; torch is imported where a network is built
+or trained, so an actor on vector observations never imports it.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+import numpy as np
 
-from apex.networks import build_network
-from apex.settings import LearnerConfig
-from apex.staging import DeviceBatch
+from apex.exploration import epsilon_greedy
+from apex.policy import build_policy
+from replay.store.field_checks import checked, not_positive_integers
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from apex.envs import EnvShape
+    from apex.settings import ActorConfig, LearnerConfig
+    from apex.staging import DeviceBatch
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run config's ``[learner.dqn]``.
+
+    Attributes:
+        target_update_period: updates between copies of the online network to the target.
+    """
+
+    target_update_period: int = 2500
+
+    def problems(self, prefix: str = "learner.dqn.") -> list[str]:
+        return checked(self, prefix, lambda: not_positive_integers(
+            {f"{prefix}target_update_period": self.target_update_period}))  # fmt: skip
+
+
+def shape_problems(shape: EnvShape, env: str) -> list[str]:
+    """DQN takes any observations its networks do (vectors, stacked image frames)."""
+    return []
+
+
+def build_learner(
+    config: LearnerConfig, settings: Settings, shape: EnvShape, device: torch.device
+) -> DoubleDQN:
+    return DoubleDQN(config, settings, shape.observation_shape, shape.actions, device)
+
+
+def build_acting(config: ActorConfig, shape: EnvShape) -> DQNActing:
+    return DQNActing(config, shape)
 
 
 @dataclass(frozen=True)
@@ -53,6 +93,9 @@ def dqn_step(
     priority_epsilon: float,
 ) -> StepResult:
     """One gradient step on one batch; returns the loss and the new priorities."""
+    import torch
+    from torch import nn
+
     observations = transitions["obs"]
     actions = transitions["action"].long().unsqueeze(1)
     q_taken = online(observations).gather(1, actions).squeeze(1)
@@ -78,6 +121,8 @@ def dqn_step(
 def adam(parameters, learning_rate: float, epsilon: float) -> torch.optim.Adam:
     """Fused Adam where this torch has it for the device (1.2 ms against 1.5 ms per update
     of a 128×128 MLP on one CPU thread), the plain one otherwise."""
+    import torch
+
     parameters = list(parameters)
     try:
         return torch.optim.Adam(parameters, lr=learning_rate, eps=epsilon, fused=True)
@@ -90,6 +135,7 @@ class DoubleDQN:
 
     Args:
         config: the learner's settings (network widths, optimizer, clipping, periods).
+        settings: its ``[learner.dqn]`` section.
         observation_shape: one observation's shape (a vector, or stacked image frames).
         actions: the number of discrete actions.
         device: where the networks live.
@@ -98,11 +144,15 @@ class DoubleDQN:
     def __init__(
         self,
         config: LearnerConfig,
+        settings: Settings,
         observation_shape: tuple[int, ...],
         actions: int,
         device: torch.device,
     ) -> None:
+        from apex.networks import build_network
+
         self.config = config
+        self.settings = settings
         self.online = build_network(observation_shape, actions, config.hidden).to(device)
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
@@ -127,11 +177,13 @@ class DoubleDQN:
             self.config.priority_epsilon,
         )
         self.steps += 1
-        if self.steps % self.config.target_update_period == 0:
+        if self.steps % self.settings.target_update_period == 0:
             self.target.load_state_dict(self.online.state_dict())
         return result
 
     def state_dict(self) -> dict:
+        import torch
+
         return {
             "online": self.online.state_dict(),
             "target": self.target.state_dict(),
@@ -145,3 +197,31 @@ class DoubleDQN:
         self.optimizer.load_state_dict(state["optimizer"])
         if "steps" in state:
             self.steps = int(state["steps"])
+
+
+class DQNActing:
+    """An actor's DQN: its copy of the Q-network (numpy for vector observations, torch's
+    Nature CNN for images, ``apex.policy``), acting ε-greedily."""
+
+    def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
+        self.network = build_policy(
+            shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
+            torch_threads=config.torch_threads,
+        )  # fmt: skip
+        self._actions = shape.actions
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return self.network.parameter_shapes()
+
+    def load(self, arrays) -> None:
+        self.network.load(arrays)
+
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+        greedy = self.network.q_values(observations).argmax(axis=1)
+        return epsilon_greedy(greedy, scales, self._actions, rng)
+
+    def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        q = self.network.q_values(batch["obs"])
+        q_next = self.network.q_values(batch["next_obs"]).max(axis=1)
+        taken = q[np.arange(len(q)), batch["action"]]
+        return np.abs(batch["reward"] + batch["discount"] * q_next - taken).astype(np.float64)

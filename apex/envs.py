@@ -109,7 +109,7 @@ _DEFAULTS: dict[str, dict] = {
             "learning_rate": 2.3e-3,
             "adam_epsilon": 1e-8,
             "max_grad_norm": 10.0,
-            "target_update_period": 128,
+            "dqn": {"target_update_period": 128},
             "publish_period": 20,
             "eval_interval_s": 1.5,
             "hidden": [256, 256],
@@ -126,7 +126,7 @@ _DEFAULTS: dict[str, dict] = {
         "learner": {
             "batch_size": 256,
             "learning_rate": 5e-4,
-            "target_update_period": 1000,
+            "dqn": {"target_update_period": 1000},
             "eval_interval_s": 30.0,
         },
     },
@@ -183,7 +183,7 @@ _DEFAULTS: dict[str, dict] = {
         "learner": {
             "batch_size": 512,
             "learning_rate": 1e-4,
-            "target_update_period": 2500,
+            "dqn": {"target_update_period": 2500},
             "eval_interval_s": 300.0,
             "eval_episodes": 5,
         },
@@ -276,31 +276,6 @@ class EnvShape:
         )
 
 
-ALGORITHMS = ("auto", "dqn", "dpg")
-
-
-def choose_algorithm(setting: str, shape: EnvShape, name: str = "the environment") -> str:
-    """The algorithm a run uses: ``setting``, or with "auto" the one the action space
-    calls for (``Discrete``: "dqn", ``Box``: "dpg").
-
-    Raises:
-        ValueError: a setting that does not fit the action space, or an unknown one.
-    """
-    if setting not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {setting!r}")
-    chosen = setting if setting != "auto" else ("dpg" if shape.continuous else "dqn")
-    if chosen == "dqn" and shape.continuous:
-        raise ValueError(f"{name} has a continuous (Box) action space: DQN needs Discrete; "
-                         "use algorithm dpg (or auto)")  # fmt: skip
-    if chosen == "dpg" and not shape.continuous:
-        raise ValueError(f"{name} has a Discrete action space: DPG needs a continuous (Box) "
-                         "one; use algorithm dqn (or auto)")  # fmt: skip
-    if chosen == "dpg" and len(shape.observation_shape) != 1:
-        raise ValueError(f"{name} has observations of shape {shape.observation_shape}: DPG "
-                         "takes vector observations (d,)")  # fmt: skip
-    return chosen
-
-
 class EnvUnavailable(ValueError):
     """An environment that cannot be made here: the message says why and what to install."""
 
@@ -319,8 +294,10 @@ def check_env(name: str, algorithm: str = "auto") -> EnvShape:
         raise EnvUnavailable(
             f"cannot make environment {name!r}: {exc}{_install_hint(name, exc)}"
         ) from exc
+    from apex.algorithm import choose
+
     try:
-        choose_algorithm(algorithm, shape, name)
+        choose(algorithm, shape, name)
     except ValueError as exc:
         raise EnvUnavailable(str(exc)) from exc
     return shape

@@ -9,10 +9,19 @@ span roles are ``launch.config.RunConfig``'s.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+from apex.algorithm import default_settings
 from replay.inserts.client import REROUTE_AFTER_S
-from replay.store.field_checks import checked
+from replay.store.field_checks import (
+    checked,
+    in_unit_interval,
+    named,
+    not_positive_integers,
+    positive_or_none,
+)
 
 DEVICES = ("auto", "cpu", "cuda")
 # Past these a network is a typo, not a design: a 10^9-wide layer fails allocating
@@ -20,20 +29,6 @@ DEVICES = ("auto", "cpu", "cuda")
 MAX_HIDDEN_LAYERS = 16
 MAX_HIDDEN_WIDTH = 65_536
 REPLAY_IO_MODES = ("auto", "thread", "inline")
-
-
-def not_positive_integers(named: dict[str, object]) -> list[str]:
-    """A problem for each value that is not an integer > 0 (bools are not integers)."""
-    return [
-        f"{name} must be a positive integer, got {value!r}"
-        for name, value in named.items()
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0
-    ]
-
-
-def named(config: object, prefix: str, names: tuple[str, ...]) -> dict[str, object]:
-    """``{prefix + name: value}`` of ``config``'s fields ``names``, for the checks above."""
-    return {f"{prefix}{name}": getattr(config, name) for name in names}
 
 
 def hidden_problems(name: str, hidden: object) -> list[str]:
@@ -48,20 +43,6 @@ def hidden_problems(name: str, hidden: object) -> list[str]:
     return [
         f"{name} must be 1 to {MAX_HIDDEN_LAYERS} layer widths, each 1 to {MAX_HIDDEN_WIDTH}, "
         f"got {list(hidden) if isinstance(hidden, tuple) else hidden!r}"
-    ]
-
-
-def _in_unit_interval(name: str, value: object) -> list[str]:
-    if isinstance(value, (int, float)) and 0.0 <= value <= 1.0:
-        return []
-    return [f"{name} must be in [0, 1], got {value}"]
-
-
-def _positive_or_none(named: dict[str, object]) -> list[str]:
-    return [
-        f"{name} must be > 0, got {value}"
-        for name, value in named.items()
-        if value is not None and not (isinstance(value, (int, float)) and value > 0)
     ]
 
 
@@ -140,15 +121,15 @@ class ActorConfig:
             "torch_threads",
         )
         problems = not_positive_integers(named(self, prefix, counts))
-        problems += _in_unit_interval(f"{prefix}gamma", self.gamma)
-        problems += _in_unit_interval(f"{prefix}epsilon", self.epsilon)
-        problems += _in_unit_interval(f"{prefix}noise_scale", self.noise_scale)
+        problems += in_unit_interval(f"{prefix}gamma", self.gamma)
+        problems += in_unit_interval(f"{prefix}epsilon", self.epsilon)
+        problems += in_unit_interval(f"{prefix}noise_scale", self.noise_scale)
         problems += hidden_problems(f"{prefix}hidden", self.hidden)
         for name in ("epsilon_alpha", "priority_epsilon"):
             value = getattr(self, name)
             if not 0 <= value < math.inf:
                 problems.append(f"{prefix}{name} must be finite and >= 0, got {value}")
-        problems += _positive_or_none(
+        problems += positive_or_none(
             {
                 f"{prefix}insert_timeout_s": self.insert_timeout_s,
                 f"{prefix}shard_start_timeout_s": self.shard_start_timeout_s,
@@ -170,16 +151,9 @@ class LearnerConfig:
         learning_rate: Adam step size.
         adam_epsilon: Adam ε.
         max_grad_norm: gradient clipping threshold (global norm).
-        target_update_period: updates between target-network copies (DQN; DPG's
-            targets follow by Polyak averaging at rate ``tau`` instead).
         algorithm: "dqn", "dpg" or "auto" (from the action space; the run's setting).
-        tau: DPG's Polyak rate of its target networks.
-        twin_critics: DPG with TD3's clipped double-Q (two critics, the smaller target);
-            False: one critic, as DDPG.
-        policy_delay: DPG (TD3) updates of the critics per update of the policy.
-        target_noise: DPG (TD3) target policy smoothing: σ of the noise on the target
-            action, as a fraction of half the action range.
-        noise_clip: that noise's bound, in the same unit.
+        algorithms: each registered algorithm's own section by name, ``[learner.dqn]``,
+            ``[learner.dpg]`` (``apex.algorithm.ALGORITHMS``; each module's ``Settings``).
         publish_period: updates between weight publications.
         beta: importance-sampling exponent.
         priority_epsilon: added to |TD| for new priorities.
@@ -206,14 +180,8 @@ class LearnerConfig:
     learning_rate: float = 1e-4
     adam_epsilon: float = 1.5e-4
     max_grad_norm: float = 40.0
-    target_update_period: int = 2500
     algorithm: str = "auto"
-    tau: float = 0.005
-    # Plain DDPG by default; TD3's fixes are settings (see apex.dpg for the figures).
-    twin_critics: bool = False
-    policy_delay: int = 1
-    target_noise: float = 0.0
-    noise_clip: float = 0.5
+    algorithms: Mapping[str, Any] = field(default_factory=default_settings)
     publish_period: int = 10
     beta: float = 0.4
     priority_epsilon: float = 1e-3
@@ -237,8 +205,6 @@ class LearnerConfig:
     def _range_problems(self, prefix: str) -> list[str]:
         counts = (
             "batch_size",
-            "target_update_period",
-            "policy_delay",
             "publish_period",
             "prefetch",
             "eval_episodes",
@@ -255,7 +221,6 @@ class LearnerConfig:
                 f"{prefix}replay_io must be one of {', '.join(REPLAY_IO_MODES)}, "
                 f"got {self.replay_io!r}"
             )
-        problems += _in_unit_interval(f"{prefix}tau", self.tau)
         problems += hidden_problems(f"{prefix}hidden", self.hidden)
         for name in ("adam_epsilon", "priority_epsilon"):
             value = getattr(self, name)
@@ -263,13 +228,11 @@ class LearnerConfig:
                 problems.append(f"{prefix}{name} must be finite and > 0, got {value}")
         if self.target_return is not None and not math.isfinite(self.target_return):
             problems.append(f"{prefix}target_return must be finite, got {self.target_return}")
-        for name in ("target_noise", "noise_clip"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
-                problems.append(f"{prefix}{name} must be finite and >= 0, got {value}")
+        for name, section in self.algorithms.items():
+            problems += section.problems(f"{prefix}{name}.")
         if not (isinstance(self.beta, (int, float)) and 0 <= self.beta < math.inf):
             problems.append(f"{prefix}beta must be finite and >= 0, got {self.beta}")
-        problems += _positive_or_none(
+        problems += positive_or_none(
             {
                 f"{prefix}max_updates": self.max_updates,
                 f"{prefix}max_time_s": self.max_time_s,

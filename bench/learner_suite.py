@@ -94,10 +94,12 @@ def _measure_dpg(
     from launch.config import resolve
 
     config = dataclasses.replace(resolve({"env": "HalfCheetah-v5"}).learner, hidden=hidden)
+    settings = config.algorithms["dpg"]
     if variant == "td3-mlp":
-        config = dataclasses.replace(config, twin_critics=True, policy_delay=2, target_noise=0.2)
+        td3 = {"twin_critics": True, "policy_delay": 2, "target_noise": 0.2}
+        settings = dataclasses.replace(settings, **td3)
     low, high = -np.ones(DPG_ACTIONS, np.float32), np.ones(DPG_ACTIONS, np.float32)
-    algorithm = DPG(config, shape[0], low, high, device)
+    algorithm = DPG(config, settings, shape[0], low, high, device)
     transitions = {
         "obs": torch.randn(batch_size, *shape, device=device),
         "action": torch.rand(batch_size, DPG_ACTIONS, device=device) * 2 - 1,

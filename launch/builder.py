@@ -179,10 +179,14 @@ def actor(
     episodes: str,
     max_steps: int | None = None,
 ) -> Actor:
-    """Actor ``index`` of the run."""
+    """Actor ``index`` of the run: the acting policy of the run's algorithm, in the loop
+    that every algorithm shares."""
     from apex.actor import Actor, ActorEndpoints
+    from apex.algorithm import build_acting
 
     actor_config = config.actor_config(index)
     if max_steps is not None:
         actor_config = dataclasses.replace(actor_config, max_steps=max_steps)
-    return Actor(actor_config, ActorEndpoints(shards, weights, episodes), config.security)
+    acting = build_acting(actor_config, env_shape(config.env))
+    return Actor(actor_config, acting, ActorEndpoints(shards, weights, episodes),
+                 config.security)  # fmt: skip

@@ -17,7 +17,13 @@ File layout (every key optional; defaults come from the environment preset)::
     [learner]       # apex.settings.LearnerConfig
     batch_size = 128
 
-    [slurm]         # SlurmConfig: only `apex slurm submit` reads these
+    [learner.dqn]   # each algorithm's own section (apex.algorithm.ALGORITHMS): apex.dqn
+    target_update_period = 1000
+
+    [learner.dpg]   # apex.dpg.Settings: DDPG at the defaults, TD3 with its three fixes
+    twin_critics = true
+
+    [slurm]         # launch.slurm_config.SlurmConfig: only `apex slurm submit` reads these
     partition = "gpu"
 
     [security]      # replay.wire.security.SecurityConfig
@@ -33,23 +39,40 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from apex.envs import ALGORITHMS, preset
-from apex.settings import ActorConfig, LearnerConfig, named, not_positive_integers
+from apex.algorithm import ALGORITHMS, SETTINGS
+from apex.envs import preset
+from apex.settings import ActorConfig, LearnerConfig
 from launch.keeper import SHARD_RESTART_BUDGET
+from launch.overrides import merge_overrides
+from launch.slurm_config import SlurmConfig
 from replay.errors import ConfigError
 from replay.server.config import DEFAULT_CAPACITY
 from replay.server.rate_limiter import RateLimiter
-from replay.store.field_checks import alpha_problems, checked, type_problems
+from replay.store.field_checks import (
+    alpha_problems,
+    checked,
+    not_positive_integers,
+    type_problems,
+)
 from replay.wire.security import SecurityConfig
 
-__all__ = ["ConfigError", "ReplayConfig", "RunConfig", "SlurmConfig", "resolve"]
+__all__ = ["ConfigError", "ReplayConfig", "RunConfig", "resolve"]
 
-# Settings that were renamed: old name -> new name, both as SECTION.KEY.
+# Settings that were renamed and are refused with their new name: old -> new.
 RENAMED = {"actor.max_in_flight": "actor.insert_credit"}
+# Settings that moved into an algorithm's section: still read, with a notice, as the new.
+MOVED = {
+    "learner.target_update_period": "learner.dqn.target_update_period",
+    **{f"learner.{key}": f"learner.dpg.{key}"
+       for key in ("tau", "twin_critics", "policy_delay", "target_noise", "noise_clip")},
+}  # fmt: skip
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -130,94 +153,6 @@ class ReplayConfig:
         ]
 
 
-@dataclass(frozen=True)
-class SlurmConfig:
-    """How ``apex slurm submit`` lays a run out on a cluster.
-
-    Attributes:
-        layout: ``hetjob`` (one component per role; only the learner asks for GPUs) or
-            ``multi-prog`` (one homogeneous allocation, roles picked by task rank).
-        partition, account: passed to sbatch when set.
-        time: the job's time limit (sbatch ``--time``).
-        learner_gpus: GPUs for the learner's component (its ``auto`` device then finds CUDA).
-        learner_cpus, cpus_per_actor, cpus_per_shard: CPUs per task.
-        actor_nodes: nodes the actors spread over (actors must divide evenly); in the
-            multi-prog layout, the nodes of the whole allocation.
-        shard_nodes: nodes the shards spread over (shards must divide evenly).
-        signal_before_end_s: seconds before the time limit at which Slurm signals the job
-            so the learner checkpoints and the job requeues itself.
-        requeue: requeue on that signal (else just checkpoint and end).
-        weights_port, episodes_port: the learner's ports on its node.
-        shard_port_base: shard ``k`` on a node (k = 0, 1, ...) binds ``base + 2k`` for
-            inserts and ``base + 2k + 1`` for requests.
-        learner_options, shard_options, actor_options: extra ``#SBATCH`` options per
-            component (e.g. ``--nodelist=...``, ``--constraint=...``).
-        setup: shell lines run before any role starts (``module load``, ``source venv``).
-        python: interpreter that runs ``apex`` on the nodes (default: the submitter's).
-    """
-
-    layout: str = "hetjob"
-    partition: str | None = None
-    account: str | None = None
-    time: str = "01:00:00"
-    learner_gpus: int = 0
-    learner_cpus: int = 2
-    cpus_per_actor: int = 1
-    cpus_per_shard: int = 1
-    actor_nodes: int = 1
-    shard_nodes: int = 1
-    signal_before_end_s: int = 120
-    requeue: bool = True
-    weights_port: int = 5550
-    episodes_port: int = 5551
-    shard_port_base: int = 5600
-    learner_options: tuple[str, ...] = ()
-    shard_options: tuple[str, ...] = ()
-    actor_options: tuple[str, ...] = ()
-    setup: str = ""
-    python: str | None = None
-
-    def problems(self, actors: object, shards: object, prefix: str = "slurm.") -> list[str]:
-        """Every problem with this layout for a run of ``actors`` and ``shards``."""
-        return checked(self, prefix, lambda: self._range_problems(actors, shards, prefix))
-
-    def _range_problems(self, actors: object, shards: object, prefix: str) -> list[str]:
-        problems = []
-        if self.layout not in ("hetjob", "multi-prog"):
-            problems.append(f"{prefix}layout must be hetjob or multi-prog, got {self.layout!r}")
-        counts = (
-            "actor_nodes",
-            "shard_nodes",
-            "learner_cpus",
-            "cpus_per_actor",
-            "cpus_per_shard",
-        )
-        bad_counts = not_positive_integers(named(self, prefix, counts))
-        problems += bad_counts
-        if not isinstance(self.learner_gpus, int) or self.learner_gpus < 0:
-            problems.append(f"{prefix}learner_gpus must be >= 0, got {self.learner_gpus!r}")
-        if not isinstance(self.signal_before_end_s, int) or self.signal_before_end_s < 0:
-            problems.append(
-                f"{prefix}signal_before_end_s must be >= 0 seconds, "
-                f"got {self.signal_before_end_s!r}"
-            )
-        for name in ("weights_port", "episodes_port", "shard_port_base"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or not 1024 <= value <= 65535:
-                problems.append(f"{prefix}{name} must be a port in 1024..65535, got {value!r}")
-        if self.layout == "multi-prog" or bad_counts:
-            return problems  # multi-prog: one allocation, tasks fill its nodes in rank order
-        if isinstance(actors, int) and actors % self.actor_nodes:
-            problems.append(
-                f"actors {actors} do not divide over {prefix}actor_nodes {self.actor_nodes}"
-            )
-        if isinstance(shards, int) and shards % self.shard_nodes:
-            problems.append(
-                f"shards {shards} do not divide over {prefix}shard_nodes {self.shard_nodes}"
-            )
-        return problems
-
-
 SECTIONS = ("replay", "actor", "learner", "slurm", "security")
 
 
@@ -254,7 +189,12 @@ class RunConfig:
         return replace(self.actor, actor_index=index, actor_count=self.actors)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain values, as a TOML file would give them: each algorithm's section sits in
+        ``learner`` under its name (``learner.dqn``, ``learner.dpg``)."""
+        values = dataclasses.asdict(self)
+        learner = values["learner"]
+        learner.update(learner.pop("algorithms"))
+        return values
 
     def problems(self) -> list[str]:
         """Every problem: each section's own, then the rules that span roles, with the
@@ -263,9 +203,9 @@ class RunConfig:
             p for p in type_problems(self) if p.split(" ", 1)[0] not in ("actors", "shards")
         ]
         problems += not_positive_integers({"actors": self.actors, "shards": self.shards})
-        if self.algorithm not in ALGORITHMS:
+        if self.algorithm not in SETTINGS:
             problems.append(
-                f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}"
+                f"algorithm must be one of {', '.join(SETTINGS)}, got {self.algorithm!r}"
             )
         problems += self.replay.problems()
         problems += self.actor.problems()
@@ -291,16 +231,6 @@ class RunConfig:
         return problems
 
 
-def _merge(base: dict, update: dict) -> dict:
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def _build(cls, values: dict, section: str, problems: list[str]):
     known = {f.name: f for f in fields(cls)}
     kwargs = {}
@@ -316,6 +246,36 @@ def _build(cls, values: dict, section: str, problems: list[str]):
     except TypeError as exc:
         problems.append(f"{section}: {exc}")
         return cls()
+
+
+def _learner(values: dict, problems: list[str]) -> LearnerConfig:
+    """The learner's section, with each registered algorithm's own section inside it."""
+    values = dict(values)
+    algorithms = {}
+    for entry in ALGORITHMS:
+        section = values.pop(entry.name, {})
+        name = f"learner.{entry.name}"
+        if not isinstance(section, dict):
+            problems.append(f"{name} must be a table of settings, got {section!r}")
+            section = {}
+        algorithms[entry.name] = _build(entry.load().Settings, section, name, problems)
+    return _build(LearnerConfig, {**values, "algorithms": algorithms}, "learner", problems)
+
+
+def _moved(values: dict) -> dict:
+    """``values`` with the settings of :data:`MOVED` in their new places, each with a
+    notice; a setting given in both places keeps the new one."""
+    for old, new in MOVED.items():
+        section, key = old.split(".")
+        if key not in values.get(section, {}):
+            continue
+        logger.warning("%s is now %s; read as that (rename it to silence this)", old, new)
+        old_section = {k: v for k, v in values[section].items() if k != key}
+        _, table, new_key = new.split(".")
+        inner = dict(old_section.get(table, {}))
+        inner.setdefault(new_key, values[section][key])
+        values = {**values, section: {**old_section, table: inner}}
+    return values
 
 
 def load_file(path: Path) -> dict:
@@ -342,9 +302,9 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     Raises:
         ConfigError: listing every problem found.
     """
-    values = _merge(file_values or {}, overrides or {})
+    values = _moved(merge_overrides(file_values or {}, overrides or {}))
     env = values.get("env", RunConfig.env)
-    values = _merge(dict(preset(env).defaults), values)
+    values = merge_overrides(dict(preset(env).defaults), values)
     problems: list[str] = []
     for old, new in RENAMED.items():
         section, key = old.split(".")
@@ -361,7 +321,7 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
               "algorithm": values.get("algorithm", RunConfig.algorithm)}  # fmt: skip
     replay = _build(ReplayConfig, values.get("replay", {}), "replay", problems)
     actor = _build(ActorConfig, {**common, **values.get("actor", {})}, "actor", problems)
-    learner = _build(LearnerConfig, {**common, **values.get("learner", {})}, "learner", problems)
+    learner = _learner({**common, **values.get("learner", {})}, problems)
     slurm = _build(SlurmConfig, values.get("slurm", {}), "slurm", problems)
     security = _build(SecurityConfig, values.get("security", {}), "security", problems)
     config = RunConfig(

@@ -49,25 +49,33 @@ def run_overrides(
 
 
 def merge_overrides(base: dict, overrides: dict) -> dict:
-    """``overrides`` over ``base``, one section level deep."""
+    """``overrides`` over ``base``, section by section (an algorithm's section inside the
+    learner's included)."""
     merged = dict(base)
     for key, value in overrides.items():
-        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_overrides(merged[key], value)
+        else:
+            merged[key] = value
     return merged
 
 
 def apply_setting(overrides: dict, setting: str) -> None:
-    """Adds one ``SECTION.KEY=VALUE`` (or ``KEY=VALUE``) to ``overrides``; the value is
-    read as TOML, and a bare word as a string."""
+    """Adds one ``SECTION.KEY=VALUE`` (or ``KEY=VALUE``, or an algorithm's
+    ``learner.dqn.KEY=VALUE``) to ``overrides``; the value is read as TOML, and a bare
+    word as a string."""
     key, sep, text = setting.partition("=")
     parts = key.strip().split(".")
-    if not sep or len(parts) not in (1, 2) or not all(parts):
+    if not sep or len(parts) not in (1, 2, 3) or not all(parts):
         raise click.BadParameter(f"{setting!r} is not SECTION.KEY=VALUE", param_hint="--set")
     try:
         value = tomllib.loads(f"v = {text.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = text.strip()
-    if len(parts) == 1:
-        overrides[parts[0]] = value
-    else:
-        overrides.setdefault(parts[0], {})[parts[1]] = value
+    table = overrides
+    for part in parts[:-1]:
+        table = table.setdefault(part, {})
+        if not isinstance(table, dict):
+            raise click.BadParameter(f"{setting!r}: {part} was set to a value, not a section",
+                                     param_hint="--set")  # fmt: skip
+    table[parts[-1]] = value

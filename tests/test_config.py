@@ -12,7 +12,8 @@ from apex.envs import PRESETS, env_shape
 from apex.settings import ActorConfig, LearnerConfig
 from apex.staging import uses_io_thread
 from launch.builder import read_spec, shard_config, write_spec
-from launch.config import ConfigError, ReplayConfig, SlurmConfig, resolve
+from launch.config import ConfigError, ReplayConfig, resolve
+from launch.slurm_config import SlurmConfig
 from tests.conftest import SMALL_SPEC
 
 

@@ -14,8 +14,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from apex.dpg import DPG
-from apex.envs import choose_algorithm, env_shape
+from apex.algorithm import choose
+from apex.dpg import DPG, Settings
+from apex.envs import env_shape
 from apex.exploration import gaussian_noise
 from apex.metrics import read_metrics
 from apex.networks import ActorCritic
@@ -31,10 +32,10 @@ LOW, HIGH = (-2.0,), (2.0,)
 def constant_td3(policy_delay: int = 2, tau: float = 0.5, twin_critics: bool = True) -> DPG:
     """TD3 on 1-d observations and actions whose every weight is 0: each network outputs
     its last bias, whatever it is given, so every value below is plain arithmetic."""
-    config = LearnerConfig(hidden=(4,), policy_delay=policy_delay, tau=tau, target_noise=0.2,
-                           twin_critics=twin_critics,
-                           noise_clip=0.5, priority_epsilon=1e-3, max_grad_norm=1e6)  # fmt: skip
-    algorithm = DPG(config, 1, LOW, HIGH, torch.device("cpu"))
+    config = LearnerConfig(hidden=(4,), priority_epsilon=1e-3, max_grad_norm=1e6)
+    settings = Settings(policy_delay=policy_delay, tau=tau, target_noise=0.2,
+                        twin_critics=twin_critics, noise_clip=0.5)  # fmt: skip
+    algorithm = DPG(config, settings, 1, LOW, HIGH, torch.device("cpu"))
     with torch.no_grad():
         for network in (algorithm.online, algorithm.critic2, algorithm.target,
                         algorithm.target_critic2):  # fmt: skip
@@ -93,7 +94,7 @@ def test_the_policy_moves_every_policy_delay_steps_and_targets_follow_by_tau() -
 
 
 def test_td3_resumes_from_its_state_dict() -> None:
-    first = DPG(LearnerConfig(hidden=(8, 8)), 3, LOW, HIGH, torch.device("cpu"))
+    first = DPG(LearnerConfig(hidden=(8, 8)), Settings(), 3, LOW, HIGH, torch.device("cpu"))
     rng = np.random.default_rng(0)
     for _ in range(3):
         first.step(DeviceBatch(transitions={
@@ -102,7 +103,7 @@ def test_td3_resumes_from_its_state_dict() -> None:
             "action": torch.from_numpy(rng.uniform(-2, 2, (16, 1)).astype(np.float32)),
             "reward": torch.ones(16), "discount": torch.full((16,), 0.9),
         }, weights=torch.ones(16), source=None))  # fmt: skip
-    second = DPG(LearnerConfig(hidden=(8, 8)), 3, LOW, HIGH, torch.device("cpu"))
+    second = DPG(LearnerConfig(hidden=(8, 8)), Settings(), 3, LOW, HIGH, torch.device("cpu"))
     second.load_state_dict(first.state_dict())
     assert second.steps == 3
     for a, b in zip(first.state_dict()["critic2"].values(),
@@ -155,8 +156,8 @@ def test_nstep_builder_carries_continuous_actions() -> None:
 def test_the_action_space_chooses_the_algorithm_and_a_mismatch_stops_train(tmp_path) -> None:
     pendulum, cartpole = env_shape("Pendulum-v1"), env_shape("CartPole-v1")
     assert pendulum.continuous and pendulum.transition_spec()["action"].shape == (1,)
-    assert choose_algorithm("auto", pendulum) == "dpg"
-    assert choose_algorithm("auto", cartpole) == "dqn"
+    assert choose("auto", pendulum).name == "dpg"
+    assert choose("auto", cartpole).name == "dqn"
     runner = CliRunner()
     for env, algorithm, said in (("Pendulum-v1", "dqn", "DQN needs Discrete"),
                                  ("CartPole-v1", "dpg", "DPG needs a continuous")):  # fmt: skip

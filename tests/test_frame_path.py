@@ -11,6 +11,7 @@ import pytest
 import zmq
 
 from apex.actor import Actor, ActorEndpoints
+from apex.algorithm import build_acting
 from apex.envs import env_shape
 from apex.settings import ActorConfig
 from replay.protocol.requests import RequestClient
@@ -52,7 +53,7 @@ def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(frame_shards) 
     endpoints = ActorEndpoints(
         tuple(s.endpoints for s in frame_shards), "tcp://127.0.0.1:1", episodes_endpoint
     )
-    actor = Actor(config, endpoints)
+    actor = Actor(config, build_acting(config, env_shape(config.env)), endpoints)
     truth: dict[bytes, tuple[float, float]] = {}
     emit = actor._builder.step
 

@@ -15,6 +15,7 @@ import zmq
 
 from apex.algorithm import build_algorithm
 from apex.channels import EpisodeReporter, WeightSubscriber
+from apex.dqn import Settings as DQNSettings
 from apex.envs import env_shape
 from apex.learner import Learner
 from apex.periodic import Periodic
@@ -124,8 +125,9 @@ def filled_store(rng: np.random.Generator) -> PrioritizedReplay:
 
 def make_learner(tmp_path: Path, store, resume_from: Path | None = None, **settings) -> Learner:
     config = LearnerConfig(
-        batch_size=BATCH, hidden=(32, 32), target_update_period=10, publish_period=5,
-        eval_interval_s=3600.0, metrics_interval_s=1e-6, eval_episodes=2, **settings,
+        batch_size=BATCH, hidden=(32, 32), publish_period=5, eval_interval_s=3600.0,
+        metrics_interval_s=1e-6, eval_episodes=2, **settings,
+        algorithms={"dqn": DQNSettings(target_update_period=10)},
     )  # fmt: skip
     device = torch.device("cpu")
     algorithm = build_algorithm(config, env_shape(config.env), device)

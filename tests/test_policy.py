@@ -57,7 +57,7 @@ def test_a_vector_observation_actor_never_imports_torch() -> None:
         "import sys\n"
         "import apex.actor\n"
         "class NoLoop:\n"
-        "    def __init__(self, config, endpoints, security): self.config = config\n"
+        "    def __init__(self, config, acting, endpoints, security): self.config = config\n"
         "    def run(self): pass\n"
         "    def stop(self): pass\n"
         "apex.actor.Actor = NoLoop\n"

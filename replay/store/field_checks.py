@@ -103,3 +103,33 @@ def alpha_problems(alpha: object, name: str = "alpha") -> list[str]:
             math.isfinite(alpha) and alpha >= 0):  # fmt: skip
         return []
     return [f"{name} must be a finite number >= 0, got {alpha!r}"]
+
+
+def not_positive_integers(named: dict[str, object]) -> list[str]:
+    """A problem for each value that is not an integer > 0 (bools are not integers)."""
+    return [
+        f"{name} must be a positive integer, got {value!r}"
+        for name, value in named.items()
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0
+    ]
+
+
+def named(config: object, prefix: str, names: tuple[str, ...]) -> dict[str, object]:
+    """``{prefix + name: value}`` of ``config``'s fields ``names``, for the checks above."""
+    return {f"{prefix}{name}": getattr(config, name) for name in names}
+
+
+def in_unit_interval(name: str, value: object) -> list[str]:
+    """A problem unless ``value`` is a number in [0, 1]."""
+    if isinstance(value, (int, float)) and 0.0 <= value <= 1.0:
+        return []
+    return [f"{name} must be in [0, 1], got {value}"]
+
+
+def positive_or_none(named: dict[str, object]) -> list[str]:
+    """A problem for each value that is neither None nor a number > 0."""
+    return [
+        f"{name} must be > 0, got {value}"
+        for name, value in named.items()
+        if value is not None and not (isinstance(value, (int, float)) and value > 0)
+    ]

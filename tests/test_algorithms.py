@@ -1,0 +1,109 @@
+"""The algorithm seam: every registered algorithm supplies its config section, its learner
+step and its acting policy; a run's config reads each section as ``[learner.NAME]``, and
+the flat names of before still, with a notice."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+import numpy as np
+import pytest
+import torch
+
+from apex.algorithm import ALGORITHMS, SETTINGS, build_acting, build_algorithm, choose
+from apex.envs import env_shape
+from apex.settings import ActorConfig
+from launch.config import MOVED, ConfigError, resolve
+from launch.overrides import run_overrides
+
+ENVS = {"dqn": "CartPole-v1", "dpg": "Pendulum-v1"}
+
+
+def test_every_registered_algorithm_has_an_env_here_and_auto_picks_by_action_space() -> None:
+    assert set(ENVS) == {entry.name for entry in ALGORITHMS}
+    assert ("auto", *ENVS) == SETTINGS
+    for name, env in ENVS.items():
+        assert choose("auto", env_shape(env)).name == name
+
+
+@pytest.mark.parametrize("name", sorted(ENVS))
+def test_an_algorithm_learns_and_acts_through_the_seam_alone(name: str) -> None:
+    """What the learner loop and the actor loop call, and nothing else: an update gives a
+    priority per item, the actor's copy takes the learner's weights, explores within the
+    action space and gives a finite |TD| per transition."""
+    config = resolve({"env": ENVS[name], "algorithm": name, "learner": {"hidden": [16]},
+                      "actor": {"hidden": [16]}})  # fmt: skip
+    shape = env_shape(config.env)
+    learner = build_algorithm(config.learner, shape, torch.device("cpu"))
+    acting, entry = build_acting(config.actor_config(0), shape)
+    assert entry.name == name
+    acting.load({k: v.numpy() for k, v in learner.policy.state_dict().items()
+                 if k in acting.parameter_shapes()})  # fmt: skip
+    rng = np.random.default_rng(0)
+    observations = rng.standard_normal((5, *shape.observation_shape)).astype(np.float32)
+    actions = acting.explore(observations, np.full(5, 0.5), rng)
+    assert len(actions) == 5
+    if shape.continuous:
+        assert np.all(actions >= shape.action_low) and np.all(actions <= shape.action_high)
+    else:
+        assert set(actions.tolist()) <= set(range(shape.actions))
+    batch = {"obs": observations, "action": actions, "reward": np.ones(5, np.float32),
+             "discount": np.full(5, 0.9, np.float32), "next_obs": observations}  # fmt: skip
+    td = acting.td_errors(batch)
+    assert td.shape == (5,) and td.dtype == np.float64 and np.isfinite(td).all()
+    from apex.staging import DeviceBatch
+
+    tensors = {key: torch.as_tensor(value) for key, value in batch.items()}
+    result = learner.step(DeviceBatch(tensors, torch.ones(5), None))
+    assert result.new_priorities.shape == (5,) and bool((result.new_priorities > 0).all())
+
+
+def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
+    config = resolve({"learner": {"dqn": {"target_update_period": 7}, "dpg": {"tau": 0.01}}})
+    assert config.learner.algorithms["dqn"].target_update_period == 7
+    assert config.learner.algorithms["dpg"].tau == 0.01
+    # The resolved config keeps each section under its name, and reads back the same.
+    values = config.to_dict()
+    assert values["learner"]["dqn"] == {"target_update_period": 7}
+    assert resolve(values) == config
+    with pytest.raises(ConfigError) as refused:
+        resolve({"learner": {"dqn": {"target_update_period": 0, "typo": 1}, "dpg": 3}})
+    said = str(refused.value)
+    assert "learner.dqn.target_update_period must be a positive integer, got 0" in said
+    assert "learner.dqn: unknown setting 'typo'" in said
+    assert "learner.dpg must be a table of settings, got 3" in said
+
+
+def test_set_reaches_an_algorithm_s_section() -> None:
+    overrides = run_overrides(settings=("learner.dqn.target_update_period=9",
+                                        "learner.dpg.twin_critics=true"))  # fmt: skip
+    config = resolve(None, overrides)
+    assert config.learner.algorithms["dqn"].target_update_period == 9
+    assert config.learner.algorithms["dpg"].twin_critics is True
+    with pytest.raises(click.BadParameter, match=r"learner\.dqn\.x=1.*dqn was set to a value"):
+        run_overrides(settings=("learner.dqn=3", "learner.dqn.x=1"))
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
+def test_the_flat_names_of_before_are_read_as_the_new_with_a_notice(old, new, caplog) -> None:
+    section, key = old.split(".")
+    value = {"target_update_period": 11, "tau": 0.02, "twin_critics": True,
+             "policy_delay": 3, "target_noise": 0.1, "noise_clip": 0.3}[key]  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="launch.config"):
+        config = resolve({section: {key: value}})
+    _, algorithm, new_key = new.split(".")
+    assert getattr(config.learner.algorithms[algorithm], new_key) == value
+    assert f"{old} is now {new}" in caplog.text
+    # Given in both places, the new name wins.
+    both = resolve({section: {key: value, algorithm: {new_key: getattr(
+        type(config.learner.algorithms[algorithm])(), new_key)}}})  # fmt: skip
+    assert getattr(both.learner.algorithms[algorithm], new_key) != value
+
+
+def test_an_actor_takes_its_exploration_scale_from_its_algorithm_s_setting() -> None:
+    for name, field in (("dqn", "epsilon"), ("dpg", "noise_scale")):
+        actor = ActorConfig(env=ENVS[name], actor_count=1, envs_per_actor=1, hidden=(8,),
+                            epsilon=0.3, noise_scale=0.7)  # fmt: skip
+        _, entry = build_acting(actor, env_shape(actor.env))
+        assert entry.exploration == field and getattr(actor, field) in (0.3, 0.7)
