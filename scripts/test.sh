@@ -7,9 +7,10 @@
 #                                   several shard processes at once); other arguments go to
 #                                   pytest, e.g. --fast tests/test_wire.py
 #
-# Tests run in APEX_TEST_WORKERS (2) pytest-xdist workers: most of the suite waits on child
-# processes, sockets and Slurm, so two workers fill a 2-core machine that one leaves half
-# idle. Tests sharing a fixture made once stay in one worker (tests/conftest.py).
+# Tests run in APEX_TEST_WORKERS (2) pytest-xdist workers, a test file to a worker: most of
+# the suite waits on child processes, sockets and Slurm, so two workers fill a 2-core machine
+# that one leaves two-thirds idle. A fixture made once (the Slurm cluster, a training run, a
+# fleet) serves only the tests of its own file, so no two workers make it.
 # APEX_TEST_WORKERS=0 runs them in this process, e.g. for pdb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,5 +27,5 @@ APEX_EXTRAS=${APEX_EXTRAS:-dev,bench,box2d,atari,mujoco} bash scripts/setup.sh
 if [ "$(id -u)" = 0 ]; then export APEX_REQUIRE_SLURM=${APEX_REQUIRE_SLURM:-1}; fi
 workers=${APEX_TEST_WORKERS:-2}
 parallel=()
-if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadgroup); fi
+if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
 exec .venv/bin/python -m pytest "${parallel[@]}" "${tier[@]}" "$@"

@@ -30,22 +30,6 @@ SMALL_SPEC = TransitionSpec.from_dict(
 )
 
 
-# Fixtures made once and read by several tests: under pytest-xdist (scripts/test.sh runs
-# two workers) the tests that share one must run in the same worker, or each worker would
-# make its own (two Slurm clusters in the same namespaces, two training runs).
-SHARED_FIXTURE_GROUPS = {"cluster": "slurm", "cartpole_run": "cartpole_run",
-                         "quick_fleet": "quick_fleet"}  # fmt: skip
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items) -> None:
-    for item in items:
-        for fixture, group in SHARED_FIXTURE_GROUPS.items():
-            if fixture in item.fixturenames:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
-
-
 @pytest.fixture(autouse=True)
 def denormals_as_ieee_says():
     """A role run in-process (``apex learner`` through click's runner) flushes denormals
@@ -158,45 +142,6 @@ class ShardProcess:
             self.role.close()
         assert not killed, "the shard did not stop on SIGTERM in time"
         return code
-
-
-@pytest.fixture(scope="session")
-def quick_fleet(tmp_path_factory) -> Path:
-    """``apex bench fleet --quick`` of 8 and 32 logical actors into 2 shards, run once for
-    the tests that read its document (the fleet's own test, the cost model's check)."""
-    from click.testing import CliRunner
-
-    from launch.cli import main
-
-    out = tmp_path_factory.mktemp("fleet") / "fleet.json"
-    arguments = ["bench", "fleet", "--quick", "--actors", "8", "--actors", "32", "--shards", "2"]
-    result = CliRunner().invoke(main, [*arguments, "--json", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
-
-
-CARTPOLE_RUN_SECONDS = 25
-
-
-@pytest.fixture(scope="session")
-def cartpole_run(tmp_path_factory) -> tuple[Path, str]:
-    """One real ``apex train``, read by every test that only reads a finished run's
-    results (``tests/test_train.py``, ``tests/test_security.py``): CartPole with 2 shards
-    and 2 actors for about half a minute, bound beyond loopback, so that it also makes and
-    uses its own CURVE keys. Returns its run directory and everything it printed."""
-    import subprocess
-
-    run_dir = tmp_path_factory.mktemp("run") / "cartpole"
-    # Progress records every 0.5 s: the run may solve CartPole within 2 s of training.
-    command = [
-        sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
-        "--actors", "2", "--shards", "2", "--seed", "3", "--max-time", str(CARTPOLE_RUN_SECONDS),
-        "--set", 'host="0.0.0.0"', "--set", "learner.metrics_interval_s=0.5",
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True,
-                          timeout=CARTPOLE_RUN_SECONDS + 120, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    return run_dir, done.stdout
 
 
 @pytest.fixture(scope="module")

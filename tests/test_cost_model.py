@@ -1,5 +1,6 @@
-"""The cost model's arithmetic on a hand-computed case, and ``apex bench model`` measuring
-unit costs with a live shard and checking them against a real fleet run."""
+"""The cost model's arithmetic on a hand-computed case; ``apex bench fleet`` delivering
+everything it sends; and ``apex bench model`` measuring unit costs with a live shard and
+checking them against that fleet run (one run, shared)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,18 @@ from click.testing import CliRunner
 from bench import cost_model, model_suite, report
 from bench.cost_model import Load, UnitCosts
 from launch.cli import main
+
+
+@pytest.fixture(scope="module")
+def quick_fleet(tmp_path_factory) -> Path:
+    """``apex bench fleet --quick`` of 8 and 32 logical actors into 2 shards, run once for
+    the tests that read its document (the fleet's own test, the cost model's check)."""
+    out = tmp_path_factory.mktemp("fleet") / "fleet.json"
+    arguments = ["bench", "fleet", "--quick", "--actors", "8", "--actors", "32", "--shards", "2"]
+    result = CliRunner().invoke(main, [*arguments, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
 
 COSTS = UnitCosts(
     env="test", per_vector_step_s=100e-6, per_env_step_s=10e-6, client_s_per_message=50e-6,
@@ -139,3 +152,17 @@ def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path, quick
                      for role in ("shard", "insert clients")}  # fmt: skip
     assert all(math.isfinite(check["error"]) for check in config["checks"])
     assert (plots / "model-checks.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_quick_fleet_delivers_everything_it_sends(quick_fleet: Path) -> None:
+    document = json.loads(quick_fleet.read_text())
+    assert report.validate(document) == []
+    by_case: dict[str, dict] = {}
+    for record in document["records"]:
+        by_case.setdefault(record["case"], {})[record["metric"]] = record["median"]
+    assert set(by_case) == {"CartPole-v1-8x2", "CartPole-v1-32x2"}
+    for figures in by_case.values():
+        assert figures["transitions_lost"] == 0 and figures["rejected"] == 0
+        assert figures["sent_per_s"] >= 0.9 * figures["target_per_s"]
+        assert figures["learner_updates_per_s"] > 0

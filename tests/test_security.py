@@ -5,7 +5,6 @@ per-connection sender accounting."""
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import stat
 from dataclasses import replace
@@ -18,7 +17,6 @@ import zmq.auth
 from click.testing import CliRunner
 
 from apex.channels import WeightPublisher, WeightSubscriber
-from apex.metrics import read_metrics
 from apex.networks import DuelingMLP
 from apex.policy import NumpyDuelingMLP
 from launch.cli import main
@@ -29,7 +27,7 @@ from replay.server.senders import MAX_SENDERS_PER_PEER
 from replay.server.shard import ShardServer
 from replay.wire.keys import KeysError, generate, load
 from replay.wire.layout import Kind, Message, encode
-from replay.wire.security import REFUSAL_REASONS, SecurityConfig, make_context
+from replay.wire.security import SecurityConfig, make_context
 from replay.wire.transport import make_socket, send_frames
 from tests.conftest import SMALL_SPEC, ShardProcess, make_batch, wait_for
 
@@ -316,20 +314,6 @@ def test_one_connection_inventing_ids_cannot_push_real_actors_into_the_pool() ->
 
 
 # -- whole runs -------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_a_run_bound_beyond_loopback_gets_its_own_keys_and_trains(cartpole_run) -> None:
-    run_dir, _ = cartpole_run  # bound to 0.0.0.0, given no keys
-    keys = load(run_dir / "keys")  # made for the run, secrets private (load checks)
-    config = json.loads((run_dir / "config.json").read_text())
-    assert config["security"] == {"keys": str((run_dir / "keys").absolute()), "insecure": False}
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["security"] == "curve" and summary["outcome"]["updates"] > 0
-    assert summary["refused"] == dict.fromkeys(REFUSAL_REASONS, 0)
-    assert keys.admitted == {keys.client.public}
-    progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
-    assert progress and progress[-1]["refused"] == dict.fromkeys(REFUSAL_REASONS, 0)
 
 
 def test_insecure_is_recorded_and_a_loopback_run_needs_no_keys(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """`apex train` for real: CartPole with 2 shards and 2 actors in child processes.
 
-The tests that read a finished run share one (``cartpole_run`` in conftest), and one of
-them resumes it.
+The tests that read a finished run share one (``cartpole_run``), bound beyond loopback so
+that it makes and uses its own keys; one of them resumes it.
 Every wait polls a condition with a deadline."""
 
 from __future__ import annotations
@@ -23,8 +23,32 @@ from apex.metrics import read_metrics
 from launch.builder import read_spec
 from launch.processes import run_processes
 from replay.store.snapshot import complete_snapshots, open_snapshot
+from replay.wire.keys import load
+from replay.wire.security import REFUSAL_REASONS
 
 RANDOM_CARTPOLE_RETURN = 22.0
+
+
+CARTPOLE_RUN_SECONDS = 25
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory) -> tuple[Path, str]:
+    """One real ``apex train``, read by every test below that only reads a finished run's
+    results: CartPole with 2 shards and 2 actors for about half a minute, bound beyond
+    loopback, so that it also makes and uses its own CURVE keys. Returns its run directory
+    and everything it printed."""
+    run_dir = tmp_path_factory.mktemp("run") / "cartpole"
+    # Progress records every 0.5 s: the run may solve CartPole within 2 s of training.
+    command = [
+        sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
+        "--actors", "2", "--shards", "2", "--seed", "3", "--max-time", str(CARTPOLE_RUN_SECONDS),
+        "--set", 'host="0.0.0.0"', "--set", "learner.metrics_interval_s=0.5",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True,
+                          timeout=CARTPOLE_RUN_SECONDS + 120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return run_dir, done.stdout
 
 
 def processes_of(run_dir: Path, role: str | None = None) -> list[int]:
@@ -239,3 +263,17 @@ def test_a_shard_past_its_restart_budget_is_given_up_and_the_run_goes_on(tmp_pat
     # Batches the actors kept for the dead shard went to the live one.
     assert end["delivery"]["rerouted_batches"] >= 1, end["delivery"]
     assert processes_of(run_dir) == []
+
+
+@pytest.mark.slow
+def test_a_run_bound_beyond_loopback_gets_its_own_keys_and_trains(cartpole_run) -> None:
+    run_dir, _ = cartpole_run  # bound to 0.0.0.0, given no keys
+    keys = load(run_dir / "keys")  # made for the run, secrets private (load checks)
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["security"] == {"keys": str((run_dir / "keys").absolute()), "insecure": False}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["security"] == "curve" and summary["outcome"]["updates"] > 0
+    assert summary["refused"] == dict.fromkeys(REFUSAL_REASONS, 0)
+    assert keys.admitted == {keys.client.public}
+    progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
+    assert progress and progress[-1]["refused"] == dict.fromkeys(REFUSAL_REASONS, 0)
