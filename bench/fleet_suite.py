@@ -31,13 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import zmq
 
 from apex.metrics import read_metrics
+from bench.namespace_hosts import HOSTS, namespace_hosts
 from bench.recordings import record
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
@@ -59,10 +60,6 @@ START_TIMEOUT_S = 180.0
 _ALL_CORES = sorted(os.sched_getaffinity(0))
 LEARNER_CORES = set(_ALL_CORES[:1])
 OTHER_CORES = set(_ALL_CORES[1:] or _ALL_CORES)
-# The namespace hosts of ``slurm/cluster/netns.sh``: the fleet's roles on three "hosts"
-# joined by a bridge, each connection through veth pairs and the kernel's bridge.
-HOSTS = {"learner": "10.200.0.11", "shard": "10.200.0.12", "actor": "10.200.0.13"}
-NETNS_SCRIPT = REPO_ROOT / "slurm" / "cluster" / "netns.sh"
 UNITS = {
     "target_per_s": "transitions/s",
     "sent_per_s": "transitions/s",
@@ -226,20 +223,6 @@ class FleetRun:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-
-
-@contextlib.contextmanager
-def namespace_hosts() -> Iterator[None]:
-    """The three namespace hosts, made (and removed after) unless they are up already."""
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    if all(host in listed.stdout for host in HOSTS):
-        yield
-        return
-    subprocess.run(["bash", str(NETNS_SCRIPT), "up"], check=True, timeout=120)
-    try:
-        yield
-    finally:
-        subprocess.run(["bash", str(NETNS_SCRIPT), "down"], check=False, timeout=60)
 
 
 def start_worker(
