@@ -30,23 +30,6 @@ SMALL_SPEC = TransitionSpec.from_dict(
 )
 
 
-# The longest file: real Slurm jobs on one cluster, so they cannot be split over workers.
-LONGEST_FILE = "test_slurm.py"
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    """The Slurm jobs' file first, then files by how many slow tests they hold; each file's
-    tests keep their order.
-
-    scripts/test.sh hands whole files to two workers in collection order. Started last
-    (alphabetically it comes late), the Slurm file's four minutes finished alone while the
-    other worker idled; longest first is the classic schedule for that."""
-    slow: dict[str, int] = {}
-    for item in items:
-        slow[item.path.name] = slow.get(item.path.name, 0) + bool(item.get_closest_marker("slow"))
-    items.sort(key=lambda item: (item.path.name != LONGEST_FILE, -slow[item.path.name]))
-
-
 @pytest.fixture(autouse=True)
 def denormals_as_ieee_says():
     """A role run in-process (``apex learner`` through click's runner) flushes denormals

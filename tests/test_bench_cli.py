@@ -202,13 +202,17 @@ def test_compare_reports_speed_ratios_and_flags_regressions(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_quick_system_suite_measures_a_real_run_and_names_its_bottleneck(tmp_path: Path) -> None:
+def test_quick_system_suite_measures_a_layout_and_names_its_bottleneck(tmp_path: Path) -> None:
+    """One real run of 2 processes × 3 envs: its rates, CPU per role and bottleneck, the
+    time from the command to its first update, and memory per actor process."""
     out = tmp_path / "system.json"
-    result = CliRunner().invoke(main, ["bench", "system", "--quick", "--json", str(out)])
+    arguments = ["bench", "system", "--quick", "--layout", "2x3", "--json", str(out)]
+    result = CliRunner().invoke(main, arguments)
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
     assert report.validate(document) == []
-    metrics = {r["metric"]: r for r in document["records"] if r["status"] == "ok"}
+    records = [r for r in document["records"] if r["status"] == "ok"]
+    metrics = {r["metric"]: r for r in records}
     assert metrics["transitions_in"]["median"] > 0 and metrics["updates"]["median"] > 0
     assert {"cpu_learner", "cpu_shard", "cpu_actor"} <= metrics.keys()
     assert metrics["updates"]["params"]["bottleneck"].split()[0] in (
@@ -218,16 +222,6 @@ def test_quick_system_suite_measures_a_real_run_and_names_its_bottleneck(tmp_pat
         "actors",
     )
     assert "bottleneck" in result.output
-
-
-@pytest.mark.slow
-def test_quick_system_suite_runs_a_layout_and_times_the_first_update(tmp_path: Path) -> None:
-    out = tmp_path / "system.json"
-    arguments = ["bench", "system", "--quick", "--layout", "2x3", "--json", str(out)]
-    result = CliRunner().invoke(main, arguments)
-    assert result.exit_code == 0, result.output
-    records = [r for r in json.loads(out.read_text())["records"] if r["status"] == "ok"]
-    metrics = {r["metric"]: r for r in records}
     assert metrics["updates"]["params"]["ape_x_actors"] == 6
     assert 0 < metrics["first_update"]["median"] < 120
     assert len([r for r in records if r["metric"] == "rss_per_actor"]) == 1
