@@ -111,15 +111,17 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     out = tmp_path / "shard.json"
     # Windows of 0.25 s: in 0.1 s a loaded machine can show no insert at all, and a rate of
     # zero is refused by the report's validation.
-    arguments = ["bench", "shard", "--quick", "--repeats", "2", "--seconds", "0.25", "--curve"]
+    # Small transitions and Pong frames: whole Atari stacks take the small ones' path with
+    # bigger arrays, and cost this test a fifth of its time.
+    arguments = ["bench", "shard", "--quick", "--repeats", "2", "--seconds", "0.25", "--curve",
+                 "--kind", "small", "--kind", "atari-frames"]  # fmt: skip
     result = CliRunner().invoke(main, [*arguments, "--ingest-rate", "20000", "--json", str(out)])
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
     assert report.validate(document) == []
     measured = {(r["case"], r["implementation"], r["metric"]) for r in document["records"]}
-    for kind in ("small", "atari"):
-        for implementation in ("apex", "raw-pyzmq", "raw-pyzmq-per-array"):
-            assert (f"ingest-{kind}-1p", implementation, "ingest") in measured
+    for implementation in ("apex", "raw-pyzmq", "raw-pyzmq-per-array"):
+        assert ("ingest-small-1p", implementation, "ingest") in measured
     # Frame shards: each Pong frame sent once, LZ4-compressed; no raw baseline.
     assert ("ingest-atari-frames-1p", "apex", "ingest") in measured
     frames = next(r for r in document["records"] if r["case"] == "ingest-atari-frames-1p")
@@ -129,12 +131,11 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     ingest_ratios = [r for r in document["ratios"] if r["metric"] == "ingest"
                      and r["denominator"] != "apex"]  # fmt: skip
     # Against both baselines: the same packed bytes, and one frame per array.
-    assert len(ingest_ratios) == 4 and all(r["ratio"] > 0 for r in ingest_ratios)
+    assert len(ingest_ratios) == 2 and all(r["ratio"] > 0 for r in ingest_ratios)
     # CURVE beside plain, in the same run: each kind's ingest and the sample service.
     curve = {r["case"]: r["ratio"] for r in document["ratios"] if r["numerator"] == "apex-curve"}
-    assert set(curve) == {"ingest-small-1p-curve", "ingest-atari-1p-curve",
-                          "ingest-atari-frames-1p-curve", "sample-1shard-curve",
-                          "weights-mlp-8sub-curve"}  # fmt: skip
+    assert set(curve) == {"ingest-small-1p-curve", "ingest-atari-frames-1p-curve",
+                          "sample-1shard-curve", "weights-mlp-8sub-curve"}  # fmt: skip
     assert all(ratio > 0 for ratio in curve.values())
 
 
