@@ -108,6 +108,31 @@ def test_the_last_batch_lost_with_a_broken_connection_is_sent_again(
         client.close(0)
 
 
+def test_a_flush_stops_waiting_for_a_shard_whose_limiter_holds_its_batches(
+    context: zmq.Context,
+) -> None:
+    """Nothing samples, so the limiter refuses inserts after about 600 transitions: the
+    batches sent past that are kept, not taken. The flush sees the shard answer, take
+    nothing and say its limiter holds inserts, and stops within a few seconds instead of
+    waiting out its deadline; what the shard holds counts as unconfirmed, not lost."""
+    shard = ShardProcess("--capacity", "10000", "--min-size", "100", "--samples-per-insert",
+                         "1", "--error-buffer", "500")  # fmt: skip
+    client = InsertClient(context, [shard.endpoints], sender=8, spec=SMALL_SPEC, timeout_s=2,
+                          credit=32)  # fmt: skip
+    try:
+        for i in range(16):  # 800 transitions: past the limiter, within the credit
+            client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
+        wait_for(lambda: info(context, shard)["inserts_waiting"], what="the limiter to hold")
+        started = time.monotonic()
+        assert not client.flush(30)
+        assert time.monotonic() - started < 10
+        held = client.delivery()["unconfirmed"]
+        assert held > 0 and held + info(context, shard)["size"] == 800
+    finally:
+        client.close(0)
+        assert shard.stop() == 0
+
+
 @pytest.mark.slow
 def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -> None:
     """The shard is stopped (SIGSTOP) after a snapshot, batches pile up in its socket

@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 REROUTE_AFTER_S = 60.0
 """A shard silent this long while others answer is given up, and what the client kept for
 it goes to the others; longer than a supervisor takes to bring a shard back."""
+# A flush gives up after this long with every shard answering, taking nothing, and held
+# back by its rate limiter (see InsertClient.flush).
+IDLE_FLUSH_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -316,17 +319,31 @@ class InsertClient:
     def flush(self, timeout_s: float) -> bool:
         """Waits until the shards have confirmed every message this client sent, sending
         again what a restarted shard or a broken connection lost; True if they did within
-        ``timeout_s`` (always, without credit: nothing is counted then)."""
+        ``timeout_s`` (always, without credit: nothing is counted then).
+
+        It stops early, False, once every shard that still holds messages of this client
+        has answered, taken none for :data:`IDLE_FLUSH_S`, and says its rate limiter
+        refuses inserts: with nobody sampling (a learner that has ended) it would take
+        them at no deadline. What they hold is reported in transit, not lost. A shard
+        that takes nothing without its limiter saying so (the tail of a broken connection
+        is missing) is waited for, and sent the tail again."""
         deadline = time.monotonic() + timeout_s
+        progress_at, state = time.monotonic(), None
         while True:
             self._give_up_silent_shards()
             self._send_orphans()
             waiting = [(index, credit) for index, credit in enumerate(self._credits)
                        if credit is not None and (credit.in_flight or credit.gone)]  # fmt: skip
             done = not self._orphans and not any(credit.in_flight for _, credit in waiting)
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if done or remaining <= 0:
                 return done
+            seen = [(c.taken, c.restarts_seen, c.resend_at, c.gone) for _, c in waiting]
+            if seen != state:
+                progress_at, state = now, seen
+            elif now - progress_at >= IDLE_FLUSH_S and self._held_by_limiters(waiting):
+                return False
             wait_s = min(remaining, 1.0)
             poller = zmq.Poller()
             for index, credit in waiting:
@@ -338,6 +355,17 @@ class InsertClient:
             for _, credit in waiting:
                 if credit.socket in ready:
                     self._read_credit(credit)
+
+    @staticmethod
+    def _held_by_limiters(waiting: list[tuple[int, ShardCredit]]) -> bool:
+        """Every shard holding messages of ours answered its last question and says its
+        rate limiter refuses inserts."""
+        holding = [credit for _, credit in waiting if credit.in_flight]
+        return (
+            not any(credit.awaiting_reply or credit.gone for credit in holding)
+            and bool(holding)
+            and all(credit.held_by_limiter() for credit in holding)
+        )
 
     def delivery(self) -> dict[str, int]:
         """What the lanes hold and did: transitions (and messages) kept unconfirmed,

@@ -8,7 +8,7 @@ from collections import deque
 
 import zmq
 
-from replay.errors import ProtocolError, ShardError
+from replay.errors import ProtocolError, ReplayError, ShardError
 from replay.protocol import messages
 from replay.protocol.requests import RequestClient
 from replay.wire.layout import Kind, peek_count
@@ -172,6 +172,15 @@ class ShardCredit:
                 # order (what it already has, it drops as duplicates).
                 self.resend_at = self.taken
                 self._progress_at = now
+
+    def held_by_limiter(self) -> bool:
+        """Whether the shard's rate limiter refuses inserts now (its INFO's
+        ``inserts_waiting``): it takes nothing more until someone samples. False when it
+        cannot say (an older or a busy shard): then the caller waits as before."""
+        try:
+            return bool(self._requests.info().get("inserts_waiting"))
+        except ReplayError:
+            return False
 
     def abandon(self, incarnation: int) -> list[list]:
         """Gives the lane up: returns the messages it kept (in order, for other shards)
