@@ -234,7 +234,11 @@ def _insert_costs(shard: _ShardWindow, kind: str, seconds: float, idle: float) -
     finally:
         stop_all([pusher])
     messages = messages_after - messages_before
-    return ((cpu_after - cpu_before - idle * elapsed) / messages,
+    if messages <= 0:
+        raise RuntimeError(f"no insert message reached the shard in {elapsed:.1f} s")
+    # The shard's idle CPU subtracted can exceed a short window's busy CPU: noise, not a
+    # negative cost.
+    return (max(0.0, cpu_after - cpu_before - idle * elapsed) / messages,
             (client_after - client_before) / messages)  # fmt: skip
 
 
@@ -265,8 +269,15 @@ def shard_costs(env: str, seconds: float) -> dict:
     request_own = own["per_request_s"] + size * own["per_sampled_s"]
     request_beside = beside["per_request_s"] + size * beside["per_sampled_s"]
     return {**own, **connections, "idle_cores": idle,
-            "message_shared_factor": beside["per_message_s"] / own["per_message_s"],
-            "request_shared_factor": request_beside / request_own}  # fmt: skip
+            "message_shared_factor": shared_factor(beside["per_message_s"], own["per_message_s"]),
+            "request_shared_factor": shared_factor(request_beside, request_own)}  # fmt: skip
+
+
+def shared_factor(beside: float, own: float) -> float:
+    """How much more an operation costs beside a learner than on a core of its own; 1 (no
+    difference measured) when its own cost was lost in a short window's noise (0 once
+    the shard's idle CPU is taken off), where a ratio would divide by zero."""
+    return beside / own if own > 0 else 1.0
 
 
 def _sample_costs(shard: _ShardWindow, spec, seconds: float, idle: float) -> dict:

@@ -166,3 +166,12 @@ def test_quick_fleet_delivers_everything_it_sends(quick_fleet: Path) -> None:
         assert figures["transitions_lost"] == 0 and figures["rejected"] == 0
         assert figures["sent_per_s"] >= 0.9 * figures["target_per_s"]
         assert figures["learner_updates_per_s"] > 0
+
+
+def test_a_shared_factor_whose_own_cost_was_lost_in_noise_is_one() -> None:
+    from bench.cost_units import shared_factor
+
+    assert shared_factor(3.0e-5, 1.5e-5) == pytest.approx(2.0)
+    # A 1 s window on a loaded core can leave no cost once the idle CPU is taken off:
+    # no difference measured, never a division by zero.
+    assert shared_factor(3.0e-5, 0.0) == 1.0
