@@ -81,7 +81,7 @@ class Pane:
 def test_train_redraws_in_place_and_top_follows_it_until_q(tmux: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     python = sys.executable
-    train = Pane(tmux, f"{python} -m launch train --run-dir {run_dir} --max-time 25 "
+    train = Pane(tmux, f"{python} -m launch train --run-dir {run_dir} --max-time 15 "
                        "--target-return 1e9 --set learner.eval_interval_s=2")  # fmt: skip
     top = None
     try:
