@@ -75,7 +75,7 @@ class ActorConfig:
         shard_start_timeout_s: how long the actor waits at start for every shard to answer
             (roles of a Slurm job all start at once).
         insert_credit: insert batches sent and not yet taken by the shards, at most (the
-            credit, see ``replay.inserts.client.ShardCredit``): bounds how stale the data waiting
+            credit, see ``replay.inserts.lane.ShardCredit``): bounds how stale the data waiting
             for the learner can be, and how far actors run ahead while the learner starts.
         reroute_after_s: a shard silent this long while others answer is given up, and
             the batches the actor kept for it go to the others (``replay.inserts.client``).

@@ -123,6 +123,14 @@ def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False
     return cpu / sent
 
 
+def shared_factor(beside: float, own: float) -> float:
+    """How much more an operation costs beside a learner than on a core of its own (an actor
+    step, a shard's message or request, a client's message); 1 (no difference measured)
+    when its own cost was lost in a short window's noise (0 once idle CPU is taken off),
+    where a ratio would divide by zero."""
+    return beside / own if own > 0 else 1.0
+
+
 def actor_step_costs(env: str, seconds: float) -> dict:
     """Per vector step and per env step CPU seconds of an actor process on a core of its
     own, from two env counts (``c(k) = per_vector / k + per_env``), and how much more a
@@ -132,7 +140,7 @@ def actor_step_costs(env: str, seconds: float) -> dict:
     shared = [actor_process_cost(env, k, seconds, shared=True) for k in counts]
     (k1, k2), (c1, c2) = counts, own
     per_vector = max(0.0, (c1 - c2) / (1 / k1 - 1 / k2))
-    factors = [beside / alone for beside, alone in zip(shared, own, strict=True)]
+    factors = [shared_factor(beside, alone) for beside, alone in zip(shared, own, strict=True)]
     return {"per_vector_step_s": per_vector, "per_env_step_s": max(0.0, c1 - per_vector / k1),
             "actor_shared_factor": sum(factors) / len(factors)}  # fmt: skip
 
@@ -273,13 +281,6 @@ def shard_costs(env: str, seconds: float) -> dict:
             "request_shared_factor": shared_factor(request_beside, request_own)}  # fmt: skip
 
 
-def shared_factor(beside: float, own: float) -> float:
-    """How much more an operation costs beside a learner than on a core of its own; 1 (no
-    difference measured) when its own cost was lost in a short window's noise (0 once
-    the shard's idle CPU is taken off), where a ratio would divide by zero."""
-    return beside / own if own > 0 else 1.0
-
-
 def _sample_costs(shard: _ShardWindow, spec, seconds: float, idle: float) -> dict:
     """Fits ``per request + k * per sampled`` from batches of two sizes taken the way a
     learner takes them (the sampler, with prefetch, a training step apart: a shard that
@@ -363,8 +364,9 @@ def credit_costs(streaming: dict, seconds: float, progress: Callable[[str], None
     return {
         "per_credit_s": max(0.0, shard_per_message - streaming["per_message_s"]),
         "client_credit_s": max(0.0, client_per_message - streaming["client_s_per_message"]),
-        "client_shared_factor": (beside["client_cpu"] / beside["messages"])
-        / (fleet["client_cpu"] / fleet["messages"]),
+        "client_shared_factor": shared_factor(
+            beside["client_cpu"] / beside["messages"], fleet["client_cpu"] / fleet["messages"]
+        ),
     }
 
 

@@ -32,9 +32,9 @@ logger = logging.getLogger(__name__)
 REROUTE_AFTER_S = 60.0
 """A shard silent this long while others answer is given up, and what the client kept for
 it goes to the others; longer than a supervisor takes to bring a shard back."""
-# A flush gives up after this long with every shard answering, taking nothing, and held
-# back by its rate limiter (see InsertClient.flush).
 IDLE_FLUSH_S = 1.0
+"""A flush gives up after this long with every shard answering, taking nothing, and held
+back by its rate limiter (see :meth:`InsertClient.flush`)."""
 
 
 @dataclass(frozen=True)
