@@ -288,7 +288,8 @@ class Actor:
     def _report(self, returns: list[float], lengths: list[int], final: bool = False) -> None:
         """Episodes (or none: a heartbeat) and what this actor handed to the replay."""
         self._episodes.report(returns, lengths, self._weights.version, self.transitions_sent,
-                              self._inserts.delivery(), final=final)  # fmt: skip
+                              self._inserts.delivery(), final=final,
+                              env_steps=self.steps * self.config.envs_per_actor)  # fmt: skip
 
     def close(self) -> None:
         self._envs.close()

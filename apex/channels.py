@@ -10,10 +10,14 @@
   carries the actor's running count of transitions handed to the replay client, and an
   actor sends one (maybe empty) message at least every ``HEARTBEAT_S``: the learner knows
   which actors are alive and can compare what each sent with what the shards received.
-  A third array holds the actor's delivery counts (:data:`DELIVERY_COUNTS`): transitions
-  the shards have not confirmed yet, batches resent, shard restarts seen, batches rerouted
-  from shards given up and transitions abandoned with them, and whether this is its last
-  word (sent after it waited for its shards' confirmations).
+  A third array holds the actor's counts (:data:`ACTOR_COUNTS`): transitions the shards
+  have not confirmed yet, batches resent, shard restarts seen, batches rerouted from
+  shards given up and transitions abandoned with them, env steps taken, and whether this
+  is its last word (sent after it waited for its shards' confirmations).
+* Evaluations: the run's evaluator (``apex.evaluator``) PUSHes EVALUATION messages to the
+  same PULL socket; the collector hands them, undecoded past the header, to the handler
+  the learner gave it. A WEIGHTS header's scalar carries the env steps the actors had
+  reported when the weights were published: the evaluator's cadence.
 
 A message that does not fit (malformed, other parameter names or shapes) is counted and
 skipped, never loaded.
@@ -31,6 +35,7 @@ import logging
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,10 +61,11 @@ SUBSCRIPTIONS_HWM = 1000
 EPISODES_HWM = 1000
 HEARTBEAT_S = 1.0
 MAX_TRACKED_ACTORS = 65_536
-# An EPISODES message's third array, in this order (the last is 1 in an actor's last word).
 MAX_LIVES = 64
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-DELIVERY_COUNTS = ("unconfirmed", "resent", "shard_restarts_seen", "rerouted", "abandoned", "final")
+# An EPISODES message's third array, in this order (the last is 1 in an actor's last word).
+ACTOR_COUNTS = ("unconfirmed", "resent", "shard_restarts_seen", "rerouted", "abandoned",
+                "env_steps", "final")  # fmt: skip
 
 
 class ApexKind(enum.IntEnum):
@@ -67,6 +73,7 @@ class ApexKind(enum.IntEnum):
 
     WEIGHTS = APPLICATION_KINDS.start
     EPISODES = APPLICATION_KINDS.start + 1
+    EVALUATION = APPLICATION_KINDS.start + 2
 
 
 class WeightPublisher:
@@ -85,7 +92,9 @@ class WeightPublisher:
         self._sender = sender
         self._sequence = 0
 
-    def publish(self, module: torch.nn.Module, version: int) -> None:
+    def publish(self, module: torch.nn.Module, version: int, env_steps: int = 0) -> None:
+        """Sends ``module``'s parameters as ``version``; ``env_steps``: what the actors
+        had reported (the evaluator's cadence)."""
         state = module.state_dict()
         arrays = [text_array(json.dumps(list(state)))]
         arrays += [np.ascontiguousarray(tensor.detach().cpu().numpy()) for tensor in state.values()]
@@ -93,10 +102,9 @@ class WeightPublisher:
         # (session_base.cpp:233, libzmq issue #3442) when a PUB's subscriber goes away in
         # the middle of one, which an actor killed during a publish would do. Measured:
         # 1 in 3 teardowns of 8 subscribers aborted with multipart weights, 0 in 12 packed.
-        frames = encode(
-            Message(ApexKind.WEIGHTS, self._sender, self._sequence, version, 0, 0.0, tuple(arrays)),
-            max_packed_bytes=sys.maxsize,
-        )
+        message = Message(ApexKind.WEIGHTS, self._sender, self._sequence, version, 0,
+                          float(env_steps), tuple(arrays))  # fmt: skip
+        frames = encode(message, max_packed_bytes=sys.maxsize)
         self._sequence += 1
         with contextlib.suppress(zmq.Again):  # no subscriber has room: they get the next one
             send_frames(self._socket, frames, zmq.NOBLOCK)
@@ -134,8 +142,8 @@ def read_weights(message: Message, shapes: dict[str, tuple[int, ...]]) -> dict[s
 
 
 def read_episodes(message: Message) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """An EPISODES message's returns (f64), lengths (i64) and delivery counts
-    (:data:`DELIVERY_COUNTS`, i64, none negative).
+    """An EPISODES message's returns (f64), lengths (i64) and the actor's counts
+    (:data:`ACTOR_COUNTS`, i64, none negative).
 
     Raises:
         ProtocolError: another kind, or arrays that do not fit.
@@ -147,7 +155,7 @@ def read_episodes(message: Message) -> tuple[np.ndarray, np.ndarray, np.ndarray]
             lengths.dtype != np.int64):  # fmt: skip
         raise ProtocolError(f"returns {returns.dtype}{returns.shape} and lengths "
                             f"{lengths.dtype}{lengths.shape} disagree")  # fmt: skip
-    if counts.shape != (len(DELIVERY_COUNTS),) or counts.dtype != np.int64 or (
+    if counts.shape != (len(ACTOR_COUNTS),) or counts.dtype != np.int64 or (
             counts < 0).any():  # fmt: skip
         raise ProtocolError("malformed delivery counts")
     if not 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
@@ -174,6 +182,8 @@ class WeightSubscriber:
         self._socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._socket.connect(endpoint)
         self.version = -1
+        self.env_steps = 0
+        """What the actors had reported when the loaded weights were published."""
         self.received = 0
         """Messages taken off the socket: each is loaded, rejected, stale (not newer than
         the loaded version) or superseded (a newer one came in the same poll)."""
@@ -215,6 +225,8 @@ class WeightSubscriber:
             return False
         policy.load(arrays)
         self.version = message.policy_version
+        if 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
+            self.env_steps = int(message.scalar)
         self.loaded += 1
         return True
 
@@ -248,11 +260,13 @@ class EpisodeReporter:
         transitions_sent: int,
         delivery: dict[str, int] | None = None,
         final: bool = False,
+        env_steps: int = 0,
     ) -> None:
-        """Sends finished episodes (none: a heartbeat) and the actor's delivery counts
-        (``replay.inserts.client.InsertClient.delivery``); ``final``: its last word."""
-        delivery = delivery or {}
-        counts = [delivery.get(name, 0) for name in DELIVERY_COUNTS[:-1]] + [int(final)]
+        """Sends finished episodes (none: a heartbeat), the actor's delivery counts
+        (``replay.inserts.client.InsertClient.delivery``) and env steps; ``final``: its
+        last word."""
+        known = {**(delivery or {}), "env_steps": env_steps}
+        counts = [known.get(name, 0) for name in ACTOR_COUNTS[:-1]] + [int(final)]
         arrays = (
             np.asarray(returns, dtype=np.float64),
             np.asarray(lengths, dtype=np.int64),
@@ -297,15 +311,27 @@ class ActorStatus:
     rerouted: int = 0
     abandoned: int = 0
     final: bool = False
+    env_steps: int = 0
+    """Over every life, as ``transitions_sent``."""
     lives: dict[int, int] = field(default_factory=dict)
     """Transitions sent per life (incarnation), at most ``MAX_LIVES`` kept apart."""
+    steps_by_life: dict[int, int] = field(default_factory=dict)
 
 
 class EpisodeCollector:
     """The learner's side: receives episode results and heartbeats from every actor."""
 
-    def __init__(self, context: zmq.Context, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        context: zmq.Context,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        on_evaluation: Callable[[Message], None] | None = None,
+    ) -> None:
+        """``on_evaluation`` takes each EVALUATION message and raises ``ProtocolError``
+        for one it refuses (counted with the rest); without it they are refused."""
         self._socket = make_socket(context, zmq.PULL, EPISODES_HWM)
+        self._on_evaluation = on_evaluation
         self.endpoint = bind(self._socket, host, port)
         self.received = 0
         """Messages taken off the socket: each is taken (``reports``) or ``rejected``."""
@@ -330,7 +356,10 @@ class EpisodeCollector:
         status.lives[incarnation] = sent
         status.transitions_sent = sum(status.lives.values())
         (status.unconfirmed, status.resent, status.shard_restarts_seen, status.rerouted,
-         status.abandoned, final) = counts.tolist()  # fmt: skip
+         status.abandoned, env_steps, final) = counts.tolist()  # fmt: skip
+        status.steps_by_life[incarnation] = max(status.steps_by_life.get(incarnation, 0),
+                                                env_steps)  # fmt: skip
+        status.env_steps = sum(status.steps_by_life.values())
         status.final = bool(final)
 
     def brief(self, silent_after_s: float = 10.0) -> dict[str, int]:
@@ -342,9 +371,14 @@ class EpisodeCollector:
             "actors_heard": len(actors),
             "actors_silent": sum(now - a.last_heard >= silent_after_s for a in actors),
             "actor_transitions_sent": sum(a.transitions_sent for a in actors),
+            "env_steps": self.env_steps(),
             "actor_lives": sum(len(a.lives) for a in actors),
             "episode_messages_rejected": self.rejected,
         }
+
+    def env_steps(self) -> int:
+        """Env steps every actor has reported, over all their lives."""
+        return sum(a.env_steps for a in self.actors.values())
 
     def drain(self, limit: int = 1000) -> list[tuple[int, int, float, int]]:
         """Up to ``limit`` episodes as ``(actor, policy_version, return, length)``."""
@@ -357,6 +391,10 @@ class EpisodeCollector:
             self.received += 1
             try:
                 message = decode(frames, ApexKind)
+                if message.kind == ApexKind.EVALUATION and self._on_evaluation is not None:
+                    self._on_evaluation(message)
+                    self.reports += 1
+                    continue
                 returns, lengths, counts = read_episodes(message)
             except ProtocolError:
                 self.rejected += 1

@@ -71,7 +71,7 @@ _MUJOCO: dict = {
     },
     "learner": {
         **_DPG_LEARNER,
-        "eval_interval_s": 60.0,
+        "eval_every_steps": 10_000,
         "eval_episodes": 10,
         "hidden": [256, 256],
     },
@@ -113,7 +113,7 @@ _DEFAULTS: dict[str, dict] = {
             "max_grad_norm": 10.0,
             "dqn": {"target_update_period": 128},
             "publish_period": 20,
-            "eval_interval_s": 1.5,
+            "eval_every_steps": 2_000,
             "hidden": [256, 256],
         },
     },
@@ -129,7 +129,8 @@ _DEFAULTS: dict[str, dict] = {
             "batch_size": 256,
             "learning_rate": 5e-4,
             "dqn": {"target_update_period": 1000},
-            "eval_interval_s": 30.0,
+            "eval_every_steps": 10_000,
+            "eval_episodes": 10,
         },
     },
     # Ape-X DPG (plain DDPG by default, apex.dpg) on vector observations.
@@ -153,7 +154,8 @@ _DEFAULTS: dict[str, dict] = {
         "learner": {
             **_DPG_LEARNER,
             "publish_period": 10,
-            "eval_interval_s": 5.0,
+            "eval_every_steps": 2_000,
+            "eval_episodes": 10,
             "hidden": [256, 256],
         },
     },
@@ -170,7 +172,12 @@ _DEFAULTS: dict[str, dict] = {
             "hidden": [400, 300],
             "noise_scale": 0.3,
         },
-        "learner": {**_DPG_LEARNER, "eval_interval_s": 30.0, "hidden": [400, 300]},
+        "learner": {
+            **_DPG_LEARNER,
+            "eval_every_steps": 10_000,
+            "eval_episodes": 10,
+            "hidden": [400, 300],
+        },
     },
     # MuJoCo (the mujoco extra): 1,000-step episodes, 6 and 3 action dimensions.
     "HalfCheetah-v5": _MUJOCO,
@@ -186,7 +193,8 @@ _DEFAULTS: dict[str, dict] = {
             "batch_size": 512,
             "learning_rate": 1e-4,
             "dqn": {"target_update_period": 2500},
-            "eval_interval_s": 300.0,
+            # A greedy Pong game lasts minutes: a few evaluations an hour.
+            "eval_every_steps": 250_000,
             "eval_episodes": 5,
         },
     },

@@ -1,12 +1,77 @@
-"""Greedy evaluation on environments of its own, one batched forward pass per step."""
+"""Greedy evaluation: episodes played on environments of their own with an acting policy
+at zero exploration, and the EVALUATION message that carries their returns to the learner.
+
+An EVALUATION message (``apex.channels.ApexKind.EVALUATION``): the weights version in the
+header, the env steps those weights were published at in its scalar, the episodes played
+in its count; arrays: the returns (float64, one per episode) and the evaluation's facts
+(int64, :data:`FACTS` in order).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gymnasium as gym
 import numpy as np
-import torch
 
+from apex.algorithm import ActingPolicy
 from apex.envs import env_factories, preset
+from replay.errors import ProtocolError
+from replay.wire.layout import Message
+
+# An EVALUATION message's second array: its number in the run (from 0), whether it
+# confirms the periodic one before it (1) or is periodic (0), and how many cadence points
+# passed while the evaluator was busy (evaluated once, with the newest weights).
+FACTS = ("index", "confirmation", "skipped")
+# Its sender id: apart from every actor's index and the learner's.
+EVALUATOR_SENDER = 2_000_000
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation of one set of published weights."""
+
+    weight_version: int
+    env_steps: int
+    returns: np.ndarray
+    index: int
+    confirmation: bool
+    skipped: int = 0
+
+    @property
+    def mean(self) -> float:
+        return float(self.returns.mean())
+
+    def to_message(self, kind: int, sequence: int) -> Message:
+        facts = np.array([self.index, int(self.confirmation), self.skipped], dtype=np.int64)
+        return Message(kind, EVALUATOR_SENDER, sequence, self.weight_version,
+                       self.returns.size, float(self.env_steps),
+                       (np.asarray(self.returns, dtype=np.float64), facts))  # fmt: skip
+
+
+def read_evaluation(message: Message) -> Evaluation:
+    """The evaluation an EVALUATION message carries.
+
+    Raises:
+        ProtocolError: arrays, counts or returns that do not fit.
+    """
+    if len(message.arrays) != 2:
+        raise ProtocolError(f"an EVALUATION holds 2 arrays, got {len(message.arrays)}")
+    returns, facts = message.arrays
+    if returns.dtype != np.float64 or returns.ndim != 1 or returns.size == 0:
+        raise ProtocolError(f"evaluation returns must be float64 (n,), got {returns.dtype}"
+                            f"{returns.shape}")  # fmt: skip
+    if not np.isfinite(returns).all() or returns.size != message.count:
+        raise ProtocolError("evaluation returns are not finite or not as many as it says")
+    if facts.dtype != np.int64 or facts.shape != (len(FACTS),) or (facts < 0).any():
+        raise ProtocolError("malformed evaluation facts")
+    if not 0.0 <= message.scalar < 2.0**53 or message.policy_version < 0:
+        raise ProtocolError("an evaluation's env steps and weights version must be counts")
+    index, confirmation, skipped = facts.tolist()
+    if confirmation > 1:
+        raise ProtocolError(f"confirmation flag {confirmation}")
+    return Evaluation(message.policy_version, int(message.scalar), returns.copy(), index,
+                      bool(confirmation), skipped)  # fmt: skip
 
 
 def evaluation_envs(env: str, count: int) -> gym.vector.VectorEnv:
@@ -14,10 +79,10 @@ def evaluation_envs(env: str, count: int) -> gym.vector.VectorEnv:
 
     An environment with a numpy implementation of its own for many copies (CartPole's
     ``vector_entry_point``) gets it: 20 CartPoles step in 61 µs against 208 µs as 20
-    separate envs, and evaluation runs on the learner's thread. Atari presets and every
-    other id step one wrapped env per copy (copy ``i`` seeded ``seed + i``; the numpy
-    version draws every copy's start from one generator seeded ``seed``). Evaluation
-    plays one episode per copy, so how a copy resets after it is of no matter.
+    separate envs. Atari presets and every other id step one wrapped env per copy (copy
+    ``i`` seeded ``seed + i``; the numpy version draws every copy's start from one
+    generator seeded ``seed``). Evaluation plays one episode per copy, so how a copy
+    resets after it is of no matter.
     """
     chosen = preset(env)
     if not chosen.atari and gym.spec(chosen.gym_id).vector_entry_point is not None:
@@ -25,30 +90,21 @@ def evaluation_envs(env: str, count: int) -> gym.vector.VectorEnv:
     return gym.vector.SyncVectorEnv(env_factories(env, count, training=False))
 
 
-def evaluate(
-    network: torch.nn.Module, env: str, episodes: int, seed: int, device: torch.device
-) -> np.ndarray:
-    """Returns of ``episodes`` greedy episodes, run side by side (one per sub-env), with
-    unclipped rewards. Each sub-env plays exactly one episode. A network with one output
-    per discrete action acts by its argmax; a continuous policy's output is the action."""
+def play_greedy(policy: ActingPolicy, env: str, episodes: int, seed: int) -> np.ndarray:
+    """Returns of ``episodes`` greedy episodes, played side by side (one per copy), with
+    unclipped rewards: the policy acts at zero exploration (ε 0, noise σ 0)."""
     envs = evaluation_envs(env, episodes)
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
-    was_training = network.training
-    network.eval()
+    greedy = np.zeros(episodes)
+    rng = np.random.default_rng(seed)  # unused at zero scales; the protocol asks for one
     try:
         observations, _ = envs.reset(seed=seed)
         while running.any():
-            with torch.no_grad():
-                tensor = torch.from_numpy(observations).to(device)
-                output = network(tensor)
-                if isinstance(envs.single_action_space, gym.spaces.Discrete):
-                    output = output.argmax(dim=1)
-                actions = output.cpu().numpy()
+            actions = policy.explore(observations, greedy, rng)
             observations, rewards, terminated, truncated, _ = envs.step(actions)
             returns += rewards * running
             running &= ~np.logical_or(terminated, truncated)
     finally:
         envs.close()
-        network.train(was_training)
     return returns

@@ -4,8 +4,11 @@ metrics, checkpoint).
 
 The loop knows neither the algorithm (an :class:`apex.algorithm.Algorithm`) nor where
 batches come from (a :class:`BatchSource`, the sharded sampler in a run, a local store in
-tests); both are handed in. Stop conditions: the greedy evaluation mean reaching
-``target_return``, ``max_updates``, ``max_time_s``, or a stop request (SIGINT/SIGTERM),
+tests); both are handed in. Greedy evaluations come from the run's evaluator process
+(``apex.evaluator``), which takes the published weights: the learner writes each to its
+metrics as it arrives and never plays an episode itself. Stop conditions: a confirmed
+solve (an evaluation of ``confirm_episodes`` episodes at ``target_return``, when
+``stop_when_solved``), ``max_updates``, ``max_time_s``, or a stop request (SIGINT/SIGTERM),
 which leaves a final checkpoint either way.
 """
 
@@ -15,6 +18,7 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,7 +31,7 @@ from apex.algorithm import Algorithm
 from apex.channels import EpisodeCollector, WeightPublisher
 from apex.delivery import delivery_report, describe
 from apex.envs import preset
-from apex.evaluation import evaluate
+from apex.evaluation import Evaluation, read_evaluation
 from apex.exploration import run_actors
 from apex.metrics import MetricsWriter
 from apex.periodic import Periodic
@@ -37,6 +41,7 @@ from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch
 from replay.errors import ConfigError, ReplayError, ReplayTimeout
 from replay.sampling.batch_math import ReplayBatch
+from replay.wire.layout import Message
 from replay.wire.security import SecurityConfig, make_context
 
 logger = logging.getLogger(__name__)
@@ -47,8 +52,8 @@ BATCH_TIMEOUT_S = 60.0
 BATCH_POLL_S = 0.5
 # Weights are published at least this often, however slow the updates.
 PUBLISH_AT_LEAST_EVERY_S = 1.0
-# Evaluation episodes are seeded apart from training's (seed + offset + updates).
-EVAL_SEED_OFFSET = 10_000_000
+# Publications remembered to name the updates behind an evaluation's weights version.
+PUBLICATIONS_KEPT = 4096
 # How long the end-of-run account waits for every shard's fresh INFO.
 FINAL_INFO_TIMEOUT_S = 2.0
 
@@ -134,7 +139,8 @@ class Learner:
         self._context = make_context(security)
         try:
             self._publisher = WeightPublisher(self._context, host, weights_port)
-            self._episodes = EpisodeCollector(self._context, host, episodes_port)
+            self._episodes = EpisodeCollector(self._context, host, episodes_port,
+                                              on_evaluation=self._take_evaluation)  # fmt: skip
         except ConfigError:
             self._context.destroy(linger=0)
             raise
@@ -144,6 +150,8 @@ class Learner:
         self._window = ProgressWindow()
         self._metrics: MetricsWriter | None = None
         self._last_eval: float | None = None
+        self._solved = False
+        self._published: deque[tuple[int, int]] = deque(maxlen=PUBLICATIONS_KEPT)
         self._started = time.monotonic()
         self._last_progress = self._started
         self._running = False
@@ -222,7 +230,6 @@ class Learner:
             updates=config.publish_period, start_updates=self.counters.updates,
         )  # fmt: skip
         tasks.every("episodes", self._take_episodes)
-        tasks.every("evaluation", self._evaluate, seconds=config.eval_interval_s)
         tasks.every("progress", self._write_progress, seconds=config.metrics_interval_s)
         tasks.every("checkpoint", self._checkpoint_or_count, seconds=config.checkpoint_interval_s)
         first_update = True
@@ -245,10 +252,12 @@ class Learner:
                     metrics.write({"event": "first_update", "updates": self.counters.updates,
                                    "time_s": self._elapsed_s()})  # fmt: skip
                     first_update = False
-                if tasks.run_due(self.counters.updates) == "evaluation":
-                    self.counters.solved_at_s = self._elapsed_s()
-                    outcome.reason, outcome.solved = "solved", True
-                    break
+                tasks.run_due(self.counters.updates)
+                if self._solved and not outcome.solved:
+                    outcome.solved = True
+                    if config.stop_when_solved:
+                        outcome.reason = "solved"
+                        break
         except ReplayError as exc:
             outcome.reason = f"replay failed: {exc}"
             logger.error("learner stopping: %s", exc)
@@ -313,42 +322,60 @@ class Learner:
 
     def _publish(self) -> None:
         self.counters.weight_version += 1
-        self._publisher.publish(self.algorithm.policy, self.counters.weight_version)
+        self._published.append((self.counters.weight_version, self.counters.updates))
+        self._publisher.publish(self.algorithm.policy, self.counters.weight_version,
+                                self._episodes.env_steps())  # fmt: skip
 
     def _take_episodes(self) -> None:
+        # Evaluations arrive on the same socket and are taken in the drain, in order.
         for _, version, value, _ in self._episodes.drain():
             lag = self.counters.weight_version - version if version >= 0 else None
             self._window.add_episode(value, lag)
             self.counters.episodes_seen += 1
 
-    def _evaluate(self) -> bool:
-        """A greedy evaluation; True (stop) if it reached the target return."""
+    def _take_evaluation(self, message: Message) -> None:
+        """An EVALUATION from the evaluator: written to the metrics; a confirmed one at
+        the target marks the run solved (``ProtocolError``: refused, counted)."""
+        evaluation = read_evaluation(message)
         config = self.config
-        returns = evaluate(
-            self.algorithm.policy,
-            config.env,
-            config.eval_episodes,
-            config.seed + EVAL_SEED_OFFSET + self.counters.updates,
-            self._device,
-        )
-        self._last_eval = mean = float(returns.mean())
-        best = self.counters.best_eval_return
-        self.counters.best_eval_return = mean if best is None else max(best, mean)
-        logger.info(
-            "update %d: greedy evaluation mean %.1f over %d episodes",
-            self.counters.updates, mean, returns.size,
-        )  # fmt: skip
-        self._metrics.write(
-            {
-                "event": "evaluation",
-                "time_s": self._elapsed_s(),
-                "updates": self.counters.updates,
-                "eval_return_mean": mean,
-                "eval_return_min": float(returns.min()),
-                "eval_return_max": float(returns.max()),
-            }
-        )
-        return self._target_return is not None and mean >= self._target_return
+        mean = evaluation.mean
+        if not evaluation.confirmation:
+            self._last_eval = mean
+            best = self.counters.best_eval_return
+            self.counters.best_eval_return = mean if best is None else max(best, mean)
+        reached = self._target_return is not None and mean >= self._target_return
+        solves = reached and (evaluation.confirmation or config.confirm_episodes == 0)
+        if solves and not self._solved:
+            self._solved = True
+            self.counters.solved_at_s = self._elapsed_s()
+        logger.info("%s %d (weights %d, %d env steps): greedy mean %.1f over %d episodes%s",
+                    "confirmation of evaluation" if evaluation.confirmation else "evaluation",
+                    evaluation.index, evaluation.weight_version, evaluation.env_steps, mean,
+                    evaluation.returns.size, ": solved" if solves else "")  # fmt: skip
+        if self._metrics is not None:
+            self._metrics.write(self._evaluation_record(evaluation, solves))
+
+    def _evaluation_record(self, evaluation: Evaluation, solves: bool) -> dict:
+        updates = next((u for v, u in reversed(self._published)
+                        if v == evaluation.weight_version), None)  # fmt: skip
+        returns = evaluation.returns
+        return {
+            "event": "confirmation" if evaluation.confirmation else "evaluation",
+            # When the learner heard it: evaluations take time, and a run is solved
+            # when its confirmation is in.
+            "time_s": self._elapsed_s(),
+            "updates": self.counters.updates,
+            "weights_updates": updates,
+            "weight_version": evaluation.weight_version,
+            "env_steps": evaluation.env_steps,
+            "index": evaluation.index,
+            "skipped": evaluation.skipped,
+            "episodes": int(returns.size),
+            "eval_return_mean": evaluation.mean,
+            "eval_return_min": float(returns.min()),
+            "eval_return_max": float(returns.max()),
+            "solved": solves,
+        }
 
     def _write_progress(self) -> None:
         now = time.monotonic()

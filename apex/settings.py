@@ -163,9 +163,14 @@ class LearnerConfig:
             where a second Python thread slows each small step up to 2x through the GIL;
             the thread on CUDA, where it overlaps batch assembly with the device's work).
         device: "auto" (CUDA when present), "cpu" or "cuda".
-        eval_interval_s: seconds between greedy evaluations.
+        eval_every_steps: env steps (all actors together) between greedy evaluations,
+            each in the run's evaluator process (``apex.evaluator``); 0: none.
         eval_episodes: episodes per evaluation.
-        target_return: stop once an evaluation mean reaches this (None: the preset's).
+        confirm_episodes: episodes that confirm an evaluation at the target (0: an
+            evaluation at the target is a solve by itself).
+        target_return: the mean that solves the env (None: the preset's).
+        stop_when_solved: end the run at its first confirmed solve (False: train on,
+            and keep evaluating, to see whether it stays solved).
         max_updates: stop after this many updates (None: no limit).
         max_time_s: stop after this many seconds of training (None: no limit).
         checkpoint_interval_s: seconds between checkpoints.
@@ -188,9 +193,11 @@ class LearnerConfig:
     prefetch: int = 4
     replay_io: str = "auto"
     device: str = "auto"
-    eval_interval_s: float = 10.0
+    eval_every_steps: int = 10_000
     eval_episodes: int = 20
+    confirm_episodes: int = 100
     target_return: float | None = None
+    stop_when_solved: bool = True
     max_updates: int | None = None
     max_time_s: float | None = None
     checkpoint_interval_s: float = 60.0
@@ -226,6 +233,13 @@ class LearnerConfig:
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 problems.append(f"{prefix}{name} must be finite and > 0, got {value}")
+        for name in ("eval_every_steps", "confirm_episodes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                problems.append(f"{prefix}{name} must be an integer >= 0, got {value!r}")
+        if not isinstance(self.stop_when_solved, bool):
+            problems.append(f"{prefix}stop_when_solved must be true or false, got "
+                            f"{self.stop_when_solved!r}")  # fmt: skip
         if self.target_return is not None and not math.isfinite(self.target_return):
             problems.append(f"{prefix}target_return must be finite, got {self.target_return}")
         for name, section in self.algorithms.items():
@@ -236,7 +250,6 @@ class LearnerConfig:
             {
                 f"{prefix}max_updates": self.max_updates,
                 f"{prefix}max_time_s": self.max_time_s,
-                f"{prefix}eval_interval_s": self.eval_interval_s,
                 f"{prefix}checkpoint_interval_s": self.checkpoint_interval_s,
                 f"{prefix}metrics_interval_s": self.metrics_interval_s,
                 f"{prefix}max_grad_norm": self.max_grad_norm,

@@ -106,7 +106,7 @@ class FleetRun:
                     "snapshot_interval_s": 0,
                 },
                 "learner": {
-                    "eval_interval_s": 1e12,
+                    "eval_every_steps": 0,
                     "metrics_interval_s": 1.0,
                     "checkpoint_interval_s": 1e12,
                     "target_return": 1e12,

@@ -79,7 +79,7 @@ class SlurmFaultRun(FaultRun):
             "--set", 'slurm.learner_options=["--nodelist=learner"]',
             "--set", 'slurm.shard_options=["--nodelist=shard"]',
             "--set", 'slurm.actor_options=["--nodelist=actor"]',
-            "--set", "learner.eval_interval_s=1e12", "--set", "learner.metrics_interval_s=0.5",
+            "--set", "learner.eval_every_steps=0", "--set", "learner.metrics_interval_s=0.5",
             "--set", f"learner.checkpoint_interval_s={PERIOD_S}",
             "--set", f"replay.snapshot_interval_s={PERIOD_S}",
             *(part for setting in settings for part in ("--set", setting)),

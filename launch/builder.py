@@ -29,6 +29,7 @@ from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
     from apex.actor import Actor
+    from apex.evaluator import Evaluator
     from apex.learner import Learner
 
 SPEC_FILE = "spec.json"
@@ -190,3 +191,26 @@ def actor(
     acting = build_acting(actor_config, env_shape(config.env))
     return Actor(actor_config, acting, ActorEndpoints(shards, weights, episodes),
                  config.security)  # fmt: skip
+
+
+def evaluator(
+    config: RunConfig, weights: str, episodes: str, parent_pid: int | None = None
+) -> Evaluator:
+    """The run's evaluator: the acting policy of the run's algorithm, played greedily on
+    the weights the learner at ``weights`` publishes (``apex.evaluator``)."""
+    from apex.algorithm import build_acting
+    from apex.envs import preset
+    from apex.evaluator import Evaluator, EvaluatorConfig
+
+    settings = config.learner
+    target = settings.target_return
+    evaluation = EvaluatorConfig(
+        env=config.env,
+        seed=settings.seed,
+        every_steps=settings.eval_every_steps,
+        episodes=settings.eval_episodes,
+        confirm_episodes=settings.confirm_episodes,
+        target_return=target if target is not None else preset(config.env).solved_return,
+    )
+    policy, _ = build_acting(config.actor_config(0), env_shape(config.env))
+    return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)

@@ -19,6 +19,7 @@ COMMANDS = {
     "replay": "launch.role_commands:replay_role",
     "learner": "launch.role_commands:learner_role",
     "actor": "launch.role_commands:actor_role",
+    "evaluator": "launch.role_commands:evaluator_role",
     "train": "launch.role_commands:train",
     "status": "launch.watch_commands:status",
     "plot": "launch.watch_commands:plot",

@@ -71,6 +71,11 @@ MOVED = {
     **{f"learner.{key}": f"learner.dpg.{key}"
        for key in ("tau", "twin_critics", "policy_delay", "target_noise", "noise_clip")},
 }  # fmt: skip
+# Settings that no longer exist, with what took their place: dropped with a notice, so a
+# run directory written before still resumes.
+RETIRED = {
+    "learner.eval_interval_s": "evaluations follow env steps now (learner.eval_every_steps)",
+}
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +269,13 @@ def _learner(values: dict, problems: list[str]) -> LearnerConfig:
 
 def _moved(values: dict) -> dict:
     """``values`` with the settings of :data:`MOVED` in their new places, each with a
-    notice; a setting given in both places keeps the new one."""
+    notice; a setting given in both places keeps the new one. Those of :data:`RETIRED`
+    are dropped, with a notice."""
+    for old, why in RETIRED.items():
+        section, key = old.split(".")
+        if key in values.get(section, {}):
+            logger.warning("%s is no longer read: %s", old, why)
+            values = {**values, section: {k: v for k, v in values[section].items() if k != key}}
     for old, new in MOVED.items():
         section, key = old.split(".")
         if key not in values.get(section, {}):

@@ -257,6 +257,31 @@ def actor_role(config_path, index, shards, weights, episodes, max_steps, keys, i
     sys.exit(roles.run_actor(actor))
 
 
+@click.command("evaluator")
+@config_option
+@click.option("--weights", required=True, help="The learner's weights endpoint (tcp://HOST:PORT).")
+@click.option(
+    "--episodes", required=True, help="The learner's episodes endpoint (tcp://HOST:PORT)."
+)
+@click.option(
+    "--parent",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop once the process with this id (the learner's role) is gone.",
+)
+@security_options
+def evaluator_role(config_path, weights, episodes, parent, keys, insecure) -> None:
+    """Run the greedy evaluator on the learner's published weights until SIGINT/SIGTERM.
+    The learner's role starts one by itself."""
+    from launch import builder, roles
+
+    run = load_run_config(config_path, security_overrides(keys, insecure))
+    if not run.learner.eval_every_steps:
+        raise click.UsageError("learner.eval_every_steps is 0: this run evaluates nothing")
+    evaluator = builder.evaluator(run, weights, episodes, parent)
+    sys.exit(roles.run_evaluator(evaluator))
+
+
 @click.command("train")
 @config_argument
 @run_options

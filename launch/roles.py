@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING
 
 from launch import builder
 from launch.config import RunConfig
+from launch.evaluator_process import EvaluatorProcess
 from launch.signals import on_stop_signal
 from replay.errors import ConfigError
 from replay.server.shard import ShardServer
 
 if TYPE_CHECKING:
     from apex.actor import Actor
+    from apex.evaluator import Evaluator
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +101,16 @@ def run_learner(
             "resumed_from": str(resume_from) if resume_from else None,
         },
     )
-    outcome = learner.run()
+    evaluator = None
+    if config.learner.eval_every_steps:
+        evaluator = EvaluatorProcess(config, run_dir, learner.weights_endpoint,
+                                     learner.episodes_endpoint)  # fmt: skip
+        evaluator.start()
+    try:
+        outcome = learner.run()
+    finally:
+        if evaluator is not None:
+            evaluator.stop()
     announce(
         "outcome",
         {
@@ -111,6 +122,15 @@ def run_learner(
         },
     )
     return EXIT_OK if outcome.reason in NORMAL_ENDS else EXIT_FAILED
+
+
+def run_evaluator(evaluator: Evaluator) -> int:
+    """Runs the evaluator built by ``launch.builder.evaluator`` until SIGINT/SIGTERM or its
+    parent's end."""
+    on_stop_signal(evaluator.stop)
+    announce("ready", {"evaluator": evaluator.config.env})
+    evaluator.run()
+    return EXIT_OK
 
 
 def run_actor(actor: Actor) -> int:

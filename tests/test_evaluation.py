@@ -1,37 +1,62 @@
-"""Greedy evaluation: one episode per copy, returns summed until each copy's end, on both
-kinds of vector env (CartPole's own numpy one and one wrapped env per copy)."""
+"""Greedy evaluation: one episode per copy on both kinds of vector env, the EVALUATION
+message and its checks, the evaluator's cadence and confirmation over real sockets, and
+the learner stopping on a confirmed solve only."""
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import zmq
 from torch import nn
 
-from apex.evaluation import evaluate, evaluation_envs
+from apex.channels import ApexKind, EpisodeCollector, WeightPublisher
+from apex.evaluation import Evaluation, evaluation_envs, play_greedy, read_evaluation
+from apex.evaluator import Evaluator, EvaluatorConfig
+from apex.metrics import read_metrics
+from replay.errors import ProtocolError
+from replay.wire.layout import Message, decode, encode
+from replay.wire.transport import make_socket, send_frames
+from tests.conftest import wait_for
+from tests.test_learner import filled_store, make_learner
 
 
-class ConstantPolicy(nn.Module):
-    """Q-values that always prefer ``action``."""
+class ScriptedPolicy:
+    """An acting policy (``apex.algorithm.ActingPolicy``) with one published number,
+    ``gain``: above 0 it balances CartPole (the classic hand-written controller, which
+    keeps the pole up for all 500 steps from most starts), otherwise it always pushes
+    with ``action``."""
 
-    def __init__(self, actions: int, action: int) -> None:
-        super().__init__()
-        self.preference = torch.zeros(actions)
-        self.preference[action] = 1.0
+    def __init__(self, gain: float = 1.0, action: int = 0) -> None:
+        self.gain, self.action = gain, action
 
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        return self.preference.expand(observations.shape[0], -1)
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"gain": (1,)}
 
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.gain = float(arrays["gain"][0])
 
-class Balancer(nn.Module):
-    """Pushes the cart toward the side the pole leans to: CartPole's classic hand-written
-    controller, which keeps the pole up for the whole 500 steps from most starts."""
-
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+        assert not scales.any(), "evaluation explores"
+        if self.gain <= 0:
+            return np.full(len(observations), self.action)
         angle, angular_velocity = observations[:, 2], observations[:, 3]
-        right = (angle + 0.5 * angular_velocity > 0).float()
-        return torch.stack((1.0 - right, right), dim=1)
+        return (angle + 0.5 * angular_velocity > 0).astype(np.int64)
+
+    def td_errors(self, batch):
+        raise NotImplementedError
+
+
+class Gain(nn.Module):
+    def __init__(self, gain: float) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.tensor([gain]))
 
 
 def test_cartpole_evaluates_on_its_own_vector_env() -> None:
@@ -47,8 +72,7 @@ def test_each_copy_plays_exactly_one_episode(env: str) -> None:
     """Pushing one way ends every CartPole episode within a few steps (returns of about
     9), and on Acrobot every episode runs to its 500-step limit at −1 a step: a copy that
     went on past its end, or a reward counted after it, would show."""
-    network = ConstantPolicy(gym.make(env).action_space.n, 0)
-    returns = evaluate(network, env, 20, seed=5, device=torch.device("cpu"))
+    returns = play_greedy(ScriptedPolicy(gain=0.0), env, 20, seed=5)
     assert returns.shape == (20,)
     if env == "CartPole-v1":
         assert np.all((returns >= 7) & (returns <= 12)), returns
@@ -57,13 +81,132 @@ def test_each_copy_plays_exactly_one_episode(env: str) -> None:
 
 
 def test_a_good_controller_reaches_the_time_limit_and_no_further() -> None:
-    returns = evaluate(Balancer(), "CartPole-v1", 20, seed=1, device=torch.device("cpu"))
+    returns = play_greedy(ScriptedPolicy(), "CartPole-v1", 20, seed=1)
     assert returns.max() == 500
     assert np.median(returns) == 500
 
 
 def test_the_same_seed_gives_the_same_returns() -> None:
-    network = Balancer()
-    first = evaluate(network, "CartPole-v1", 10, seed=3, device=torch.device("cpu"))
-    again = evaluate(network, "CartPole-v1", 10, seed=3, device=torch.device("cpu"))
+    first = play_greedy(ScriptedPolicy(), "CartPole-v1", 10, seed=3)
+    again = play_greedy(ScriptedPolicy(), "CartPole-v1", 10, seed=3)
     np.testing.assert_array_equal(first, again)
+
+
+def _wire(message: Message) -> Message:
+    return decode([bytes(frame) for frame in encode(message)], ApexKind)
+
+
+def test_an_evaluation_crosses_the_wire_intact() -> None:
+    sent = Evaluation(7, 123_456, np.array([500.0, 480.0, 499.5]), 4, True, 2)
+    got = read_evaluation(_wire(sent.to_message(ApexKind.EVALUATION, 0)))
+    assert (got.weight_version, got.env_steps, got.index, got.confirmation, got.skipped) == (
+        7, 123_456, 4, True, 2)  # fmt: skip
+    np.testing.assert_array_equal(got.returns, sent.returns)
+
+
+@pytest.mark.parametrize(
+    "mangle, match",
+    [
+        (lambda m, r, f: (m, (r.astype(np.float32), f)), "float64"),
+        (lambda m, r, f: (m, (np.array([np.nan, 1.0]), f)), "not finite"),
+        (lambda m, r, f: (replace(m, count=5), (r, f)), "as many"),
+        (lambda m, r, f: (m, (r, np.array([0, 2, 0]))), "confirmation flag"),
+        (lambda m, r, f: (m, (r, np.array([0, -1, 0]))), "facts"),
+        (lambda m, r, f: (m, (r,)), "2 arrays"),
+        (lambda m, r, f: (replace(m, scalar=float("nan")), (r, f)), "counts"),
+    ],
+)
+def test_a_malformed_evaluation_is_refused(mangle, match: str) -> None:
+    message = Evaluation(1, 10, np.array([1.0, 2.0]), 0, False).to_message(ApexKind.EVALUATION, 0)
+    returns, facts = message.arrays
+    base, arrays = mangle(message, returns, facts)
+    with pytest.raises(ProtocolError, match=match):
+        read_evaluation(_wire(replace(base, arrays=arrays)))
+
+
+@pytest.mark.slow
+def test_the_evaluator_keeps_its_cadence_skips_what_it_missed_and_confirms() -> None:
+    """Over real sockets: weights below the first cadence point are not evaluated; weights
+    past three points are evaluated once, with two points skipped; weights at the target
+    are confirmed on their own number of episodes."""
+    context = zmq.Context()
+    got: list[Evaluation] = []
+    collector = EpisodeCollector(context, on_evaluation=lambda m: got.append(read_evaluation(m)))
+    publisher = WeightPublisher(context)
+    config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=8,
+                             confirm_episodes=30, target_return=475.0)  # fmt: skip
+    evaluator = Evaluator(config, ScriptedPolicy(), publisher.endpoint, collector.endpoint)
+    thread = threading.Thread(target=evaluator.run, daemon=True)
+    thread.start()
+
+    def published_until(count: int, module: nn.Module, version: int, steps: int) -> None:
+        def heard() -> bool:
+            publisher.publish(module, version, steps)  # again until heard (PUB drops early)
+            collector.drain()
+            return len(got) >= count
+
+        wait_for(heard, timeout_s=30, what=f"{count} evaluations", interval_s=0.05)
+
+    try:
+        for version in (1, 2, 3):  # below the first point: never evaluated
+            publisher.publish(Gain(1.0), version, 999)
+        published_until(1, Gain(-1.0), 4, 3500)
+        published_until(3, Gain(1.0), 5, 4200)
+        periodic_low, periodic_high, confirmation = got[:3]
+        assert (periodic_low.weight_version, periodic_low.env_steps) == (4, 3500)
+        assert periodic_low.skipped == 2 and not periodic_low.confirmation
+        assert periodic_low.returns.size == 8 and periodic_low.mean < 20
+        assert periodic_high.weight_version == 5 and periodic_high.skipped == 0
+        assert periodic_high.index == 1 and periodic_high.mean >= 475
+        assert confirmation.confirmation and confirmation.index == 1
+        assert confirmation.returns.size == 30 and confirmation.weight_version == 5
+    finally:
+        evaluator.stop()
+        thread.join(timeout=10)
+        publisher.close()
+        collector.close()
+        context.destroy(linger=0)
+    assert not thread.is_alive()
+
+
+def _send_evaluations(endpoint: str, evaluations: list[Evaluation | bytes]) -> None:
+    context = zmq.Context()
+    socket = make_socket(context, zmq.PUSH, 100)
+    socket.connect(endpoint)
+    for sequence, evaluation in enumerate(evaluations):
+        if isinstance(evaluation, bytes):
+            socket.send(evaluation)
+        else:
+            send_frames(socket, encode(evaluation.to_message(ApexKind.EVALUATION, sequence)))
+    socket.close(linger=2000)
+    context.term()
+
+
+@pytest.mark.parametrize("confirmed", [False, True])
+def test_the_learner_stops_only_on_a_confirmed_solve(tmp_path: Path, confirmed: bool) -> None:
+    """A periodic evaluation at the target is written but solves nothing; its confirmation
+    at the target ends the run as solved. A malformed message is counted and skipped."""
+    store = filled_store(np.random.default_rng(5))
+    learner = make_learner(tmp_path, store, max_updates=2_000, eval_every_steps=1000,
+                           target_return=475.0)  # fmt: skip
+    at_target = np.full(20, 490.0)
+    sent: list[Evaluation | bytes] = [b"not a message", Evaluation(1, 1000, at_target, 0, False)]
+    if confirmed:
+        sent.append(Evaluation(1, 1000, np.full(100, 480.0), 0, True))
+    _send_evaluations(learner.episodes_endpoint, sent)
+    outcome = learner.run()
+    records = read_metrics(tmp_path)
+    evaluations = [r for r in records if r["event"] in ("evaluation", "confirmation")]
+    assert [r["event"] for r in evaluations] == ["evaluation", "confirmation"][: len(sent) - 1]
+    assert evaluations[0]["eval_return_mean"] == 490.0 and not evaluations[0]["solved"]
+    assert evaluations[0]["weights_updates"] == 0  # version 1: published before update 1
+    [end] = [r for r in records if r["event"] == "end"]
+    assert end["last_eval_return"] == 490.0
+    if confirmed:
+        assert outcome.reason == "solved" and outcome.solved
+        assert evaluations[1]["solved"] and evaluations[1]["episodes"] == 100
+        assert outcome.counters.updates < 2_000 and outcome.counters.solved_at_s is not None
+    else:
+        assert outcome.reason == "max_updates" and not outcome.solved
+    rejected = [r["episode_messages_rejected"] for r in records if r["event"] == "progress"]
+    assert max(rejected) == 1

@@ -124,11 +124,11 @@ def filled_store(rng: np.random.Generator) -> PrioritizedReplay:
 
 
 def make_learner(tmp_path: Path, store, resume_from: Path | None = None, **settings) -> Learner:
-    config = LearnerConfig(
-        batch_size=BATCH, hidden=(32, 32), publish_period=5, eval_interval_s=3600.0,
-        metrics_interval_s=1e-6, eval_episodes=2, **settings,
-        algorithms={"dqn": DQNSettings(target_update_period=10)},
-    )  # fmt: skip
+    config = LearnerConfig(**{
+        "batch_size": BATCH, "hidden": (32, 32), "publish_period": 5, "eval_every_steps": 0,
+        "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings,
+        "algorithms": {"dqn": DQNSettings(target_update_period=10)},
+    })  # fmt: skip
     device = torch.device("cpu")
     algorithm = build_algorithm(config, env_shape(config.env), device)
     source = LocalSource(store, DeviceStager(device))

@@ -82,7 +82,7 @@ def test_train_redraws_in_place_and_top_follows_it_until_q(tmux: str, tmp_path: 
     run_dir = tmp_path / "run"
     python = sys.executable
     train = Pane(tmux, f"{python} -m launch train --run-dir {run_dir} --max-time 15 "
-                       "--target-return 1e9 --set learner.eval_interval_s=2")  # fmt: skip
+                       "--target-return 1e9")  # fmt: skip
     top = None
     try:
         train.wait_for(lambda: "transitions/s" in train.screen(), 90, "the live status")

@@ -1,0 +1,161 @@
+"""The run's evaluator: a process of its own that takes the learner's published weights and
+plays greedy episodes with them, so that evaluating never stalls training (the Ape-X
+paper's evaluator actors; before it, a 10-episode LunarLander evaluation on the learner's
+thread cut its updates/s from about 130 to 35-60).
+
+Cadence, in env steps (the same rule a peer in the learning benchmark follows): every
+WEIGHTS message carries the env steps the actors had reported when it was published, and
+the first weights at or past each multiple of ``every_steps`` are evaluated on
+``episodes`` episodes. An evaluator still busy when later multiples pass evaluates the
+newest weights once it is free and says how many points it skipped. An evaluation whose
+mean reaches the target is confirmed at once: the same weights play ``confirm_episodes``
+more episodes on other seeds (gymnasium's definition of solving CartPole-v1 is a mean of
+475 over 100 consecutive episodes), and only a confirmed solve counts as one.
+
+Results go to the learner's episodes socket as EVALUATION messages (``apex.evaluation``);
+the learner writes them to its metrics and stops on a confirmed solve. The evaluator
+stops on SIGTERM, and by itself once the process that started it (the learner's role) is
+gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import zmq
+
+from apex.algorithm import ActingPolicy
+from apex.channels import EPISODES_HWM, ApexKind, WeightSubscriber
+from apex.evaluation import Evaluation, play_greedy
+from replay.wire.layout import encode
+from replay.wire.security import SecurityConfig, make_context
+from replay.wire.transport import make_socket, send_frames
+
+logger = logging.getLogger(__name__)
+
+# How long one wait for weights lasts before the stop flag and the parent are looked at.
+POLL_MS = 200
+# Evaluation episodes are seeded apart from training's; a confirmation apart from both.
+EVAL_SEED_OFFSET = 10_000_000
+CONFIRM_SEED_OFFSET = 20_000_000
+
+
+@dataclass(frozen=True)
+class EvaluatorConfig:
+    """What and when to evaluate (``LearnerConfig``'s evaluation settings).
+
+    Attributes:
+        env: the preset or gymnasium id.
+        seed: the run's root seed.
+        every_steps: env steps between evaluations.
+        episodes: episodes per periodic evaluation.
+        confirm_episodes: episodes of a confirmation (0: none; a periodic evaluation at
+            the target is then a solve by itself).
+        target_return: the mean that asks for a confirmation (None: never).
+    """
+
+    env: str
+    seed: int
+    every_steps: int
+    episodes: int
+    confirm_episodes: int
+    target_return: float | None
+
+
+class Evaluator:
+    """Construct in the evaluator's process; :meth:`run` until :meth:`stop`.
+
+    Args:
+        config: what and when.
+        policy: the run's acting policy (``apex.algorithm.build_acting``), played at zero
+            exploration.
+        weights, episodes: the learner's endpoints.
+        security: the run's keys, as an actor's.
+        parent_pid: stop once this process is gone (None: never look).
+    """
+
+    def __init__(
+        self,
+        config: EvaluatorConfig,
+        policy: ActingPolicy,
+        weights: str,
+        episodes: str,
+        security: SecurityConfig | None = None,
+        parent_pid: int | None = None,
+    ) -> None:
+        self.config = config
+        self._policy = policy
+        self._parent_pid = parent_pid
+        self._context = make_context(security, need_server_secret=False)
+        self._weights = WeightSubscriber(self._context, weights)
+        self._results = make_socket(self._context, zmq.PUSH, EPISODES_HWM)
+        self._results.connect(episodes)
+        self._stop = threading.Event()
+        self._sequence = 0
+        self.evaluations = 0
+        self._next_at = config.every_steps
+
+    def stop(self) -> None:
+        """Asks :meth:`run` to return after the evaluation under way (signal-safe)."""
+        self._stop.set()
+
+    def _orphaned(self) -> bool:
+        return self._parent_pid is not None and os.getppid() != self._parent_pid
+
+    def run(self) -> None:
+        config = self.config
+        logger.info("evaluator: %s every %d env steps, %d episodes (confirmed on %d at %s)",
+                    config.env, config.every_steps, config.episodes, config.confirm_episodes,
+                    config.target_return)  # fmt: skip
+        try:
+            while not self._stop.is_set() and not self._orphaned():
+                if not self._weights.poll(self._policy, timeout_ms=POLL_MS):
+                    continue
+                steps = self._weights.env_steps
+                if steps < self._next_at:
+                    continue
+                skipped = (steps - self._next_at) // config.every_steps
+                self._next_at = (steps // config.every_steps + 1) * config.every_steps
+                self._evaluate(steps, skipped)
+        finally:
+            self.close()
+
+    def _evaluate(self, steps: int, skipped: int) -> None:
+        config, version = self.config, self._weights.version
+        index = self.evaluations
+        started = time.monotonic()
+        returns = play_greedy(self._policy, config.env, config.episodes,
+                              config.seed + EVAL_SEED_OFFSET + 1000 * index)  # fmt: skip
+        periodic = Evaluation(version, steps, returns, index, False, skipped)
+        self._send(periodic)
+        logger.info("evaluation %d: weights %d at %d env steps, mean %.1f over %d episodes "
+                    "(%.2f s)", index, version, steps, periodic.mean, returns.size,
+                    time.monotonic() - started)  # fmt: skip
+        self.evaluations += 1
+        target = config.target_return
+        if target is None or periodic.mean < target or config.confirm_episodes == 0:
+            return
+        returns = play_greedy(self._policy, config.env, config.confirm_episodes,
+                              config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
+        confirmation = Evaluation(version, steps, returns, index, True, skipped)
+        self._send(confirmation)
+        logger.info("evaluation %d confirmed on %d episodes: mean %.1f (target %s)", index,
+                    returns.size, confirmation.mean, target)  # fmt: skip
+
+    def _send(self, evaluation: Evaluation) -> None:
+        frames = encode(evaluation.to_message(ApexKind.EVALUATION, self._sequence))
+        self._sequence += 1
+        # The learner drains its socket between updates; a full queue means it has
+        # stopped, and an evaluation nobody reads is not worth blocking on.
+        with contextlib.suppress(zmq.Again):
+            send_frames(self._results, frames, zmq.NOBLOCK)
+
+    def close(self) -> None:
+        self._weights.close()
+        self._results.close(linger=1000)
+        self._context.term()

@@ -1,0 +1,78 @@
+"""The learner role's evaluator: started once the learner's sockets are bound, restarted
+when it dies on its own, stopped when the learner ends.
+
+It is the learner's child on every launcher (``apex train``, ``apex learner``, a Slurm
+task): it needs only the learner's two endpoints and the run's config, so no launcher has
+to place it. It reads the learner's resolved config from ``<run_dir>/evaluator/config.json``
+(keys included) and logs to ``<run_dir>/logs/evaluator.log``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from launch.config import RunConfig, write_resolved
+from launch.keeper import RESTART_BACKOFF_S, SHARD_RESTART_BUDGET
+from launch.role_process import RoleProcess, RoleStartError
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 120.0
+STOP_BUDGET_S = 5.0
+
+
+class EvaluatorProcess:
+    """Keeps ``apex evaluator`` running beside the learner until :meth:`stop`.
+
+    Args:
+        config: the learner's run config.
+        run_dir: the run's directory.
+        weights, episodes: the learner's bound endpoints.
+    """
+
+    def __init__(self, config: RunConfig, run_dir: Path, weights: str, episodes: str) -> None:
+        config_path = write_resolved(config, run_dir / "evaluator")
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self._command = ("evaluator", "--config", str(config_path), "--weights", weights,
+                         "--episodes", episodes, "--parent", str(os.getpid()))  # fmt: skip
+        self._log = run_dir / "logs" / "evaluator.log"
+        self._stopping = threading.Event()
+        self._process: RoleProcess | None = None
+        self.restarts = 0
+        self._watcher = threading.Thread(target=self._keep, name="evaluator", daemon=True)
+
+    def start(self) -> None:
+        self._watcher.start()
+
+    def _keep(self) -> None:
+        while not self._stopping.is_set():
+            self._process = RoleProcess.apex(*self._command, log_path=self._log,
+                                             name="evaluator")  # fmt: skip
+            try:
+                self._process.await_ready(READY_TIMEOUT_S)
+            except RoleStartError as exc:
+                logger.error("%s", exc)
+            code = self._process.process.wait()
+            if self._stopping.is_set():
+                return
+            if self.restarts >= SHARD_RESTART_BUDGET:
+                logger.error("evaluator died (exit code %s) after %d restarts; the run goes "
+                             "on without evaluations", code, self.restarts)  # fmt: skip
+                return
+            delay = RESTART_BACKOFF_S[min(self.restarts, len(RESTART_BACKOFF_S) - 1)]
+            logger.warning("evaluator died (exit code %s); restarting in %.0f s", code, delay)
+            self.restarts += 1
+            if self._stopping.wait(delay):
+                return
+
+    def stop(self) -> None:
+        """Stops it (SIGTERM, then SIGKILL) and its keeper."""
+        self._stopping.set()
+        process = self._process
+        if process is not None:
+            process.stop(STOP_BUDGET_S)
+            process.close()
+        self._watcher.join(timeout=STOP_BUDGET_S + 1.0)
