@@ -3,9 +3,15 @@
 Records are matched by (suite, case, implementation, metric). For rates (units per second)
 a ratio below 1 means NEW is slower; for times (seconds) the ratio is inverted so that
 below 1 still means worse.
+
+A learning figure (``bench.learn_suite``: an IQM with a 95% interval over seeds) is a
+regression only when NEW's interval lies wholly on the worse side of OLD's: the ratio of
+two IQMs over ten seeds moves by more than any threshold from chance alone.
 """
 
 from __future__ import annotations
+
+from bench.learning_stats import wholly_worse
 
 
 def _key(record: dict) -> tuple[str, str, str, str]:
@@ -20,20 +26,29 @@ def compare(old: dict, new: dict, threshold: float = 0.9) -> list[dict]:
         if record.get("status") != "ok" or _key(record) not in before:
             continue
         previous = before[_key(record)]
-        if previous["median"] <= 0 or record["median"] <= 0:
+        intervals = all("ci_low" in r for r in (record, previous))
+        lower_is_better = not record.get("higher_is_better", record["unit"] != "s")
+        old_value, new_value = (
+            (previous["iqm"], record["iqm"]) if intervals
+            else (previous["median"], record["median"])
+        )  # fmt: skip
+        positive = old_value > 0 and new_value > 0
+        if not (positive or intervals):
             continue
-        lower_is_better = record["unit"] == "s"
-        ratio = (
-            previous["median"] / record["median"]
-            if lower_is_better
-            else record["median"] / previous["median"]
-        )
+        ratio = None  # returns may be negative: only their intervals compare
+        if positive:
+            ratio = old_value / new_value if lower_is_better else new_value / old_value
+        regression = ratio is not None and ratio < threshold
+        if intervals:
+            regression = wholly_worse((record["ci_low"], record["ci_high"]),
+                                      (previous["ci_low"], previous["ci_high"]),
+                                      higher_is_better=not lower_is_better)  # fmt: skip
         rows.append(
             {
                 "suite": record["suite"], "case": record["case"],
                 "implementation": record["implementation"], "metric": record["metric"],
-                "unit": record["unit"], "old": previous["median"], "new": record["median"],
-                "speed": ratio, "regression": ratio < threshold,
+                "unit": record["unit"], "old": old_value, "new": new_value,
+                "speed": ratio, "regression": regression, "intervals": intervals,
             }
         )  # fmt: skip
     return rows
@@ -49,8 +64,12 @@ def markdown(rows: list[dict], threshold: float) -> str:
         lines.append(
             f"| {row['suite']} | {row['case']} | {row['implementation']} | {row['metric']} "
             f"| {row['old']:.4g} {row['unit']} | {row['new']:.4g} {row['unit']} "
-            f"| {row['speed']:.2f}×{flag} |"
+            f"| {'—' if row['speed'] is None else format(row['speed'], '.2f') + '×'}{flag} |"
         )
     regressions = sum(row["regression"] for row in rows)
-    lines += ["", f"{len(rows)} figures compared; {regressions} below {threshold:.2f}× (⚠)."]
+    lines += [
+        "",
+        f"{len(rows)} figures compared; {regressions} regressions (⚠): below "
+        f"{threshold:.2f}×, or for learning figures a 95% interval wholly worse.",
+    ]
     return "\n".join(lines) + "\n"

@@ -16,11 +16,10 @@ COMMANDS = {
     "snapshot": "bench.part_commands:bench_snapshot",
     "frames": "bench.part_commands:bench_frames",
     "system": "bench.system_commands:bench_system",
-    "solve": "bench.system_commands:bench_solve",
     "faults": "bench.system_commands:bench_faults",
     "fleet": "bench.system_commands:bench_fleet",
     "model": "bench.system_commands:bench_model",
-    "race": "bench.race_command:bench_race",
+    "learn": "bench.learn_command:bench_learn",
     "fuzz": "bench.fuzz_command:bench_fuzz",
     "compare": "bench.compare_command:bench_compare",
     "run": "bench.run_command:bench_run",
@@ -28,7 +27,7 @@ COMMANDS = {
 
 # The suites ``apex bench run`` knows, and those it runs when none is named (frames fills
 # a 2M store: it runs when asked for).
-RUN_SUITES = ("replay", "shard", "learner", "actor", "system", "solve", "frames")
+RUN_SUITES = ("replay", "shard", "learner", "actor", "system", "learn", "frames")
 DEFAULT_RUN = RUN_SUITES[:-1]
 
 
@@ -62,10 +61,12 @@ def run_suite(
         from bench import system_suite
 
         return system_suite.run(quick=quick, memory_bytes=memory_bytes, progress=progress)
-    if name == "solve":
-        from bench import solve_suite
+    if name == "learn":
+        from bench import learn_suite, learn_tasks
 
-        return solve_suite.run(quick=quick, max_seconds=6.0 if quick else None, progress=progress)
+        task = learn_tasks.TASKS["CartPole-v1"]
+        task = learn_tasks.quick_task(task) if quick else task
+        return learn_suite.run(task, seeds=task.seeds, progress=progress)
     if name == "frames":
         from bench import frames_suite
 

@@ -1,76 +1,93 @@
-"""stable-baselines3 with the rl-zoo hyperparameters, timed to solve: DQN on CartPole-v1,
-TD3 on Pendulum-v1.
+"""stable-baselines3 with the rl-zoo hyperparameters under the learning benchmark's
+protocol (``bench.learn_suite``): DQN on CartPole-v1, Acrobot-v1 and LunarLander-v3, TD3
+on Pendulum-v1 and the MuJoCo tasks.
 
-``python -m bench.sb3_worker '<json>'`` prints one JSON line: wall-clock seconds from this
-process's start (imports included) to the evaluation that solved it, or to the step
-limit. Solved means a greedy mean return at the target over 20 episodes, evaluated every
-2,000 environment steps on 20 copies stepped together (one episode each, as apex
-evaluates).
+``python -m bench.sb3_worker '<json>'`` prints one JSON line. Every ``eval_every_steps``
+env steps the greedy policy plays ``eval_episodes`` episodes on copies stepped together
+(one episode each); one at the target is confirmed at once on ``confirm_episodes`` more,
+on copies seeded apart, and a confirmed solve ends the run unless ``stop_when_solved`` is
+false. Evaluation runs inline, as SB3's ``EvalCallback`` does: SB3 has no evaluator of its
+own. Every event carries its wall-clock time (``time.time()``), so the benchmark times
+both sides from the moment it spawned them.
 
-TD3 on Pendulum-v1 is the zoo's (hyperparams/td3.yml): 20K steps, the first 10K random,
-Gaussian action noise σ 0.1, one gradient step per env step after each episode, nets
-[400, 300]. A seed not solved by then trains on with the same settings.
-
-The zoo trains CartPole-v1 for ``n_timesteps`` 5e4, so its ε schedule (``exploration_fraction``
-0.16) is laid over exactly those 50K steps, as here. A seed not solved by then goes on
-training with ε held at its final value (``reset_num_timesteps=False``), as the zoo's own run
-would have ended with. Laying the schedule over a longer budget (200K once) makes SB3 explore
-four times longer and is not the zoo's baseline.
+The zoo's schedules are laid over the zoo's own step budget (``n_timesteps``): DQN's ε
+decays over ``exploration_fraction`` of it, and a seed not solved by then trains on with ε
+held at its final value (``reset_num_timesteps=False``), as the zoo's run would have
+ended with. TD3 on Pendulum: 10K random steps first, Gaussian action noise σ 0.1, one
+gradient step per env step after each episode, nets [400, 300].
 """
 
 from __future__ import annotations
 
 import time
 
-STARTED = time.monotonic()
+STARTED_UNIX = time.time()
 
 import json  # noqa: E402  (the clock starts before any import, as for `apex train`)
 import sys  # noqa: E402
 
-# The rl-zoo (rl-baselines3-zoo hyperparams/dqn.yml) settings for CartPole-v1.
-RL_ZOO_CARTPOLE = {
-    "learning_rate": 2.3e-3,
-    "batch_size": 64,
-    "buffer_size": 100_000,
-    "learning_starts": 1000,
+# rl-baselines3-zoo hyperparams/dqn.yml, "Tuned" entries; LunarLander-v2's for v3.
+_ZOO_DQN_SMALL = {
+    "learning_rate": 6.3e-4,
+    "batch_size": 128,
+    "buffer_size": 50_000,
+    "learning_starts": 0,
     "gamma": 0.99,
-    "target_update_interval": 10,
-    "train_freq": 256,
-    "gradient_steps": 128,
-    "exploration_fraction": 0.16,
-    "exploration_final_eps": 0.04,
+    "target_update_interval": 250,
+    "train_freq": 4,
+    "gradient_steps": -1,
+    "exploration_fraction": 0.12,
+    "exploration_final_eps": 0.1,
     "policy_kwargs": {"net_arch": [256, 256]},
 }
-RL_ZOO_CARTPOLE_STEPS = 50_000
-# The rl-zoo (hyperparams/td3.yml) settings for Pendulum-v1; noise_std 0.1 is the action
-# noise, built below.
-RL_ZOO_PENDULUM_TD3 = {
-    "learning_rate": 1e-3,
-    "buffer_size": 200_000,
-    "learning_starts": 10_000,
-    "gamma": 0.98,
-    "train_freq": (1, "episode"),
-    "gradient_steps": -1,
-    "policy_kwargs": {"net_arch": [400, 300]},
+# env -> (DQN settings, the zoo's n_timesteps)
+DQN_ZOO = {
+    "CartPole-v1": (
+        {
+            "learning_rate": 2.3e-3,
+            "batch_size": 64,
+            "buffer_size": 100_000,
+            "learning_starts": 1000,
+            "gamma": 0.99,
+            "target_update_interval": 10,
+            "train_freq": 256,
+            "gradient_steps": 128,
+            "exploration_fraction": 0.16,
+            "exploration_final_eps": 0.04,
+            "policy_kwargs": {"net_arch": [256, 256]},
+        },
+        50_000,
+    ),
+    "Acrobot-v1": (_ZOO_DQN_SMALL, 100_000),
+    "LunarLander-v3": (_ZOO_DQN_SMALL, 100_000),
 }
-RL_ZOO_PENDULUM_STEPS = 20_000
-# The zoo's MuJoCo defaults in td3.yml (HalfCheetah, Hopper, ...): SB3's TD3 defaults (lr
-# 1e-3, 1M buffer, batch 256, one gradient step per env step, nets [400, 300]) with 10K
-# random steps first and noise σ 0.1, for 1M steps.
-RL_ZOO_MUJOCO_TD3 = {"learning_starts": 10_000}
-RL_ZOO_MUJOCO_STEPS = 1_000_000
-# env -> (TD3 settings, the zoo's step budget)
+# rl-baselines3-zoo hyperparams/td3.yml. Pendulum's own entry; the MuJoCo tasks take
+# SB3's TD3 defaults (lr 1e-3, 1M buffer, batch 256, one gradient step per env step, nets
+# [400, 300]) with 10K random steps first, for 1M steps. Noise σ 0.1 is built below.
+_ZOO_MUJOCO_TD3 = ({"learning_starts": 10_000}, 1_000_000)
 TD3_ZOO = {
-    "Pendulum-v1": (RL_ZOO_PENDULUM_TD3, RL_ZOO_PENDULUM_STEPS),
-    "HalfCheetah-v5": (RL_ZOO_MUJOCO_TD3, RL_ZOO_MUJOCO_STEPS),
-    "Hopper-v5": (RL_ZOO_MUJOCO_TD3, RL_ZOO_MUJOCO_STEPS),
+    "Pendulum-v1": (
+        {
+            "learning_rate": 1e-3,
+            "buffer_size": 200_000,
+            "learning_starts": 10_000,
+            "gamma": 0.98,
+            "train_freq": (1, "episode"),
+            "gradient_steps": -1,
+            "policy_kwargs": {"net_arch": [400, 300]},
+        },
+        20_000,
+    ),
+    "HalfCheetah-v5": _ZOO_MUJOCO_TD3,
+    "Hopper-v5": _ZOO_MUJOCO_TD3,
 }
-EVAL_EPISODES = 20
+# Evaluation copies are seeded apart from training's, confirmations apart from both.
+EVAL_SEED_OFFSET = 10**6
+CONFIRM_SEED_OFFSET = 2 * 10**6
 
 
 def main() -> None:
     request = json.loads(sys.argv[1])
-    import gymnasium as gym
     import numpy as np
     import torch
     from stable_baselines3 import DQN, TD3
@@ -79,57 +96,66 @@ def main() -> None:
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.noise import NormalActionNoise
 
-    env_id = request.get("env", "CartPole-v1")
+    env_id, seed = request["env"], request["seed"]
     torch.set_num_threads(request.get("torch_threads", 2))
-    # 20 copies stepped together, one episode each, as apex evaluates: one env played 20
-    # episodes in a row costs the baseline seconds per evaluation once it balances.
-    episodes = request.get("eval_episodes", EVAL_EPISODES)
-    evaluation_env = make_vec_env(env_id, n_envs=episodes, seed=request["seed"] + 10**6)
-    # curve: [seconds since start, env steps, greedy mean] at every evaluation.
-    result = {"solved": False, "seconds": None, "steps": None, "last_eval": None, "curve": []}
+    deadline = STARTED_UNIX + request["max_seconds"]
+    target = request.get("target_return")
+    every = request["eval_every_steps"]
+    periodic_env = make_vec_env(env_id, n_envs=request["eval_episodes"],
+                                seed=seed + EVAL_SEED_OFFSET)  # fmt: skip
+    confirm_env = None
+    # [unix time, env steps, gradient steps, greedy mean] per evaluation.
+    result = {"started_unix": STARTED_UNIX, "evaluations": [], "confirmations": [],
+              "solved": False}  # fmt: skip
 
-    class StopWhenSolved(BaseCallback):
+    def greedy_mean(model, env) -> float:
+        mean, _ = evaluate_policy(model, env, n_eval_episodes=env.num_envs, deterministic=True)
+        return float(mean)
+
+    class Protocol(BaseCallback):
         def _on_step(self) -> bool:
-            if self.num_timesteps % request["eval_every_steps"]:
-                return True
-            mean, _ = evaluate_policy(
-                self.model, evaluation_env, n_eval_episodes=episodes, deterministic=True
-            )
-            result["last_eval"] = float(mean)
-            result["curve"].append([time.monotonic() - STARTED, self.num_timesteps, float(mean)])
-            if mean >= request["target_return"]:
-                result.update(
-                    solved=True, seconds=time.monotonic() - STARTED, steps=self.num_timesteps
-                )
+            nonlocal confirm_env
+            if time.time() >= deadline:
                 return False
-            return time.monotonic() - STARTED < request["max_seconds"]
+            if self.num_timesteps % every:
+                return True
+            steps, updates = self.num_timesteps, int(self.model._n_updates)
+            mean = greedy_mean(self.model, periodic_env)
+            result["evaluations"].append([time.time(), steps, updates, mean])
+            if target is None or mean < target or not request["confirm_episodes"]:
+                return True
+            if confirm_env is None:
+                confirm_env = make_vec_env(env_id, n_envs=request["confirm_episodes"],
+                                           seed=seed + CONFIRM_SEED_OFFSET)  # fmt: skip
+            confirmed = greedy_mean(self.model, confirm_env)
+            result["confirmations"].append([time.time(), steps, updates, confirmed])
+            if confirmed >= target and not result["solved"]:
+                result["solved"] = True
+                return not request.get("stop_when_solved", True)
+            return True
 
-    env = gym.make(env_id)
     if env_id in TD3_ZOO:
         settings, zoo_steps = TD3_ZOO[env_id]
+        env = make_vec_env(env_id, n_envs=1, seed=seed)
         size = env.action_space.shape[0]
         noise = NormalActionNoise(np.zeros(size), 0.1 * np.ones(size))
-        model = TD3("MlpPolicy", env, seed=request["seed"], verbose=0, action_noise=noise,
-                    **settings)  # fmt: skip
+        model = TD3("MlpPolicy", env, seed=seed, verbose=0, action_noise=noise, **settings)
     else:
-        model = DQN("MlpPolicy", env, seed=request["seed"], verbose=0, **RL_ZOO_CARTPOLE)
-        zoo_steps = RL_ZOO_CARTPOLE_STEPS
-    model.learn(total_timesteps=zoo_steps, callback=StopWhenSolved())
+        settings, zoo_steps = DQN_ZOO[env_id]
+        model = DQN("MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), seed=seed,
+                    verbose=0, **settings)  # fmt: skip
+    callback = Protocol()
+    model.learn(total_timesteps=zoo_steps, callback=callback)
     more_steps = request["max_steps"] - model.num_timesteps
-    if (
-        not result["solved"]
-        and more_steps > 0
-        and time.monotonic() - STARTED < request["max_seconds"]
-    ):
+    finished = result["solved"] and request.get("stop_when_solved", True)
+    if not finished and more_steps > 0 and time.time() < deadline:
         if isinstance(model, DQN):
-            final_eps = RL_ZOO_CARTPOLE["exploration_final_eps"]
+            final_eps = settings["exploration_final_eps"]
             # SB3 recomputes progress over the extended total, which would raise ε again.
             model.exploration_schedule = lambda _progress_remaining: final_eps
-        model.learn(
-            total_timesteps=more_steps, callback=StopWhenSolved(), reset_num_timesteps=False
-        )
-    if not result["solved"]:
-        result.update(seconds=time.monotonic() - STARTED, steps=model.num_timesteps)
+        model.learn(total_timesteps=more_steps, callback=callback, reset_num_timesteps=False)
+    result.update(ended_unix=time.time(), env_steps=model.num_timesteps,
+                  updates=int(model._n_updates))  # fmt: skip
     print(json.dumps(result), flush=True)
 
 

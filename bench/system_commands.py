@@ -1,6 +1,6 @@
-"""``apex bench`` commands that measure a whole system: real runs (``system``), time to
-solve against a peer (``solve``), faults under a run (``faults``), synthetic fleets
-(``fleet``) and the cost model checked against them (``model``)."""
+"""``apex bench`` commands that measure a whole system: real runs (``system``), faults
+under a run (``faults``), synthetic fleets (``fleet``) and the cost model checked against
+them (``model``)."""
 
 from __future__ import annotations
 
@@ -11,46 +11,6 @@ import click
 from bench.cli_options import LAYOUT, progress, report_options, run_bench
 from bench.fault_names import FAULTS
 from bench.workers import REPO_ROOT
-
-
-@click.command("solve")
-@click.option("--quick", is_flag=True, help="One seed, 4 s each: checks the plumbing only.")
-@click.option("--seed", "seeds", multiple=True, type=int, help="Seeds to run [0 1 2].")
-@click.option(
-    "--max-seconds",
-    type=click.FloatRange(min=1),
-    default=None,
-    help="Time limit per run [180, 4 with --quick].",
-)
-@click.option(
-    "--impl",
-    "implementations",
-    multiple=True,
-    type=click.Choice(["apex", "sb3"]),
-    help="Implementations to run [both].",
-)
-@click.option(
-    "--env",
-    type=click.Choice(["CartPole-v1", "Pendulum-v1"]),
-    default="CartPole-v1",
-    help="CartPole-v1 (against SB3 DQN) or Pendulum-v1 (against SB3 TD3).",
-)
-@report_options
-def bench_solve(quick, seeds, max_seconds, implementations, env, json_path, markdown_path) -> None:
-    """Wall-clock time to solve an env: apex train beside stable-baselines3 (rl-zoo)."""
-    from bench import solve_suite
-
-    def run_suite(memory_bytes: int | None) -> dict:
-        return solve_suite.run(
-            env=env,
-            quick=quick,
-            seeds=seeds or (0, 1, 2),
-            max_seconds=max_seconds,
-            implementations=implementations or ("apex", "sb3"),
-            progress=progress,
-        )
-
-    run_bench(solve_suite.SUITE, run_suite, json_path, markdown_path)
 
 
 @click.command("faults")

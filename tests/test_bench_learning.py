@@ -1,73 +1,141 @@
-"""The learning benchmarks' commands, quick: ``apex bench solve`` (time to solve, apex
-beside SB3) and ``apex bench race`` (curves beside SB3 for a fixed time). Schema, plots and
-the rules for unsolved runs, never speed. Apart from tests/test_bench_cli.py so that the
-test workers share the benchmark runs out evenly."""
+"""The learning benchmark (``apex bench learn``): how runs are scored (confirmed solves,
+censored times, returns at checkpoints, stays solved), the comparison between sides, a
+learning regression in ``apex bench compare``, resuming a record, and the quick command
+end to end, which checks plumbing and schema, never speed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from bench import report
+from bench import learn_report, learn_suite, report
+from bench.compare import compare
+from bench.learn_tasks import TASKS, quick_task
 from launch.cli import main
 
+TASK = dataclasses.replace(TASKS["CartPole-v1"], budget_s=100.0, checkpoints_s=(10.0, 50.0))
+
+
+def fake_run(implementation: str, seed: int, solve_s: float | None, **extra) -> dict:
+    """A run that evaluates at 5, 15, 25, ... s; with ``solve_s``, a confirmed solve then
+    (its periodic evaluation at the target just before)."""
+    evaluations, confirmations = [], []
+    for t in range(5, 100, 10):
+        if solve_s is not None and t > solve_s and extra.get("stopped_at_solve", True):
+            break
+        reached = solve_s is not None and t >= solve_s - 1
+        evaluations.append([float(t), 1000 * t, 10 * t, 490.0 if reached else float(t)])
+    if solve_s is not None:
+        confirmations.append([solve_s, 1000 * solve_s, 10 * solve_s, 480.0])
+    run = {"implementation": implementation, "seed": seed, "budget_s": TASK.budget_s,
+           "evaluations": evaluations, "confirmations": confirmations, "solved": solve_s
+           is not None, "solve_s": solve_s, "solve_env_steps": None if solve_s is None else
+           int(1000 * solve_s), "solve_updates": None if solve_s is None else int(10 * solve_s),
+           "end_s": solve_s or TASK.budget_s, "stopped_at_solve": True}  # fmt: skip
+    return {**run, **extra}
+
+
+def test_a_run_s_return_is_its_newest_evaluation_then_its_confirmation() -> None:
+    run = fake_run("apex", 0, solve_s=26.0)
+    assert learn_suite.return_at(run, 4.0) is None  # no evaluation heard yet
+    assert learn_suite.return_at(run, 16.0) == 15.0
+    assert learn_suite.return_at(run, 60.0) == 480.0  # solved and stopped at 26 s
+    unsolved = fake_run("apex", 1, solve_s=None)
+    assert learn_suite.return_at(unsolved, 60.0) == 55.0
+
+
+def test_stays_solved_counts_the_evaluations_after_the_first_confirmed_solve() -> None:
+    run = fake_run("apex", 0, solve_s=26.0, stopped_at_solve=False)
+    # After 26 s: evaluations at 35, 45, ..., 95 s, all at 490 in fake_run.
+    assert learn_suite.stays_solved(run, 475.0) == 1.0
+    run["evaluations"][-1][3] = 100.0
+    assert learn_suite.stays_solved(run, 475.0) == pytest.approx(6 / 7)
+    assert learn_suite.stays_solved(fake_run("apex", 1, None), 475.0) is None
+
+
+def test_unsolved_runs_count_at_the_budget_and_bound_the_iqm_when_in_the_middle() -> None:
+    runs = [fake_run("apex", s, solve_s=10.0 + s) for s in range(5)]
+    runs += [fake_run("apex", s, None) for s in (5, 6, 7)]
+    records = {r["metric"]: r for r in learn_suite.side_records(TASK, "apex", runs)}
+    time = records["time_to_confirmed_solve"]
+    assert time["unsolved"] == 3 and time["max"] == TASK.budget_s
+    assert time["lower_bound"]  # of 8, the middle half (3rd-6th fastest) holds one unsolved
+    assert time["ci_low"] <= time["iqm"] <= time["ci_high"]
+    assert records["env_steps_to_confirmed_solve"]["unsolved"] == 3
+    assert "return_at_10s" in records and "return_at_50s" in records
+    # Two unsolved of ten sit in the slowest quarter: the IQM is an estimate, not a bound.
+    runs = [fake_run("apex", s, solve_s=10.0 + s) for s in range(8)]
+    runs += [fake_run("apex", s, None) for s in (8, 9)]
+    time = next(r for r in learn_suite.side_records(TASK, "apex", runs)
+                if r["metric"] == "time_to_confirmed_solve")  # fmt: skip
+    assert time["unsolved"] == 2 and not time["lower_bound"]
+
+
+def test_the_comparison_gives_the_iqm_ratio_and_the_probability_of_improvement() -> None:
+    apex = [fake_run("apex", s, solve_s=10.0 + s) for s in range(10)]
+    peer = [fake_run("sb3-dqn", s, solve_s=40.0 + s) for s in range(10)]
+    records = learn_suite.side_records(TASK, "apex", apex)
+    records += learn_suite.side_records(TASK, "sb3-dqn", peer)
+    [ratio] = learn_suite.comparisons(TASK, records)
+    assert ratio["ratio"] == pytest.approx(44.5 / 14.5)
+    assert ratio["probability_of_improvement"] == 1.0 and not ratio["intervals_overlap"]
+    # A side whose IQM is only a lower bound gives no ratio.
+    peer = [fake_run("sb3-dqn", s, None) for s in range(10)]
+    records = learn_suite.side_records(TASK, "apex", apex)
+    records += learn_suite.side_records(TASK, "sb3-dqn", peer)
+    assert learn_suite.comparisons(TASK, records) == []
+
+
+def test_runs_in_a_record_are_not_run_again_and_failures_are_listed() -> None:
+    previous = [fake_run("apex", s, solve_s=10.0 + s) for s in range(3)]
+    failed = {"implementation": "sb3-dqn", "seed": 0, "budget_s": 100.0, "error": "no sb3"}
+    result = learn_suite.run(TASK, seeds=(0, 1, 2), implementations=("apex",),
+                             previous=[*previous, failed])  # fmt: skip
+    assert result["config"]["runs"] == previous  # nothing new ran; the failure is dropped
+    [record] = [r for r in result["records"] if r["metric"] == "time_to_confirmed_solve"]
+    assert record["params"]["seeds"] == [0, 1, 2]
+    unavailable = learn_suite.side_records(TASK, "sb3-dqn", [failed])
+    assert unavailable[0]["status"] == "unavailable" and unavailable[0]["reason"] == "no sb3"
+
+
+def test_compare_flags_a_learning_regression_only_when_the_interval_is_wholly_worse() -> None:
+    def document(times: list[float]) -> dict:
+        runs = [fake_run("apex", s, solve_s=t) for s, t in enumerate(times)]
+        return {"records": learn_suite.side_records(TASK, "apex", runs)}
+
+    before = document([10.0 + s for s in range(10)])
+    slower_but_overlapping = document([12.0 + s for s in range(10)])
+    wholly_slower = document([40.0 + s for s in range(10)])
+    rows = {r["metric"]: r for r in compare(before, slower_but_overlapping)}
+    assert rows["time_to_confirmed_solve"]["intervals"]
+    assert not rows["time_to_confirmed_solve"]["regression"]  # 0.8x, but within the noise
+    rows = {r["metric"]: r for r in compare(before, wholly_slower)}
+    assert rows["time_to_confirmed_solve"]["regression"]
+    assert rows["env_steps_to_confirmed_solve"]["regression"]
+
 
 @pytest.mark.slow
-def test_quick_solve_benchmark_runs_both_sides(tmp_path: Path) -> None:
-    out = tmp_path / "solve.json"
-    result = CliRunner().invoke(
-        main, ["bench", "solve", "--quick", "--max-seconds", "8", "--json", str(out)]
-    )
-    assert result.exit_code == 0, result.output
-    document = json.loads(out.read_text())
-    assert report.validate(document) == []
-    by_implementation = {
-        r["implementation"]: r for r in document["records"] if r.get("metric") == "time_to_solve"
-    }
-    assert set(by_implementation) == {"apex", "sb3-dqn"}  # CartPole: SB3 DQN
-    for record in by_implementation.values():
-        run = record["params"]["runs"][0]
-        assert run["seconds"] > 0 and isinstance(run["solved"], bool)
-        assert record["unsolved"] == (not run["solved"])
-    both_solved = all(r["unsolved"] == 0 for r in by_implementation.values())
-    assert bool(document["ratios"]) == both_solved  # no ratio from an unsolved run
-    if not both_solved:
-        assert "not solved (1 of 1 seeds)" in report.markdown(document)
-
-
-def test_an_unsolved_time_is_marked_in_the_table_and_the_plot(tmp_path: Path) -> None:
-    from bench import plots
-
-    record = {
-        "suite": "solve", "case": "CartPole-v1", "implementation": "apex", "status": "ok",
-        "metric": "time_to_solve", "unit": "s", "median": 11.0, "min": 11.0, "max": 11.0,
-        "repeats": 1, "unsolved": 1, "params": {},
-    }  # fmt: skip
-    document = {
-        "created_utc": "now", "machine": {"cpu": "cpu", "cores": 2}, "git": {},
-        "command": "apex bench solve --quick", "suites": ["solve"], "records": [record],
-        "ratios": [],
-    }  # fmt: skip
-    assert "not solved (1 of 1 seeds): ≥ 11" in report.markdown(document)
-    [png] = plots.plot_document(document, tmp_path)
-    assert png.stat().st_size > 0
-
-
-@pytest.mark.slow
-def test_a_short_race_gives_both_curves_and_a_plot(tmp_path: Path) -> None:
-    out, png = tmp_path / "race.json", tmp_path / "race.png"
-    arguments = ["bench", "race", "--env", "Pendulum-v1", "--minutes", "0.2", "--json", str(out),
-                 "--plot", str(png)]  # fmt: skip
+def test_quick_learn_runs_both_sides_and_resumes_without_running_again(tmp_path: Path) -> None:
+    out, plots = tmp_path / "learn.json", tmp_path / "plots"
+    arguments = ["bench", "learn", "--quick", "--json", str(out), "--plots", str(plots)]
     result = CliRunner().invoke(main, arguments)
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
-    assert report.validate(document) == []  # returns are signed figures
-    last = {r["implementation"]: r for r in document["records"] if r.get("metric") == "last_eval"}
-    assert set(last) == {"apex", "sb3-td3"}
-    for record in last.values():
-        assert record["params"]["curve"] and record["median"] < 0  # Pendulum's returns
-    assert png.stat().st_size > 10_000
-    assert "apex ahead at the end:" in result.output
+    assert report.validate(document) == []
+    runs = document["suites"]["learn"]["config"]["runs"]
+    assert {(r["implementation"], r["seed"]) for r in runs} == {("apex", 0), ("sb3-dqn", 0)}
+    for run in runs:
+        assert "error" not in run, run
+        assert 0 < run["end_s"] < quick_task(TASKS["CartPole-v1"]).budget_s + 60
+        assert all(e[0] <= run["budget_s"] for e in run["evaluations"])
+    assert {r["implementation"] for r in document["records"]} == {"apex", "sb3-dqn"}
+    assert (plots / "learn-CartPole-v1.png").stat().st_size > 0
+    assert "### learn: CartPole-v1" in learn_report.markdown(document)
+    again = CliRunner().invoke(main, [*arguments, "--resume", str(out)])
+    assert again.exit_code == 0, again.output
+    assert "learn CartPole-v1" not in again.output  # nothing ran a second time
+    assert json.loads(out.read_text())["suites"]["learn"]["config"]["runs"] == runs

@@ -1,0 +1,83 @@
+"""``apex bench learn``: the learning benchmark on one task (``bench.learn_suite``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from bench.cli_options import progress
+from bench.learn_tasks import QUICK_BUDGET_S, TASKS, quick_task
+
+
+def _previous_runs(paths: tuple[Path, ...], env: str) -> list[dict]:
+    runs = []
+    for path in paths:
+        try:
+            document = json.loads(path.read_text())
+            config = document["suites"]["learn"]["config"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise click.BadParameter(f"{path}: not a learning record ({exc})",
+                                     param_hint="--resume") from exc  # fmt: skip
+        if config["task"]["env"] != env:
+            raise click.BadParameter(f"{path} holds {config['task']['env']}, not {env}",
+                                     param_hint="--resume")  # fmt: skip
+        runs += config["runs"]
+    return runs
+
+
+@click.command("learn")
+@click.option("--task", "env", type=click.Choice(list(TASKS)), default="CartPole-v1",
+              help="The task (bench.learn_tasks).")  # fmt: skip
+@click.option("--seed", "seeds", multiple=True, type=int, help="Seeds [the task's 0-9].")
+@click.option("--side", "sides", multiple=True, type=click.Choice(["apex", "peer"]),
+              help="Which sides run [both].")  # fmt: skip
+@click.option("--keep-training", is_flag=True,
+              help="Train on past a confirmed solve to the budget: 'stays solved'.")  # fmt: skip
+@click.option("--resume", "resume_paths", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Records whose runs count and are not run again (sittings merged).")  # fmt: skip
+@click.option("--quick", is_flag=True, help=f"Seed 0, {QUICK_BUDGET_S:g} s: plumbing only.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The record, rewritten after every run.")  # fmt: skip
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--plots", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Where the PNG goes [bench/results/plots].")  # fmt: skip
+def bench_learn(env, seeds, sides, keep_training, resume_paths, quick, json_path,
+                markdown_path, plot_dir) -> None:  # fmt: skip
+    """Learning speed with confirmed solves and 95% intervals: apex beside its peer
+    (stable-baselines3 with the rl-zoo settings), the same rule on both sides."""
+    from bench import learn_report, learn_suite, report
+    from bench.workers import REPO_ROOT
+
+    task = TASKS[env]
+    if quick:
+        task = quick_task(task)
+    previous = _previous_runs(resume_paths, env)
+    document = report.new_document(REPO_ROOT)
+
+    def save(result: dict) -> None:
+        document["suites"], document["records"], document["ratios"] = {}, [], []
+        report.add_suite(document, learn_suite.SUITE, result)
+        if json_path:
+            report.write_json(document, json_path)
+
+    def saved_so_far(runs: list[dict]) -> None:
+        if json_path:  # the runs alone: a sitting stopped midway resumes from them
+            save({"records": [], "ratios": [], "config": {"task": vars(task), "runs": runs}})
+
+    result = learn_suite.run(task, seeds=seeds or task.seeds, implementations=sides or
+                             ("apex", "peer"), previous=previous, keep_training=keep_training,
+                             progress=progress, on_run=saved_so_far)  # fmt: skip
+    save(result)
+    text = learn_report.markdown(document)
+    if markdown_path:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(text)
+    click.echo(text)
+    plots = learn_report.plot(document, plot_dir or REPO_ROOT / "bench" / "results" / "plots")
+    click.echo(f"curves: {', '.join(str(p) for p in plots)}")
+    problems = report.validate(document)
+    if problems:
+        raise click.ClickException("learning record failed validation: " + "; ".join(problems))

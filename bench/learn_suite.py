@@ -1,0 +1,182 @@
+"""Learning suite: how fast apex learns, against its peer in the same sitting, with the
+statistics of Agarwal et al. (2021) over explicit seeds (``bench.learning_stats``).
+
+Each run (``bench.learn_runs``) is one seed of one side, timed from its spawn, under the
+same rule on both sides: an evaluation every ``eval_every_steps`` env steps, a confirmation
+on ``confirm_episodes`` more episodes when one reaches the target, and only a confirmed
+solve stops the clock. Per task and side the suite reports, each as its interquartile
+mean (IQM) with a stratified-bootstrap 95% interval:
+
+- wall-clock seconds, env steps and updates to a confirmed solve (an unsolved run counts
+  at the budget, or at its last evaluation's steps and updates, and makes the figure a
+  lower bound when it falls in the middle half);
+- the return at fixed wall-clock checkpoints: the newest evaluation heard by then (after
+  a confirmed solve that ended the run, the confirmation's mean);
+- with ``keep_training``, how many of the evaluations after the first confirmed solve
+  stay at the target ("stays solved"), per seed.
+
+and, between the sides, the ratio of IQM times and the probability that an apex run
+solves sooner than a peer's. A run is kept in the record as it finished, so a long task is
+filled across sittings: runs already in a record given to resume from are not run again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from bench.learn_runs import run_apex, run_peer
+from bench.learn_tasks import Task
+from bench.learning_stats import (
+    censored_iqm,
+    probability_of_improvement,
+    stratified_bootstrap_ci,
+)
+
+SUITE = "learn"
+SOLVE_METRICS = (  # metric, unit, the run's field, the fallback of an unsolved run
+    ("time_to_confirmed_solve", "s", "solve_s"),
+    ("env_steps_to_confirmed_solve", "env steps", "solve_env_steps"),
+    ("updates_to_confirmed_solve", "updates", "solve_updates"),
+)
+BOOTSTRAP_REPS = 2000
+
+
+def _unsolved_score(run: dict, field: str) -> float:
+    """What an unsolved run scores: its budget, or its last evaluation's steps/updates
+    (a lower bound either way)."""
+    if field == "solve_s":
+        return run["budget_s"]
+    column = 1 if field == "solve_env_steps" else 2
+    values = [e[column] for e in run["evaluations"] if e[column] is not None]
+    return float(values[-1]) if values else 0.0
+
+
+def return_at(run: dict, seconds: float) -> float | None:
+    """The run's return at ``seconds``: its newest evaluation by then; after a confirmed
+    solve that ended it, the confirmation's mean; None before its first evaluation."""
+    if run["solved"] and run["solve_s"] <= seconds and run.get("stopped_at_solve", True):
+        return next(c[3] for c in run["confirmations"] if c[0] == run["solve_s"])
+    heard = [e[3] for e in run["evaluations"] if e[0] <= seconds]
+    return heard[-1] if heard else None
+
+
+def stays_solved(run: dict, target: float) -> float | None:
+    """The share of periodic evaluations after the first confirmed solve at or above
+    ``target`` (None: never solved, or no evaluation after it)."""
+    if not run["solved"]:
+        return None
+    after = [e[3] for e in run["evaluations"] if e[0] > run["solve_s"]]
+    return float(np.mean(np.asarray(after) >= target)) if after else None
+
+
+def _interval(values: Sequence[float], case: str, higher_is_better: bool) -> dict:
+    point, low, high = stratified_bootstrap_ci({case: values}, reps=BOOTSTRAP_REPS)
+    return {"iqm": point, "ci_low": low, "ci_high": high, "higher_is_better": higher_is_better}
+
+
+def _record(case: str, implementation: str, metric: str, unit: str, values: list[float],
+            params: dict, **figures) -> dict:  # fmt: skip
+    return {"suite": SUITE, "case": case, "implementation": implementation, "status": "ok",
+            "metric": metric, "unit": unit, "median": float(np.median(values)),
+            "min": float(min(values)), "max": float(max(values)), "repeats": len(values),
+            "params": {**params, "values": values}, **figures}  # fmt: skip
+
+
+def side_records(task: Task, implementation: str, runs: list[dict]) -> list[dict]:
+    """Every figure of one side on one task (runs that failed are listed, not scored)."""
+    case = task.env
+    failed = [r for r in runs if "error" in r]
+    runs = [r for r in runs if "error" not in r]
+    params = {"seeds": [r["seed"] for r in runs], "budget_s": task.budget_s,
+              "failed": [{"seed": r["seed"], "error": r["error"]} for r in failed]}  # fmt: skip
+    if not runs:
+        reason = failed[0]["error"] if failed else "no runs"
+        return [{"suite": SUITE, "case": case, "implementation": implementation,
+                 "status": "unavailable", "reason": reason, "params": params}]  # fmt: skip
+    records = []
+    if task.target is not None:
+        solved = [r["solved"] for r in runs]
+        for metric, unit, field in SOLVE_METRICS:
+            values = [float(r[field]) if r["solved"] and r[field] is not None
+                      else _unsolved_score(r, field) for r in runs]  # fmt: skip
+            budget = task.budget_s if field == "solve_s" else 0.0
+            censored = censored_iqm(values, solved, budget=budget)
+            records.append(_record(
+                case, implementation, metric, unit, values, params,
+                unsolved=censored["unsolved"], lower_bound=censored["lower_bound"],
+                **_interval(values, case, higher_is_better=False),
+            ))  # fmt: skip
+        per_seed = {str(r["seed"]): stays_solved(r, task.target) for r in runs
+                    if not r.get("stopped_at_solve", True)}  # fmt: skip
+        fractions = [f for f in per_seed.values() if f is not None]
+        if fractions:
+            records.append(_record(case, implementation, "stays_solved", "fraction",
+                                   fractions, {**params, "per_seed": per_seed}))  # fmt: skip
+    for seconds in task.checkpoints_s:
+        values = [v for v in (return_at(r, seconds) for r in runs) if v is not None]
+        if len(values) == len(runs) and seconds <= task.budget_s:
+            records.append(_record(case, implementation, f"return_at_{seconds:g}s", "return",
+                                   values, params, **_interval(values, case, True)))  # fmt: skip
+    return records
+
+
+def comparisons(task: Task, records: list[dict]) -> list[dict]:
+    """apex against its peer on time to a confirmed solve: the ratio of IQMs (peer/apex,
+    above 1: apex faster), P(an apex run solves sooner), and whether the 95% intervals
+    overlap. None when either side's IQM is only a lower bound."""
+    times = {r["implementation"]: r for r in records
+             if r["metric"] == "time_to_confirmed_solve" and r["status"] == "ok"}  # fmt: skip
+    if {"apex", task.peer} - times.keys():
+        return []
+    apex, peer = times["apex"], times[task.peer]
+    if apex["lower_bound"] or peer["lower_bound"]:
+        return []
+    apex_times, peer_times = ({task.env: r["params"]["values"]} for r in (apex, peer))
+    return [{
+        "suite": SUITE, "case": task.env, "metric": "time_to_confirmed_solve",
+        "numerator": task.peer, "denominator": "apex", "ratio": peer["iqm"] / apex["iqm"],
+        "probability_of_improvement": probability_of_improvement(
+            apex_times, peer_times, higher_is_better=False),
+        "intervals_overlap": not (apex["ci_high"] < peer["ci_low"]
+                                  or peer["ci_high"] < apex["ci_low"]),
+    }]  # fmt: skip
+
+
+def run(
+    task: Task,
+    *,
+    seeds: Sequence[int],
+    implementations: Sequence[str] = ("apex", "peer"),
+    previous: Sequence[dict] = (),
+    keep_training: bool = False,
+    progress: Callable[[str], None] | None = None,
+    on_run: Callable[[list[dict]], None] | None = None,
+) -> dict[str, object]:
+    """Runs every seed of every side not already in ``previous`` (runs from a record, on
+    this task), then scores them all. ``on_run`` gets every run so far after each one
+    (to save the record as it fills)."""
+    runners = {"apex": run_apex, "peer": run_peer}
+    names = {"apex": "apex", "peer": task.peer}
+    runs = [r for r in previous if "error" not in r]
+    done = {(r["implementation"], r["seed"]) for r in runs}
+    for side in implementations:
+        for seed in seeds:
+            if (names[side], seed) in done:
+                continue
+            if progress:
+                progress(f"learn {task.env} {names[side]} seed {seed}")
+            outcome = runners[side](task, seed, keep_training)
+            outcome["stopped_at_solve"] = not keep_training
+            runs.append(outcome)
+            if on_run:
+                on_run(runs)
+    by_side = {name: [r for r in runs if r["implementation"] == name]
+               for name in dict.fromkeys(r["implementation"] for r in runs)}  # fmt: skip
+    records = [record for name, side in by_side.items()
+               for record in side_records(task, name, side)]  # fmt: skip
+    ratios = comparisons(task, records)
+    config = {"task": vars(task) | {"seeds": list(task.seeds)}, "seeds": list(seeds),
+              "keep_training": keep_training, "runs": runs}  # fmt: skip
+    return {"records": records, "ratios": ratios, "config": config}
