@@ -47,6 +47,16 @@ def _directory_option(*names: str, help_text: str):
     return click.option(*names, type=path, default=None, help=help_text)
 
 
+def _learner_endpoints(command):
+    """``--weights`` and ``--episodes``: the learner's endpoints, for whoever connects."""
+    command = click.option(
+        "--episodes", required=True, help="The learner's episodes endpoint (tcp://HOST:PORT)."
+    )(command)
+    return click.option(
+        "--weights", required=True, help="The learner's weights endpoint (tcp://HOST:PORT)."
+    )(command)
+
+
 @click.command("replay")
 @click.option(
     "--field",
@@ -230,10 +240,7 @@ def learner_role(
 @config_option
 @click.option("--index", type=click.IntRange(min=0), required=True, help="This actor's index.")
 @shards_option
-@click.option("--weights", required=True, help="The learner's weights endpoint (tcp://HOST:PORT).")
-@click.option(
-    "--episodes", required=True, help="The learner's episodes endpoint (tcp://HOST:PORT)."
-)
+@_learner_endpoints
 @click.option(
     "--max-steps",
     type=click.IntRange(min=1),
@@ -259,10 +266,7 @@ def actor_role(config_path, index, shards, weights, episodes, max_steps, keys, i
 
 @click.command("evaluator")
 @config_option
-@click.option("--weights", required=True, help="The learner's weights endpoint (tcp://HOST:PORT).")
-@click.option(
-    "--episodes", required=True, help="The learner's episodes endpoint (tcp://HOST:PORT)."
-)
+@_learner_endpoints
 @click.option(
     "--parent",
     type=click.IntRange(min=1),

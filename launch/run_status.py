@@ -32,6 +32,7 @@ class RunRecords:
     evaluations: list[dict]
     starts: list[dict]
     ends: list[dict]
+    confirmations: list[dict]
 
     @classmethod
     def read(cls, run_dir: Path) -> RunRecords:
@@ -41,7 +42,8 @@ class RunRecords:
         def of(event: str) -> list[dict]:
             return [r for r in records if r.get("event") == event]
 
-        return cls(config, of("progress"), of("evaluation"), of("start"), of("end"))
+        return cls(config, of("progress"), of("evaluation"), of("start"), of("end"),
+                   of("confirmation"))  # fmt: skip
 
     @property
     def target_return(self) -> float | None:
@@ -161,6 +163,10 @@ def run_status(run_dir: Path) -> dict:
         means = [e["eval_return_mean"] for e in run.evaluations]
         status["evaluations"] = len(means)
         status["last_eval_return"], status["best_eval_return"] = means[-1], max(means)
+    solves = [c for c in run.confirmations if c.get("solved")]
+    if solves:
+        status["confirmed"] = {k: solves[0].get(k) for k in
+                               ("eval_return_mean", "episodes", "env_steps", "time_s")}  # fmt: skip
     newest = checkpoint.latest(run_dir / "checkpoints")
     status["checkpoint"] = str(newest) if newest else None
     faults: dict = {}
@@ -240,6 +246,11 @@ def status_lines(status: dict) -> list[str]:
         )
     else:
         lines.append(f"  evaluation: none yet{target_text}")
+    if "confirmed" in status:
+        confirmed = status["confirmed"]
+        lines.append(f"  solved: confirmed at {_number(confirmed['eval_return_mean'])} over "
+                     f"{confirmed['episodes']} episodes, {confirmed['env_steps']:,} env steps, "
+                     f"{_number(confirmed['time_s'])} s of training")  # fmt: skip
     restarts = status.get("restarts") or {}
     lines.append("  restarts: " + (", ".join(f"{r} {n}" for r, n in restarts.items()) or "none"))
     faults = status.get("faults") or {}

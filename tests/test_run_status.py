@@ -120,3 +120,17 @@ def test_status_and_curves_read_the_runs_end_and_a_resumed_runs_latest(tmp_path:
     status = run_status(tmp_path)
     assert (status["progress"]["updates"], status["progress"]["time_s"]) == (1500, 40.0)
     assert RunRecords.read(tmp_path).timeline[-1]["event"] == "progress"
+
+
+def test_status_names_the_confirmed_solve_and_never_an_unconfirmed_one(tmp_path: Path) -> None:
+    from apex.metrics import MetricsWriter
+
+    write_run_dir(tmp_path)
+    metrics = MetricsWriter(tmp_path)
+    for mean, solved in ((470.0, False), (480.0, True)):
+        metrics.write({"event": "confirmation", "time_s": 21.0, "env_steps": 41_000,
+                       "episodes": 100, "eval_return_mean": mean, "solved": solved})  # fmt: skip
+    metrics.close()
+    out = CliRunner().invoke(main, ["status", str(tmp_path)]).output
+    assert "solved: confirmed at 480.0 over 100 episodes, 41,000 env steps, 21.0 s" in out
+    assert "470.0" not in out

@@ -97,6 +97,22 @@ def test_a_short_run_learns_far_beyond_random(cartpole_run) -> None:
     assert "reason: max_time" in output or "solved in" in output
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["exit_code"] == 0
+    # The evaluator (a child of the learner's role, with the run's keys) kept the
+    # preset's cadence in env steps, and only a confirmed solve ended the run.
+    periodic = [r for r in records if r.get("event") == "evaluation"]
+    steps = [r["env_steps"] for r in periodic]
+    assert steps == sorted(steps) and steps[0] >= 2_000, steps
+    confirmations = [r for r in records if r.get("event") == "confirmation"]
+    if end["reason"] == "solved":
+        solve = confirmations[-1]
+        assert solve["solved"] and solve["episodes"] == 100 and solve["eval_return_mean"] >= 475
+        assert any(r["weight_version"] == solve["weight_version"]
+                   and r["eval_return_mean"] >= 475 for r in periodic)  # fmt: skip
+        status = subprocess.run([sys.executable, "-m", "launch", "status", str(run_dir)],
+                                capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        assert "solved: confirmed at" in status.stdout
+    assert not any(r["solved"] for r in confirmations[:-1])
+    assert (run_dir / "logs" / "evaluator.log").stat().st_size > 0
 
 
 @pytest.mark.slow
