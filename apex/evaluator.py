@@ -10,7 +10,9 @@ the first weights at or past each multiple of ``every_steps`` are evaluated on
 newest weights once it is free and says how many points it skipped. An evaluation whose
 mean reaches the target is confirmed at once: the same weights play ``confirm_episodes``
 more episodes on other seeds (gymnasium's definition of solving CartPole-v1 is a mean of
-475 over 100 consecutive episodes), and only a confirmed solve counts as one.
+475 over 100 consecutive episodes), and only a confirmed solve counts as one. After the
+first confirmed solve (a run that trains on) evaluations are periodic only: confirming
+every later one kept a CartPole evaluator busy on a core.
 
 Results go to the learner's episodes socket as EVALUATION messages (``apex.evaluation``);
 the learner writes them to its metrics and stops on a confirmed solve. The evaluator
@@ -98,6 +100,7 @@ class Evaluator:
         self._stop = threading.Event()
         self._sequence = 0
         self.evaluations = 0
+        self.confirmed = False
         self._next_at = config.every_steps
 
     def stop(self) -> None:
@@ -138,12 +141,15 @@ class Evaluator:
                     time.monotonic() - started)  # fmt: skip
         self.evaluations += 1
         target = config.target_return
-        if target is None or periodic.mean < target or config.confirm_episodes == 0:
+        if target is None or periodic.mean < target or not config.confirm_episodes:
+            return
+        if self.confirmed:
             return
         returns = play_greedy(self._policy, config.env, config.confirm_episodes,
                               config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
         confirmation = Evaluation(version, steps, returns, index, True, skipped)
         self._send(confirmation)
+        self.confirmed = confirmation.mean >= target
         logger.info("evaluation %d confirmed on %d episodes: mean %.1f (target %s)", index,
                     returns.size, confirmation.mean, target)  # fmt: skip
 

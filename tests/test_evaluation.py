@@ -160,6 +160,12 @@ def test_the_evaluator_keeps_its_cadence_skips_what_it_missed_and_confirms() -> 
         assert periodic_high.index == 1 and periodic_high.mean >= 475
         assert confirmation.confirmation and confirmation.index == 1
         assert confirmation.returns.size == 30 and confirmation.weight_version == 5
+        # Solved: later evaluations at the target are not confirmed again.
+        published_until(4, Gain(1.0), 6, 5100)
+        assert not got[3].confirmation and got[3].mean >= 475 and got[3].index == 2
+        publisher.publish(Gain(1.0), 7, 6100)
+        published_until(5, Gain(1.0), 8, 7100)
+        assert [e.confirmation for e in got] == [False, False, True, False, False]
     finally:
         evaluator.stop()
         thread.join(timeout=10)
