@@ -39,6 +39,8 @@ class EnvPreset:
         name: what ``--env`` accepts.
         solved_return: greedy mean return over evaluation episodes that counts as solved.
         atari: built through the Atari pipeline.
+        minatar: a MinAtar game (the ``minatar`` extra): 10x10 planes of objects, one
+            channel per kind, as uint8 0/1 (``(10, 10, C)``, channels last).
         gym_id: the gymnasium id to make.
         defaults: run settings for this environment (sections as in a config file).
     """
@@ -46,6 +48,7 @@ class EnvPreset:
     name: str
     solved_return: float | None
     atari: bool = False
+    minatar: bool = False
     gym_id: str = ""
     defaults: Mapping[str, object] = field(default_factory=dict)
 
@@ -74,6 +77,30 @@ _MUJOCO: dict = {
         "eval_every_steps": 10_000,
         "eval_episodes": 10,
         "hidden": [256, 256],
+    },
+}
+
+# The MinAtar paper's DQN (Young & Tian 2019): 100K replay, 5K steps before learning,
+# γ 0.99, a target copy every 1,000 updates, learning rate 2.5e-4; here Ape-X's n-step,
+# prioritized replay and ε per env copy, with two actor processes of 8 envs.
+MINATAR_MAX_EPISODE_STEPS = 10_000
+_MINATAR: dict = {
+    "actors": 2,
+    "replay": {
+        "capacity": 100_000,
+        "min_size": 5_000,
+        "samples_per_insert": 8.0,
+        "error_buffer": 20_000.0,
+        # (10, 10, C) planes are one observation, not a stack of frames.
+        "frames": False,
+    },
+    "actor": {"envs_per_actor": 8, "n_step": 3, "weight_refresh_steps": 50},
+    "learner": {
+        "batch_size": 128,
+        "learning_rate": 2.5e-4,
+        "dqn": {"target_update_period": 1000},
+        "eval_every_steps": 50_000,
+        "eval_episodes": 10,
     },
 }
 
@@ -224,6 +251,10 @@ PRESETS = {
         "Hopper-v5", 3800.0, gym_id="Hopper-v5", defaults=_DEFAULTS["Hopper-v5"]
     ),
     "Pong": EnvPreset("Pong", 18.0, atari=True, gym_id="ALE/Pong-v5", defaults=_DEFAULTS["Pong"]),
+    **{
+        name: EnvPreset(name, None, minatar=True, gym_id=name, defaults=_MINATAR)
+        for name in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")
+    },
 }
 
 
@@ -239,6 +270,8 @@ def make_env(name: str, *, training: bool) -> gym.Env:
         gymnasium.error.Error: an unknown id or a missing optional dependency.
     """
     chosen = preset(name)
+    if chosen.minatar:
+        return _make_minatar(chosen.gym_id)
     if not chosen.atari:
         return gym.make(chosen.gym_id)
     import ale_py
@@ -250,6 +283,19 @@ def make_env(name: str, *, training: bool) -> gym.Env:
     if training:
         env = gym.wrappers.TransformReward(env, np.sign)
     return env
+
+
+def _make_minatar(gym_id: str) -> gym.Env:
+    """A MinAtar game (the minimal action set, ``-v1``) with its boolean planes as uint8,
+    which the replay stores and sends as it does Atari frames, and an episode limit:
+    MinAtar has none, and a good SpaceInvaders agent could otherwise play on for ever."""
+    from minatar import gym as minatar_gym  # the minatar extra
+
+    if gym_id not in gym.registry:
+        minatar_gym.register_envs()
+    env = gym.make(gym_id, max_episode_steps=MINATAR_MAX_EPISODE_STEPS)
+    space = gym.spaces.Box(0, 1, env.observation_space.shape, np.uint8)
+    return gym.wrappers.TransformObservation(env, lambda planes: planes.astype(np.uint8), space)
 
 
 def env_factories(name: str, count: int, *, training: bool) -> list[Callable[[], gym.Env]]:
@@ -321,6 +367,8 @@ def _install_hint(name: str, exc: Exception) -> str:
         extra = "box2d"
     elif "mujoco" in text:
         extra = "mujoco"
+    elif preset(name).minatar or "minatar" in text:
+        extra = "minatar"
     else:
         return ""
     return (

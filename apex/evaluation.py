@@ -85,7 +85,8 @@ def evaluation_envs(env: str, count: int) -> gym.vector.VectorEnv:
     resets after it is of no matter.
     """
     chosen = preset(env)
-    if not chosen.atari and gym.spec(chosen.gym_id).vector_entry_point is not None:
+    plain = not (chosen.atari or chosen.minatar)
+    if plain and gym.spec(chosen.gym_id).vector_entry_point is not None:
         return gym.make_vec(chosen.gym_id, num_envs=count, vectorization_mode="vector_entry_point")
     return gym.vector.SyncVectorEnv(env_factories(env, count, training=False))
 

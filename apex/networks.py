@@ -77,10 +77,32 @@ class NatureCNN(nn.Module):
         return self.head(self.torso(observations.float() / 255.0))
 
 
+class MinAtarCNN(nn.Module):
+    """The MinAtar paper's network (Young & Tian 2019): one 3x3 convolution of 16 channels
+    and a 128-unit layer, here as a dueling head, for ``(10, 10, c)`` uint8 planes
+    (channels last, as MinAtar gives them).
+
+    Args:
+        channels: object planes ``c``.
+        actions: number of discrete actions.
+    """
+
+    def __init__(self, channels: int, actions: int) -> None:
+        super().__init__()
+        self.torso = nn.Sequential(
+            nn.Conv2d(channels, 16, kernel_size=3, stride=1), nn.ReLU(), nn.Flatten()
+        )
+        self.head = DuelingHead(16 * 8 * 8, 128, actions)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.head(self.torso(observations.float().permute(0, 3, 1, 2)))
+
+
 def build_network(
     observation_shape: Sequence[int], actions: int, hidden: Sequence[int]
 ) -> nn.Module:
-    """The network that fits an observation shape: the CNN for ``(c, 84, 84)``, else the MLP.
+    """The network that fits an observation shape: the Nature CNN for ``(c, 84, 84)``, the
+    MinAtar CNN for ``(10, 10, c)``, the MLP for ``(d,)``.
 
     Raises:
         ValueError: an observation shape that neither network takes.
@@ -88,9 +110,12 @@ def build_network(
     shape = tuple(observation_shape)
     if len(shape) == 3 and shape[1:] == (84, 84):
         return NatureCNN(shape[0], actions)
+    if len(shape) == 3 and shape[:2] == (10, 10):
+        return MinAtarCNN(shape[2], actions)
     if len(shape) == 1:
         return DuelingMLP(shape[0], actions, hidden)
-    raise ValueError(f"no network for observations of shape {shape}: use (d,) or (c, 84, 84)")
+    raise ValueError(f"no network for observations of shape {shape}: use (d,), (c, 84, 84) "
+                     "or (10, 10, c)")  # fmt: skip
 
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:

@@ -94,7 +94,7 @@ def plot(document: dict, directory: Path) -> list[Path]:
     axis.set(xlabel="seconds since spawn", ylabel="greedy return (IQM, 95% band)",
              title=f"{task['env']}: learning against wall-clock time")  # fmt: skip
     axis.legend(loc="lower right")
-    path = directory / f"learn-{task['env']}.png"
+    path = directory / f"learn-{task['env'].replace('/', '-')}.png"
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -59,6 +59,10 @@ TASKS = {
              (30.0, 60.0, 120.0, 240.0), 1_000_000),
         Task("HalfCheetah-v5", "sb3-td3", None, 1200.0, 10_000, 10, 0, tuple(range(5)),
              (300.0, 600.0, 900.0, 1200.0), 1_000_000),
+        # Pixels on a CPU: no solve, returns at the checkpoints; 3 seeds of 20 minutes.
+        *(Task(env, "sb3-dqn", None, 1200.0, 50_000, 10, 0, (0, 1, 2),
+               (300.0, 600.0, 900.0, 1200.0), 5_000_000)
+          for env in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")),
     )
 }  # fmt: skip
 

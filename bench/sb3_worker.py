@@ -61,6 +61,25 @@ DQN_ZOO = {
     "Acrobot-v1": (_ZOO_DQN_SMALL, 100_000),
     "LunarLander-v3": (_ZOO_DQN_SMALL, 100_000),
 }
+# The rl-zoo has no MinAtar entry: the MinAtar paper's DQN (Young & Tian 2019) with its
+# network (``minatar_torso``): 100K replay, batch 32, 5K steps first, an update per step,
+# a target copy every 1,000, ε from 1 to 0.1 over the first 100K of its 5M frames. Its
+# optimizer was RMSprop at 2.5e-4; SB3's DQN takes Adam at the same rate.
+MINATAR_DQN = (
+    {
+        "learning_rate": 2.5e-4,
+        "batch_size": 32,
+        "buffer_size": 100_000,
+        "learning_starts": 5_000,
+        "gamma": 0.99,
+        "target_update_interval": 1_000,
+        "train_freq": 1,
+        "gradient_steps": 1,
+        "exploration_fraction": 0.02,
+        "exploration_final_eps": 0.1,
+    },
+    5_000_000,
+)
 # rl-baselines3-zoo hyperparams/td3.yml. Pendulum's own entry; the MuJoCo tasks take
 # SB3's TD3 defaults (lr 1e-3, 1M buffer, batch 256, one gradient step per env step, nets
 # [400, 300]) with 10K random steps first, for 1M steps. Noise σ 0.1 is built below.
@@ -86,6 +105,27 @@ EVAL_SEED_OFFSET = 10**6
 CONFIRM_SEED_OFFSET = 2 * 10**6
 
 
+def minatar_torso():
+    """The MinAtar paper's network below SB3's Q head: a 3x3 convolution of 16 channels
+    and 128 units, over (10, 10, C) planes; with ``net_arch=[]`` the head is one linear
+    layer, as in the paper."""
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+    from torch import nn
+
+    class MinAtarTorso(BaseFeaturesExtractor):
+        def __init__(self, space) -> None:
+            super().__init__(space, features_dim=128)
+            self.net = nn.Sequential(
+                nn.Conv2d(space.shape[2], 16, kernel_size=3), nn.ReLU(), nn.Flatten(),
+                nn.Linear(16 * 8 * 8, 128), nn.ReLU(),
+            )  # fmt: skip
+
+        def forward(self, observations):
+            return self.net(observations.float().permute(0, 3, 1, 2))
+
+    return {"features_extractor_class": MinAtarTorso, "net_arch": []}
+
+
 def main() -> None:
     request = json.loads(sys.argv[1])
     import numpy as np
@@ -97,11 +137,18 @@ def main() -> None:
     from stable_baselines3.common.noise import NormalActionNoise
 
     env_id, seed = request["env"], request["seed"]
+    source = env_id
+    if env_id.startswith("MinAtar/"):  # registered, and its planes made uint8, by apex
+        from apex.envs import make_env
+
+        def source():
+            return make_env(env_id, training=True)
+
     torch.set_num_threads(request.get("torch_threads", 2))
     deadline = STARTED_UNIX + request["max_seconds"]
     target = request.get("target_return")
     every = request["eval_every_steps"]
-    periodic_env = make_vec_env(env_id, n_envs=request["eval_episodes"],
+    periodic_env = make_vec_env(source, n_envs=request["eval_episodes"],
                                 seed=seed + EVAL_SEED_OFFSET)  # fmt: skip
     confirm_env = None
     # [unix time, env steps, gradient steps, greedy mean] per evaluation.
@@ -125,7 +172,7 @@ def main() -> None:
             if target is None or mean < target or not request["confirm_episodes"]:
                 return True
             if confirm_env is None:
-                confirm_env = make_vec_env(env_id, n_envs=request["confirm_episodes"],
+                confirm_env = make_vec_env(source, n_envs=request["confirm_episodes"],
                                            seed=seed + CONFIRM_SEED_OFFSET)  # fmt: skip
             confirmed = greedy_mean(self.model, confirm_env)
             result["confirmations"].append([time.time(), steps, updates, confirmed])
@@ -141,9 +188,10 @@ def main() -> None:
         noise = NormalActionNoise(np.zeros(size), 0.1 * np.ones(size))
         model = TD3("MlpPolicy", env, seed=seed, verbose=0, action_noise=noise, **settings)
     else:
-        settings, zoo_steps = DQN_ZOO[env_id]
-        model = DQN("MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), seed=seed,
-                    verbose=0, **settings)  # fmt: skip
+        settings, zoo_steps = MINATAR_DQN if source is not env_id else DQN_ZOO[env_id]
+        extra = {"policy_kwargs": minatar_torso()} if source is not env_id else {}
+        model = DQN("MlpPolicy", make_vec_env(source, n_envs=1, seed=seed), seed=seed,
+                    verbose=0, **settings, **extra)  # fmt: skip
     callback = Protocol()
     model.learn(total_timesteps=zoo_steps, callback=callback)
     more_steps = request["max_steps"] - model.num_timesteps

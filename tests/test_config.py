@@ -89,6 +89,9 @@ def test_replay_totals_are_split_over_the_shards() -> None:
         ),
         ({"learner": {"max_time_s": 0}}, "learner.max_time_s must be > 0"),
         ({"actor": {"insert_credit": 0}}, "actor.insert_credit must be a positive integer"),
+        ({"learner": {"eval_every_steps": -1}}, "learner.eval_every_steps must be an integer"),
+        ({"learner": {"confirm_episodes": 1.5}}, "learner.confirm_episodes must be an integer"),
+        ({"learner": {"stop_when_solved": 1}}, "learner.stop_when_solved must be true or false"),
     ],
 )
 def test_more_bad_configs(values, expected) -> None:
@@ -144,3 +147,11 @@ def test_a_shard_built_from_a_saved_spec_never_builds_the_env() -> None:
     assert (
         shard_config(resolve({}), 0, "127.0.0.1").spec == env_shape("CartPole-v1").transition_spec()
     )
+
+
+def test_a_retired_setting_is_dropped_with_a_notice(caplog) -> None:
+    """A run directory written before evaluations followed env steps still resumes."""
+    config = resolve({"learner": {"eval_interval_s": 1.5, "eval_every_steps": 3000}})
+    assert config.learner.eval_every_steps == 3000
+    assert "learner.eval_interval_s is no longer read" in caplog.text
+    assert "eval_interval_s" not in config.to_dict()["learner"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from apex.envs import PRESETS, env_shape, make_env
-from apex.networks import ActorCritic, build_network
+from apex.networks import ActorCritic, MinAtarCNN, build_network
 from replay import PrioritizedReplay
 
 
@@ -46,3 +46,19 @@ def test_preset_builds_and_fits_its_network_and_spec(name: str) -> None:
     assert replay.size == 1
     if PRESETS[name].atari:
         assert shape.observation_shape == (4, 84, 84) and shape.observation_dtype == np.uint8
+    if PRESETS[name].minatar:  # object planes, channels last, kept whole (not frames)
+        assert shape.observation_shape[:2] == (10, 10) and shape.observation_dtype == np.uint8
+        assert set(np.unique(observation)) <= {0, 1} and isinstance(network, MinAtarCNN)
+        assert PRESETS[name].defaults["replay"]["frames"] is False
+
+
+def test_the_minatar_network_is_the_paper_s_size() -> None:
+    """One 3x3 convolution of 16 channels over 10x10 planes (8x8x16 = 1,024 features),
+    then 128 units (here in each of the dueling streams)."""
+    network = MinAtarCNN(channels=4, actions=3)
+    convolution = network.torso[0]
+    assert (convolution.in_channels, convolution.out_channels) == (4, 16)
+    assert convolution.kernel_size == (3, 3) and convolution.stride == (1, 1)
+    assert network.head.value[0].in_features == 1024 and network.head.value[0].out_features == 128
+    planes = torch.zeros((5, 10, 10, 4), dtype=torch.uint8)
+    assert network(planes).shape == (5, 3)
