@@ -35,6 +35,8 @@ def _previous_runs(paths: tuple[Path, ...], env: str) -> list[dict]:
               help="Which sides run [both].")  # fmt: skip
 @click.option("--keep-training", is_flag=True,
               help="Train on past a confirmed solve to the budget: 'stays solved'.")  # fmt: skip
+@click.option("--set", "apex_settings", multiple=True, metavar="KEY=VALUE",
+              help="More apex settings (apex train --set), to tune on seeds 100+.")  # fmt: skip
 @click.option("--resume", "resume_paths", multiple=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Records whose runs count and are not run again (sittings merged).")  # fmt: skip
@@ -44,8 +46,8 @@ def _previous_runs(paths: tuple[Path, ...], env: str) -> list[dict]:
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--plots", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Where the PNG goes [bench/results/plots].")  # fmt: skip
-def bench_learn(env, seeds, sides, keep_training, resume_paths, quick, json_path,
-                markdown_path, plot_dir) -> None:  # fmt: skip
+def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, quick,
+                json_path, markdown_path, plot_dir) -> None:  # fmt: skip
     """Learning speed with confirmed solves and 95% intervals: apex beside its peer
     (stable-baselines3 with the rl-zoo settings), the same rule on both sides."""
     from bench import learn_report, learn_suite, report
@@ -69,7 +71,8 @@ def bench_learn(env, seeds, sides, keep_training, resume_paths, quick, json_path
 
     result = learn_suite.run(task, seeds=seeds or task.seeds, implementations=sides or
                              ("apex", "peer"), previous=previous, keep_training=keep_training,
-                             progress=progress, on_run=saved_so_far)  # fmt: skip
+                             apex_settings=apex_settings, progress=progress,
+                             on_run=saved_so_far)  # fmt: skip
     save(result)
     text = learn_report.markdown(document)
     if markdown_path:

@@ -44,10 +44,13 @@ def _within(events: list[list[float]], budget_s: float) -> list[list[float]]:
     return [event for event in events if event[0] <= budget_s]
 
 
-def run_apex(task: Task, seed: int, keep_training: bool = False) -> dict:
-    """``apex train`` on ``task`` with ``seed``, its evaluations read from its metrics."""
+def run_apex(
+    task: Task, seed: int, keep_training: bool = False, settings: tuple[str, ...] = ()
+) -> dict:
+    """``apex train`` on ``task`` with ``seed``, its evaluations read from its metrics;
+    ``settings``: more ``--set KEY=VALUE`` (a preset being tuned, on seeds 100 and up)."""
     base = {"implementation": "apex", "seed": seed, "budget_s": task.budget_s,
-            "git": git_commit(REPO_ROOT)}  # fmt: skip
+            "git": git_commit(REPO_ROOT), "settings": list(settings)}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="apex-learn-") as directory:
         run_dir = Path(directory) / "run"
         command = [
@@ -57,6 +60,7 @@ def run_apex(task: Task, seed: int, keep_training: bool = False) -> dict:
             "--set", f"learner.eval_episodes={task.eval_episodes}",
             "--set", f"learner.confirm_episodes={task.confirm_episodes}",
             "--set", f"learner.stop_when_solved={'false' if keep_training else 'true'}",
+            *(part for setting in settings for part in ("--set", setting)),
         ]  # fmt: skip
         if task.target is not None:
             command += ["--target-return", str(task.target)]

@@ -151,13 +151,17 @@ def run(
     implementations: Sequence[str] = ("apex", "peer"),
     previous: Sequence[dict] = (),
     keep_training: bool = False,
+    apex_settings: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
     on_run: Callable[[list[dict]], None] | None = None,
 ) -> dict[str, object]:
     """Runs every seed of every side not already in ``previous`` (runs from a record, on
-    this task), then scores them all. ``on_run`` gets every run so far after each one
-    (to save the record as it fills)."""
-    runners = {"apex": run_apex, "peer": run_peer}
+    this task), then scores them all. ``apex_settings`` go to apex's runs as ``--set``;
+    ``on_run`` gets every run so far after each one (to save the record as it fills)."""
+    runners = {
+        "apex": lambda task, seed, keep: run_apex(task, seed, keep, tuple(apex_settings)),
+        "peer": run_peer,
+    }
     names = {"apex": "apex", "peer": task.peer}
     runs = [r for r in previous if "error" not in r]
     done = {(r["implementation"], r["seed"]) for r in runs}
@@ -178,5 +182,6 @@ def run(
                for record in side_records(task, name, side)]  # fmt: skip
     ratios = comparisons(task, records)
     config = {"task": vars(task) | {"seeds": list(task.seeds)}, "seeds": list(seeds),
-              "keep_training": keep_training, "runs": runs}  # fmt: skip
+              "keep_training": keep_training, "apex_settings": list(apex_settings),
+              "runs": runs}  # fmt: skip
     return {"records": records, "ratios": ratios, "config": config}

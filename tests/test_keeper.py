@@ -96,6 +96,9 @@ def test_a_signal_to_the_whole_step_reaches_the_child_once() -> None:
 STOP_HANDLER = """
 import signal
 from launch.signals import on_stop_signal
+# As in a foreground process: one started in the background by a shell without job
+# control starts with SIGINT ignored, and Python then leaves it so.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 stops = []
 on_stop_signal(lambda: stops.append(1))
 signal.raise_signal(signal.SIGTERM)
