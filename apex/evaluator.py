@@ -59,7 +59,6 @@ class EvaluatorConfig:
         confirm_episodes: episodes of a confirmation (0: none; a periodic evaluation at
             the target is then a solve by itself).
         target_return: the mean that asks for a confirmation (None: never).
-        niceness: added to the process's niceness when it starts evaluating.
     """
 
     env: str
@@ -68,7 +67,6 @@ class EvaluatorConfig:
     episodes: int
     confirm_episodes: int
     target_return: float | None
-    niceness: int = 0
 
 
 class Evaluator:
@@ -117,8 +115,6 @@ class Evaluator:
         logger.info("evaluator: %s every %d env steps, %d episodes (confirmed on %d at %s)",
                     config.env, config.every_steps, config.episodes, config.confirm_episodes,
                     config.target_return)  # fmt: skip
-        if config.niceness:
-            os.nice(config.niceness)
         try:
             while not self._stop.is_set() and not self._orphaned():
                 if not self._weights.poll(self._policy, timeout_ms=POLL_MS):

@@ -171,8 +171,6 @@ class LearnerConfig:
         target_return: the mean that solves the env (None: the preset's).
         stop_when_solved: end the run at its first confirmed solve (False: train on,
             and keep evaluating, to see whether it stays solved).
-        eval_niceness: the evaluator process's niceness (0-19): how readily it gives the
-            CPU to the actors, shards and learner it shares a machine with.
         max_updates: stop after this many updates (None: no limit).
         max_time_s: stop after this many seconds of training (None: no limit).
         checkpoint_interval_s: seconds between checkpoints.
@@ -200,7 +198,6 @@ class LearnerConfig:
     confirm_episodes: int = 100
     target_return: float | None = None
     stop_when_solved: bool = True
-    eval_niceness: int = 0
     max_updates: int | None = None
     max_time_s: float | None = None
     checkpoint_interval_s: float = 60.0
@@ -236,9 +233,6 @@ class LearnerConfig:
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 problems.append(f"{prefix}{name} must be finite and > 0, got {value}")
-        if not isinstance(self.eval_niceness, int) or not 0 <= self.eval_niceness <= 19:
-            problems.append(f"{prefix}eval_niceness must be an integer in [0, 19], got "
-                            f"{self.eval_niceness!r}")  # fmt: skip
         for name in ("eval_every_steps", "confirm_episodes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

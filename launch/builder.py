@@ -211,7 +211,6 @@ def evaluator(
         episodes=settings.eval_episodes,
         confirm_episodes=settings.confirm_episodes,
         target_return=target if target is not None else preset(config.env).solved_return,
-        niceness=settings.eval_niceness,
     )
     policy, _ = build_acting(config.actor_config(0), env_shape(config.env))
     return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)
