@@ -93,7 +93,8 @@ def plot(document: dict, directory: Path) -> list[Path]:
                      label="target")  # fmt: skip
     axis.set(xlabel="seconds since spawn", ylabel="greedy return (IQM, 95% band)",
              title=f"{task['env']}: learning against wall-clock time")  # fmt: skip
-    axis.legend(loc="lower right")
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(loc="lower right")
     path = directory / f"learn-{task['env'].replace('/', '-')}.png"
     figure.tight_layout()
     figure.savefig(path, dpi=110)
