@@ -6,6 +6,8 @@
   frame skip 4, 84×84 grayscale, up to 30 no-op starts), a stack of 4 frames, and rewards
   clipped to their sign while training. Needs ``pip install 'apex-rl[atari]'`` (ale-py
   ships the ROMs; AtariPreprocessing needs OpenCV). Solved at 18.
+* ``MinAtar/Breakout-v1`` and ``MinAtar/SpaceInvaders-v1``: MinAtar's 10×10 planes of
+  objects (``pip install 'apex-rl[minatar]'``), pixels that learn on a CPU; no threshold.
 
 * ``Pendulum-v1``: continuous control (Ape-X DPG), solved at −200.
 * ``LunarLanderContinuous-v3``: continuous, solved at 200; needs Box2D.
