@@ -91,21 +91,19 @@ def evaluation_envs(env: str, count: int) -> gym.vector.VectorEnv:
     return gym.vector.SyncVectorEnv(env_factories(env, count, training=False))
 
 
-def play_greedy(policy: ActingPolicy, env: str, episodes: int, seed: int) -> np.ndarray:
-    """Returns of ``episodes`` greedy episodes, played side by side (one per copy), with
-    unclipped rewards: the policy acts at zero exploration (ε 0, noise σ 0)."""
-    envs = evaluation_envs(env, episodes)
+def play_greedy(policy: ActingPolicy, envs: gym.vector.VectorEnv, seed: int) -> np.ndarray:
+    """Returns of one greedy episode on each copy of ``envs`` (:func:`evaluation_envs`,
+    reset here with ``seed``), played side by side with unclipped rewards: the policy
+    acts at zero exploration (ε 0, noise σ 0)."""
+    episodes = envs.num_envs
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
     greedy = np.zeros(episodes)
     rng = np.random.default_rng(seed)  # unused at zero scales; the protocol asks for one
-    try:
-        observations, _ = envs.reset(seed=seed)
-        while running.any():
-            actions = policy.explore(observations, greedy, rng)
-            observations, rewards, terminated, truncated, _ = envs.step(actions)
-            returns += rewards * running
-            running &= ~np.logical_or(terminated, truncated)
-    finally:
-        envs.close()
+    observations, _ = envs.reset(seed=seed)
+    while running.any():
+        actions = policy.explore(observations, greedy, rng)
+        observations, rewards, terminated, truncated, _ = envs.step(actions)
+        returns += rewards * running
+        running &= ~np.logical_or(terminated, truncated)
     return returns

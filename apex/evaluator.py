@@ -29,11 +29,12 @@ import threading
 import time
 from dataclasses import dataclass
 
+import gymnasium as gym
 import zmq
 
 from apex.algorithm import ActingPolicy
 from apex.channels import EPISODES_HWM, ApexKind, WeightSubscriber
-from apex.evaluation import Evaluation, play_greedy
+from apex.evaluation import Evaluation, evaluation_envs, play_greedy
 from replay.wire.layout import encode
 from replay.wire.security import SecurityConfig, make_context
 from replay.wire.transport import make_socket, send_frames
@@ -101,6 +102,8 @@ class Evaluator:
         self._sequence = 0
         self.evaluations = 0
         self.confirmed = False
+        # Made once and reset with new seeds: an Atari copy loads its ROM when made.
+        self._envs: dict[int, gym.vector.VectorEnv] = {}
         self._next_at = config.every_steps
 
     def stop(self) -> None:
@@ -132,8 +135,7 @@ class Evaluator:
         config, version = self.config, self._weights.version
         index = self.evaluations
         started = time.monotonic()
-        returns = play_greedy(self._policy, config.env, config.episodes,
-                              config.seed + EVAL_SEED_OFFSET + 1000 * index)  # fmt: skip
+        returns = self._play(config.episodes, config.seed + EVAL_SEED_OFFSET + 1000 * index)
         periodic = Evaluation(version, steps, returns, index, False, skipped)
         self._send(periodic)
         logger.info("evaluation %d: weights %d at %d env steps, mean %.1f over %d episodes "
@@ -145,13 +147,18 @@ class Evaluator:
             return
         if self.confirmed:
             return
-        returns = play_greedy(self._policy, config.env, config.confirm_episodes,
-                              config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
+        returns = self._play(config.confirm_episodes,
+                             config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
         confirmation = Evaluation(version, steps, returns, index, True, skipped)
         self._send(confirmation)
         self.confirmed = confirmation.mean >= target
         logger.info("evaluation %d confirmed on %d episodes: mean %.1f (target %s)", index,
                     returns.size, confirmation.mean, target)  # fmt: skip
+
+    def _play(self, episodes: int, seed: int):
+        if episodes not in self._envs:
+            self._envs[episodes] = evaluation_envs(self.config.env, episodes)
+        return play_greedy(self._policy, self._envs[episodes], seed)
 
     def _send(self, evaluation: Evaluation) -> None:
         frames = encode(evaluation.to_message(ApexKind.EVALUATION, self._sequence))
@@ -162,6 +169,8 @@ class Evaluator:
             send_frames(self._results, frames, zmq.NOBLOCK)
 
     def close(self) -> None:
+        for envs in self._envs.values():
+            envs.close()
         self._weights.close()
         self._results.close(linger=1000)
         self._context.term()

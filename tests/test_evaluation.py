@@ -53,6 +53,14 @@ class ScriptedPolicy:
         raise NotImplementedError
 
 
+def play(policy: ScriptedPolicy, env: str, episodes: int, seed: int) -> np.ndarray:
+    envs = evaluation_envs(env, episodes)
+    try:
+        return play_greedy(policy, envs, seed)
+    finally:
+        envs.close()
+
+
 class Gain(nn.Module):
     def __init__(self, gain: float) -> None:
         super().__init__()
@@ -72,7 +80,7 @@ def test_each_copy_plays_exactly_one_episode(env: str) -> None:
     """Pushing one way ends every CartPole episode within a few steps (returns of about
     9), and on Acrobot every episode runs to its 500-step limit at −1 a step: a copy that
     went on past its end, or a reward counted after it, would show."""
-    returns = play_greedy(ScriptedPolicy(gain=0.0), env, 20, seed=5)
+    returns = play(ScriptedPolicy(gain=0.0), env, 20, seed=5)
     assert returns.shape == (20,)
     if env == "CartPole-v1":
         assert np.all((returns >= 7) & (returns <= 12)), returns
@@ -81,15 +89,26 @@ def test_each_copy_plays_exactly_one_episode(env: str) -> None:
 
 
 def test_a_good_controller_reaches_the_time_limit_and_no_further() -> None:
-    returns = play_greedy(ScriptedPolicy(), "CartPole-v1", 20, seed=1)
+    returns = play(ScriptedPolicy(), "CartPole-v1", 20, seed=1)
     assert returns.max() == 500
     assert np.median(returns) == 500
 
 
-def test_the_same_seed_gives_the_same_returns() -> None:
-    first = play_greedy(ScriptedPolicy(), "CartPole-v1", 10, seed=3)
-    again = play_greedy(ScriptedPolicy(), "CartPole-v1", 10, seed=3)
+@pytest.mark.parametrize("env", ["CartPole-v1", "LunarLander-v3"])
+def test_the_same_seed_gives_the_same_returns_on_envs_used_before(env: str) -> None:
+    """The evaluator keeps its envs: a reset with the seed starts every copy afresh."""
+    # Returns that depend on each copy's start: a copy not started afresh would show.
+    policy = ScriptedPolicy(gain=0.0 if env == "CartPole-v1" else 1.0)
+    envs = evaluation_envs(env, 10)
+    try:
+        first = play_greedy(policy, envs, seed=3)
+        play_greedy(policy, envs, seed=4)
+        again = play_greedy(policy, envs, seed=3)
+    finally:
+        envs.close()
     np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first, play(policy, env, 10, seed=3))
+    assert not np.array_equal(first, play(policy, env, 10, seed=4))  # the seed matters
 
 
 def _wire(message: Message) -> Message:
