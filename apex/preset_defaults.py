@@ -1,0 +1,180 @@
+"""The run settings each environment preset starts from (``apex.envs.PRESETS``), in the
+layout of a run config file: what was measured to learn each environment quickly on a
+2-core machine, and why. Anything a user sets wins over them (``launch.config.resolve``).
+Presets are tuned on seeds 100 and up, never on the learning benchmark's seeds 0-9.
+"""
+
+from __future__ import annotations
+
+# What every continuous-control preset's learner starts from (the optimizer TD3's paper
+# used for DDPG and TD3 alike).
+DPG_LEARNER = {"batch_size": 256, "learning_rate": 1e-3, "adam_epsilon": 1e-8,
+               "max_grad_norm": 10.0}  # fmt: skip
+
+MUJOCO: dict = {
+    "actors": 2,
+    "replay": {
+        "capacity": 1_000_000,
+        "min_size": 10_000,
+        "samples_per_insert": 64.0,
+        "error_buffer": 50_000.0,
+    },
+    "actor": {
+        "envs_per_actor": 4,
+        "weight_refresh_steps": 50,
+        "hidden": [256, 256],
+        "noise_scale": 0.3,
+    },
+    "learner": {
+        **DPG_LEARNER,
+        "eval_every_steps": 10_000,
+        "eval_episodes": 10,
+        "hidden": [256, 256],
+    },
+}
+
+# The MinAtar paper's DQN (Young & Tian 2019): 100K replay, 5K steps before learning,
+# γ 0.99, a target copy every 1,000 updates, learning rate 2.5e-4; here Ape-X's n-step,
+# prioritized replay and ε per env copy, with two actor processes of 8 envs.
+MINATAR: dict = {
+    "actors": 2,
+    "replay": {
+        "capacity": 100_000,
+        "min_size": 5_000,
+        "samples_per_insert": 8.0,
+        "error_buffer": 20_000.0,
+        # (10, 10, C) planes are one observation, not a stack of frames.
+        "frames": False,
+    },
+    "actor": {"envs_per_actor": 8, "n_step": 3, "weight_refresh_steps": 50},
+    "learner": {
+        "batch_size": 128,
+        "learning_rate": 2.5e-4,
+        "dqn": {"target_update_period": 1000},
+        "eval_every_steps": 50_000,
+        "eval_episodes": 10,
+    },
+}
+
+DEFAULTS: dict[str, dict] = {
+    "CartPole-v1": {
+        # One actor of 8 envs, not two of 4: on 2 cores the learner is the limit, and a
+        # second actor process takes CPU from it (210-230 against 240-330 updates/s).
+        # Over 8 seeds each (`apex train --seed S`, wall clock): two actors of 4 envs,
+        # n 3, base ε 0.1: median 29.3 s; n 5 and ε 0.2: 22.8 s; one actor of 8 envs,
+        # n 5, ε 0.2: 14.8 s (8.7-19.4), against 17.1 s at ε 0.1 and 17.6 s at n 3.
+        "actors": 1,
+        "shards": 1,
+        "replay": {
+            "capacity": 100_000,
+            "min_size": 2_000,
+            # Two samples per insert and a 256-wide net solved in a median 22 s over 6
+            # seeds, against 27 s at four samples and 37 s with a 128-wide net (ε 0.4).
+            "samples_per_insert": 2.0,
+            "error_buffer": 20_000.0,
+        },
+        # Ape-X's own ε = 0.4, α = 7 over the run's env copies. 0.2 was chosen when one
+        # process's copies all explored at the base ε; once each copy became an Ape-X actor
+        # (e35e8a6: 8 copies span 0.2 to 2.6e-6) it made CartPole need about 1.4x the
+        # updates to solve. Tuned on seeds 100-102 only (updates to solve, median):
+        # 0.2/α 7: 3,826; 0.4/α 7: 2,695; 0.4/α 3: 2,662; 0.2/α 1: 2,726 (issue 29).
+        "actor": {
+            "envs_per_actor": 8,
+            "n_step": 5,
+            "weight_refresh_steps": 25,
+            "hidden": [256, 256],
+            "epsilon": 0.4,
+        },
+        "learner": {
+            "batch_size": 64,
+            "learning_rate": 2.3e-3,
+            "adam_epsilon": 1e-8,
+            "max_grad_norm": 10.0,
+            "dqn": {"target_update_period": 128},
+            "publish_period": 20,
+            "eval_every_steps": 2_000,
+            "hidden": [256, 256],
+        },
+    },
+    "LunarLander-v3": {
+        "replay": {
+            "capacity": 500_000,
+            "min_size": 10_000,
+            "samples_per_insert": 8.0,
+            "error_buffer": 50_000.0,
+        },
+        "actor": {"envs_per_actor": 8, "weight_refresh_steps": 50},
+        "learner": {
+            "batch_size": 256,
+            "learning_rate": 5e-4,
+            "dqn": {"target_update_period": 1000},
+            "eval_every_steps": 10_000,
+            "eval_episodes": 10,
+        },
+    },
+    # Ape-X DPG (plain DDPG by default, apex.dpg) on vector observations.
+    "Pendulum-v1": {
+        "actors": 1,
+        "shards": 1,
+        "replay": {
+            "capacity": 200_000,
+            "min_size": 1_000,
+            "samples_per_insert": 64.0,
+            "error_buffer": 20_000.0,
+        },
+        "actor": {
+            "envs_per_actor": 4,
+            "n_step": 3,
+            "gamma": 0.98,
+            "weight_refresh_steps": 10,
+            "hidden": [256, 256],
+            "noise_scale": 0.3,
+        },
+        "learner": {
+            **DPG_LEARNER,
+            "publish_period": 10,
+            "eval_every_steps": 2_000,
+            "eval_episodes": 10,
+            "hidden": [256, 256],
+        },
+    },
+    "LunarLanderContinuous-v3": {
+        "replay": {
+            "capacity": 500_000,
+            "min_size": 10_000,
+            "samples_per_insert": 16.0,
+            "error_buffer": 50_000.0,
+        },
+        "actor": {
+            "envs_per_actor": 8,
+            "weight_refresh_steps": 50,
+            "hidden": [400, 300],
+            "noise_scale": 0.3,
+        },
+        "learner": {
+            **DPG_LEARNER,
+            "eval_every_steps": 10_000,
+            "eval_episodes": 10,
+            "hidden": [400, 300],
+        },
+    },
+    # MuJoCo (the mujoco extra): 1,000-step episodes, 6 and 3 action dimensions.
+    "HalfCheetah-v5": MUJOCO,
+    "Hopper-v5": MUJOCO,
+    "Pong": {
+        "actors": 2,
+        # Ape-X's 2M transitions. Each frame is kept once and LZ4-compressed (about 250
+        # bytes a Pong frame), so 2M take about 1.5 GB instead of the 113 GB of whole
+        # stacked transitions (bench/RESULTS.md, "Atari-scale replay").
+        "replay": {"capacity": 2_000_000, "min_size": 20_000},
+        "actor": {"envs_per_actor": 4, "weight_refresh_steps": 100},
+        "learner": {
+            "batch_size": 512,
+            "learning_rate": 1e-4,
+            "dqn": {"target_update_period": 2500},
+            # A greedy Pong game lasts minutes: a few evaluations an hour.
+            "eval_every_steps": 250_000,
+            "eval_episodes": 5,
+        },
+    },
+}
