@@ -42,6 +42,27 @@ class Evaluation:
     def mean(self) -> float:
         return float(self.returns.mean())
 
+    def record(
+        self, time_s: float, updates: int, weights_updates: int | None, solves: bool
+    ) -> dict:
+        """The learner's metrics record of it: heard at ``time_s`` of training, after
+        ``updates``; ``weights_updates``: the updates behind the weights evaluated."""
+        return {
+            "event": "confirmation" if self.confirmation else "evaluation",
+            "time_s": time_s,
+            "updates": updates,
+            "weights_updates": weights_updates,
+            "weight_version": self.weight_version,
+            "env_steps": self.env_steps,
+            "index": self.index,
+            "skipped": self.skipped,
+            "episodes": int(self.returns.size),
+            "eval_return_mean": self.mean,
+            "eval_return_min": float(self.returns.min()),
+            "eval_return_max": float(self.returns.max()),
+            "solved": solves,
+        }
+
     def to_message(self, kind: int, sequence: int) -> Message:
         facts = np.array([self.index, int(self.confirmation), self.skipped], dtype=np.int64)
         return Message(kind, EVALUATOR_SENDER, sequence, self.weight_version,

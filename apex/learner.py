@@ -31,7 +31,7 @@ from apex.algorithm import Algorithm
 from apex.channels import EpisodeCollector, WeightPublisher
 from apex.delivery import delivery_report, describe
 from apex.envs import preset
-from apex.evaluation import Evaluation, read_evaluation
+from apex.evaluation import read_evaluation
 from apex.exploration import run_actors
 from apex.metrics import MetricsWriter
 from apex.periodic import Periodic
@@ -353,29 +353,11 @@ class Learner:
                     evaluation.index, evaluation.weight_version, evaluation.env_steps, mean,
                     evaluation.returns.size, ": solved" if solves else "")  # fmt: skip
         if self._metrics is not None:
-            self._metrics.write(self._evaluation_record(evaluation, solves))
-
-    def _evaluation_record(self, evaluation: Evaluation, solves: bool) -> dict:
-        updates = next((u for v, u in reversed(self._published)
-                        if v == evaluation.weight_version), None)  # fmt: skip
-        returns = evaluation.returns
-        return {
-            "event": "confirmation" if evaluation.confirmation else "evaluation",
-            # When the learner heard it: evaluations take time, and a run is solved
-            # when its confirmation is in.
-            "time_s": self._elapsed_s(),
-            "updates": self.counters.updates,
-            "weights_updates": updates,
-            "weight_version": evaluation.weight_version,
-            "env_steps": evaluation.env_steps,
-            "index": evaluation.index,
-            "skipped": evaluation.skipped,
-            "episodes": int(returns.size),
-            "eval_return_mean": evaluation.mean,
-            "eval_return_min": float(returns.min()),
-            "eval_return_max": float(returns.max()),
-            "solved": solves,
-        }
+            weights_updates = next((u for v, u in reversed(self._published)
+                                    if v == evaluation.weight_version), None)  # fmt: skip
+            # Timed when the learner heard it: a run is solved once its confirmation is in.
+            self._metrics.write(evaluation.record(self._elapsed_s(), self.counters.updates,
+                                                  weights_updates, solves))  # fmt: skip
 
     def _write_progress(self) -> None:
         now = time.monotonic()
