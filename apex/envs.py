@@ -94,6 +94,12 @@ def preset(name: str) -> EnvPreset:
     return PRESETS.get(name, EnvPreset(name, None, gym_id=name))
 
 
+def solved_return(name: str, target: float | None) -> float | None:
+    """The greedy mean that solves ``name`` in a run: ``target`` (the run's
+    ``learner.target_return``) if given, else the preset's threshold (None: none)."""
+    return target if target is not None else preset(name).solved_return
+
+
 def make_env(name: str, *, training: bool) -> gym.Env:
     """Builds one environment. ``training`` clips Atari rewards; evaluation does not.
 

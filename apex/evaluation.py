@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from apex.algorithm import ActingPolicy
+from apex.channels import ApexKind
 from apex.envs import env_factories, preset
 from replay.errors import ProtocolError
 from replay.wire.layout import Message
@@ -63,9 +64,9 @@ class Evaluation:
             "solved": solves,
         }
 
-    def to_message(self, kind: int, sequence: int) -> Message:
+    def to_message(self, sequence: int) -> Message:
         facts = np.array([self.index, int(self.confirmation), self.skipped], dtype=np.int64)
-        return Message(kind, EVALUATOR_SENDER, sequence, self.weight_version,
+        return Message(ApexKind.EVALUATION, EVALUATOR_SENDER, sequence, self.weight_version,
                        self.returns.size, float(self.env_steps),
                        (np.asarray(self.returns, dtype=np.float64), facts))  # fmt: skip
 
@@ -74,8 +75,10 @@ def read_evaluation(message: Message) -> Evaluation:
     """The evaluation an EVALUATION message carries.
 
     Raises:
-        ProtocolError: arrays, counts or returns that do not fit.
+        ProtocolError: another kind, or arrays, counts or returns that do not fit.
     """
+    if message.kind != ApexKind.EVALUATION:
+        raise ProtocolError(f"expected EVALUATION, got {message.kind.name}")
     if len(message.arrays) != 2:
         raise ProtocolError(f"an EVALUATION holds 2 arrays, got {len(message.arrays)}")
     returns, facts = message.arrays

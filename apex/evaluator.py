@@ -33,7 +33,7 @@ import gymnasium as gym
 import zmq
 
 from apex.algorithm import ActingPolicy
-from apex.channels import EPISODES_HWM, ApexKind, WeightSubscriber
+from apex.channels import EPISODES_HWM, WeightSubscriber
 from apex.evaluation import Evaluation, evaluation_envs, play_greedy
 from replay.wire.layout import encode
 from replay.wire.security import SecurityConfig, make_context
@@ -143,9 +143,8 @@ class Evaluator:
                     time.monotonic() - started)  # fmt: skip
         self.evaluations += 1
         target = config.target_return
-        if target is None or periodic.mean < target or not config.confirm_episodes:
-            return
-        if self.confirmed:
+        if target is None or periodic.mean < target or not config.confirm_episodes or (
+                self.confirmed):  # fmt: skip
             return
         returns = self._play(config.confirm_episodes,
                              config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
@@ -161,7 +160,7 @@ class Evaluator:
         return play_greedy(self._policy, self._envs[episodes], seed)
 
     def _send(self, evaluation: Evaluation) -> None:
-        frames = encode(evaluation.to_message(ApexKind.EVALUATION, self._sequence))
+        frames = encode(evaluation.to_message(self._sequence))
         self._sequence += 1
         # The learner drains its socket between updates; a full queue means it has
         # stopped, and an evaluation nobody reads is not worth blocking on.

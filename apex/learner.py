@@ -30,7 +30,7 @@ from apex import checkpoint
 from apex.algorithm import Algorithm
 from apex.channels import EpisodeCollector, WeightPublisher
 from apex.delivery import delivery_report, describe
-from apex.envs import preset
+from apex.envs import solved_return
 from apex.evaluation import read_evaluation
 from apex.exploration import run_actors
 from apex.metrics import MetricsWriter
@@ -145,8 +145,7 @@ class Learner:
             self._context.destroy(linger=0)
             raise
         self._stop = threading.Event()
-        target = config.target_return
-        self._target_return = target if target is not None else preset(config.env).solved_return
+        self._target_return = solved_return(config.env, config.target_return)
         self._window = ProgressWindow()
         self._metrics: MetricsWriter | None = None
         self._last_eval: float | None = None

@@ -40,8 +40,32 @@ def _solve_fields(confirmations: list[list[float]], target: float | None) -> dic
             "solve_updates": None if first[2] is None else int(first[2])}  # fmt: skip
 
 
-def _within(events: list[list[float]], budget_s: float) -> list[list[float]]:
-    return [event for event in events if event[0] <= budget_s]
+def _spawned(command: list[str], task: Task) -> tuple[float, subprocess.CompletedProcess | None]:
+    """Runs ``command`` from the repository, timed from its spawn (``time.time()``); the
+    completed process, or None when it ran past the budget and its grace."""
+    spawned = time.time()
+    try:
+        completed = subprocess.run(command, cwd=REPO_ROOT, env=worker_env(),
+                                   capture_output=True, text=True,
+                                   timeout=task.budget_s + GRACE_S, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return spawned, None
+    return spawned, completed
+
+
+def _run(base: dict, task: Task, spawned: float, evaluations: list, confirmations: list,
+         ended: float) -> dict:  # fmt: skip
+    """A finished run: events given as ``[unix time, env steps, updates, mean]``, timed
+    from ``spawned`` and kept up to the budget."""
+
+    def within_budget(events: list[list[float]]) -> list[list[float]]:
+        timed = ([t - spawned, *rest] for t, *rest in events)
+        return [event for event in timed if event[0] <= task.budget_s]
+
+    confirmations = within_budget(confirmations)
+    return {**base, **_solve_fields(confirmations, task.target),
+            "evaluations": within_budget(evaluations), "confirmations": confirmations,
+            "end_s": ended - spawned}  # fmt: skip
 
 
 def run_apex(
@@ -64,27 +88,20 @@ def run_apex(
         ]  # fmt: skip
         if task.target is not None:
             command += ["--target-return", str(task.target)]
-        spawned = time.time()
-        try:
-            completed = subprocess.run(command, cwd=REPO_ROOT, env=worker_env(),
-                                       capture_output=True, text=True,
-                                       timeout=task.budget_s + GRACE_S, check=False)  # fmt: skip
-        except subprocess.TimeoutExpired:
+        spawned, completed = _spawned(command, task)
+        ended = time.time()
+        if completed is None:
             return {**base, "error": f"apex train ran past {task.budget_s + GRACE_S:.0f} s"}
-        end_s = time.time() - spawned
         if completed.returncode != 0 or not (run_dir / "metrics.jsonl").exists():
             tail = completed.stdout.strip().splitlines()[-1:] or ["no output"]
             return {**base, "error": f"apex train exited {completed.returncode}: {tail[0]}"}
         records = read_metrics(run_dir)
 
     def events(kind: str) -> list[list[float]]:
-        return [[r["unix_s"] - spawned, r["env_steps"], r.get("weights_updates"),
-                 r["eval_return_mean"]] for r in records if r.get("event") == kind]  # fmt: skip
+        return [[r["unix_s"], r["env_steps"], r.get("weights_updates"), r["eval_return_mean"]]
+                for r in records if r.get("event") == kind]  # fmt: skip
 
-    evaluations = _within(events("evaluation"), task.budget_s)
-    confirmations = _within(events("confirmation"), task.budget_s)
-    return {**base, **_solve_fields(confirmations, task.target), "evaluations": evaluations,
-            "confirmations": confirmations, "end_s": end_s}  # fmt: skip
+    return _run(base, task, spawned, events("evaluation"), events("confirmation"), ended)
 
 
 def run_peer(task: Task, seed: int, keep_training: bool = False) -> dict:
@@ -98,25 +115,14 @@ def run_peer(task: Task, seed: int, keep_training: bool = False) -> dict:
         "target_return": task.target, "stop_when_solved": not keep_training,
         "torch_threads": 2,
     }  # fmt: skip
-    spawned = time.time()
-    try:
-        completed = subprocess.run(
-            [sys.executable, "-m", "bench.sb3_worker", json.dumps(request)], cwd=REPO_ROOT,
-            env=worker_env(), capture_output=True, text=True,
-            timeout=task.budget_s + GRACE_S, check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
+    command = [sys.executable, "-m", "bench.sb3_worker", json.dumps(request)]
+    spawned, completed = _spawned(command, task)
+    if completed is None:
         return {**base, "error": f"the peer ran past {task.budget_s + GRACE_S:.0f} s"}
     lines = completed.stdout.strip().splitlines()
     if completed.returncode != 0 or not lines:
         tail = completed.stderr.strip().splitlines()[-1:] or ["no output"]
         return {**base, "error": f"the peer exited {completed.returncode}: {tail[0]}"}
     result = json.loads(lines[-1])
-
-    def since_spawn(events: list[list[float]]) -> list[list[float]]:
-        return _within([[t - spawned, *rest] for t, *rest in events], task.budget_s)
-
-    confirmations = since_spawn(result["confirmations"])
-    return {**base, **_solve_fields(confirmations, task.target),
-            "evaluations": since_spawn(result["evaluations"]), "confirmations": confirmations,
-            "end_s": result["ended_unix"] - spawned}  # fmt: skip
+    return _run(base, task, spawned, result["evaluations"], result["confirmations"],
+                result["ended_unix"])  # fmt: skip

@@ -199,18 +199,17 @@ def evaluator(
     """The run's evaluator: the acting policy of the run's algorithm, played greedily on
     the weights the learner at ``weights`` publishes (``apex.evaluator``)."""
     from apex.algorithm import build_acting
-    from apex.envs import preset
+    from apex.envs import solved_return
     from apex.evaluator import Evaluator, EvaluatorConfig
 
     settings = config.learner
-    target = settings.target_return
     evaluation = EvaluatorConfig(
         env=config.env,
         seed=settings.seed,
         every_steps=settings.eval_every_steps,
         episodes=settings.eval_episodes,
         confirm_episodes=settings.confirm_episodes,
-        target_return=target if target is not None else preset(config.env).solved_return,
+        target_return=solved_return(config.env, settings.target_return),
     )
     policy, _ = build_acting(config.actor_config(0), env_shape(config.env))
     return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)

@@ -40,6 +40,9 @@ class EvaluatorProcess:
                          "--episodes", episodes, "--parent", str(os.getpid()))  # fmt: skip
         self._log = run_dir / "logs" / "evaluator.log"
         self._stopping = threading.Event()
+        # Held while a process is started or stopped: stop() never misses one the keeper
+        # is just starting.
+        self._lock = threading.Lock()
         self._process: RoleProcess | None = None
         self.restarts = 0
         self._watcher = threading.Thread(target=self._keep, name="evaluator", daemon=True)
@@ -48,16 +51,20 @@ class EvaluatorProcess:
         self._watcher.start()
 
     def _keep(self) -> None:
-        while not self._stopping.is_set():
-            self._process = RoleProcess.apex(*self._command, log_path=self._log,
-                                             name="evaluator")  # fmt: skip
+        while True:
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                process = self._process = RoleProcess.apex(*self._command, log_path=self._log,
+                                                           name="evaluator")  # fmt: skip
             try:
-                self._process.await_ready(READY_TIMEOUT_S)
+                process.await_ready(READY_TIMEOUT_S)
             except RoleStartError as exc:
                 logger.error("%s", exc)
-            code = self._process.process.wait()
+            code = process.process.wait()
             if self._stopping.is_set():
                 return
+            process.close()
             if self.restarts >= SHARD_RESTART_BUDGET:
                 logger.error("evaluator died (exit code %s) after %d restarts; the run goes "
                              "on without evaluations", code, self.restarts)  # fmt: skip
@@ -70,9 +77,11 @@ class EvaluatorProcess:
 
     def stop(self) -> None:
         """Stops it (SIGTERM, then SIGKILL) and its keeper."""
-        self._stopping.set()
-        process = self._process
+        with self._lock:
+            self._stopping.set()
+            process = self._process
         if process is not None:
             process.stop(STOP_BUDGET_S)
-            process.close()
         self._watcher.join(timeout=STOP_BUDGET_S + 1.0)
+        if process is not None:  # closed once the keeper no longer reads it
+            process.close()

@@ -68,14 +68,11 @@ class RunRecords:
 def target_return(config: dict) -> float | None:
     """The evaluation mean that counts as solved: the config's, else its env preset's."""
     target = config.get("learner", {}).get("target_return")
-    if target is not None or "env" not in config:
+    if "env" not in config:
         return target
-    from apex.envs import preset
+    from apex.envs import solved_return
 
-    try:
-        return preset(config["env"]).solved_return
-    except (KeyError, ValueError):
-        return None
+    return solved_return(config["env"], target)
 
 
 def read_config(run_dir: Path) -> dict:

@@ -117,7 +117,7 @@ def _wire(message: Message) -> Message:
 
 def test_an_evaluation_crosses_the_wire_intact() -> None:
     sent = Evaluation(7, 123_456, np.array([500.0, 480.0, 499.5]), 4, True, 2)
-    got = read_evaluation(_wire(sent.to_message(ApexKind.EVALUATION, 0)))
+    got = read_evaluation(_wire(sent.to_message(0)))
     assert (got.weight_version, got.env_steps, got.index, got.confirmation, got.skipped) == (
         7, 123_456, 4, True, 2)  # fmt: skip
     np.testing.assert_array_equal(got.returns, sent.returns)
@@ -132,11 +132,12 @@ def test_an_evaluation_crosses_the_wire_intact() -> None:
         (lambda m, r, f: (m, (r, np.array([0, 2, 0]))), "confirmation flag"),
         (lambda m, r, f: (m, (r, np.array([0, -1, 0]))), "facts"),
         (lambda m, r, f: (m, (r,)), "2 arrays"),
+        (lambda m, r, f: (replace(m, kind=ApexKind.EPISODES), (r, f)), "expected EVALUATION"),
         (lambda m, r, f: (replace(m, scalar=float("nan")), (r, f)), "counts"),
     ],
 )
 def test_a_malformed_evaluation_is_refused(mangle, match: str) -> None:
-    message = Evaluation(1, 10, np.array([1.0, 2.0]), 0, False).to_message(ApexKind.EVALUATION, 0)
+    message = Evaluation(1, 10, np.array([1.0, 2.0]), 0, False).to_message(0)
     returns, facts = message.arrays
     base, arrays = mangle(message, returns, facts)
     with pytest.raises(ProtocolError, match=match):
@@ -202,7 +203,7 @@ def _send_evaluations(endpoint: str, evaluations: list[Evaluation | bytes]) -> N
         if isinstance(evaluation, bytes):
             socket.send(evaluation)
         else:
-            send_frames(socket, encode(evaluation.to_message(ApexKind.EVALUATION, sequence)))
+            send_frames(socket, encode(evaluation.to_message(sequence)))
     socket.close(linger=2000)
     context.term()
 
