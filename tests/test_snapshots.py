@@ -264,9 +264,8 @@ def _insert(context: zmq.Context, shard: ShardProcess, batches: int, sender: int
 
 @pytest.mark.slow
 def test_a_shard_snapshots_while_serving_and_comes_back_after_sigterm_and_kill(
-    tmp_path: Path,
+    tmp_path: Path, context: zmq.Context
 ) -> None:
-    context = zmq.Context()
     root = tmp_path / "shard-0"
     shard = _shard("--snapshot-dir", str(root), "--snapshot-interval", "3600")
     try:
@@ -277,7 +276,10 @@ def test_a_shard_snapshots_while_serving_and_comes_back_after_sigterm_and_kill(
         # The shard serves while its child writes.
         for _ in range(5):
             assert client.sample(64, 0.4, SMALL_SPEC).fields["obs"].shape == (64, 4)
-        done = wait_for(lambda: (i := client.info())["snapshots_written"] and i, what="snapshot")
+        # The child runs at SCHED_IDLE: on a machine busy with other tests it waits its turn.
+        done = wait_for(
+            lambda: (i := client.info())["snapshots_written"] and i, 60.0, what="snapshot"
+        )
         assert done["last_snapshot"]["how"] == "background"
         _insert(context, shard, 4, sender=6)  # 2,000 more, after the snapshot
         wait_for(lambda: client.info()["transitions_added"] == 22_000, what="more inserts")
@@ -310,7 +312,6 @@ def test_a_shard_snapshots_while_serving_and_comes_back_after_sigterm_and_kill(
         client.close()
     finally:
         shard.stop()
-        context.term()
 
 
 def test_restore_refuses_to_start_empty_over_unusable_snapshots(tmp_path: Path) -> None:
@@ -322,14 +323,15 @@ def test_restore_refuses_to_start_empty_over_unusable_snapshots(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_a_client_out_of_credit_carries_on_with_a_restarted_shard(tmp_path: Path) -> None:
+def test_a_client_out_of_credit_carries_on_with_a_restarted_shard(
+    tmp_path: Path, context: zmq.Context
+) -> None:
     # Nothing samples: the limiter stops inserts, the client runs out of credit, and its
     # last CREDIT question goes unanswered when the shard is killed. The restarted shard
     # (same ports, its snapshot) counts its senders' messages anew; the client must see that
     # from the answer's incarnation and start counting again, or wait forever.
     limits = ("--min-size", "100", "--samples-per-insert", "1", "--error-buffer", "400")
     shard = ShardProcess("--capacity", "10000", *limits, "--snapshot-dir", str(tmp_path))
-    context = zmq.Context()
     client = InsertClient(context, [shard.endpoints], sender=5, spec=SMALL_SPEC, timeout_s=0.5)
     try:
         sent = 0
@@ -359,4 +361,3 @@ def test_a_client_out_of_credit_carries_on_with_a_restarted_shard(tmp_path: Path
     finally:
         client.close(linger_s=0)
         shard.stop()
-        context.term()
