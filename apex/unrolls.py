@@ -1,0 +1,119 @@
+"""Fixed-length unrolls from a vector of environments stepping in lock-step (IMPALA).
+
+An unroll of env ``e`` holds ``T`` consecutive steps and the observation after the last:
+
+    obs        s_0 ... s_T          (T + 1 observations; s_T is the bootstrap observation)
+    action     a_0 ... a_{T-1}
+    reward     r_0 ... r_{T-1}
+    discount   γ_0 ... γ_{T-1}      γ_t = γ, or 0 where the episode ended after step t
+    log_prob   log μ(a_t | s_t)     the behaviour policy's, for V-trace's importance weights
+
+Unrolls run across episode boundaries, as IMPALA's do: where an episode ends after step
+``t``, ``γ_t = 0`` cuts every sum at it and ``s_{t+1}`` is the next episode's reset
+observation (gymnasium's SAME_STEP autoreset). A *terminated* episode has no value beyond
+its end. A *truncated* one (a time limit) does: its step's reward becomes
+``r_t + γ · V(final observation)`` with ``V`` the actor's own estimate, the time-limit
+bootstrap that PPO implementations use, since the unroll's next observation is already
+the reset one.
+
+Consecutive unrolls of an env overlap by one observation: the bootstrap observation of one
+is the first of the next. Every env emits at the same step, so a call either returns
+nothing or one unroll per env, copied out of preallocated buffers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class UnrollBuilder:
+    """Turns lock-step vector-env steps into unrolls of ``length`` steps.
+
+    Args:
+        env_count: environments stepping together.
+        length: steps per unroll ``T``, >= 1.
+        gamma: discount in [0, 1].
+        observation_shape, observation_dtype: one observation's.
+        action_shape, action_dtype: one action's (a discrete index by default).
+
+    Raises:
+        ValueError: ``length < 1`` or ``gamma`` outside [0, 1].
+    """
+
+    def __init__(
+        self,
+        env_count: int,
+        length: int,
+        gamma: float,
+        observation_shape: tuple[int, ...],
+        observation_dtype: np.dtype,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: np.dtype | type = np.int64,
+    ) -> None:
+        if length < 1:
+            raise ValueError(f"unroll length must be >= 1, got {length}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        self.length = length
+        self.gamma = gamma
+        self._obs = np.zeros((env_count, length + 1, *observation_shape), observation_dtype)
+        self._action = np.zeros((env_count, length, *action_shape), action_dtype)
+        self._reward = np.zeros((env_count, length), np.float32)
+        self._discount = np.zeros((env_count, length), np.float32)
+        self._log_prob = np.zeros((env_count, length), np.float32)
+        self._position = 0
+
+    @property
+    def position(self) -> int:
+        """Steps of the unrolls in progress (0 right after they were emitted)."""
+        return self._position
+
+    def step(
+        self,
+        observations: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_observations: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        log_probs: np.ndarray,
+        final_values: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray] | None:
+        """Adds one vector step; returns the finished unrolls (one per env) or None.
+
+        Args:
+            observations: what each env's action was taken on.
+            actions, rewards: the step's.
+            next_observations: what the envs returned (the reset observation where an
+                episode ended: SAME_STEP autoreset).
+            terminated, truncated: per env.
+            log_probs: ``log μ(a_t | s_t)`` per env.
+            final_values: the actor's ``V`` of each env's final observation; read only
+                where ``truncated`` (may be None when no env was).
+        """
+        p = self._position
+        self._obs[:, p] = observations
+        self._action[:, p] = actions
+        ended = np.logical_or(terminated, truncated)
+        reward = np.asarray(rewards, dtype=np.float64)
+        if np.any(truncated):
+            if final_values is None:
+                raise ValueError("an episode was truncated: its final value is needed")
+            cut = np.logical_and(truncated, np.logical_not(terminated))
+            reward = np.where(cut, reward + self.gamma * np.asarray(final_values), reward)
+        self._reward[:, p] = reward
+        self._discount[:, p] = np.where(ended, 0.0, self.gamma)
+        self._log_prob[:, p] = log_probs
+        self._position = p + 1
+        if self._position < self.length:
+            return None
+        self._obs[:, self.length] = next_observations
+        unrolls = {
+            "obs": self._obs.copy(),
+            "action": self._action.copy(),
+            "reward": self._reward.copy(),
+            "discount": self._discount.copy(),
+            "log_prob": self._log_prob.copy(),
+        }
+        self._position = 0
+        return unrolls
