@@ -29,6 +29,24 @@ class DuelingHead(nn.Module):
         return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)
 
 
+def nature_torso(channels: int) -> nn.Sequential:
+    """The DQN Nature convolutions over ``(c, 84, 84)``: 3,136 features."""
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, kernel_size=8, stride=4),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, kernel_size=4, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, kernel_size=3, stride=1),
+        nn.ReLU(),
+        nn.Flatten(),
+    )
+
+
+def minatar_torso(channels: int) -> nn.Sequential:
+    """The MinAtar paper's convolution over ``(c, 10, 10)``: 1,024 features."""
+    return nn.Sequential(nn.Conv2d(channels, 16, kernel_size=3, stride=1), nn.ReLU(), nn.Flatten())
+
+
 class DuelingMLP(nn.Module):
     """MLP torso plus dueling head, for observations of shape ``(d,)``.
 
@@ -62,15 +80,7 @@ class NatureCNN(nn.Module):
 
     def __init__(self, channels: int, actions: int) -> None:
         super().__init__()
-        self.torso = nn.Sequential(
-            nn.Conv2d(channels, 32, kernel_size=8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, kernel_size=4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, kernel_size=3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-        )
+        self.torso = nature_torso(channels)
         self.head = DuelingHead(64 * 7 * 7, 512, actions)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
@@ -89,9 +99,7 @@ class MinAtarCNN(nn.Module):
 
     def __init__(self, channels: int, actions: int) -> None:
         super().__init__()
-        self.torso = nn.Sequential(
-            nn.Conv2d(channels, 16, kernel_size=3, stride=1), nn.ReLU(), nn.Flatten()
-        )
+        self.torso = minatar_torso(channels)
         self.head = DuelingHead(16 * 8 * 8, 128, actions)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
@@ -172,3 +180,46 @@ class ActorCritic(nn.Module):
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         return self.policy(observations)
+
+
+class PolicyValueNet(nn.Module):
+    """IMPALA's network: a torso, then policy logits and a state value side by side.
+
+    The torso is the one its observations take elsewhere here: the Nature convolutions
+    and 512 units for ``(c, 84, 84)``, the MinAtar convolution and 128 units for
+    ``(10, 10, c)``, an MLP of ``hidden`` for ``(d,)``.
+
+    Raises:
+        ValueError: an observation shape no torso takes.
+    """
+
+    def __init__(
+        self, observation_shape: Sequence[int], actions: int, hidden: Sequence[int]
+    ) -> None:
+        super().__init__()
+        shape = tuple(observation_shape)
+        if len(shape) == 3 and shape[1:] == (84, 84):
+            convolutions, width, self._layout = nature_torso(shape[0]), 512, "frames"
+            self.torso = nn.Sequential(*convolutions, nn.Linear(64 * 7 * 7, width), nn.ReLU())
+        elif len(shape) == 3 and shape[:2] == (10, 10):
+            convolutions, width, self._layout = minatar_torso(shape[2]), 128, "planes"
+            self.torso = nn.Sequential(*convolutions, nn.Linear(16 * 8 * 8, width), nn.ReLU())
+        elif len(shape) == 1:
+            width, self._layout = hidden[-1], "vector"
+            self.torso = nn.Sequential(*mlp([shape[0], *hidden]), nn.ReLU())
+        else:
+            raise ValueError(f"no network for observations of shape {shape}: use (d,), "
+                             "(c, 84, 84) or (10, 10, c)")  # fmt: skip
+        self.policy = nn.Linear(width, actions)
+        self.value = nn.Linear(width, 1)
+
+    def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[B, actions]`` and values ``[B]``."""
+        if self._layout == "frames":
+            inputs = observations.float() / 255.0
+        elif self._layout == "planes":
+            inputs = observations.float().permute(0, 3, 1, 2)
+        else:
+            inputs = observations.float()
+        features = self.torso(inputs)
+        return self.policy(features), self.value(features).squeeze(1)

@@ -13,9 +13,13 @@ as :class:`apex.channels.WeightSubscriber` delivers them.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def _linear_init(rng: np.random.Generator, fan_in: int, fan_out: int):
@@ -157,25 +161,70 @@ class NumpyActorCritic:
         return _mlp_forward(self._critic, x)[:, 0]
 
 
-class TorchPolicy:
-    """A torch network (the Nature CNN for images) behind the same three methods."""
+class NumpyPolicyValueMLP:
+    """:class:`apex.networks.PolicyValueNet` for ``(d,)`` observations in float32 numpy:
+    policy logits and state values, by the torch module's ``state_dict`` names."""
 
     def __init__(
-        self,
-        observation_shape: Sequence[int],
-        actions: int,
-        hidden: Sequence[int],
-        seed: int,
-        threads: int,
+        self, observation_size: int, actions: int, hidden: Sequence[int], seed: int
     ) -> None:
-        import torch
+        rng = np.random.default_rng(seed)
+        p: dict[str, np.ndarray] = {}
+        sizes = [observation_size, *hidden]
+        for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+            layer = f"torso.{2 * i}"
+            p[f"{layer}.weight"], p[f"{layer}.bias"] = _linear_init(rng, fan_in, fan_out)
+        p["policy.weight"], p["policy.bias"] = _linear_init(rng, hidden[-1], actions)
+        p["value.weight"], p["value.bias"] = _linear_init(rng, hidden[-1], 1)
+        self._parameters = p
+        self._layers = len(hidden)
+        self._prepare()
 
-        from apex.networks import build_network
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: array.shape for name, array in self._parameters.items()}
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        for name, array in arrays.items():
+            self._parameters[name] = np.asarray(array, dtype=np.float32)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        p = self._parameters
+        layers = [f"torso.{2 * i}" for i in range(self._layers)]
+        self._torso = [(np.ascontiguousarray(p[f"{layer}.weight"].T), p[f"{layer}.bias"])
+                       for layer in layers]  # fmt: skip
+        # Logits and value from one matmul: the value is the last column.
+        self._heads = (
+            np.ascontiguousarray(np.concatenate([p["policy.weight"], p["value.weight"]]).T),
+            np.concatenate([p["policy.bias"], p["value.bias"]]),
+        )
+
+    def logits_and_values(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Logits ``(batch, actions)`` and values ``(batch,)``, float32."""
+        x = np.asarray(observations, dtype=np.float32)
+        for weight, bias in self._torso:
+            x = np.maximum(x @ weight + bias, 0.0)
+        out = x @ self._heads[0] + self._heads[1]
+        return out[:, :-1], out[:, -1]
+
+
+class TorchPolicy:
+    """A torch network (the convolutional ones, for images) behind the numpy policies'
+    methods: ``q_values`` for a Q-network, ``logits_and_values`` for a policy-value one.
+
+    Args:
+        build: makes the network (called after seeding torch with ``seed``).
+        seed: torch's seed for the initial weights.
+        threads: torch's intra-op threads.
+    """
+
+    def __init__(self, build: Callable[[], nn.Module], seed: int, threads: int) -> None:
+        import torch
 
         torch.set_num_threads(threads)
         torch.manual_seed(seed)
         self._torch = torch
-        self._network = build_network(observation_shape, actions, hidden)
+        self._network = build()
         self._network.eval()
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -186,9 +235,16 @@ class TorchPolicy:
             {name: self._torch.from_numpy(np.array(array)) for name, array in arrays.items()}
         )
 
-    def q_values(self, observations: np.ndarray) -> np.ndarray:
+    def _forward(self, observations: np.ndarray):
         with self._torch.no_grad():
-            return self._network(self._torch.from_numpy(observations)).numpy()
+            return self._network(self._torch.from_numpy(observations))
+
+    def q_values(self, observations: np.ndarray) -> np.ndarray:
+        return self._forward(observations).numpy()
+
+    def logits_and_values(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits, values = self._forward(observations)
+        return logits.numpy(), values.numpy()
 
 
 def build_policy(
@@ -198,7 +254,32 @@ def build_policy(
     seed: int,
     torch_threads: int = 1,
 ) -> NumpyDuelingMLP | TorchPolicy:
-    """The numpy MLP for ``(d,)`` observations, the torch network otherwise."""
+    """A Q-network: the numpy MLP for ``(d,)`` observations, torch's otherwise."""
     if len(observation_shape) == 1:
         return NumpyDuelingMLP(observation_shape[0], actions, hidden, seed)
-    return TorchPolicy(observation_shape, actions, hidden, seed, torch_threads)
+
+    def build():
+        from apex.networks import build_network
+
+        return build_network(observation_shape, actions, hidden)
+
+    return TorchPolicy(build, seed, torch_threads)
+
+
+def build_policy_value(
+    observation_shape: Sequence[int],
+    actions: int,
+    hidden: Sequence[int],
+    seed: int,
+    torch_threads: int = 1,
+) -> NumpyPolicyValueMLP | TorchPolicy:
+    """A policy-value network (IMPALA): numpy for ``(d,)`` observations, torch otherwise."""
+    if len(observation_shape) == 1:
+        return NumpyPolicyValueMLP(observation_shape[0], actions, hidden, seed)
+
+    def build():
+        from apex.networks import PolicyValueNet
+
+        return PolicyValueNet(observation_shape, actions, hidden)
+
+    return TorchPolicy(build, seed, torch_threads)

@@ -1,0 +1,256 @@
+"""IMPALA (Espeholt et al. 2018): an actor-critic learning from queued unrolls with V-trace.
+
+For a batch of unrolls made by behaviour policies μ (the actors' copies, some versions
+old) and learned on by π (the learner's network), with the V-trace targets ``v_s`` and
+advantages ``A_s = ρ^pg_s (r_s + γ_s v_{s+1} − V(x_s))`` of :mod:`apex.vtrace`:
+
+    L = − mean_{s,b} A_s log π(a_s|x_s)                      (policy gradient)
+        + baseline_cost · ½ mean_{s,b} (v_s − V(x_s))²        (value regression)
+        − entropy_cost · mean_{s,b} H(π(·|x_s))                (exploration)
+
+Means over time and batch keep the loss's scale, and so the learning rate and the
+gradient clipping, independent of the unroll length and the batch. With
+``correction = false`` the importance weights are fixed at 1 (ρ = c = 1): the ablation
+the IMPALA paper compares against, learning as if every unroll were on-policy.
+
+:class:`Impala` is the learner's algorithm object; :class:`ImpalaActing` is an actor's:
+it samples actions from its copy of π and keeps ``log μ(a|x)`` for the unroll. The module
+is IMPALA's entry in ``apex.algorithm.ALGORITHMS``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from apex.policy import build_policy_value
+from replay.store.field_checks import checked, not_positive_integers
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from apex.envs import EnvShape
+    from apex.settings import ActorConfig, LearnerConfig
+    from apex.staging import DeviceBatch
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run config's ``[learner.impala]``.
+
+    Attributes:
+        unroll_length: steps per unroll ``T`` (the actors build them; the shards' specs
+            hold them).
+        rho_bar: ρ̄, the truncation of the importance weights in the value targets.
+        c_bar: c̄, the truncation of the traces (at most ``rho_bar``).
+        pg_rho_bar: the truncation of the policy gradient's weights.
+        baseline_cost: the value loss's weight.
+        entropy_cost: the entropy bonus's weight.
+        correction: V-trace's importance weights; false fixes them at 1 (the ablation).
+    """
+
+    unroll_length: int = 20
+    rho_bar: float = 1.0
+    c_bar: float = 1.0
+    pg_rho_bar: float = 1.0
+    baseline_cost: float = 0.5
+    entropy_cost: float = 0.01
+    correction: bool = True
+
+    def problems(self, prefix: str = "learner.impala.") -> list[str]:
+        def more() -> list[str]:
+            found = not_positive_integers({f"{prefix}unroll_length": self.unroll_length})
+            for name in ("rho_bar", "c_bar", "pg_rho_bar"):
+                value = getattr(self, name)
+                if not (isinstance(value, int | float) and value > 0 and not math.isnan(value)):
+                    found.append(f"{prefix}{name} must be a positive number, got {value!r}")
+            for name in ("baseline_cost", "entropy_cost"):
+                value = getattr(self, name)
+                if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                    found.append(f"{prefix}{name} must be a finite number >= 0, got {value!r}")
+            if not found and self.c_bar > self.rho_bar:
+                found.append(f"{prefix}c_bar ({self.c_bar}) must not exceed "
+                             f"{prefix}rho_bar ({self.rho_bar})")  # fmt: skip
+            return found
+
+        return checked(self, prefix, more)
+
+
+def shape_problems(shape: EnvShape, env: str) -> list[str]:
+    """IMPALA takes the observations its networks do; actions are Discrete (the registry
+    checks that)."""
+    return []
+
+
+def build_learner(
+    config: LearnerConfig, settings: Settings, shape: EnvShape, device: torch.device
+) -> Impala:
+    return Impala(config, settings, shape.observation_shape, shape.actions, device)
+
+
+def build_acting(config: ActorConfig, shape: EnvShape) -> ImpalaActing:
+    return ImpalaActing(config, shape)
+
+
+@dataclass(frozen=True)
+class LossParts:
+    """One batch's loss and what it is made of (plain floats, for the metrics)."""
+
+    loss: float
+    policy_loss: float
+    baseline_loss: float
+    entropy: float
+    mean_abs_advantage: float
+    mean_rho: float
+
+
+def impala_loss(
+    network: nn.Module, unrolls: dict[str, torch.Tensor], settings: Settings
+) -> tuple[torch.Tensor, LossParts]:
+    """The IMPALA loss of a batch of unrolls (batch-major fields: ``obs`` ``[B, T+1, ...]``,
+    ``action``, ``reward``, ``discount`` and ``log_prob`` ``[B, T]``)."""
+    import torch
+
+    from apex.vtrace import vtrace_targets
+
+    observations = unrolls["obs"]
+    batch, steps = observations.shape[0], observations.shape[1] - 1
+    logits, values = network(observations.reshape(batch * (steps + 1), *observations.shape[2:]))
+    logits = logits.reshape(batch, steps + 1, -1).transpose(0, 1)  # time-major
+    values = values.reshape(batch, steps + 1).transpose(0, 1)
+    log_policy = torch.log_softmax(logits[:-1], dim=-1)  # [T, B, A]
+    actions = unrolls["action"].long().transpose(0, 1)
+    target_log_probs = log_policy.gather(2, actions.unsqueeze(2)).squeeze(2)
+    behaviour = unrolls["log_prob"].transpose(0, 1).to(target_log_probs.dtype)
+    if not settings.correction:
+        behaviour = target_log_probs.detach()  # π/μ = 1 everywhere
+    targets = vtrace_targets(
+        behaviour,
+        target_log_probs.detach(),
+        unrolls["reward"].transpose(0, 1).to(values.dtype),
+        unrolls["discount"].transpose(0, 1).to(values.dtype),
+        values[:-1].detach(),
+        values[-1].detach(),
+        rho_bar=settings.rho_bar,
+        c_bar=settings.c_bar,
+        pg_rho_bar=settings.pg_rho_bar,
+    )
+    policy_loss = -(targets.pg_advantages * target_log_probs).mean()
+    baseline_loss = 0.5 * (targets.vs - values[:-1]).pow(2).mean()
+    entropy = -(log_policy.exp() * log_policy).sum(dim=-1).mean()
+    loss = policy_loss + settings.baseline_cost * baseline_loss - settings.entropy_cost * entropy
+    with torch.no_grad():
+        rho = torch.exp(target_log_probs - behaviour).clamp(max=settings.rho_bar).mean()
+    parts = LossParts(
+        loss=float(loss.detach()),
+        policy_loss=float(policy_loss.detach()),
+        baseline_loss=float(baseline_loss.detach()),
+        entropy=float(entropy.detach()),
+        mean_abs_advantage=float(targets.pg_advantages.abs().mean()),
+        mean_rho=float(rho),
+    )
+    return loss, parts
+
+
+class Impala:
+    """The learner's IMPALA: one network, Adam, V-trace targets.
+
+    Args:
+        config: the learner's settings (widths, optimizer, clipping).
+        settings: its ``[learner.impala]`` section.
+        observation_shape: one observation's shape.
+        actions: the number of discrete actions.
+        device: where the network lives.
+    """
+
+    def __init__(
+        self,
+        config: LearnerConfig,
+        settings: Settings,
+        observation_shape: tuple[int, ...],
+        actions: int,
+        device: torch.device,
+    ) -> None:
+        from apex.dqn import adam
+        from apex.networks import PolicyValueNet
+
+        self.config = config
+        self.settings = settings
+        self.network = PolicyValueNet(observation_shape, actions, config.hidden).to(device)
+        self.optimizer = adam(self.network.parameters(), config.learning_rate, config.adam_epsilon)
+        self.steps = 0
+        self.last: LossParts | None = None
+
+    @property
+    def policy(self) -> nn.Module:
+        return self.network
+
+    def step(self, batch: DeviceBatch) -> LossParts:
+        """One update on a batch of unrolls."""
+        from torch import nn
+
+        loss, parts = impala_loss(self.network, batch.transitions, self.settings)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.network.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        self.steps += 1
+        self.last = parts
+        return parts
+
+    def state_dict(self) -> dict:
+        import torch
+
+        return {
+            "network": self.network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "steps": torch.tensor(self.steps),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.network.load_state_dict(state["network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state.get("steps", 0))
+
+
+def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """An action per row drawn from ``softmax(logits)``, and its log-probability (float64
+    softmax, so a row's probabilities sum to 1 whatever the logits' scale)."""
+    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    cumulative = np.cumsum(np.exp(log_probs), axis=1)
+    draws = rng.random((len(logits), 1)) * cumulative[:, -1:]
+    actions = np.minimum((cumulative <= draws).sum(axis=1), logits.shape[1] - 1)
+    return actions.astype(np.int64), log_probs[np.arange(len(logits)), actions]
+
+
+class ImpalaActing:
+    """An actor's IMPALA: its copy of π (numpy for vector observations, torch for images),
+    sampling actions and keeping their log-probabilities for V-trace."""
+
+    def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
+        self.network = build_policy_value(
+            shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
+            torch_threads=config.torch_threads,
+        )  # fmt: skip
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return self.network.parameter_shapes()
+
+    def load(self, arrays) -> None:
+        self.network.load(arrays)
+
+    def act(
+        self, observations: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Actions sampled from π, and ``log π(a|x)`` of each."""
+        logits, _ = self.network.logits_and_values(observations)
+        return sample_actions(logits, rng)
+
+    def values(self, observations: np.ndarray) -> np.ndarray:
+        """``V(x)`` per row, float64 (the time-limit bootstrap of a truncated episode)."""
+        return self.network.logits_and_values(observations)[1].astype(np.float64)
