@@ -106,6 +106,11 @@ def _learner_endpoints(command):
 @click.option(
     "--compress-frames/--raw-frames", default=True, help="Keep those frames LZ4-compressed."
 )
+@click.option(
+    "--queue",
+    is_flag=True,
+    help="Queue mode (IMPALA's unrolls): each item handed out once, oldest first; no priorities.",
+)
 @_directory_option(
     "--snapshot-dir",
     help_text="Write snapshots of the whole shard here: every --snapshot-interval, on "
@@ -131,7 +136,7 @@ def _learner_endpoints(command):
 @security_options
 def replay_role(
     fields, capacity, alpha, min_size, samples_per_insert, error_buffer, host, insert_port,
-    request_port, config_path, shard_index, seed, frames, compress_frames, snapshot_dir,
+    request_port, config_path, shard_index, seed, frames, compress_frames, queue, snapshot_dir,
     snapshot_interval, restore_dir, run_dir, keys, insecure,
 ) -> None:  # fmt: skip
     """Run one replay shard until SIGINT or SIGTERM.
@@ -163,7 +168,7 @@ def replay_role(
                 spec=spec, capacity=capacity, alpha=alpha, min_size=min_size,
                 samples_per_insert=samples_per_insert, error_buffer=error_buffer, host=host,
                 insert_port=insert_port, request_port=request_port, shard_index=shard_index,
-                seed=seed, frames=layout, compress_frames=compress_frames,
+                seed=seed, frames=layout, compress_frames=compress_frames, queue=queue,
                 security=SecurityConfig(str(keys) if keys else None, insecure),
             )  # fmt: skip
         if run_dir is not None and config_path is None:

@@ -57,6 +57,9 @@ class ShardConfig:
         snapshot_interval_s: seconds between background snapshots (None: only on
             request and when stopping).
         restore: start from the newest usable snapshot in ``snapshot_dir``.
+        queue: queue mode (IMPALA's unrolls, ``replay.store.queue``): each item handed
+            out once, oldest first; inserts wait while fewer than ``insert_batch_hint``
+            items fit. Priorities, ``alpha`` and ``samples_per_insert`` do not apply.
         security: CURVE keys (``replay.wire.security``); without keys only loopback binds.
     """
 
@@ -85,6 +88,7 @@ class ShardConfig:
     snapshot_dir: str | None = None
     snapshot_interval_s: float | None = None
     restore: bool = False
+    queue: bool = False
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def problems(self) -> list[str]:
@@ -125,4 +129,21 @@ class ShardConfig:
             problems.append(
                 f"spec {self.spec} is not the frame layout's {self.frames.transition_spec}"
             )
+        if self.queue:
+            problems += self._queue_problems()
         return problems + self.security.problems()
+
+    def _queue_problems(self) -> list[str]:
+        problems = []
+        if self.frames is not None:
+            problems.append("queue mode keeps whole items: frames are not supported yet")
+        if self.samples_per_insert is not None:
+            problems.append("queue mode hands each item out once: samples_per_insert does "
+                            "not apply")  # fmt: skip
+        if self.capacity < self.insert_batch_hint + self.min_size:
+            problems.append(
+                f"queue capacity {self.capacity} must hold insert_batch_hint "
+                f"({self.insert_batch_hint}) + min_size ({self.min_size}) items, or inserts "
+                "and samples could both wait"
+            )
+        return problems

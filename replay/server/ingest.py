@@ -14,6 +14,7 @@ from replay.frames.storage import FrameStackStorage
 from replay.protocol import messages
 from replay.server.config import ShardConfig
 from replay.store.prioritized import PrioritizedReplay
+from replay.store.queue import UnrollQueue
 from replay.wire.layout import Kind, Message
 
 
@@ -37,9 +38,12 @@ class Ingest:
                 self.frames, config.capacity, compress=config.compress_frames,
                 gather_threads=config.gather_threads,
             )  # fmt: skip
-        self.replay = PrioritizedReplay(
-            config.spec, config.capacity, config.alpha, rng=config.seed, storage=storage
-        )
+        if config.queue:
+            self.replay = UnrollQueue(config.spec, config.capacity)
+        else:
+            self.replay = PrioritizedReplay(
+                config.spec, config.capacity, config.alpha, rng=config.seed, storage=storage
+            )
         self.frames_received = 0
 
     @property

@@ -19,6 +19,7 @@ Without ``spi`` only the minimum size applies. This follows Reverb's ``MinSize``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -76,13 +77,43 @@ class RateLimiter:
         ceiling = self.samples_per_insert * self.min_size + self.error_buffer
         return self.diff <= ceiling
 
-    def can_sample(self, size: int) -> bool:
+    def can_sample(self, size: int, batch_size: int = 1) -> bool:
+        """Whether a SAMPLE may be answered now (a prioritized store may repeat items, so
+        ``batch_size`` does not matter here)."""
         if size < self.min_size:
             return False
         if self.samples_per_insert is None:
             return True
         floor = self.samples_per_insert * self.min_size - self.error_buffer
         return self.diff >= floor
+
+    def record_insert(self, transitions: int) -> None:
+        self.inserted += transitions
+
+    def record_sample(self, transitions: int) -> None:
+        self.sampled += transitions
+
+
+@dataclass
+class QueueLimiter:
+    """A queue shard's limits (``replay.store.queue``): inserts wait while fewer than
+    ``insert_room`` items fit, so no message ever meets a full queue; a SAMPLE waits
+    until ``min_size`` items, and at least as many as it asks for, are queued. Each side
+    waits only on the other, and capacity >= insert_room + min_size (``ShardConfig``)
+    keeps them from waiting at once."""
+
+    room: Callable[[], int]
+    insert_room: int
+    min_size: int = 1
+    inserted: int = 0
+    sampled: int = 0
+    diff: float = 0.0  # no replay ratio: reported as the prioritized limiter's is
+
+    def can_insert(self) -> bool:
+        return self.room() >= self.insert_room
+
+    def can_sample(self, size: int, batch_size: int = 1) -> bool:
+        return size >= max(self.min_size, batch_size)
 
     def record_insert(self, transitions: int) -> None:
         self.inserted += transitions

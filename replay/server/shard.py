@@ -42,7 +42,7 @@ from replay.server.config import ShardConfig
 from replay.server.credit_desk import CreditDesk
 from replay.server.ingest import Ingest
 from replay.server.lanes import Verdict, admit
-from replay.server.rate_limiter import RateLimiter
+from replay.server.rate_limiter import QueueLimiter, RateLimiter
 from replay.server.senders import (
     REJECT_INSERT,
     REJECT_PROTOCOL,
@@ -84,7 +84,11 @@ class ShardServer:
         self.config = config
         self._ingest = Ingest(config)
         self.replay = self._ingest.replay
-        self.limiter = RateLimiter(config.min_size, config.samples_per_insert, config.error_buffer)
+        self.limiter = (
+            QueueLimiter(lambda: self.replay.room, config.insert_batch_hint, config.min_size)
+            if config.queue
+            else RateLimiter(config.min_size, config.samples_per_insert, config.error_buffer)
+        )
         self._index = config.shard_index
         self._senders = SenderBook(config.shard_index)
         self.samples_served = 0
@@ -152,7 +156,7 @@ class ShardServer:
                     self._drain(self._pull, self.config.max_inserts_per_round, self._on_insert)
                 if self._router in ready:
                     self._drain(self._router, self.config.max_requests_per_round, self._on_request)
-                while self._waiting_samples and self.limiter.can_sample(self.replay.size):
+                while self._waiting_samples and self._can_sample(self._waiting_samples[0][2]):
                     self._answer_sample(*self._waiting_samples.popleft())
                 if self._credit:
                     self._credit.expire()
@@ -270,7 +274,7 @@ class ShardServer:
         except ProtocolError as exc:
             self._refuse(identity, message, REJECT_REQUEST, str(exc))
             return
-        if not self._waiting_samples and self.limiter.can_sample(self.replay.size):
+        if not self._waiting_samples and self._can_sample(request):
             self._answer_sample(identity, message.sequence, request)
         elif self.config.max_waiting_samples:
             # Full: the oldest goes. Its asker has re-drawn it by now (a learner gives up
@@ -282,6 +286,9 @@ class ShardServer:
             self._waiting_samples.append((identity, message.sequence, request))
         else:
             self._refuse(identity, message, REJECT_REQUEST, "no SAMPLE request may wait")
+
+    def _can_sample(self, request: messages.SampleRequest) -> bool:
+        return self.limiter.can_sample(self.replay.size, request.batch_size)
 
     def _answer_sample(
         self, identity: bytes, sequence: int, request: messages.SampleRequest

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from replay.errors import ConfigError, SnapshotError
 from replay.store.prioritized import PrioritizedReplay
+from replay.store.queue import UnrollQueue
 from replay.store.snapshot import (
     Snapshot,
     complete_snapshots,
@@ -69,8 +70,11 @@ def restore_newest(
                 size(), time.monotonic() - started)  # fmt: skip
 
 
-def replay_state(replay: PrioritizedReplay) -> tuple[dict, dict]:
-    """A prioritized store's arrays and scalars: storage, sum-tree leaves, generator."""
+def replay_state(replay: PrioritizedReplay | UnrollQueue) -> tuple[dict, dict]:
+    """A prioritized store's arrays and scalars: storage, sum-tree leaves, generator (a
+    queue's: storage and cursor)."""
+    if isinstance(replay, UnrollQueue):
+        return replay.state()
     storage_arrays, storage_meta = replay.storage.state()
     tree_arrays, tree_meta = replay.tree.state(replay.storage.slots_touched)
     arrays = {**prefixed("storage.", storage_arrays), **prefixed("tree.", tree_arrays)}
@@ -80,12 +84,15 @@ def replay_state(replay: PrioritizedReplay) -> tuple[dict, dict]:
     return arrays, meta
 
 
-def restore_replay(replay: PrioritizedReplay, read: Reader, meta: dict) -> None:
+def restore_replay(replay: PrioritizedReplay | UnrollQueue, read: Reader, meta: dict) -> None:
     """Takes back :func:`replay_state`.
 
     Raises:
         SnapshotError: another alpha, storage or capacity, or an unusable array.
     """
+    if isinstance(replay, UnrollQueue):
+        replay.restore(read, meta)
+        return
     if meta.get("alpha") != replay.alpha:
         raise SnapshotError(f"replay alpha: snapshot {meta.get('alpha')!r}, here {replay.alpha}")
     for part in ("storage", "tree"):

@@ -1,0 +1,172 @@
+"""A queue of items handed out once each, oldest first: a shard's store in queue mode.
+
+IMPALA's learner takes each unroll once, in the order the actors made them (the least
+stale first), and an actor must wait, not overwrite, while the learner is behind. The
+queue keeps items in the same ring a prioritized store does (``RingStorage``: the same
+specs, checks, gathers and snapshots), with a cursor instead of a sum-tree:
+
+* ``handed``: items handed out so far; the oldest queued item is generation ``handed``,
+  in slot ``handed % capacity``;
+* queued: ``items_written − handed``, never more than the capacity: :meth:`add` refuses a
+  batch that would overwrite a queued item, so nothing accepted is ever lost. The shard
+  stops taking inserts before that (``room``), so the refusal is for a message larger
+  than the queue, not for a busy learner.
+
+An optional replay ratio (IMPALA's experience-replay variant) is left to a later step.
+It offers the members of ``PrioritizedReplay`` a shard uses; priorities do not apply:
+an insert's are ignored and an update is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from replay.errors import (
+    EmptyReplayError,
+    InvalidBatchError,
+    InvalidIndexError,
+    ReplayError,
+    SnapshotError,
+)
+from replay.store.prioritized import SampledBatch
+from replay.store.spec import TransitionSpec
+from replay.store.state import Reader, meta_int, prefixed, sub_reader
+from replay.store.storage import BatchBuffers, RingStorage
+
+
+class QueueFullError(InvalidBatchError):
+    """A batch that would overwrite items not yet handed out."""
+
+
+class UnrollQueue:
+    """Items handed out once each, oldest first.
+
+    Args:
+        spec: the fields of an item (an unroll: fields with a time axis).
+        capacity: items kept at most.
+
+    Raises:
+        InvalidIndexError: ``capacity`` is not a positive integer.
+    """
+
+    def __init__(self, spec: TransitionSpec, capacity: int) -> None:
+        self._storage = RingStorage(spec, capacity)
+        self._handed = 0
+        # What a shard's INFO reports of a prioritized store, for one shape of counters.
+        self.dropped_updates = 0
+
+    @property
+    def spec(self) -> TransitionSpec:
+        return self._storage.spec
+
+    @property
+    def capacity(self) -> int:
+        return self._storage.capacity
+
+    @property
+    def storage(self) -> RingStorage:
+        return self._storage
+
+    @property
+    def items_added(self) -> int:
+        return self._storage.items_written
+
+    @property
+    def handed(self) -> int:
+        """Items handed out so far."""
+        return self._handed
+
+    @property
+    def size(self) -> int:
+        """Items queued: added and not handed out yet."""
+        return self._storage.items_written - self._handed
+
+    @property
+    def room(self) -> int:
+        """Items that can be added now without overwriting a queued one."""
+        return self.capacity - self.size
+
+    @property
+    def total_priority(self) -> float:
+        """Every queued item counts one (INFO's ``total_priority``)."""
+        return float(self.size)
+
+    @property
+    def min_priority(self) -> float:
+        return 1.0 if self.size else float("inf")
+
+    def add(self, batch: Mapping[str, np.ndarray], priorities: np.ndarray | None = None):
+        """Appends a batch; ``priorities`` are ignored (a queue has none).
+
+        Returns:
+            int64 slots written, in item order.
+
+        Raises:
+            InvalidBatchError: missing/unknown field, wrong dtype, shape or length.
+            QueueFullError: the batch would overwrite items not handed out yet.
+        """
+        count = self._storage.spec.check_batch(batch)
+        if count > self.room:
+            raise QueueFullError(f"{count} items do not fit: {self.size} of {self.capacity} "
+                                 "are queued and not handed out yet")  # fmt: skip
+        return self._storage.write(batch, count)
+
+    def add_frames(self, *args, **kwargs):
+        raise InvalidBatchError("a queue stores whole items: it takes no frames")
+
+    def allocate_batch(self, batch_size: int) -> BatchBuffers:
+        return self._storage.allocate_batch(batch_size)
+
+    def sample(
+        self,
+        batch_size: int,
+        beta: float = 0.0,
+        *,
+        out: BatchBuffers | None = None,
+        packed: bool = False,
+        **_,
+    ) -> SampledBatch:
+        """Hands out the ``batch_size`` oldest queued items, each once (weights 1).
+
+        Raises:
+            InvalidIndexError: ``batch_size`` is not a positive integer.
+            EmptyReplayError: fewer than ``batch_size`` items are queued.
+        """
+        if not isinstance(batch_size, int | np.integer) or batch_size <= 0:
+            raise InvalidIndexError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if batch_size > self.size:
+            raise EmptyReplayError(f"{batch_size} items asked, {self.size} queued")
+        generations = self._handed + np.arange(batch_size, dtype=np.int64)
+        slots = generations % self.capacity
+        transitions = self._storage.gather(slots, out)
+        self._handed += int(batch_size)
+        ones = np.ones(batch_size)
+        return SampledBatch(transitions, slots, generations, ones, ones.astype(np.float32))
+
+    def update_priorities(self, indices, generations, priorities) -> int:
+        raise ReplayError("a queue has no priorities to update")
+
+    def state(self) -> tuple[dict, dict]:
+        """Arrays and scalars for a snapshot (see ``replay.store.state``)."""
+        arrays, meta = self._storage.state()
+        return prefixed("storage.", arrays), {"storage": meta, "queue": {"handed": self._handed}}
+
+    def restore(self, read: Reader, meta: dict) -> None:
+        """Takes back :meth:`state`.
+
+        Raises:
+            SnapshotError: another spec or capacity, no queue cursor, or a cursor past
+                what was written or behind what the ring still holds.
+        """
+        queue, storage = meta.get("queue"), meta.get("storage")
+        if not isinstance(queue, dict) or not isinstance(storage, dict):
+            raise SnapshotError("the snapshot is not of a queue (no queue cursor)")
+        handed = meta_int(queue, "handed")
+        self._storage.restore(sub_reader(read, "storage."), storage)
+        written = self._storage.items_written
+        if not written - self.capacity <= handed <= written:
+            raise SnapshotError(f"queue cursor {handed} outside [{written - self.capacity}, "
+                                f"{written}] of the items written")  # fmt: skip
+        self._handed = handed

@@ -1,0 +1,183 @@
+"""Queue mode: unrolls handed out once each, oldest first, inserts held back while the
+learner is behind; the store alone, then a real queue shard over TCP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zmq
+
+from replay.errors import EmptyReplayError, ReplayError, SnapshotError
+from replay.inserts.client import InsertClient
+from replay.protocol.requests import RequestClient
+from replay.store.queue import QueueFullError, UnrollQueue
+from replay.store.spec import TransitionSpec
+from tests.conftest import ShardProcess, wait_for
+
+T = 5
+UNROLL_SPEC = TransitionSpec.from_dict(
+    {
+        "obs": ((T + 1, 3), "float32"),
+        "action": ((T,), "int64"),
+        "reward": ((T,), "float32"),
+        "discount": ((T,), "float32"),
+        "log_prob": ((T,), "float32"),
+    }
+)
+UNROLL_FIELDS = ("obs:6,3:float32", "action:5:int64", "reward:5:float32",
+                 "discount:5:float32", "log_prob:5:float32")  # fmt: skip
+
+
+def unrolls(count: int, first: int) -> dict[str, np.ndarray]:
+    """``count`` unrolls numbered from ``first`` (the number is in every action)."""
+    numbers = np.arange(first, first + count)
+    return {
+        "obs": np.broadcast_to(numbers[:, None, None], (count, T + 1, 3)).astype(np.float32),
+        "action": np.repeat(numbers[:, None], T, axis=1).astype(np.int64),
+        "reward": np.ones((count, T), np.float32),
+        "discount": np.full((count, T), 0.99, np.float32),
+        "log_prob": np.full((count, T), -0.5, np.float32),
+    }
+
+
+def numbers(batch) -> list[int]:
+    return batch.transitions["action"][:, 0].tolist()
+
+
+def test_a_queue_hands_each_item_out_once_oldest_first_across_the_wrap():
+    queue = UnrollQueue(UNROLL_SPEC, 8)
+    queue.add(unrolls(6, 0))
+    assert numbers(queue.sample(4)) == [0, 1, 2, 3]
+    queue.add(unrolls(6, 6))  # wraps: slots 6, 7, then 0-3, freed by the sample
+    assert queue.size == 8 and queue.room == 0
+    first = queue.sample(5)
+    assert numbers(first) == [4, 5, 6, 7, 8]
+    assert first.weights.tolist() == [1.0] * 5
+    assert first.generations.tolist() == [4, 5, 6, 7, 8]
+    assert numbers(queue.sample(3)) == [9, 10, 11]
+    with pytest.raises(EmptyReplayError, match="1 items asked, 0 queued"):
+        queue.sample(1)
+
+
+def test_a_full_queue_refuses_a_batch_and_keeps_what_it_holds():
+    queue = UnrollQueue(UNROLL_SPEC, 4)
+    queue.add(unrolls(3, 0))
+    with pytest.raises(QueueFullError, match="3 of 4 are queued"):
+        queue.add(unrolls(2, 3))
+    assert queue.size == 3 and queue.items_added == 3
+    assert numbers(queue.sample(3)) == [0, 1, 2]
+    with pytest.raises(ReplayError, match="no priorities"):
+        queue.update_priorities(np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1))
+
+
+def test_a_queue_snapshot_brings_back_the_items_and_the_cursor():
+    queue = UnrollQueue(UNROLL_SPEC, 8)
+    queue.add(unrolls(7, 0))
+    queue.sample(3)
+    arrays, meta = queue.state()
+    stored = {name: np.array(value.array if hasattr(value, "array") else value)
+              for name, value in arrays.items()}  # fmt: skip
+
+    def read(name, out=None):
+        if out is None:
+            return stored[name]
+        out[: len(stored[name])] = stored[name]
+        return out
+
+    back = UnrollQueue(UNROLL_SPEC, 8)
+    back.restore(read, meta)
+    assert back.size == 4 and back.handed == 3
+    assert numbers(back.sample(4)) == [3, 4, 5, 6]
+    with pytest.raises(SnapshotError, match="cursor"):
+        UnrollQueue(UNROLL_SPEC, 8).restore(read, {**meta, "queue": {"handed": 9}})
+
+
+@pytest.fixture
+def queue_shard():
+    fields = [argument for field in UNROLL_FIELDS for argument in ("--field", field)]
+    process = ShardProcess(*fields, "--queue", "--capacity", "60", "--min-size", "4")
+    yield process
+    process.stop()
+
+
+def test_a_queue_shard_serves_oldest_first_and_holds_inserts_back_when_full(
+    queue_shard: ShardProcess, context: zmq.Context
+) -> None:
+    inserts = InsertClient(context, [queue_shard.endpoints], sender=3, spec=UNROLL_SPEC,
+                           timeout_s=0.2)  # fmt: skip
+    requests = RequestClient(context, queue_shard.endpoints.request, sender=9, timeout_s=10.0)
+    try:
+        # A message goes in only while 50 items (insert_batch_hint) fit: of 60, two of 8.
+        inserts.insert(unrolls(8, 0), np.ones(8))
+        inserts.insert(unrolls(8, 8), np.ones(8))
+        wait_for(lambda: requests.info()["size"] == 16, what="the first unrolls")
+        inserts.insert(unrolls(8, 16), np.ones(8))
+        wait_for(lambda: requests.info()["inserts_waiting"], what="inserts held back")
+        assert requests.info()["size"] == 16  # the third message waits in the socket
+        reply = requests.sample(6, 0.0, UNROLL_SPEC)
+        assert reply.fields["action"][:, 0].tolist() == [0, 1, 2, 3, 4, 5]
+        assert reply.fields["obs"].shape == (6, T + 1, 3)
+        # 10 queued, 50 free: the waiting message goes in.
+        wait_for(lambda: requests.info()["transitions_added"] == 24, what="the third message")
+        reply = requests.sample(18, 0.0, UNROLL_SPEC)
+        assert reply.fields["action"][:, 0].tolist() == list(range(6, 24))
+        # Priorities do not apply: an update is refused and counted, the queue unchanged.
+        requests.update(reply.indices, reply.generations, np.ones(18))
+        info = wait_for(lambda: (i := requests.info())["rejected_total"] and i, what="refusal")
+        assert info["size"] == 0 and info["transitions_added"] == 24
+    finally:
+        inserts.close(linger_s=0)
+        requests.close()
+
+
+def test_a_queue_shard_sample_waits_for_enough_unrolls(
+    queue_shard: ShardProcess, context: zmq.Context
+) -> None:
+    inserts = InsertClient(context, [queue_shard.endpoints], sender=4, spec=UNROLL_SPEC)
+    requests = RequestClient(context, queue_shard.endpoints.request, sender=9, timeout_s=1.0)
+    try:
+        inserts.insert(unrolls(5, 0), np.ones(5))
+        wait_for(lambda: requests.info()["size"] == 5, what="five unrolls")
+        with pytest.raises(ReplayError):  # six asked, five queued: it waits, past the timeout
+            requests.sample(6, 0.0, UNROLL_SPEC)
+        inserts.insert(unrolls(5, 5), np.ones(5))
+        # The request that waited is answered once six are there: it took six of ten.
+        wait_for(lambda: requests.info()["size"] == 4, what="the waiting request answered")
+    finally:
+        inserts.close(linger_s=0)
+        requests.close()
+
+
+def test_a_queue_shard_comes_back_from_its_snapshot_with_its_cursor(
+    tmp_path, context: zmq.Context
+) -> None:
+    fields = [argument for field in UNROLL_FIELDS for argument in ("--field", field)]
+    shard = ShardProcess(*fields, "--queue", "--capacity", "60", "--snapshot-dir", str(tmp_path))
+    try:
+        inserts = InsertClient(context, [shard.endpoints], sender=4, spec=UNROLL_SPEC)
+        inserts.insert(unrolls(10, 0), np.ones(10))
+        inserts.close(linger_s=5.0)
+        requests = RequestClient(context, shard.endpoints.request, sender=9, timeout_s=10.0)
+        wait_for(lambda: requests.info()["size"] == 10, what="ten unrolls")
+        assert requests.sample(4, 0.0, UNROLL_SPEC).fields["action"][:, 0].tolist() == [0, 1, 2, 3]
+        requests.close()
+    finally:
+        assert shard.stop() == 0  # SIGTERM: a final snapshot
+    shard = ShardProcess(*fields, "--queue", "--capacity", "60", "--restore", str(tmp_path))
+    try:
+        requests = RequestClient(context, shard.endpoints.request, sender=9, timeout_s=10.0)
+        info = requests.info()
+        assert info["size"] == 6 and info["transitions_added"] == 10
+        back = requests.sample(6, 0.0, UNROLL_SPEC).fields["action"][:, 0].tolist()
+        assert back == [4, 5, 6, 7, 8, 9]  # what was handed out is not handed out again
+        requests.close()
+    finally:
+        shard.stop()
+
+
+def test_a_queue_shard_refuses_settings_that_do_not_apply(tmp_path) -> None:
+    fields = [argument for field in UNROLL_FIELDS for argument in ("--field", field)]
+    with pytest.raises(AssertionError, match="samples_per_insert does not apply"):
+        ShardProcess(*fields, "--queue", "--samples-per-insert", "2")
+    with pytest.raises(AssertionError, match="must hold insert_batch_hint"):
+        ShardProcess(*fields, "--queue", "--capacity", "40")
