@@ -31,7 +31,6 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import deque
 from pathlib import Path
 
 import zmq
@@ -43,6 +42,7 @@ from replay.server.credit_desk import CreditDesk
 from replay.server.ingest import Ingest
 from replay.server.lanes import Verdict, admit
 from replay.server.rate_limiter import QueueLimiter, RateLimiter
+from replay.server.sample_desk import SampleDesk
 from replay.server.senders import (
     REJECT_INSERT,
     REJECT_PROTOCOL,
@@ -91,8 +91,9 @@ class ShardServer:
         )
         self._index = config.shard_index
         self._senders = SenderBook(config.shard_index)
-        self.samples_served = 0
-        self.transitions_sampled = 0
+        self._samples = SampleDesk(
+            config, self.limiter, lambda: self._ingest, self._send, self._refuse
+        )
         self.updates_applied = 0
         self._snapshots = None
         if config.snapshot_dir is not None:
@@ -125,8 +126,6 @@ class ShardServer:
         self._poller = zmq.Poller()
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._router, zmq.POLLIN)
-        self._waiting_samples: deque[tuple[bytes, int, messages.SampleRequest]] = deque()
-        self._samples_dropped = 0
         self._replies_dropped = 0
         self._credit = CreditDesk(self._senders, self._send, config.shard_index)
         self._started = time.monotonic()
@@ -156,8 +155,7 @@ class ShardServer:
                     self._drain(self._pull, self.config.max_inserts_per_round, self._on_insert)
                 if self._router in ready:
                     self._drain(self._router, self.config.max_requests_per_round, self._on_request)
-                while self._waiting_samples and self._can_sample(self._waiting_samples[0][2]):
-                    self._answer_sample(*self._waiting_samples.popleft())
+                self._samples.answer_waiting()
                 if self._credit:
                     self._credit.expire()
                 if self._snapshots is not None:
@@ -236,7 +234,7 @@ class ShardServer:
             message = dataclasses.replace(message, sender=sender)
         self._senders.get(sender).requests += 1
         if message.kind == Kind.SAMPLE:
-            self._on_sample_request(identity, message)
+            self._samples.ask(identity, message)
         elif message.kind == Kind.UPDATE:
             self._apply_update(message)
         elif message.kind == Kind.INFO:
@@ -264,57 +262,6 @@ class ShardServer:
             self._refuse(
                 identity, message, REJECT_UNEXPECTED_KIND, f"unexpected kind {message.kind.name}"
             )
-
-    def _on_sample_request(self, identity: bytes, message: Message) -> None:
-        try:
-            request = messages.SampleRequest.from_message(message)
-            if request.batch_size > self.config.max_sample_batch:
-                raise ProtocolError(f"SAMPLE of {request.batch_size} exceeds this shard's "
-                                    f"max_sample_batch {self.config.max_sample_batch}")  # fmt: skip
-        except ProtocolError as exc:
-            self._refuse(identity, message, REJECT_REQUEST, str(exc))
-            return
-        if not self._waiting_samples and self._can_sample(request):
-            self._answer_sample(identity, message.sequence, request)
-        elif self.config.max_waiting_samples:
-            # Full: the oldest goes. Its asker has re-drawn it by now (a learner gives up
-            # on a request after its timeout); refusing the newest instead had a learner
-            # blocked by the rate limiter re-asking and being refused in a loop.
-            if len(self._waiting_samples) >= self.config.max_waiting_samples:
-                self._waiting_samples.popleft()
-                self._samples_dropped += 1
-            self._waiting_samples.append((identity, message.sequence, request))
-        else:
-            self._refuse(identity, message, REJECT_REQUEST, "no SAMPLE request may wait")
-
-    def _can_sample(self, request: messages.SampleRequest) -> bool:
-        return self.limiter.can_sample(self.replay.size, request.batch_size)
-
-    def _answer_sample(
-        self, identity: bytes, sequence: int, request: messages.SampleRequest
-    ) -> None:
-        try:
-            packed = self._ingest.packs_samples
-            sample = self.replay.sample(request.batch_size, request.beta, packed=packed)
-        except ReplayError as exc:  # e.g. every stored priority is zero
-            self._reply_error(identity, sequence, f"cannot sample: {exc}")
-            return
-        reply = messages.SampleReply(
-            self.replay.total_priority,
-            self.replay.min_priority,
-            self.replay.size,
-            self.replay.capacity,
-            sample.indices,
-            sample.generations,
-            sample.priorities,
-            sample.weights,
-            sample.transitions,
-            sample.frames,
-        )
-        self._send(identity, reply.to_message(self._index, sequence))
-        self.limiter.record_sample(request.batch_size)
-        self.samples_served += 1
-        self.transitions_sampled += request.batch_size
 
     def _apply_update(self, message: Message) -> None:
         try:
@@ -358,20 +305,20 @@ class ShardServer:
             if (smallest := self.replay.min_priority) < float("inf")
             else None,
             "transitions_added": self.replay.items_added,
-            "samples_served": self.samples_served,
-            "transitions_sampled": self.transitions_sampled,
+            "samples_served": self._samples.served,
+            "transitions_sampled": self._samples.transitions,
             "updates_applied": self.updates_applied,
             "dropped_stale_updates": self.replay.dropped_updates,
             "inserts_per_s": self.replay.items_added / elapsed,
-            "samples_per_s": self.samples_served / elapsed,
+            "samples_per_s": self._samples.served / elapsed,
             "rejected": rejected,
             "rejected_total": sum(rejected.values()),
             "refused": self._context.refusals(),
             "samples_per_insert": self.config.samples_per_insert,
             "rate_limiter_diff": self.limiter.diff,
             "inserts_waiting": not self.limiter.can_insert(),
-            "samples_waiting": len(self._waiting_samples),
-            "waiting_samples_dropped": self._samples_dropped,
+            "samples_waiting": self._samples.waiting,
+            "waiting_samples_dropped": self._samples.dropped,
             "replies_dropped": self._replies_dropped,
             "senders": self._senders.counters(),
             **self._senders.delivery(),
@@ -389,7 +336,7 @@ class ShardServer:
         meta["shard"] = {"index": self._index, "written_unix": time.time(),
                          "size": self.replay.size,
                          "limiter": [self.limiter.inserted, self.limiter.sampled],
-                         "served": [self.samples_served, self.transitions_sampled,
+                         "served": [self._samples.served, self._samples.transitions,
                                     self.updates_applied],
                          "frames_received": self._ingest.frames_received,
                          "senders": self._senders.state()}  # fmt: skip
@@ -408,7 +355,7 @@ class ShardServer:
         counts = [*meta_counts(shard.get("limiter"), 2), *meta_counts(shard.get("served"), 3)]
         self._senders.restore(shard.get("senders"))
         self.limiter.inserted, self.limiter.sampled = counts[:2]
-        self.samples_served, self.transitions_sampled, self.updates_applied = counts[2:]
+        self._samples.served, self._samples.transitions, self.updates_applied = counts[2:]
         self._ingest.frames_received = meta_counts([shard.get("frames_received")], 1)[0]
 
     def _restore_newest(self, root: Path) -> None:
