@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from apex.algorithm import ActingPolicy, AlgorithmEntry
+from apex.algorithm import ActingPolicy, AlgorithmEntry, transition_spec
 from apex.channels import EpisodeReporter, WeightSubscriber
 from apex.envs import env_factories, env_shape
 from apex.exploration import env_epsilons
@@ -78,13 +78,16 @@ class Actor:
         self.config = config
         shape = env_shape(config.env)
         self._shape = shape
-        self._spec = shape.transition_spec()
         self._policy, self._algorithm = acting
-        # Each env copy's exploration scale (ε, or DPG's noise σ), spread over the run.
-        self._scales = env_epsilons(
-            config.actor_index, config.actor_count, config.envs_per_actor,
-            getattr(config, self._algorithm.exploration), config.epsilon_alpha,
-        )  # fmt: skip
+        self._spec = transition_spec(self._algorithm, shape, config)
+        # Each env copy's exploration scale (ε, or DPG's noise σ), spread over the run; a
+        # policy that explores by itself (IMPALA's) acts at scale 1 everywhere.
+        self._scales = np.ones(config.envs_per_actor)
+        if self._algorithm.exploration is not None:
+            self._scales = env_epsilons(
+                config.actor_index, config.actor_count, config.envs_per_actor,
+                getattr(config, self._algorithm.exploration), config.epsilon_alpha,
+            )  # fmt: skip
         self._rng = np.random.default_rng(config.actor_seed)
         self._context = make_context(security, need_server_secret=False)
         self._weights = WeightSubscriber(self._context, endpoints.weights)
@@ -100,16 +103,20 @@ class Actor:
             credit=config.insert_credit,
             reroute_after_s=config.reroute_after_s,
         )
-        action = self._spec["action"]
-        self._builder = NStepBuilder(
-            config.envs_per_actor,
-            config.n_step,
-            config.gamma,
-            shape.observation_shape,
-            shape.observation_dtype,
-            tuple(action.shape),
-            np.dtype(action.dtype),
-        )
+        own_builder = getattr(self._algorithm.load(), "build_experience", None)
+        if own_builder is not None:  # IMPALA's unrolls
+            self._builder = own_builder(config, shape, self._policy)
+        else:
+            action = self._spec["action"]
+            self._builder = NStepBuilder(
+                config.envs_per_actor,
+                config.n_step,
+                config.gamma,
+                shape.observation_shape,
+                shape.observation_dtype,
+                tuple(action.shape),
+                np.dtype(action.dtype),
+            )
         # With frame shards, a second builder in lock-step turns (env, frame number) pairs
         # into the records' frame references (see apex.frame_writer).
         self._frames: FrameWriter | None = None
@@ -194,7 +201,7 @@ class Actor:
                         next_observations, np.flatnonzero(ended), episode_start=True
                     )
                     numbers = np.where(ended, reset, final)
-                if len(out["action"]):
+                if out is not None and len(out["action"]):
                     pending.append(out)
                     pending_count += len(out["action"])
                     if pending_count >= config.insert_batch:

@@ -12,7 +12,11 @@ which :data:`ALGORITHMS` names:
 - ``build_learner(config, settings, shape, device) -> Algorithm``;
 - ``build_acting(actor_config, shape) -> ActingPolicy``;
 - ``shape_problems(shape, env) -> list[str]``: what the algorithm cannot take beyond its
-  action space (DPG: image observations).
+  action space (DPG: image observations);
+
+and, where an algorithm's actors send something else than n-step transitions (IMPALA's
+unrolls), ``transition_spec(shape, actor_config)`` and
+``build_experience(actor_config, shape, policy)``, the builder the actor feeds its steps.
 
 A module is imported only when its algorithm is used, and imports torch only where it
 trains or acts on images, so a CartPole actor never pays torch's import. Adding an
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
     from apex.envs import EnvShape
     from apex.settings import ActorConfig, LearnerConfig
     from apex.staging import DeviceBatch
+    from replay.store.spec import TransitionSpec
 
 
 class Algorithm(Protocol):
@@ -85,15 +90,19 @@ class AlgorithmEntry:
         module: the module with ``Settings``, ``build_learner``, ``build_acting`` and
             ``shape_problems``.
         exploration: the actor setting that is its base exploration scale, spread over the
-            run's env copies (``apex.exploration.env_epsilons``).
+            run's env copies (``apex.exploration.env_epsilons``); None: the policy explores
+            by itself (IMPALA samples from π), every copy at scale 1.
         symbol: how the actors' logs name that scale.
+        replay: "prioritized" (the sum-tree shards) or "queue" (each item handed out once,
+            oldest first: ``replay.store.queue``).
     """
 
     name: str
     continuous: bool
     module: str
-    exploration: str
+    exploration: str | None
     symbol: str
+    replay: str = "prioritized"
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -103,6 +112,14 @@ ALGORITHMS = (
     AlgorithmEntry("dqn", continuous=False, module="apex.dqn", exploration="epsilon", symbol="ε"),
     AlgorithmEntry(
         "dpg", continuous=True, module="apex.dpg", exploration="noise_scale", symbol="σ"
+    ),
+    AlgorithmEntry(
+        "impala",
+        continuous=False,
+        module="apex.impala",
+        exploration=None,
+        symbol="π",
+        replay="queue",
     ),
 )
 BY_NAME = {entry.name: entry for entry in ALGORITHMS}
@@ -149,6 +166,13 @@ def build_algorithm(config: LearnerConfig, shape: EnvShape, device: torch.device
     """
     entry = choose(config.algorithm, shape, config.env)
     return entry.load().build_learner(config, config.algorithms[entry.name], shape, device)
+
+
+def transition_spec(entry: AlgorithmEntry, shape: EnvShape, actor: ActorConfig) -> TransitionSpec:
+    """What the run's actors send and its shards keep: the algorithm's own spec where it
+    has one (IMPALA: unrolls), the env's n-step transition otherwise."""
+    own = getattr(entry.load(), "transition_spec", None)
+    return own(shape, actor) if own is not None else shape.transition_spec()
 
 
 def build_acting(config: ActorConfig, shape: EnvShape) -> tuple[ActingPolicy, AlgorithmEntry]:

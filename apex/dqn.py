@@ -75,12 +75,13 @@ class StepResult:
     Attributes:
         loss: the weighted loss of the batch.
         mean_abs_td: mean ``|δ|`` over the batch.
-        new_priorities: ``|δ| + ε`` per item, on the CPU, float64.
+        new_priorities: ``|δ| + ε`` per item, on the CPU, float64; None for an algorithm
+            whose replay has no priorities (IMPALA's queue).
     """
 
     loss: float
     mean_abs_td: float
-    new_priorities: torch.Tensor
+    new_priorities: torch.Tensor | None
 
 
 def dqn_step(

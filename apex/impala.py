@@ -27,12 +27,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from apex.policy import build_policy_value
-from replay.store.field_checks import checked, not_positive_integers
+from apex.unrolls import UnrollBuilder
+from replay.store.field_checks import checked
+from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from apex.dqn import StepResult
     from apex.envs import EnvShape
     from apex.settings import ActorConfig, LearnerConfig
     from apex.staging import DeviceBatch
@@ -43,8 +46,6 @@ class Settings:
     """The run config's ``[learner.impala]``.
 
     Attributes:
-        unroll_length: steps per unroll ``T`` (the actors build them; the shards' specs
-            hold them).
         rho_bar: ρ̄, the truncation of the importance weights in the value targets.
         c_bar: c̄, the truncation of the traces (at most ``rho_bar``).
         pg_rho_bar: the truncation of the policy gradient's weights.
@@ -53,7 +54,6 @@ class Settings:
         correction: V-trace's importance weights; false fixes them at 1 (the ablation).
     """
 
-    unroll_length: int = 20
     rho_bar: float = 1.0
     c_bar: float = 1.0
     pg_rho_bar: float = 1.0
@@ -63,7 +63,7 @@ class Settings:
 
     def problems(self, prefix: str = "learner.impala.") -> list[str]:
         def more() -> list[str]:
-            found = not_positive_integers({f"{prefix}unroll_length": self.unroll_length})
+            found = []
             for name in ("rho_bar", "c_bar", "pg_rho_bar"):
                 value = getattr(self, name)
                 if not (isinstance(value, int | float) and value > 0 and not math.isnan(value)):
@@ -94,6 +94,53 @@ def build_learner(
 
 def build_acting(config: ActorConfig, shape: EnvShape) -> ImpalaActing:
     return ImpalaActing(config, shape)
+
+
+def transition_spec(shape: EnvShape, config: ActorConfig) -> TransitionSpec:
+    """What IMPALA's actors send and its queues keep: one unroll per item
+    (``apex.unrolls``), ``T = actor.unroll_length``."""
+    steps = config.unroll_length
+    action = ((steps,), "int64")
+    return TransitionSpec.from_dict(
+        {
+            "obs": ((steps + 1, *shape.observation_shape), shape.observation_dtype),
+            "action": action,
+            "reward": ((steps,), "float32"),
+            "discount": ((steps,), "float32"),
+            "log_prob": ((steps,), "float32"),
+        }
+    )
+
+
+def build_experience(config: ActorConfig, shape: EnvShape, policy: ImpalaActing) -> UnrollMaker:
+    """The actor's builder of what it sends: unrolls of its envs."""
+    return UnrollMaker(config, shape, policy)
+
+
+class UnrollMaker:
+    """Unrolls from an actor's vector steps, with the log-probabilities its policy acted
+    with and, where an episode hit its time limit, the policy's value of the final
+    observation (``apex.unrolls``). Takes the actor's step as the n-step builder does."""
+
+    def __init__(self, config: ActorConfig, shape: EnvShape, policy: ImpalaActing) -> None:
+        self._policy = policy
+        self._builder = UnrollBuilder(
+            config.envs_per_actor, config.unroll_length, config.gamma,
+            shape.observation_shape, shape.observation_dtype,
+        )  # fmt: skip
+
+    def step(self, observations, actions, rewards, final_observations, terminated, truncated):
+        """Returns finished unrolls, one per env, or None. ``final_observations`` are the
+        next observations with each ended episode's final one in its place."""
+        final_values = None
+        cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
+        if cut.size:
+            final_values = np.zeros(len(actions))
+            final_values[cut] = self._policy.values(final_observations[cut])
+        return self._builder.step(
+            observations, actions, rewards, final_observations, terminated, truncated,
+            self._policy.last_log_probs, final_values,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -189,9 +236,11 @@ class Impala:
     def policy(self) -> nn.Module:
         return self.network
 
-    def step(self, batch: DeviceBatch) -> LossParts:
-        """One update on a batch of unrolls."""
+    def step(self, batch: DeviceBatch) -> StepResult:
+        """One update on a batch of unrolls (no priorities come back: a queue has none)."""
         from torch import nn
+
+        from apex.dqn import StepResult
 
         loss, parts = impala_loss(self.network, batch.transitions, self.settings)
         self.optimizer.zero_grad(set_to_none=True)
@@ -200,7 +249,7 @@ class Impala:
         self.optimizer.step()
         self.steps += 1
         self.last = parts
-        return parts
+        return StepResult(parts.loss, parts.mean_abs_advantage, None)
 
     def state_dict(self) -> dict:
         import torch
@@ -230,13 +279,18 @@ def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.nda
 
 class ImpalaActing:
     """An actor's IMPALA: its copy of π (numpy for vector observations, torch for images),
-    sampling actions and keeping their log-probabilities for V-trace."""
+    sampling actions and keeping their log-probabilities for V-trace.
+
+    Its exploration is π's own randomness: an env copy with scale 1 samples from π, one
+    with scale 0 acts greedily (an evaluation). ``last_log_probs`` holds ``log π(a|x)`` of
+    the actions of the latest :meth:`explore`, for the unroll."""
 
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = build_policy_value(
             shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
             torch_threads=config.torch_threads,
         )  # fmt: skip
+        self.last_log_probs = np.zeros(0)
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         return self.network.parameter_shapes()
@@ -244,13 +298,24 @@ class ImpalaActing:
     def load(self, arrays) -> None:
         self.network.load(arrays)
 
-    def act(
-        self, observations: np.ndarray, rng: np.random.Generator
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Actions sampled from π, and ``log π(a|x)`` of each."""
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+        """Sampled actions where ``scales`` > 0, greedy ones where 0."""
         logits, _ = self.network.logits_and_values(observations)
-        return sample_actions(logits, rng)
+        actions, log_probs = sample_actions(logits, rng)
+        greedy = np.asarray(scales) == 0
+        if greedy.any():
+            best = logits.argmax(axis=1)
+            actions = np.where(greedy, best, actions)
+            shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+            all_log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+            log_probs = all_log_probs[np.arange(len(actions)), actions]
+        self.last_log_probs = log_probs
+        return actions
 
     def values(self, observations: np.ndarray) -> np.ndarray:
         """``V(x)`` per row, float64 (the time-limit bootstrap of a truncated episode)."""
         return self.network.logits_and_values(observations)[1].astype(np.float64)
+
+    def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """No priorities: a queue hands unrolls out in order (zeros, which it ignores)."""
+        return np.zeros(len(batch["action"]))

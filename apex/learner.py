@@ -311,7 +311,8 @@ class Learner:
                         "rate-limited)"
                     ) from exc
         result = self.algorithm.step(batch)
-        self.source.update_priorities(batch.source, result.new_priorities.numpy())
+        if result.new_priorities is not None:
+            self.source.update_priorities(batch.source, result.new_priorities.numpy())
         self.counters.updates += 1
         self.counters.transitions_trained += batch.source.indices.size
         self._window.add_update(result.loss, result.mean_abs_td)

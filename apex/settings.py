@@ -56,12 +56,15 @@ class ActorConfig:
         actor_count: actors in the run ``N``.
         envs_per_actor: environments stepped together ``k``.
         n_step: steps per transition.
+        unroll_length: steps per unroll ``T`` (IMPALA's actors send unrolls, not n-step
+            transitions; ``apex.unrolls``).
         gamma: discount.
         epsilon: Ape-X base ε.
         epsilon_alpha: Ape-X α of the per-actor ε.
         noise_scale: DPG's base exploration noise σ, as a fraction of half the action
             range; env copy i of N acts with σ_i = σ^(1 + α·i/(N−1)), spread as ε is.
-        algorithm: "dqn", "dpg" or "auto" (from the action space; the run's setting).
+        algorithm: "dqn", "dpg", "impala" or "auto" (from the action space; the run's
+            setting).
         insert_batch: transitions per insert message.
         weight_refresh_steps: vector steps between weight refreshes.
         hidden: MLP widths (must match the learner's).
@@ -86,6 +89,7 @@ class ActorConfig:
     actor_count: int = 1
     envs_per_actor: int = 8
     n_step: int = 3
+    unroll_length: int = 20
     gamma: float = 0.99
     epsilon: float = 0.4
     epsilon_alpha: float = 7.0
@@ -115,6 +119,7 @@ class ActorConfig:
         counts = (
             "envs_per_actor",
             "n_step",
+            "unroll_length",
             "insert_batch",
             "insert_credit",
             "weight_refresh_steps",
@@ -151,7 +156,8 @@ class LearnerConfig:
         learning_rate: Adam step size.
         adam_epsilon: Adam ε.
         max_grad_norm: gradient clipping threshold (global norm).
-        algorithm: "dqn", "dpg" or "auto" (from the action space; the run's setting).
+        algorithm: "dqn", "dpg", "impala" or "auto" (from the action space; the run's
+            setting).
         algorithms: each registered algorithm's own section by name, ``[learner.dqn]``,
             ``[learner.dpg]`` (``apex.algorithm.ALGORITHMS``; each module's ``Settings``).
         publish_period: updates between weight publications.

@@ -84,8 +84,9 @@ class UnrollBuilder:
         Args:
             observations: what each env's action was taken on.
             actions, rewards: the step's.
-            next_observations: what the envs returned (the reset observation where an
-                episode ended: SAME_STEP autoreset).
+            next_observations: what follows each step; read only at an unroll's end as
+                its bootstrap observation. Where an episode ended there, either its final
+                or the reset observation will do: its γ of 0 leaves it unread by the sums.
             terminated, truncated: per env.
             log_probs: ``log μ(a_t | s_t)`` per env.
             final_values: the actor's ``V`` of each env's final observation; read only

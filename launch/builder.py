@@ -40,8 +40,22 @@ LEARNER_START_TIMEOUT_S = 3600.0
 
 
 def transition_spec(config: RunConfig) -> TransitionSpec:
-    """The spec of ``config.env``'s transitions (builds the env once to learn it)."""
-    return env_shape(config.env).transition_spec()
+    """What the run's actors send and its shards keep: ``config.env``'s n-step transitions,
+    or the algorithm's own items (IMPALA's unrolls). Builds the env once to learn it."""
+    from apex.algorithm import choose
+    from apex.algorithm import transition_spec as algorithm_spec
+
+    shape = env_shape(config.env)
+    return algorithm_spec(choose(config.algorithm, shape, config.env), shape, config.actor)
+
+
+def queues(config: RunConfig) -> bool:
+    """Whether the run's shards are queues (``replay.store.queue``): its algorithm's
+    replay is one (IMPALA)."""
+    from apex.algorithm import BY_NAME
+
+    entry = BY_NAME.get(config.algorithm)
+    return entry is not None and entry.replay == "queue"
 
 
 def write_spec(run_dir: Path, spec: TransitionSpec) -> Path:
@@ -93,7 +107,10 @@ def shard_config(
     """
     replay = config.replay.shard_share(config.shards)
     spec = spec if spec is not None else transition_spec(config)
-    frames = FrameStackSpec.from_transition_spec(spec) if replay.frames is not False else None
+    queue = queues(config)
+    frames = None
+    if replay.frames is not False and not queue:
+        frames = FrameStackSpec.from_transition_spec(spec)
     if replay.frames and frames is None:
         raise ConfigError(
             [f"replay.frames is on, but {config.env}'s observations are no image stack"]
@@ -110,14 +127,19 @@ def shard_config(
         capacity=replay.capacity,
         alpha=replay.alpha,
         min_size=replay.min_size,
-        samples_per_insert=replay.samples_per_insert,
-        error_buffer=replay.error_buffer,
+        # A queue has no replay ratio: each item is taken once.
+        samples_per_insert=None if queue else replay.samples_per_insert,
+        error_buffer=0.0 if queue else replay.error_buffer,
         host=host,
         insert_port=insert_port,
         request_port=request_port,
         shard_index=index,
         seed=config.seed + 100 * (index + 1),
-        insert_batch_hint=config.actor.insert_batch,
+        # A queue takes a message only while the largest one fits: an actor sends once
+        # insert_batch items are pending, and they come envs_per_actor at a time.
+        insert_batch_hint=config.actor.insert_batch
+        + (config.actor.envs_per_actor - 1 if queue else 0),
+        queue=queue,
         security=config.security,
     )
 
@@ -156,7 +178,7 @@ def learner(
         start_timeout_s=LEARNER_START_TIMEOUT_S,
         security=config.security,
     )
-    source = make_sampler(sampler_config, shape.transition_spec(), DeviceStager(device))
+    source = make_sampler(sampler_config, transition_spec(config), DeviceStager(device))
     return Learner(
         settings,
         build_algorithm(settings, shape, device),

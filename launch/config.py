@@ -46,6 +46,7 @@ from pathlib import Path
 
 from apex.algorithm import ALGORITHMS, SETTINGS
 from apex.envs import preset
+from apex.preset_defaults import ALGORITHM_DEFAULTS
 from apex.settings import ActorConfig, LearnerConfig
 from launch.keeper import SHARD_RESTART_BUDGET
 from launch.overrides import merge_overrides
@@ -308,14 +309,17 @@ def load_file(path: Path) -> dict:
 
 
 def resolve(file_values: dict | None = None, overrides: dict | None = None) -> RunConfig:
-    """Preset defaults, then the file, then the overrides; validated.
+    """Preset defaults (the env's, then its algorithm's), then the file, then the
+    overrides; validated.
 
     Raises:
         ConfigError: listing every problem found.
     """
     values = _moved(merge_overrides(file_values or {}, overrides or {}))
     env = values.get("env", RunConfig.env)
-    values = merge_overrides(dict(preset(env).defaults), values)
+    algorithm = values.get("algorithm", RunConfig.algorithm)
+    defaults = merge_overrides(dict(preset(env).defaults), ALGORITHM_DEFAULTS.get(algorithm, {}))
+    values = merge_overrides(defaults, values)
     problems: list[str] = []
     for old, new in RENAMED.items():
         section, key = old.split(".")

@@ -213,7 +213,10 @@ def load_checked_run_config(path: Path | None, overrides: dict, *, cluster: bool
     except EnvUnavailable as exc:
         raise click.UsageError(str(exc)) from exc
     check = cluster_run_problems if cluster else local_run_problems
-    problems = check(config, shape.transition_spec())
+    from apex.algorithm import choose, transition_spec
+
+    spec = transition_spec(choose(config.algorithm, shape, config.env), shape, config.actor)
+    problems = check(config, spec)
     if problems:
         raise click.UsageError(str(ConfigError(problems)))
     return config

@@ -18,11 +18,13 @@ from launch.config import MOVED, ConfigError, resolve
 from launch.overrides import run_overrides
 
 ENVS = {"dqn": "CartPole-v1", "dpg": "Pendulum-v1"}
+# Algorithms "auto" never picks: chosen by name only.
+BY_NAME_ONLY = {"impala": "CartPole-v1"}
 
 
 def test_every_registered_algorithm_has_an_env_here_and_auto_picks_by_action_space() -> None:
-    assert set(ENVS) == {entry.name for entry in ALGORITHMS}
-    assert ("auto", *ENVS) == SETTINGS
+    assert set(ENVS) | set(BY_NAME_ONLY) == {entry.name for entry in ALGORITHMS}
+    assert ("auto", *ENVS, *BY_NAME_ONLY) == SETTINGS
     for name, env in ENVS.items():
         assert choose("auto", env_shape(env)).name == name
 
@@ -57,6 +59,39 @@ def test_an_algorithm_learns_and_acts_through_the_seam_alone(name: str) -> None:
     tensors = {key: torch.as_tensor(value) for key, value in batch.items()}
     result = learner.step(DeviceBatch(tensors, torch.ones(5), None))
     assert result.new_priorities.shape == (5,) and bool((result.new_priorities > 0).all())
+
+
+def test_impala_learns_and_acts_through_the_seam_alone() -> None:
+    """IMPALA through the same seam: its actors build unrolls of their steps with the
+    log-probabilities they acted with, its shards are queues, and an update sends no
+    priorities back."""
+    from apex.algorithm import transition_spec
+    from apex.impala import build_experience
+    from apex.staging import DeviceBatch
+    from launch.builder import queues
+
+    actor = {"hidden": [16], "unroll_length": 3, "envs_per_actor": 2}
+    config = resolve({"algorithm": "impala", "learner": {"hidden": [16]}, "actor": actor})
+    assert queues(config) and config.replay.samples_per_insert is None
+    shape = env_shape(config.env)
+    learner = build_algorithm(config.learner, shape, torch.device("cpu"))
+    acting, entry = build_acting(config.actor_config(0), shape)
+    assert entry.name == "impala" and entry.exploration is None
+    acting.load({k: v.numpy() for k, v in learner.policy.state_dict().items()})
+    spec = transition_spec(entry, shape, config.actor)
+    experience = build_experience(config.actor, shape, acting)
+    rng = np.random.default_rng(0)
+    observations = rng.standard_normal((2, 4)).astype(np.float32)
+    no = np.zeros(2, bool)
+    for step in range(3):
+        actions = acting.explore(observations, np.ones(2), rng)
+        out = experience.step(observations, actions, np.ones(2), observations, no, no)
+        assert (out is None) == (step < 2)
+    spec.check_batch(out)
+    np.testing.assert_allclose(out["log_prob"][:, -1], acting.last_log_probs, rtol=1e-6)
+    tensors = {key: torch.as_tensor(value) for key, value in out.items()}
+    result = learner.step(DeviceBatch(tensors, torch.ones(2), None))
+    assert result.new_priorities is None and np.isfinite(result.loss)
 
 
 def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:

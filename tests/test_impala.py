@@ -73,14 +73,14 @@ def test_an_impala_learner_learns_a_contextual_bandit():
     learner = Impala(config, Settings(entropy_cost=0.001), (2,), 2, torch.device("cpu"))
     for _ in range(150):
         unrolls = _unrolls(learner.network, rng)
-        parts = learner.step(DeviceBatch(unrolls, torch.ones(32), None))
+        learner.step(DeviceBatch(unrolls, torch.ones(32), None))
     with torch.no_grad():
         logits, values = learner.network(torch.tensor([[1.0, -1.0], [1.0, 1.0]]))
     right = torch.softmax(logits, dim=1)[[0, 1], [0, 1]]
     assert (right > 0.95).all(), right
     # Episodes of one step with reward 1 for the right action: V ≈ P(right) ≈ 1.
     assert values.numpy() == pytest.approx([1.0, 1.0], abs=0.15)
-    assert parts.mean_rho == pytest.approx(1.0)  # on-policy: every ratio is 1
+    assert learner.last.mean_rho == pytest.approx(1.0)  # on-policy: every ratio is 1
 
 
 def test_the_correction_weighs_off_policy_unrolls_and_its_ablation_does_not():
@@ -99,8 +99,7 @@ def test_the_correction_weighs_off_policy_unrolls_and_its_ablation_does_not():
 
 def test_settings_problems_are_named():
     assert Settings().problems() == []
-    problems = Settings(unroll_length=0, rho_bar=-1.0, entropy_cost=float("nan")).problems()
-    assert any("unroll_length" in p for p in problems)
+    problems = Settings(rho_bar=-1.0, entropy_cost=float("nan")).problems()
     assert any("rho_bar" in p for p in problems)
     assert any("entropy_cost" in p for p in problems)
     assert any("must not exceed" in p for p in Settings(rho_bar=1.0, c_bar=2.0).problems())
