@@ -11,7 +11,7 @@ from bench.cli_options import progress
 from bench.learn_tasks import QUICK_BUDGET_S, TASKS, quick_task
 
 
-def _previous_runs(paths: tuple[Path, ...], env: str) -> list[dict]:
+def _previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
     runs = []
     for path in paths:
         try:
@@ -20,8 +20,9 @@ def _previous_runs(paths: tuple[Path, ...], env: str) -> list[dict]:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise click.BadParameter(f"{path}: not a learning record ({exc})",
                                      param_hint="--resume") from exc  # fmt: skip
-        if config["task"]["env"] != env:
-            raise click.BadParameter(f"{path} holds {config['task']['env']}, not {env}",
+        held = config["task"].get("name") or config["task"]["env"]  # older records: env
+        if held != name:
+            raise click.BadParameter(f"{path} holds {held}, not {name}",
                                      param_hint="--resume")  # fmt: skip
         runs += config["runs"]
     return runs

@@ -84,7 +84,8 @@ def run_apex(
             "--set", f"learner.eval_episodes={task.eval_episodes}",
             "--set", f"learner.confirm_episodes={task.confirm_episodes}",
             "--set", f"learner.stop_when_solved={'false' if keep_training else 'true'}",
-            *(part for setting in settings for part in ("--set", setting)),
+            *(part for setting in (*task.apex_settings, *settings)
+              for part in ("--set", setting)),
         ]  # fmt: skip
         if task.target is not None:
             command += ["--target-return", str(task.target)]
@@ -113,7 +114,7 @@ def run_peer(task: Task, seed: int, keep_training: bool = False) -> dict:
         "max_steps": task.peer_max_steps, "eval_every_steps": task.eval_every_steps,
         "eval_episodes": task.eval_episodes, "confirm_episodes": task.confirm_episodes,
         "target_return": task.target, "stop_when_solved": not keep_training,
-        "torch_threads": 2,
+        "torch_threads": 2, "algorithm": task.peer.removeprefix("sb3-"),
     }  # fmt: skip
     command = [sys.executable, "-m", "bench.sb3_worker", json.dumps(request)]
     spawned, completed = _spawned(command, task)

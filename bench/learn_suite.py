@@ -86,7 +86,7 @@ def _record(case: str, implementation: str, metric: str, unit: str, values: list
 
 def side_records(task: Task, implementation: str, runs: list[dict]) -> list[dict]:
     """Every figure of one side on one task (runs that failed are listed, not scored)."""
-    case = task.env
+    case = task.case
     failed = [r for r in runs if "error" in r]
     runs = [r for r in runs if "error" not in r]
     params = {"seeds": [r["seed"] for r in runs], "budget_s": task.budget_s,
@@ -127,15 +127,15 @@ def comparisons(task: Task, records: list[dict]) -> list[dict]:
     above 1: apex faster), P(an apex run solves sooner), and whether the 95% intervals
     overlap. None when either side's IQM is only a lower bound."""
     times = {r["implementation"]: r for r in records
-             if r["metric"] == "time_to_confirmed_solve" and r["status"] == "ok"}  # fmt: skip
+             if r["status"] == "ok" and r["metric"] == "time_to_confirmed_solve"}  # fmt: skip
     if {"apex", task.peer} - times.keys():
         return []
     apex, peer = times["apex"], times[task.peer]
     if apex["lower_bound"] or peer["lower_bound"]:
         return []
-    apex_times, peer_times = ({task.env: r["params"]["values"]} for r in (apex, peer))
+    apex_times, peer_times = ({task.case: r["params"]["values"]} for r in (apex, peer))
     return [{
-        "suite": SUITE, "case": task.env, "metric": "time_to_confirmed_solve",
+        "suite": SUITE, "case": task.case, "metric": "time_to_confirmed_solve",
         "numerator": task.peer, "denominator": "apex", "ratio": peer["iqm"] / apex["iqm"],
         "probability_of_improvement": probability_of_improvement(
             apex_times, peer_times, higher_is_better=False),
@@ -170,7 +170,7 @@ def run(
             if (names[side], seed) in done:
                 continue
             if progress:
-                progress(f"learn {task.env} {names[side]} seed {seed}")
+                progress(f"learn {task.case} {names[side]} seed {seed}")
             outcome = runners[side](task, seed, keep_training)
             outcome["stopped_at_solve"] = not keep_training
             runs.append(outcome)

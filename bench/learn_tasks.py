@@ -27,6 +27,8 @@ class Task:
         checkpoints_s: wall-clock times at which each run's return is read.
         peer_max_steps: the peer's env-step limit (its zoo budget, or more to fill the
             wall clock).
+        apex_settings: ``--set`` settings every apex run of the task gets (its algorithm).
+        name: what ``--task`` calls it and records name it by; the env if empty.
     """
 
     env: str
@@ -39,13 +41,19 @@ class Task:
     seeds: tuple[int, ...]
     checkpoints_s: tuple[float, ...]
     peer_max_steps: int
+    apex_settings: tuple[str, ...] = ()
+    name: str = ""
+
+    @property
+    def case(self) -> str:
+        return self.name or self.env
 
 
 # --quick: one seed, a budget of seconds: the plumbing of both sides, never a figure.
 QUICK_BUDGET_S = 8.0
 TEN_SEEDS = tuple(range(10))
 TASKS = {
-    task.env: task
+    task.case: task
     for task in (
         # gymnasium's definition: 475 over 100 consecutive episodes.
         Task("CartPole-v1", "sb3-dqn", 475.0, 180.0, 2_000, 20, 100, TEN_SEEDS,
@@ -63,19 +71,26 @@ TASKS = {
         *(Task(env, "sb3-dqn", None, 1200.0, 50_000, 10, 0, (0, 1, 2),
                (300.0, 600.0, 900.0, 1200.0), 5_000_000)
           for env in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")),
+        # IMPALA (V-trace on queued unrolls) against SB3's PPO, same protocol.
+        Task("CartPole-v1", "sb3-ppo", 475.0, 180.0, 2_000, 20, 100, TEN_SEEDS,
+             (15.0, 30.0, 60.0, 120.0), 1_000_000, ("algorithm=impala",),
+             "impala/CartPole-v1"),
+        Task("LunarLander-v3", "sb3-ppo", 200.0, 900.0, 10_000, 10, 100, TEN_SEEDS,
+             (60.0, 120.0, 300.0, 600.0), 5_000_000, ("algorithm=impala",),
+             "impala/LunarLander-v3"),
     )
 }  # fmt: skip
 
 
-def task(env: str) -> Task:
-    """The task for ``env``.
+def task(name: str) -> Task:
+    """The task called ``name``.
 
     Raises:
         ValueError: no such task.
     """
-    if env not in TASKS:
-        raise ValueError(f"no learning task {env!r}: one of {', '.join(TASKS)}")
-    return TASKS[env]
+    if name not in TASKS:
+        raise ValueError(f"no learning task {name!r}: one of {', '.join(TASKS)}")
+    return TASKS[name]
 
 
 def quick_task(task: Task) -> Task:

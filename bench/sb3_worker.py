@@ -1,6 +1,7 @@
 """stable-baselines3 with the rl-zoo hyperparameters under the learning benchmark's
 protocol (``bench.learn_suite``): DQN on CartPole-v1, Acrobot-v1 and LunarLander-v3, TD3
-on Pendulum-v1 and the MuJoCo tasks.
+on Pendulum-v1 and the MuJoCo tasks, PPO (IMPALA's peer, ``"algorithm": "ppo"``) on
+CartPole-v1 and LunarLander-v3.
 
 ``python -m bench.sb3_worker '<json>'`` prints one JSON line. Every ``eval_every_steps``
 env steps the greedy policy plays ``eval_episodes`` episodes on copies stepped together
@@ -100,6 +101,29 @@ TD3_ZOO = {
     "HalfCheetah-v5": _ZOO_MUJOCO_TD3,
     "Hopper-v5": _ZOO_MUJOCO_TD3,
 }
+
+
+def _linear(start: float):
+    """The zoo's ``lin_X``: X scaled by the progress remaining (1 to 0)."""
+    return lambda progress_remaining: progress_remaining * start
+
+
+# rl-baselines3-zoo hyperparams/ppo.yml: CartPole-v1's tuned entry, LunarLander-v2's for
+# v3. env -> (PPO settings, env copies, the zoo's n_timesteps)
+PPO_ZOO = {
+    "CartPole-v1": (
+        {"n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20,
+         "ent_coef": 0.0, "learning_rate": _linear(1e-3), "clip_range": _linear(0.2)},
+        8,
+        100_000,
+    ),
+    "LunarLander-v3": (
+        {"n_steps": 1024, "batch_size": 64, "gae_lambda": 0.98, "gamma": 0.999,
+         "n_epochs": 4, "ent_coef": 0.01},
+        16,
+        1_000_000,
+    ),
+}  # fmt: skip
 # Evaluation copies are seeded apart from training's, confirmations apart from both.
 EVAL_SEED_OFFSET = 10**6
 CONFIRM_SEED_OFFSET = 2 * 10**6
@@ -130,7 +154,7 @@ def main() -> None:
     request = json.loads(sys.argv[1])
     import numpy as np
     import torch
-    from stable_baselines3 import DQN, TD3
+    from stable_baselines3 import DQN, PPO, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -159,13 +183,18 @@ def main() -> None:
         mean, _ = evaluate_policy(model, env, n_eval_episodes=env.num_envs, deterministic=True)
         return float(mean)
 
+    next_evaluation = every
+
     class Protocol(BaseCallback):
         def _on_step(self) -> bool:
-            nonlocal confirm_env
+            # With several env copies (PPO) a step adds their count: the first step at or
+            # past each multiple of ``every`` evaluates, as apex's evaluator does.
+            nonlocal confirm_env, next_evaluation
             if time.time() >= deadline:
                 return False
-            if self.num_timesteps % every:
+            if self.num_timesteps < next_evaluation:
                 return True
+            next_evaluation += every * ((self.num_timesteps - next_evaluation) // every + 1)
             steps, updates = self.num_timesteps, int(self.model._n_updates)
             mean = greedy_mean(self.model, periodic_env)
             result["evaluations"].append([time.time(), steps, updates, mean])
@@ -181,7 +210,11 @@ def main() -> None:
                 return not request.get("stop_when_solved", True)
             return True
 
-    if env_id in TD3_ZOO:
+    if request.get("algorithm") == "ppo":
+        settings, copies, zoo_steps = PPO_ZOO[env_id]
+        model = PPO("MlpPolicy", make_vec_env(env_id, n_envs=copies, seed=seed), seed=seed,
+                    verbose=0, **settings)  # fmt: skip
+    elif env_id in TD3_ZOO:
         settings, zoo_steps = TD3_ZOO[env_id]
         env = make_vec_env(env_id, n_envs=1, seed=seed)
         size = env.action_space.shape[0]

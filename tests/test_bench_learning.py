@@ -100,6 +100,8 @@ def test_runs_in_a_record_are_not_run_again_and_failures_are_listed() -> None:
     assert record["params"]["seeds"] == [0, 1, 2]
     unavailable = learn_suite.side_records(TASK, "sb3-dqn", [failed])
     assert unavailable[0]["status"] == "unavailable" and unavailable[0]["reason"] == "no sb3"
+    # A side with every run failed is no comparison, not a crash.
+    assert learn_suite.comparisons(TASK, [*result["records"], *unavailable]) == []
 
 
 def test_compare_flags_a_learning_regression_only_when_the_interval_is_wholly_worse() -> None:
