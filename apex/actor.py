@@ -105,7 +105,7 @@ class Actor:
         )
         own_builder = getattr(self._algorithm.load(), "build_experience", None)
         if own_builder is not None:  # IMPALA's unrolls
-            self._builder = own_builder(config, shape, self._policy)
+            self._builder = own_builder(config, shape, self._policy, lambda: self._weights.version)
         else:
             action = self._spec["action"]
             self._builder = NStepBuilder(

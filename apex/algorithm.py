@@ -16,7 +16,8 @@ which :data:`ALGORITHMS` names:
 
 and, where an algorithm's actors send something else than n-step transitions (IMPALA's
 unrolls), ``transition_spec(shape, actor_config)`` and
-``build_experience(actor_config, shape, policy)``, the builder the actor feeds its steps.
+``build_experience(actor_config, shape, policy, version)``, the builder the actor feeds
+its steps (``version()``: the policy version it acts with now).
 
 A module is imported only when its algorithm is used, and imports torch only where it
 trains or acts on images, so a CartPole actor never pays torch's import. Adding an

@@ -21,6 +21,7 @@ is IMPALA's entry in ``apex.algorithm.ALGORITHMS``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -108,13 +109,17 @@ def transition_spec(shape: EnvShape, config: ActorConfig) -> TransitionSpec:
             "reward": ((steps,), "float32"),
             "discount": ((steps,), "float32"),
             "log_prob": ((steps,), "float32"),
+            "version": ((), "int64"),
         }
     )
 
 
-def build_experience(config: ActorConfig, shape: EnvShape, policy: ImpalaActing) -> UnrollMaker:
-    """The actor's builder of what it sends: unrolls of its envs."""
-    return UnrollMaker(config, shape, policy)
+def build_experience(
+    config: ActorConfig, shape: EnvShape, policy: ImpalaActing, version: Callable[[], int]
+) -> UnrollMaker:
+    """The actor's builder of what it sends: unrolls of its envs (``version``: the policy
+    version the actor acts with now)."""
+    return UnrollMaker(config, shape, policy, version)
 
 
 class UnrollMaker:
@@ -122,8 +127,15 @@ class UnrollMaker:
     with and, where an episode hit its time limit, the policy's value of the final
     observation (``apex.unrolls``). Takes the actor's step as the n-step builder does."""
 
-    def __init__(self, config: ActorConfig, shape: EnvShape, policy: ImpalaActing) -> None:
+    def __init__(
+        self,
+        config: ActorConfig,
+        shape: EnvShape,
+        policy: ImpalaActing,
+        version: Callable[[], int],
+    ) -> None:
         self._policy = policy
+        self._version = version
         self._builder = UnrollBuilder(
             config.envs_per_actor, config.unroll_length, config.gamma,
             shape.observation_shape, shape.observation_dtype,
@@ -139,7 +151,7 @@ class UnrollMaker:
             final_values[cut] = self._policy.values(final_observations[cut])
         return self._builder.step(
             observations, actions, rewards, final_observations, terminated, truncated,
-            self._policy.last_log_probs, final_values,
+            self._policy.last_log_probs, final_values, self._version(),
         )  # fmt: skip
 
 

@@ -306,13 +306,13 @@ class Learner:
                 self._take_episodes()
                 if time.monotonic() >= deadline:
                     # Name the wait that ran out, not the last short poll inside it.
-                    raise ReplayTimeout(
-                        f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards down, empty or "
-                        "rate-limited)"
-                    ) from exc
+                    raise ReplayTimeout(f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards "
+                                        "down, empty or rate-limited)") from exc  # fmt: skip
         result = self.algorithm.step(batch)
         if result.new_priorities is not None:
             self.source.update_priorities(batch.source, result.new_priorities.numpy())
+        if (versions := batch.source.transitions.get("version")) is not None:
+            self._window.add_trained(self.counters.weight_version - versions)
         self.counters.updates += 1
         self.counters.transitions_trained += batch.source.indices.size
         self._window.add_update(result.loss, result.mean_abs_td)

@@ -41,12 +41,18 @@ class ProgressWindow:
     td: float = 0.0
     returns: deque[float] = field(default_factory=lambda: deque(maxlen=RETURNS_KEPT))
     lags: deque[int] = field(default_factory=lambda: deque(maxlen=LAGS_KEPT))
+    # Of the items trained on that carry the version they were made with (IMPALA's
+    # unrolls): the learner's version then, less theirs.
+    trained_lags: deque[int] = field(default_factory=lambda: deque(maxlen=LAGS_KEPT))
     previous_added: int | None = None  # shards' transitions_added at the last record
 
     def add_update(self, loss: float, mean_abs_td: float) -> None:
         self.updates += 1
         self.loss += loss
         self.td += mean_abs_td
+
+    def add_trained(self, lags) -> None:
+        self.trained_lags.extend(int(lag) for lag in lags)
 
     def add_episode(self, episode_return: float, lag: int | None) -> None:
         self.returns.append(episode_return)
@@ -101,17 +107,25 @@ class ProgressWindow:
             "mean_abs_td": self.td / updates if updates else None,
             "episodes": counters.episodes_seen,
             "episode_return_mean": statistics.fmean(self.returns) if self.returns else None,
-            "policy_lag_median": float(np.median(lags)) if lags else None,
-            "policy_lag_p90": float(np.percentile(lags, 90)) if lags else None,
-            "policy_lag_max": max(lags) if lags else None,
+            **_lag_figures("policy_lag", lags),
+            **_lag_figures("trained_lag", self.trained_lags),
             "shards_alive": sum(1 for s in shard_states if s["alive"]),
             "shards": [_shard_brief(s) for s in shard_states],
             "learner_cpu_s": time.process_time(),
             "refused": refused_total,
         }
         self.updates, self.loss, self.td = 0, 0.0, 0.0
+        self.trained_lags.clear()
         self.previous_added = added
         return record
+
+
+def _lag_figures(name: str, lags) -> dict:
+    """Median, 90th percentile and largest of ``lags`` (None each when there are none)."""
+    if not lags:
+        return {f"{name}_median": None, f"{name}_p90": None, f"{name}_max": None}
+    return {f"{name}_median": float(np.median(lags)),
+            f"{name}_p90": float(np.percentile(lags, 90)), f"{name}_max": max(lags)}  # fmt: skip
 
 
 # What a progress record keeps of each shard's INFO, for apex top: fill, intake,

@@ -7,6 +7,8 @@ An unroll of env ``e`` holds ``T`` consecutive steps and the observation after t
     reward     r_0 ... r_{T-1}
     discount   γ_0 ... γ_{T-1}      γ_t = γ, or 0 where the episode ended after step t
     log_prob   log μ(a_t | s_t)     the behaviour policy's, for V-trace's importance weights
+    version    the policy version the unroll's first step was taken with (its policy lag,
+               when the learner trains on it, is measured from there)
 
 Unrolls run across episode boundaries, as IMPALA's do: where an episode ends after step
 ``t``, ``γ_t = 0`` cuts every sum at it and ``s_{t+1}`` is the next episode's reset
@@ -61,6 +63,7 @@ class UnrollBuilder:
         self._reward = np.zeros((env_count, length), np.float32)
         self._discount = np.zeros((env_count, length), np.float32)
         self._log_prob = np.zeros((env_count, length), np.float32)
+        self._version = np.zeros(env_count, np.int64)
         self._position = 0
 
     @property
@@ -78,6 +81,7 @@ class UnrollBuilder:
         truncated: np.ndarray,
         log_probs: np.ndarray,
         final_values: np.ndarray | None = None,
+        version: int = -1,
     ) -> dict[str, np.ndarray] | None:
         """Adds one vector step; returns the finished unrolls (one per env) or None.
 
@@ -91,8 +95,11 @@ class UnrollBuilder:
             log_probs: ``log μ(a_t | s_t)`` per env.
             final_values: the actor's ``V`` of each env's final observation; read only
                 where ``truncated`` (may be None when no env was).
+            version: the policy version the actions were taken with.
         """
         p = self._position
+        if p == 0:
+            self._version[:] = version
         self._obs[:, p] = observations
         self._action[:, p] = actions
         ended = np.logical_or(terminated, truncated)
@@ -115,6 +122,7 @@ class UnrollBuilder:
             "reward": self._reward.copy(),
             "discount": self._discount.copy(),
             "log_prob": self._log_prob.copy(),
+            "version": self._version.copy(),
         }
         self._position = 0
         return unrolls

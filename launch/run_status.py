@@ -148,6 +148,7 @@ def run_status(run_dir: Path) -> dict:
             for key in (
                 "time_s", "updates", "updates_per_s", "transitions_per_s", "transitions_added",
                 "replay_sizes", "episode_return_mean", "policy_lag_median", "shards_alive",
+                "trained_lag_median", "trained_lag_p90",
             )
         }  # fmt: skip
         final = run.timeline[-1]
@@ -230,6 +231,9 @@ def status_lines(status: dict) -> list[str]:
             "policy lag p50 "
             f"{progress['policy_lag_median']}, shards alive {progress['shards_alive']}"
         )
+        if progress.get("trained_lag_median") is not None:  # items that carry a version
+            lag, p90 = progress["trained_lag_median"], progress["trained_lag_p90"]
+            lines.append(f"  policy lag of what was trained on: p50 {lag}, p90 {p90}")
         lines.append(f"  episode return (mean of the last 100): "
                      f"{_number(progress['episode_return_mean'])}")  # fmt: skip
     else:

@@ -138,10 +138,11 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
                      "mean of the last 100)")  # fmt: skip
     learning.add_row("evaluation", evaluation_text(watch).removeprefix("eval "))
     learning.add_row("curve", sparkline(list(watch.evaluations), top=watch.target) or "–")
-    learning.add_row(
-        "policy lag", f"p50 {figure(progress.get('policy_lag_median'))}, p90 "
-        f"{figure(progress.get('policy_lag_p90'))}, max {figure(progress.get('policy_lag_max'))}",
-    )  # fmt: skip
+    for label, name in (("policy lag", "policy_lag"), ("lag trained", "trained_lag")):
+        if name == "policy_lag" or progress.get(f"{name}_median") is not None:  # IMPALA's
+            learning.add_row(label, f"p50 {figure(progress.get(f'{name}_median'))}, p90 "
+                             f"{figure(progress.get(f'{name}_p90'))}, max "
+                             f"{figure(progress.get(f'{name}_max'))}")  # fmt: skip
     learning.add_row("replay", f"{fill_text(watch)} in all, "
                      f"{figure(progress.get('transitions_per_s'))} transitions/s in")  # fmt: skip
     shard_count = len(progress.get("shards") or []) or watch.config.get("shards") or "?"

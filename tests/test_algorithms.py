@@ -79,7 +79,7 @@ def test_impala_learns_and_acts_through_the_seam_alone() -> None:
     assert entry.name == "impala" and entry.exploration is None
     acting.load({k: v.numpy() for k, v in learner.policy.state_dict().items()})
     spec = transition_spec(entry, shape, config.actor)
-    experience = build_experience(config.actor, shape, acting)
+    experience = build_experience(config.actor, shape, acting, lambda: 7)
     rng = np.random.default_rng(0)
     observations = rng.standard_normal((2, 4)).astype(np.float32)
     no = np.zeros(2, bool)
@@ -88,6 +88,7 @@ def test_impala_learns_and_acts_through_the_seam_alone() -> None:
         out = experience.step(observations, actions, np.ones(2), observations, no, no)
         assert (out is None) == (step < 2)
     spec.check_batch(out)
+    assert out["version"].tolist() == [7, 7]
     np.testing.assert_allclose(out["log_prob"][:, -1], acting.last_log_probs, rtol=1e-6)
     tensors = {key: torch.as_tensor(value) for key, value in out.items()}
     result = learner.step(DeviceBatch(tensors, torch.ones(2), None))

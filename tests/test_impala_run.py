@@ -28,13 +28,18 @@ def test_an_impala_run_trains_on_queued_unrolls_and_learns(tmp_path) -> None:
                           check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     spec = read_spec(run_dir)
-    # One unroll per item: 21 observations, 20 steps of the rest, the behaviour's log-probs.
+    # One unroll per item: 21 observations, 20 steps of the rest, the behaviour's log-probs
+    # and the policy version it was begun with.
     assert spec["obs"].shape == (21, 4) and spec["log_prob"].shape == (20,)
+    assert spec["version"].shape == ()
     records = read_metrics(run_dir)
     start = next(r for r in records if r.get("event") == "start")
     assert start["algorithm"] == "Impala"
     progress = [r for r in records if r.get("event") == "progress"]
     assert progress and progress[-1]["updates"] > 100
+    # Each trained unroll's policy lag: small, the queue being a few batches deep.
+    lags = [r["trained_lag_median"] for r in progress if r["trained_lag_median"] is not None]
+    assert lags and min(lags) >= 0 and max(lags) < 50, lags
     evaluations = [r["eval_return_mean"] for r in records if r.get("event") == "evaluation"]
     assert evaluations and max(evaluations) >= 4 * RANDOM_CARTPOLE_RETURN, evaluations
     end = [r for r in records if r.get("event") == "end"][-1]

@@ -39,7 +39,7 @@ def test_unrolls_hold_each_envs_steps_with_cuts_at_episode_ends():
         out = builder.step(
             data["obs"][t], data["action"][t], data["reward"][t], data["obs"][t + 1],
             data["terminated"][t], data["truncated"][t], data["log_prob"][t],
-            data["final_value"][t],
+            data["final_value"][t], 100 + t,
         )  # fmt: skip
         if out is None:
             assert builder.position == (t + 1) % length
@@ -49,6 +49,7 @@ def test_unrolls_hold_each_envs_steps_with_cuts_at_episode_ends():
     for k, (_, out) in enumerate(emitted):
         start = k * length
         window = slice(start, start + length)
+        assert out["version"].tolist() == [100 + start] * envs  # the version it began with
         for e in range(envs):
             np.testing.assert_array_equal(out["obs"][e], data["obs"][start : start + length + 1, e])
             np.testing.assert_array_equal(out["action"][e], data["action"][window, e])
