@@ -23,12 +23,13 @@ import gymnasium as gym
 import numpy as np
 
 from apex.algorithm import ActingPolicy, AlgorithmEntry, transition_spec
-from apex.channels import EpisodeReporter, WeightSubscriber
+from apex.channels import EpisodeReporter
 from apex.envs import env_factories, env_shape
 from apex.exploration import env_epsilons
 from apex.frame_writer import FrameWriter
 from apex.nstep import NStepBuilder
 from apex.settings import ActorConfig
+from apex.weights import WeightSubscriber
 from replay.errors import ReplayTimeout
 from replay.inserts.client import InsertClient, ShardEndpoints
 from replay.wire.security import SecurityConfig, make_context
@@ -90,7 +91,7 @@ class Actor:
             )  # fmt: skip
         self._rng = np.random.default_rng(config.actor_seed)
         self._context = make_context(security, need_server_secret=False)
-        self._weights = WeightSubscriber(self._context, endpoints.weights)
+        self._weights = WeightSubscriber(self._context, endpoints.weights, config.refresh_versions)
         self._episodes = EpisodeReporter(self._context, endpoints.episodes, config.actor_index)
         self._inserts = InsertClient(
             self._context,

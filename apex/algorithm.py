@@ -64,7 +64,7 @@ class Algorithm(Protocol):
 
 class ActingPolicy(Protocol):
     """What an actor acts with: its copy of the learner's network, as numpy arrays in and
-    out (``apex.channels.WeightSubscriber`` loads the learner's weights into it)."""
+    out (``apex.weights.WeightSubscriber`` loads the learner's weights into it)."""
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         """The learner's ``state_dict`` names and shapes this policy takes."""

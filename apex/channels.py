@@ -1,10 +1,6 @@
-"""The learner's two channels to the actors: versioned weights out, episode results in.
+"""The learner's two channels to the actors: versioned weights out (``apex.weights``),
+episode results in (here), and the message kinds of both.
 
-* Weights: the learner's PUB socket sends WEIGHTS messages (parameter names as JSON, then
-  one raw array per parameter, the version in the header). Each actor's SUB keeps at most
-  a couple of messages (PUB drops for slow subscribers), and ``WeightSubscriber.poll``
-  drains what has arrived and loads only the newest. ZeroMQ's CONFLATE cannot be used:
-  it does not support multipart messages.
 * Episodes: actors PUSH EPISODES messages (returns and lengths of finished episodes) to
   the learner's PULL socket, which feeds the learner's metrics. The header's scalar
   carries the actor's running count of transitions handed to the replay client, and an
@@ -30,39 +26,25 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import json
 import logging
 import secrets
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import zmq
 
 from replay.errors import ProtocolError
-from replay.wire.layout import APPLICATION_KINDS, Message, array_json, decode, encode, text_array
+from replay.wire.layout import APPLICATION_KINDS, Message, decode, encode
 from replay.wire.transport import bind, make_socket, send_frames
-
-if TYPE_CHECKING:  # torch only for the learner's side; actors run without it
-    import torch
 
 logger = logging.getLogger(__name__)
 
-WEIGHTS_HWM = 1
-# A PUB keeps the oldest messages when a subscriber's queue is full and drops the newest,
-# and kernel buffers left to themselves hold megabytes: an actor that polled after a while
-# read weights seconds old (policy lag p50 44 versions with 4 actors of 64 envs). Small
-# buffers and one queued message keep at most a couple of versions between the two.
-WEIGHTS_KERNEL_BUFFER_BYTES = 131072
-SUBSCRIPTIONS_HWM = 1000
 EPISODES_HWM = 1000
 HEARTBEAT_S = 1.0
 MAX_TRACKED_ACTORS = 65_536
 MAX_LIVES = 64
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 # An EPISODES message's third array, in this order (the last is 1 in an actor's last word).
 ACTOR_COUNTS = ("unconfirmed", "resent", "shard_restarts_seen", "rerouted", "abandoned",
                 "env_steps", "final")  # fmt: skip
@@ -74,71 +56,6 @@ class ApexKind(enum.IntEnum):
     WEIGHTS = APPLICATION_KINDS.start
     EPISODES = APPLICATION_KINDS.start + 1
     EVALUATION = APPLICATION_KINDS.start + 2
-
-
-class WeightPublisher:
-    """The learner's side: publishes a module's parameters with a version."""
-
-    def __init__(
-        self, context: zmq.Context, host: str = "127.0.0.1", port: int = 0, sender: int = 0
-    ):
-        self._socket = make_socket(context, zmq.PUB, WEIGHTS_HWM,
-                                   kernel_buffer_bytes=WEIGHTS_KERNEL_BUFFER_BYTES)  # fmt: skip
-        # A PUB receives only subscriptions. Behind a ZAP handler (replay.wire.security), one
-        # with RCVHWM 1 never delivered a message (libzmq 4.3.5, measured); the weights'
-        # freshness depends on SNDHWM alone.
-        self._socket.setsockopt(zmq.RCVHWM, SUBSCRIPTIONS_HWM)
-        self.endpoint = bind(self._socket, host, port)
-        self._sender = sender
-        self._sequence = 0
-
-    def publish(self, module: torch.nn.Module, version: int, env_steps: int = 0) -> None:
-        """Sends ``module``'s parameters as ``version``; ``env_steps``: what the actors
-        had reported (the evaluator's cadence)."""
-        state = module.state_dict()
-        arrays = [text_array(json.dumps(list(state)))]
-        arrays += [np.ascontiguousarray(tensor.detach().cpu().numpy()) for tensor in state.values()]
-        # One frame, never a multipart message: libzmq 4.3.5 aborts the sending process
-        # (session_base.cpp:233, libzmq issue #3442) when a PUB's subscriber goes away in
-        # the middle of one, which an actor killed during a publish would do. Measured:
-        # 1 in 3 teardowns of 8 subscribers aborted with multipart weights, 0 in 12 packed.
-        message = Message(ApexKind.WEIGHTS, self._sender, self._sequence, version, 0,
-                          float(env_steps), tuple(arrays))  # fmt: skip
-        frames = encode(message, max_packed_bytes=sys.maxsize)
-        self._sequence += 1
-        with contextlib.suppress(zmq.Again):  # no subscriber has room: they get the next one
-            send_frames(self._socket, frames, zmq.NOBLOCK)
-
-    def close(self) -> None:
-        self._socket.close(linger=0)
-
-
-def read_weights(message: Message, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """The parameters of a WEIGHTS message, by name, checked against ``shapes`` (names
-    in order, each array's shape; dtypes are the taker's to cast).
-
-    Raises:
-        ProtocolError: another kind, other names, or an array of another shape.
-    """
-    if message.kind != ApexKind.WEIGHTS or not message.arrays:
-        raise ProtocolError(f"expected WEIGHTS with arrays, got {message.kind.name}")
-    names = array_json(message.arrays[0], "WEIGHTS names")
-    if names != list(shapes):
-        raise ProtocolError("parameter names differ from this actor's network")
-    if len(message.arrays) != 1 + len(shapes):
-        raise ProtocolError(f"{len(message.arrays) - 1} arrays for {len(shapes)} parameters")
-    arrays = {}
-    for name, array in zip(names, message.arrays[1:], strict=True):
-        if tuple(array.shape) != tuple(shapes[name]) or array.dtype.kind != "f":
-            raise ProtocolError(f"{name}: {array.dtype}{array.shape} is not float{shapes[name]}")
-        # A diverged learner's, or a forger's; the taker keeps float32, so a float64
-        # value past its range would become infinite there.
-        if not np.isfinite(array).all() or (
-                array.dtype.itemsize > 4 and array.size
-                and np.abs(array).max() > FLOAT32_MAX):  # fmt: skip
-            raise ProtocolError(f"{name} holds NaN, infinite or beyond-float32 values")
-        arrays[name] = array
-    return arrays
 
 
 def read_episodes(message: Message) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -161,83 +78,6 @@ def read_episodes(message: Message) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     if not 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
         raise ProtocolError(f"transitions sent {message.scalar} is not a count")
     return returns, lengths, counts
-
-
-class WeightTaker(Protocol):
-    """What takes published weights: an actor's policy (see apex.policy)."""
-
-    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Each parameter's name and shape, in the order the learner publishes them."""
-
-    def load(self, arrays: dict[str, np.ndarray]) -> None:
-        """Takes a full set of parameters (checked against :meth:`parameter_shapes`)."""
-
-
-class WeightSubscriber:
-    """An actor's side: loads the newest published weights into its policy."""
-
-    def __init__(self, context: zmq.Context, endpoint: str) -> None:
-        self._socket = make_socket(context, zmq.SUB, WEIGHTS_HWM,
-                                   kernel_buffer_bytes=WEIGHTS_KERNEL_BUFFER_BYTES)  # fmt: skip
-        self._socket.setsockopt(zmq.SUBSCRIBE, b"")
-        self._socket.connect(endpoint)
-        self.version = -1
-        self.env_steps = 0
-        """What the actors had reported when the loaded weights were published."""
-        self.received = 0
-        """Messages taken off the socket: each is loaded, rejected, stale (not newer than
-        the loaded version) or superseded (a newer one came in the same poll)."""
-        self.loaded = 0
-        self.rejected = 0
-        self.stale = 0
-        self.superseded = 0
-
-    def poll(self, policy: WeightTaker, timeout_ms: int = 0) -> bool:
-        """Loads the newest weights that arrived, if newer than the current ones.
-
-        Returns:
-            True if new weights were loaded.
-        """
-        newest = None
-        if not self._socket.poll(timeout_ms):
-            return False
-        drained = 0
-        while True:
-            try:
-                newest = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            drained += 1
-        if not drained:
-            return False
-        self.received += drained
-        self.superseded += drained - 1
-        try:
-            message = decode(newest, ApexKind)
-            if message.policy_version <= self.version:
-                self.stale += 1
-                return False
-            arrays = read_weights(message, policy.parameter_shapes())
-        except ProtocolError as exc:
-            self.rejected += 1
-            if self.rejected == 1:
-                logger.warning("ignoring weights that do not fit this actor: %s", exc)
-            return False
-        policy.load(arrays)
-        self.version = message.policy_version
-        if 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
-            self.env_steps = int(message.scalar)
-        self.loaded += 1
-        return True
-
-    def counts(self) -> dict[str, int]:
-        """What became of the messages received (for an actor's last log line)."""
-        return {"weights_received": self.received, "weights_loaded": self.loaded,
-                "weights_rejected": self.rejected, "weights_stale": self.stale,
-                "weights_superseded": self.superseded}  # fmt: skip
-
-    def close(self) -> None:
-        self._socket.close(linger=0)
 
 
 class EpisodeReporter:

@@ -33,8 +33,9 @@ import gymnasium as gym
 import zmq
 
 from apex.algorithm import ActingPolicy
-from apex.channels import EPISODES_HWM, WeightSubscriber
+from apex.channels import EPISODES_HWM
 from apex.evaluation import Evaluation, evaluation_envs, play_greedy
+from apex.weights import WeightSubscriber
 from replay.wire.layout import encode
 from replay.wire.security import SecurityConfig, make_context
 from replay.wire.transport import make_socket, send_frames

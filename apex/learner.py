@@ -28,7 +28,7 @@ import torch
 
 from apex import checkpoint
 from apex.algorithm import Algorithm
-from apex.channels import EpisodeCollector, WeightPublisher
+from apex.channels import EpisodeCollector
 from apex.delivery import delivery_report, describe
 from apex.envs import solved_return
 from apex.evaluation import read_evaluation
@@ -39,6 +39,7 @@ from apex.progress import LearnerCounters, ProgressWindow
 from apex.progress import describe as describe_progress
 from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch
+from apex.weights import WeightPublisher
 from replay.errors import ConfigError, ReplayError, ReplayTimeout
 from replay.sampling.batch_math import ReplayBatch
 from replay.wire.layout import Message

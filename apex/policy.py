@@ -7,7 +7,7 @@ of torch's per-operator dispatch (24 against 95 µs for one observation). Image
 observations keep the torch Nature CNN.
 
 Both policies take the learner's weights by the names and shapes of its ``state_dict``,
-as :class:`apex.channels.WeightSubscriber` delivers them.
+as :class:`apex.weights.WeightSubscriber` delivers them.
 """
 
 from __future__ import annotations

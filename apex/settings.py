@@ -67,6 +67,9 @@ class ActorConfig:
             setting).
         insert_batch: transitions per insert message.
         weight_refresh_steps: vector steps between weight refreshes.
+        refresh_versions: a refresh loads weights only when they are at least this many
+            versions newer than those held (1: the newest, always). Larger values hold
+            the actor back on purpose, for studies of policy lag.
         hidden: MLP widths (must match the learner's).
         priority_epsilon: added to |TD| so no transition starts with priority 0.
         seed: the run's root seed; this actor uses ``seed + 1000 · (actor_index + 1)``.
@@ -97,6 +100,7 @@ class ActorConfig:
     algorithm: str = "auto"
     insert_batch: int = 50
     weight_refresh_steps: int = 400
+    refresh_versions: int = 1
     hidden: tuple[int, ...] = (256, 256)
     priority_epsilon: float = 1e-3
     seed: int = 0
@@ -123,6 +127,7 @@ class ActorConfig:
             "insert_batch",
             "insert_credit",
             "weight_refresh_steps",
+            "refresh_versions",
             "torch_threads",
         )
         problems = not_positive_integers(named(self, prefix, counts))

@@ -65,7 +65,8 @@ def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False
     actor runs on a core of its own, or ``shared`` with a learner's training loop."""
     import torch
 
-    from apex.channels import EpisodeCollector, WeightPublisher
+    from apex.channels import EpisodeCollector
+    from apex.weights import WeightPublisher
 
     context = zmq.Context()
     with tempfile.TemporaryDirectory(prefix="apex-model-") as directory:

@@ -86,8 +86,9 @@ def measure_fanout(
     CURVE each subscriber's copy is encrypted on its own."""
     import torch
 
-    from apex.channels import ApexKind, WeightPublisher
+    from apex.channels import ApexKind
     from apex.networks import build_network
+    from apex.weights import WeightPublisher
     from replay.wire.layout import decode
     from replay.wire.security import SecurityConfig, make_context
     from replay.wire.transport import make_socket

@@ -9,7 +9,7 @@ templates of what it carries and from scratch:
   rejected (inserts); counted as a request or rejected (requests);
 * the learner's episode socket (``apex.channels.EpisodeCollector`` on real TCP), where
   every message must be received and then taken or rejected;
-* an actor's weights subscription (``apex.channels.WeightSubscriber`` fed by a hostile
+* an actor's weights subscription (``apex.weights.WeightSubscriber`` fed by a hostile
   publisher on loopback), one message in flight at a time so that none is dropped by
   PUB/SUB: each must be received and then loaded, rejected, or stale.
 
@@ -26,8 +26,9 @@ from collections.abc import Callable
 import numpy as np
 import zmq
 
-from apex.channels import ApexKind, EpisodeCollector, WeightSubscriber
+from apex.channels import ApexKind, EpisodeCollector
 from apex.policy import NumpyDuelingMLP
+from apex.weights import WeightSubscriber
 from bench.fuzz_descriptors import RngDraws, descriptor_message
 from replay.protocol import messages as replay_messages
 from replay.protocol.requests import RequestClient

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apex.channels import ApexKind, read_episodes, read_weights
+from apex.channels import ApexKind, read_episodes
+from apex.weights import read_weights
 from bench.fuzz_descriptors import descriptor_message
 from replay.errors import ProtocolError, ReplayError
 from replay.frames.payload import FrameInsert, FramePayload

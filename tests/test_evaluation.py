@@ -16,10 +16,11 @@ import torch
 import zmq
 from torch import nn
 
-from apex.channels import ApexKind, EpisodeCollector, WeightPublisher
+from apex.channels import ApexKind, EpisodeCollector
 from apex.evaluation import Evaluation, evaluation_envs, play_greedy, read_evaluation
 from apex.evaluator import Evaluator, EvaluatorConfig
 from apex.metrics import read_metrics
+from apex.weights import WeightPublisher
 from replay.errors import ProtocolError
 from replay.wire.layout import Message, decode, encode
 from replay.wire.transport import make_socket, send_frames

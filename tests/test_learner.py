@@ -14,13 +14,14 @@ import torch
 import zmq
 
 from apex.algorithm import build_algorithm
-from apex.channels import EpisodeReporter, WeightSubscriber
+from apex.channels import EpisodeReporter
 from apex.dqn import Settings as DQNSettings
 from apex.envs import env_shape
 from apex.learner import Learner
 from apex.periodic import Periodic
 from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch, DeviceStager
+from apex.weights import WeightSubscriber
 from replay import PrioritizedReplay
 from replay.errors import ReplayTimeout
 from replay.sampling.batch_math import ReplayBatch
@@ -93,7 +94,7 @@ class StallingSource(LocalSource):
 
 
 class _Policy:
-    """Takes published weights the way an actor's policy does (apex.channels.WeightTaker)."""
+    """Takes published weights the way an actor's policy does (apex.weights.WeightTaker)."""
 
     def __init__(self, learner: Learner) -> None:
         self._shapes = {k: tuple(v.shape) for k, v in learner.algorithm.policy.state_dict().items()}

@@ -16,9 +16,9 @@ import zmq
 import zmq.auth
 from click.testing import CliRunner
 
-from apex.channels import WeightPublisher, WeightSubscriber
 from apex.networks import DuelingMLP
 from apex.policy import NumpyDuelingMLP
+from apex.weights import WeightPublisher, WeightSubscriber
 from launch.cli import main
 from replay.errors import ConfigError, ReplayTimeout
 from replay.protocol.requests import RequestClient
