@@ -279,3 +279,39 @@ def test_actors_are_heard_while_the_learner_waits_for_a_batch(tmp_path: Path) ->
     finally:
         reporter.close()
         context.destroy(linger=0)
+
+
+def test_a_held_back_subscriber_loads_weights_only_every_so_many_versions() -> None:
+    """actor.refresh_versions: weights at least K versions newer than those held, or none
+    (the policy-lag study); the first weights always load."""
+    from apex.networks import DuelingMLP
+    from apex.policy import NumpyDuelingMLP
+    from apex.weights import WeightPublisher
+
+    context = zmq.Context()
+    try:
+        publisher = WeightPublisher(context, "127.0.0.1", 0)
+        subscriber = WeightSubscriber(context, publisher.endpoint, every_versions=4)
+        network, policy = DuelingMLP(4, 2, (8,)), NumpyDuelingMLP(4, 2, (8,), 0)
+        deadline, version = time.monotonic() + 10, 0
+        while subscriber.version < 0:  # the subscription takes a moment to reach the PUB
+            assert time.monotonic() < deadline, "no weights arrived"
+            version += 1
+            publisher.publish(network, version)
+            subscriber.poll(policy, timeout_ms=50)
+        first = subscriber.version
+        loaded = [first]
+        for version in range(first + 1, first + 13):
+            publisher.publish(network, version)
+            # Each publication is read alone, before the next is sent.
+            received, deadline = subscriber.received, time.monotonic() + 10
+            while subscriber.received == received:
+                assert time.monotonic() < deadline, f"version {version} did not arrive"
+                if subscriber.poll(policy, timeout_ms=100):
+                    loaded.append(subscriber.version)
+        assert loaded == [first, first + 4, first + 8, first + 12], loaded
+        assert subscriber.stale == 9 and subscriber.superseded == 0
+        publisher.close()
+        subscriber.close()
+    finally:
+        context.destroy(linger=0)
