@@ -161,7 +161,10 @@ class WeightSubscriber:
         self.superseded += drained - 1
         try:
             message = decode(newest, ApexKind)
-            if message.policy_version < self.version + self._every_versions:
+            held = self.version
+            if message.policy_version <= held or (
+                held >= 0 and message.policy_version < held + self._every_versions
+            ):
                 self.stale += 1
                 return False
             arrays = read_weights(message, policy.parameter_shapes())
