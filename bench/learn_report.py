@@ -42,8 +42,11 @@ def markdown(document: dict) -> str:
                 lines.append(f"\n{record['implementation']}: unavailable ({record['reason']})")
         for ratio in (r for r in document["ratios"] if r["suite"] == SUITE and r["case"] == case):
             overlap = "overlap" if ratio["intervals_overlap"] else "do not overlap"
-            lines += ["", f"{ratio['numerator']}/{ratio['denominator']} IQM time to a confirmed "
-                      f"solve: **{ratio['ratio']:.2f}×**; P(apex solves sooner) "
+            solve = ratio["metric"] == "time_to_confirmed_solve"
+            what = "time to a confirmed solve" if solve else ratio["metric"].replace("_", " ")
+            better = "solves sooner" if solve else "returns more"
+            lines += ["", f"{ratio['numerator']}/{ratio['denominator']} IQM {what}: "
+                      f"**{ratio['ratio']:.2f}×**; P(apex {better}) "
                       f"{ratio['probability_of_improvement']:.2f}; the 95% intervals "
                       f"{overlap}."]  # fmt: skip
         lines.append("")

@@ -123,22 +123,30 @@ def side_records(task: Task, implementation: str, runs: list[dict]) -> list[dict
 
 
 def comparisons(task: Task, records: list[dict]) -> list[dict]:
-    """apex against its peer on time to a confirmed solve: the ratio of IQMs (peer/apex,
-    above 1: apex faster), P(an apex run solves sooner), and whether the 95% intervals
-    overlap. None when either side's IQM is only a lower bound."""
-    times = {r["implementation"]: r for r in records
-             if r["status"] == "ok" and r["metric"] == "time_to_confirmed_solve"}  # fmt: skip
-    if {"apex", task.peer} - times.keys():
+    """apex against its peer: with a target, on time to a confirmed solve (the ratio of
+    IQMs peer/apex, above 1: apex faster; none when either side's IQM is only a lower
+    bound); without one, on the return at the last checkpoint (apex/peer, above 1: apex
+    ahead; meaningful where returns are positive, as the tasks without a target have).
+    Each with P(an apex run does better) and whether the 95% intervals overlap."""
+    solving = task.target is not None
+    metric = "time_to_confirmed_solve" if solving else f"return_at_{task.checkpoints_s[-1]:g}s"
+    figures = {r["implementation"]: r for r in records
+               if r["status"] == "ok" and r["metric"] == metric}  # fmt: skip
+    if {"apex", task.peer} - figures.keys():
         return []
-    apex, peer = times["apex"], times[task.peer]
-    if apex["lower_bound"] or peer["lower_bound"]:
+    apex, peer = figures["apex"], figures[task.peer]
+    if apex.get("lower_bound") or peer.get("lower_bound"):
         return []
-    apex_times, peer_times = ({task.case: r["params"]["values"]} for r in (apex, peer))
+    apex_values, peer_values = ({task.case: r["params"]["values"]} for r in (apex, peer))
+    numerator, denominator = (peer, apex) if solving else (apex, peer)
+    if denominator["iqm"] <= 0:
+        return []
     return [{
-        "suite": SUITE, "case": task.case, "metric": "time_to_confirmed_solve",
-        "numerator": task.peer, "denominator": "apex", "ratio": peer["iqm"] / apex["iqm"],
+        "suite": SUITE, "case": task.case, "metric": metric,
+        "numerator": numerator["implementation"], "denominator": denominator["implementation"],
+        "ratio": numerator["iqm"] / denominator["iqm"],
         "probability_of_improvement": probability_of_improvement(
-            apex_times, peer_times, higher_is_better=False),
+            apex_values, peer_values, higher_is_better=not solving),
         "intervals_overlap": not (apex["ci_high"] < peer["ci_low"]
                                   or peer["ci_high"] < apex["ci_low"]),
     }]  # fmt: skip

@@ -90,6 +90,24 @@ def test_the_comparison_gives_the_iqm_ratio_and_the_probability_of_improvement()
     assert learn_suite.comparisons(TASK, records) == []
 
 
+def test_without_a_target_the_comparison_is_of_the_return_at_the_last_checkpoint() -> None:
+    # MinAtar's tasks: no solve, the return at the budget; apex's runs reach 3x the peer's.
+    task = dataclasses.replace(TASK, target=None, peer="sb3-dqn")
+    apex = [fake_run("apex", s, None, evaluations=[[45.0, 1, 1, 30.0 + s]]) for s in range(3)]
+    peer = [fake_run("sb3-dqn", s, None, evaluations=[[45.0, 1, 1, 10.0 + s]]) for s in range(3)]
+    records = learn_suite.side_records(task, "apex", apex)
+    records += learn_suite.side_records(task, "sb3-dqn", peer)
+    [ratio] = learn_suite.comparisons(task, records)
+    assert ratio["metric"] == "return_at_50s" and ratio["numerator"] == "apex"
+    assert ratio["ratio"] == pytest.approx(31.0 / 11.0)
+    assert ratio["probability_of_improvement"] == 1.0 and not ratio["intervals_overlap"]
+    document = {"suites": {"learn": {"config": {"runs": [*apex, *peer]}}},
+                "records": records, "ratios": [ratio]}  # fmt: skip
+    assert "IQM return at 50s: **2.82×**; P(apex returns more) 1.00" in learn_report.markdown(
+        document
+    )
+
+
 def test_runs_in_a_record_are_not_run_again_and_failures_are_listed() -> None:
     previous = [fake_run("apex", s, solve_s=10.0 + s) for s in range(3)]
     failed = {"implementation": "sb3-dqn", "seed": 0, "budget_s": 100.0, "error": "no sb3"}

@@ -176,18 +176,18 @@ def test_a_short_pendulum_run_learns(tmp_path: Path) -> None:
     by test_td3_resumes_from_its_state_dict."""
     run_dir = tmp_path / "pendulum"
     command = [sys.executable, "-m", "launch", "train", "--env", "Pendulum-v1", "--run-dir",
-               str(run_dir), "--max-time", "30", "--target-return", "1e9", "--plain",
+               str(run_dir), "--max-time", "30", "--target-return", "-400", "--plain",
                ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-3000:]
     evaluations = [r["eval_return_mean"] for r in read_metrics(run_dir)
                    if r.get("event") == "evaluation"]  # fmt: skip
-    # A random Pendulum policy scores about −1,200 to −1,500; 30 s of training is far
-    # from a solve on a loaded machine, but the policy must be clearly better.
+    # A random Pendulum policy scores about −1,200 to −1,500; within 30 s the policy must
+    # be clearly better (a confirmed −400 ends the run sooner: the suite's time).
     assert len(evaluations) >= 3 and max(evaluations) >= evaluations[0] + 200, evaluations
     config = json.loads((run_dir / "config.json").read_text())
     assert config["algorithm"] == "auto" and config["learner"]["algorithm"] == "auto"
     [start] = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
     assert start["algorithm"] == "DDPG"
     end = [r for r in read_metrics(run_dir) if r.get("event") == "end"][-1]
-    assert end["reason"] == "max_time" and Path(end["checkpoint"]).exists()
+    assert end["reason"] in ("max_time", "solved") and Path(end["checkpoint"]).exists()
