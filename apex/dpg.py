@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from apex.dqn import StepResult, adam
+from apex.dqn import StepResult, adam, descend
 from apex.exploration import gaussian_noise
 from apex.policy import NumpyActorCritic
 from replay.store.field_checks import checked, in_unit_interval, not_positive_integers
@@ -171,7 +171,6 @@ class DPG:
 
     def step(self, batch: DeviceBatch) -> StepResult:
         import torch
-        from torch import nn
 
         config, settings, online = self.config, self.settings, self.online
         transitions, weights = batch.transitions, batch.weights
@@ -199,12 +198,8 @@ class DPG:
         if settings.twin_critics:
             squared = squared + (targets - self.critic2(observations, actions)).square()
         critic_loss = (weights * squared).mean()
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        nn.utils.clip_grad_norm_(
-            [*online.critic.parameters(), *self.critic2.parameters()], config.max_grad_norm
-        )
-        self.critic_optimizer.step()
+        critics = [*online.critic.parameters(), *self.critic2.parameters()]
+        descend(self.critic_optimizer, critic_loss, critics, config.max_grad_norm)
         self.steps += 1
         if self.steps % settings.policy_delay == 0:
             self._improve_policy(observations)
@@ -216,15 +211,12 @@ class DPG:
         )
 
     def _improve_policy(self, observations: torch.Tensor) -> None:
-        from torch import nn
 
         online = self.online
         online.critic.requires_grad_(False)  # the policy's loss moves the policy only
         policy_loss = -online.critic(observations, online.policy(observations)).mean()
-        self.policy_optimizer.zero_grad(set_to_none=True)
-        policy_loss.backward()
-        nn.utils.clip_grad_norm_(online.policy.parameters(), self.config.max_grad_norm)
-        self.policy_optimizer.step()
+        descend(self.policy_optimizer, policy_loss, online.policy.parameters(),
+                self.config.max_grad_norm)  # fmt: skip
         online.critic.requires_grad_(True)
         soft_update(self.target, online, self.settings.tau)
         soft_update(self.target_critic2, self.critic2, self.settings.tau)

@@ -107,16 +107,24 @@ def dqn_step(
         targets = transitions["reward"] + transitions["discount"] * next_value
     td = targets - q_taken
     loss = (weights * nn.functional.huber_loss(q_taken, targets, reduction="none")).mean()
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    nn.utils.clip_grad_norm_(online.parameters(), max_grad_norm)
-    optimizer.step()
+    descend(optimizer, loss, online.parameters(), max_grad_norm)
     magnitude = td.detach().abs()
     return StepResult(
         loss=float(loss.detach()),
         mean_abs_td=float(magnitude.mean()),
         new_priorities=(magnitude + priority_epsilon).double().cpu(),
     )
+
+
+def descend(optimizer: torch.optim.Optimizer, loss: torch.Tensor, parameters, max_norm: float):
+    """One gradient step on ``loss``: gradients of ``parameters`` clipped to a global norm
+    of ``max_norm`` (every algorithm's update ends so)."""
+    from torch import nn
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(parameters, max_norm)
+    optimizer.step()
 
 
 def adam(parameters, learning_rate: float, epsilon: float) -> torch.optim.Adam:

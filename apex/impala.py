@@ -250,15 +250,10 @@ class Impala:
 
     def step(self, batch: DeviceBatch) -> StepResult:
         """One update on a batch of unrolls (no priorities come back: a queue has none)."""
-        from torch import nn
-
-        from apex.dqn import StepResult
+        from apex.dqn import StepResult, descend
 
         loss, parts = impala_loss(self.network, batch.transitions, self.settings)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.network.parameters(), self.config.max_grad_norm)
-        self.optimizer.step()
+        descend(self.optimizer, loss, self.network.parameters(), self.config.max_grad_norm)
         self.steps += 1
         self.last = parts
         return StepResult(parts.loss, parts.mean_abs_advantage, None)

@@ -247,39 +247,31 @@ class TorchPolicy:
         return logits.numpy(), values.numpy()
 
 
-def build_policy(
-    observation_shape: Sequence[int],
-    actions: int,
-    hidden: Sequence[int],
-    seed: int,
-    torch_threads: int = 1,
-) -> NumpyDuelingMLP | TorchPolicy:
-    """A Q-network: the numpy MLP for ``(d,)`` observations, torch's otherwise."""
-    if len(observation_shape) == 1:
-        return NumpyDuelingMLP(observation_shape[0], actions, hidden, seed)
+def _numpy_or_torch(numpy_class, torch_network: str):
+    """A builder of a policy: ``numpy_class`` for ``(d,)`` observations, else the torch
+    network ``apex.networks.<torch_network>`` behind :class:`TorchPolicy`."""
 
-    def build():
-        from apex.networks import build_network
+    def build(
+        observation_shape: Sequence[int],
+        actions: int,
+        hidden: Sequence[int],
+        seed: int,
+        torch_threads: int = 1,
+    ):
+        if len(observation_shape) == 1:
+            return numpy_class(observation_shape[0], actions, hidden, seed)
 
-        return build_network(observation_shape, actions, hidden)
+        def network():
+            from apex import networks
 
-    return TorchPolicy(build, seed, torch_threads)
+            return getattr(networks, torch_network)(observation_shape, actions, hidden)
+
+        return TorchPolicy(network, seed, torch_threads)
+
+    return build
 
 
-def build_policy_value(
-    observation_shape: Sequence[int],
-    actions: int,
-    hidden: Sequence[int],
-    seed: int,
-    torch_threads: int = 1,
-) -> NumpyPolicyValueMLP | TorchPolicy:
-    """A policy-value network (IMPALA): numpy for ``(d,)`` observations, torch otherwise."""
-    if len(observation_shape) == 1:
-        return NumpyPolicyValueMLP(observation_shape[0], actions, hidden, seed)
-
-    def build():
-        from apex.networks import PolicyValueNet
-
-        return PolicyValueNet(observation_shape, actions, hidden)
-
-    return TorchPolicy(build, seed, torch_threads)
+# A Q-network (DQN): the numpy dueling MLP, or torch's convolutional network that fits.
+build_policy = _numpy_or_torch(NumpyDuelingMLP, "build_network")
+# A policy-value network (IMPALA).
+build_policy_value = _numpy_or_torch(NumpyPolicyValueMLP, "PolicyValueNet")

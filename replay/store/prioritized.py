@@ -36,7 +36,7 @@ from replay.errors import (
 )
 from replay.store.field_checks import alpha_problems
 from replay.store.spec import TransitionSpec
-from replay.store.storage import BatchBuffers, RingStorage
+from replay.store.storage import BatchBuffers, RingStorage, StorageView
 from replay.store.sum_tree import SumTree, first_out_of_range
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class SampledBatch:
     frames: FramePayload | None = None
 
 
-class PrioritizedReplay:
+class PrioritizedReplay(StorageView):
     """A FIFO ring of transitions sampled in proportion to ``priority^α``.
 
     Args:
@@ -171,22 +171,9 @@ class PrioritizedReplay:
         """Priority updates ignored because their slot was overwritten after sampling."""
 
     @property
-    def spec(self) -> TransitionSpec:
-        return self._storage.spec
-
-    @property
-    def capacity(self) -> int:
-        return self._storage.capacity
-
-    @property
     def size(self) -> int:
         """Transitions currently stored."""
         return self._storage.size
-
-    @property
-    def items_added(self) -> int:
-        """Transitions ever added, evicted ones included."""
-        return self._storage.items_written
 
     @property
     def alpha(self) -> float:
@@ -201,10 +188,6 @@ class PrioritizedReplay:
     def min_priority(self) -> float:
         """Smallest positive stored ``q_i``; ``inf`` if none is positive."""
         return self._tree.min_positive
-
-    @property
-    def storage(self) -> RingStorage | FrameStackStorage:
-        return self._storage
 
     @property
     def tree(self) -> SumTree:

@@ -33,14 +33,14 @@ from replay.errors import (
 from replay.store.prioritized import SampledBatch
 from replay.store.spec import TransitionSpec
 from replay.store.state import Reader, meta_int, prefixed, sub_reader
-from replay.store.storage import BatchBuffers, RingStorage
+from replay.store.storage import BatchBuffers, RingStorage, StorageView
 
 
 class QueueFullError(InvalidBatchError):
     """A batch that would overwrite items not yet handed out."""
 
 
-class UnrollQueue:
+class UnrollQueue(StorageView):
     """Items handed out once each, oldest first.
 
     Args:
@@ -56,22 +56,6 @@ class UnrollQueue:
         self._handed = 0
         # What a shard's INFO reports of a prioritized store, for one shape of counters.
         self.dropped_updates = 0
-
-    @property
-    def spec(self) -> TransitionSpec:
-        return self._storage.spec
-
-    @property
-    def capacity(self) -> int:
-        return self._storage.capacity
-
-    @property
-    def storage(self) -> RingStorage:
-        return self._storage
-
-    @property
-    def items_added(self) -> int:
-        return self._storage.items_written
 
     @property
     def handed(self) -> int:

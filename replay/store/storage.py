@@ -291,3 +291,27 @@ class RingStorage(RingSlots):
         if bad >= 0:
             raise InvalidIndexError(f"slot {slots[bad]} is outside the {self.size} written slots")
         return self.gather(slots)
+
+
+class StorageView:
+    """What a store built on a storage says of it (the prioritized store, the queue)."""
+
+    _storage: RingStorage
+
+    @property
+    def spec(self) -> TransitionSpec:
+        return self._storage.spec
+
+    @property
+    def capacity(self) -> int:
+        return self._storage.capacity
+
+    @property
+    def items_added(self) -> int:
+        """Items ever added, evicted ones included."""
+        return self._storage.items_written
+
+    @property
+    def storage(self):
+        """The storage itself (a ``RingStorage``, or a frame storage with its methods)."""
+        return self._storage
