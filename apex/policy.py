@@ -29,7 +29,26 @@ def _linear_init(rng: np.random.Generator, fan_in: int, fan_out: int):
     return weight, rng.uniform(-bound, bound, fan_out).astype(np.float32)
 
 
-class NumpyDuelingMLP:
+class NumpyParameters:
+    """What every numpy policy shares: its parameters by the torch module's ``state_dict``
+    names, loaded as float32, after which ``_prepare`` lays them out for the forward pass."""
+
+    _parameters: dict[str, np.ndarray]
+
+    def _prepare(self) -> None:
+        raise NotImplementedError
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: array.shape for name, array in self._parameters.items()}
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Takes new weights (names and shapes already checked by the caller)."""
+        for name, array in arrays.items():
+            self._parameters[name] = np.asarray(array, dtype=np.float32)
+        self._prepare()
+
+
+class NumpyDuelingMLP(NumpyParameters):
     """:class:`apex.networks.DuelingMLP`'s forward pass in float32 numpy.
 
     Parameter names, order and shapes are the torch module's, so the learner's published
@@ -52,15 +71,6 @@ class NumpyDuelingMLP:
                 rng, fan_in, fan_out
             )
         self._torso = [prefix for prefix, _, _ in layers if prefix.startswith("torso.")]
-        self._prepare()
-
-    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: array.shape for name, array in self._parameters.items()}
-
-    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Takes new weights (names and shapes already checked by the caller)."""
-        for name, array in arrays.items():
-            self._parameters[name] = np.asarray(array, dtype=np.float32)
         self._prepare()
 
     def _prepare(self) -> None:
@@ -103,7 +113,7 @@ def _mlp_forward(layers: list[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> 
     return x
 
 
-class NumpyActorCritic:
+class NumpyActorCritic(NumpyParameters):
     """:class:`apex.networks.ActorCritic` in float32 numpy: the DPG policy the actor acts
     with, and the critic it computes initial priorities with.
 
@@ -130,14 +140,6 @@ class NumpyActorCritic:
         self._parameters = p
         self._prepare()
 
-    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: array.shape for name, array in self._parameters.items()}
-
-    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
-        for name, array in arrays.items():
-            self._parameters[name] = np.asarray(array, dtype=np.float32)
-        self._prepare()
-
     def _prepare(self) -> None:
         def layers(net: str) -> list[tuple[np.ndarray, np.ndarray]]:
             count = sum(1 for n in self._parameters if n.startswith(net) and n.endswith(".weight"))
@@ -161,7 +163,7 @@ class NumpyActorCritic:
         return _mlp_forward(self._critic, x)[:, 0]
 
 
-class NumpyPolicyValueMLP:
+class NumpyPolicyValueMLP(NumpyParameters):
     """:class:`apex.networks.PolicyValueNet` for ``(d,)`` observations in float32 numpy:
     policy logits and state values, by the torch module's ``state_dict`` names."""
 
@@ -178,14 +180,6 @@ class NumpyPolicyValueMLP:
         p["value.weight"], p["value.bias"] = _linear_init(rng, hidden[-1], 1)
         self._parameters = p
         self._layers = len(hidden)
-        self._prepare()
-
-    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: array.shape for name, array in self._parameters.items()}
-
-    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
-        for name, array in arrays.items():
-            self._parameters[name] = np.asarray(array, dtype=np.float32)
         self._prepare()
 
     def _prepare(self) -> None:
