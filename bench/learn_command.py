@@ -46,7 +46,8 @@ def _previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
               help="The record, rewritten after every run.")  # fmt: skip
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--plots", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="Where the PNG goes [bench/results/plots].")  # fmt: skip
+              default=None, help="Where the PNG goes [bench/results/plots; none for a "
+              "--quick, --set or --seed run].")  # fmt: skip
 def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, quick,
                 json_path, markdown_path, plot_dir) -> None:  # fmt: skip
     """Learning speed with confirmed solves and 95% intervals: apex beside its peer
@@ -80,8 +81,12 @@ def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, q
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(text)
     click.echo(text)
-    plots = learn_report.plot(document, plot_dir or REPO_ROOT / "bench" / "results" / "plots")
-    click.echo(f"curves: {', '.join(str(p) for p in plots)}")
+    if plot_dir is None and (apex_settings or seeds or quick):
+        # A check, a tuning sitting or a few seeds must not draw over a record's curves.
+        click.echo("curves: not drawn for a --quick, --set or --seed run (give --plots DIR)")
+    else:
+        plots = learn_report.plot(document, plot_dir or REPO_ROOT / "bench" / "results" / "plots")
+        click.echo(f"curves: {', '.join(str(p) for p in plots)}")
     problems = report.validate(document)
     if problems:
         raise click.ClickException("learning record failed validation: " + "; ".join(problems))

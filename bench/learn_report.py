@@ -91,14 +91,15 @@ def plot(document: dict, directory: Path) -> list[Path]:
             t, iqm, low, high = (np.array(column) for column in zip(*points, strict=True))
             (line,) = axis.plot(t, iqm, label=f"{side} ({len(mine)} seeds)")
             axis.fill_between(t, low, high, alpha=0.2, color=line.get_color())
+    name = task.get("name") or task["env"]  # the task's case (older records: its env)
     if task["target"] is not None:
         axis.axhline(task["target"], color="#888888", linestyle="--", linewidth=1,
                      label="target")  # fmt: skip
     axis.set(xlabel="seconds since spawn", ylabel="greedy return (IQM, 95% band)",
-             title=f"{task['env']}: learning against wall-clock time")  # fmt: skip
+             title=f"{name}: learning against wall-clock time")  # fmt: skip
     if axis.get_legend_handles_labels()[0]:
         axis.legend(loc="lower right")
-    path = directory / f"learn-{task['env'].replace('/', '-')}.png"
+    path = directory / f"learn-{name.replace('/', '-')}.png"
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
