@@ -273,14 +273,19 @@ class Impala:
         self.steps = int(state.get("steps", 0))
 
 
-def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """An action per row drawn from ``softmax(logits)``, and its log-probability (float64
-    softmax, so a row's probabilities sum to 1 whatever the logits' scale)."""
+def sample_actions(
+    logits: np.ndarray, rng: np.random.Generator, greedy: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """An action per row drawn from ``softmax(logits)`` (the most likely one in the rows
+    ``greedy`` marks), and its log-probability (float64 softmax, so a row's probabilities
+    sum to 1 whatever the logits' scale)."""
     shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     cumulative = np.cumsum(np.exp(log_probs), axis=1)
     draws = rng.random((len(logits), 1)) * cumulative[:, -1:]
     actions = np.minimum((cumulative <= draws).sum(axis=1), logits.shape[1] - 1)
+    if greedy is not None:
+        actions = np.where(greedy, logits.argmax(axis=1), actions)
     return actions.astype(np.int64), log_probs[np.arange(len(logits)), actions]
 
 
@@ -308,15 +313,7 @@ class ImpalaActing:
     def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
         """Sampled actions where ``scales`` > 0, greedy ones where 0."""
         logits, _ = self.network.logits_and_values(observations)
-        actions, log_probs = sample_actions(logits, rng)
-        greedy = np.asarray(scales) == 0
-        if greedy.any():
-            best = logits.argmax(axis=1)
-            actions = np.where(greedy, best, actions)
-            shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
-            all_log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-            log_probs = all_log_probs[np.arange(len(actions)), actions]
-        self.last_log_probs = log_probs
+        actions, self.last_log_probs = sample_actions(logits, rng, np.asarray(scales) == 0)
         return actions
 
     def values(self, observations: np.ndarray) -> np.ndarray:

@@ -51,8 +51,8 @@ class ProgressWindow:
         self.loss += loss
         self.td += mean_abs_td
 
-    def add_trained(self, lags) -> None:
-        self.trained_lags.extend(int(lag) for lag in lags)
+    def add_trained(self, lags: np.ndarray) -> None:
+        self.trained_lags.extend(lags.tolist())
 
     def add_episode(self, episode_return: float, lag: int | None) -> None:
         self.returns.append(episode_return)

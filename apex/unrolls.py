@@ -19,7 +19,9 @@ bootstrap that PPO implementations use, since the unroll's next observation is a
 the reset one.
 
 Consecutive unrolls of an env overlap by one observation: the bootstrap observation of one
-is the first of the next. Every env emits at the same step, so a call either returns
+is the first of the next, unless an episode ended at the unroll's last step (the actor
+hands its final observation as the bootstrap one; its γ of 0 leaves it unread). Every
+env emits at the same step, so a call either returns
 nothing or one unroll per env, copied out of preallocated buffers.
 """
 

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from apex.envs import env_shape
+from apex.envs import EnvShape, env_shape
 from launch.config import ConfigError, RunConfig
 from replay.errors import InvalidBatchError
 from replay.frames.spec import FrameStackSpec
@@ -39,13 +39,14 @@ LEARNER_SENDER = 1_000_000
 LEARNER_START_TIMEOUT_S = 3600.0
 
 
-def transition_spec(config: RunConfig) -> TransitionSpec:
+def transition_spec(config: RunConfig, shape: EnvShape | None = None) -> TransitionSpec:
     """What the run's actors send and its shards keep: ``config.env``'s n-step transitions,
-    or the algorithm's own items (IMPALA's unrolls). Builds the env once to learn it."""
+    or the algorithm's own items (IMPALA's unrolls). Without the env's ``shape``, builds
+    the env once to learn it."""
     from apex.algorithm import choose
     from apex.algorithm import transition_spec as algorithm_spec
 
-    shape = env_shape(config.env)
+    shape = shape if shape is not None else env_shape(config.env)
     return algorithm_spec(choose(config.algorithm, shape, config.env), shape, config.actor)
 
 
@@ -178,7 +179,7 @@ def learner(
         start_timeout_s=LEARNER_START_TIMEOUT_S,
         security=config.security,
     )
-    source = make_sampler(sampler_config, transition_spec(config), DeviceStager(device))
+    source = make_sampler(sampler_config, transition_spec(config, shape), DeviceStager(device))
     return Learner(
         settings,
         build_algorithm(settings, shape, device),

@@ -204,6 +204,7 @@ def load_checked_run_config(path: Path | None, overrides: dict, *, cluster: bool
         click.UsageError: the config's problems, or why the env cannot be made.
     """
     from apex.envs import EnvUnavailable, check_env
+    from launch import builder
     from launch.preflight import cluster_run_problems, local_run_problems
     from replay.errors import ConfigError
 
@@ -213,10 +214,7 @@ def load_checked_run_config(path: Path | None, overrides: dict, *, cluster: bool
     except EnvUnavailable as exc:
         raise click.UsageError(str(exc)) from exc
     check = cluster_run_problems if cluster else local_run_problems
-    from apex.algorithm import choose, transition_spec
-
-    spec = transition_spec(choose(config.algorithm, shape, config.env), shape, config.actor)
-    problems = check(config, spec)
+    problems = check(config, builder.transition_spec(config, shape))
     if problems:
         raise click.UsageError(str(ConfigError(problems)))
     return config

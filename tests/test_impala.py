@@ -25,6 +25,10 @@ def test_sampled_actions_follow_the_softmax_and_carry_its_log_probabilities():
     statistic = ((counts - expected * len(actions)) ** 2 / (expected * len(actions))).sum()
     assert statistic < 33.4, (counts, expected)
     np.testing.assert_allclose(log_probs, np.log(expected)[actions], rtol=1e-6)
+    # Rows marked greedy take the most likely action, with its own log-probability.
+    greedy, greedy_log_probs = sample_actions(logits[:4], rng, np.array([1, 0, 1, 0], bool))
+    assert greedy[[0, 2]].tolist() == [0, 0]
+    np.testing.assert_allclose(greedy_log_probs, np.log(expected)[greedy], rtol=1e-6)
     # Huge logits do not overflow: the largest is certain.
     sure, sure_log_probs = sample_actions(np.array([[1e4, 0.0, -1e4]], np.float32), rng)
     assert sure.tolist() == [0] and sure_log_probs[0] == pytest.approx(0.0)

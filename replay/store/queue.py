@@ -110,9 +110,10 @@ class UnrollQueue(StorageView):
         *,
         out: BatchBuffers | None = None,
         packed: bool = False,
-        **_,
     ) -> SampledBatch:
         """Hands out the ``batch_size`` oldest queued items, each once (weights 1).
+        ``beta`` and ``packed`` are the prioritized store's, and do not apply: a queue has
+        no priorities and keeps whole items.
 
         Raises:
             InvalidIndexError: ``batch_size`` is not a positive integer.
