@@ -19,16 +19,16 @@ import threading
 import time
 from dataclasses import dataclass
 
-import gymnasium as gym
 import numpy as np
 
 from apex.algorithm import ActingPolicy, AlgorithmEntry, transition_spec
 from apex.channels import EpisodeReporter
-from apex.envs import env_factories, env_shape
+from apex.envs import env_shape
 from apex.exploration import env_epsilons
 from apex.frame_writer import FrameWriter
 from apex.nstep import NStepBuilder
 from apex.settings import ActorConfig
+from apex.vector_envs import actor_envs
 from apex.weights import WeightSubscriber
 from replay.errors import ReplayTimeout
 from replay.inserts.client import InsertClient, ShardEndpoints
@@ -131,10 +131,7 @@ class Actor:
             self._refs = NStepBuilder(
                 config.envs_per_actor, config.n_step, config.gamma, (2,), np.dtype(np.int64)
             )
-        self._envs = gym.vector.SyncVectorEnv(
-            env_factories(config.env, config.envs_per_actor, training=True),
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-        )
+        self._envs = actor_envs(config.env, config.envs_per_actor, threads=config.env_threads)
         self._stop = threading.Event()
         self.steps = 0
         self.transitions_sent = 0

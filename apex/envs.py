@@ -56,6 +56,10 @@ class EnvPreset:
     defaults: Mapping[str, object] = field(default_factory=dict)
 
 
+# DQN's Atari episode starts: up to this many no-op steps. And ALE's episode limit, as
+# gymnasium's ALE/*-v5 ids: 108,000 emulator frames (27,000 steps of 4 frames).
+NOOP_MAX = 30
+ATARI_MAX_FRAMES = 108_000
 # MinAtar has no episode limit of its own (see _make_minatar).
 MINATAR_MAX_EPISODE_STEPS = 10_000
 
@@ -111,11 +115,20 @@ def make_env(name: str, *, training: bool) -> gym.Env:
         return _make_minatar(chosen.gym_id)
     if not chosen.atari:
         return gym.make(chosen.gym_id)
+    return make_atari(chosen.gym_id, training=training)
+
+
+def make_atari(
+    gym_id: str, *, training: bool, noop_max: int = NOOP_MAX, max_frames: int = ATARI_MAX_FRAMES
+) -> gym.Env:
+    """One ALE game through gymnasium's wrappers, preprocessed as DQN's (actors step
+    ale-py's vector env instead, ``apex.vector_envs``, which does the same in C++)."""
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make(chosen.gym_id, frameskip=1, repeat_action_probability=0.0)
-    env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, noop_max=30)
+    env = gym.make(gym_id, frameskip=1, repeat_action_probability=0.0,
+                   max_num_frames_per_episode=max_frames)  # fmt: skip
+    env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, noop_max=noop_max)
     env = gym.wrappers.FrameStackObservation(env, 4)
     if training:
         env = gym.wrappers.TransformReward(env, np.sign)

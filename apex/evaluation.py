@@ -16,7 +16,6 @@ import numpy as np
 
 from apex.algorithm import ActingPolicy
 from apex.channels import ApexKind
-from apex.envs import env_factories, preset
 from replay.errors import ProtocolError
 from replay.wire.layout import Message
 
@@ -98,25 +97,8 @@ def read_evaluation(message: Message) -> Evaluation:
                       bool(confirmation), skipped)  # fmt: skip
 
 
-def evaluation_envs(env: str, count: int) -> gym.vector.VectorEnv:
-    """``count`` copies of ``env`` side by side, seeded by ``reset(seed=...)``.
-
-    An environment with a numpy implementation of its own for many copies (CartPole's
-    ``vector_entry_point``) gets it: 20 CartPoles step in 61 µs against 208 µs as 20
-    separate envs. Atari presets and every other id step one wrapped env per copy (copy
-    ``i`` seeded ``seed + i``; the numpy version draws every copy's start from one
-    generator seeded ``seed``). Evaluation plays one episode per copy, so how a copy
-    resets after it is of no matter.
-    """
-    chosen = preset(env)
-    plain = not (chosen.atari or chosen.minatar)
-    if plain and gym.spec(chosen.gym_id).vector_entry_point is not None:
-        return gym.make_vec(chosen.gym_id, num_envs=count, vectorization_mode="vector_entry_point")
-    return gym.vector.SyncVectorEnv(env_factories(env, count, training=False))
-
-
 def play_greedy(policy: ActingPolicy, envs: gym.vector.VectorEnv, seed: int) -> np.ndarray:
-    """Returns of one greedy episode on each copy of ``envs`` (:func:`evaluation_envs`,
+    """Returns of one greedy episode on each copy of ``envs`` (``apex.vector_envs.evaluation_envs``,
     reset here with ``seed``), played side by side with unclipped rewards: the policy
     acts at zero exploration (ε 0, noise σ 0)."""
     episodes = envs.num_envs

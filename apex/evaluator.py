@@ -34,7 +34,8 @@ import zmq
 
 from apex.algorithm import ActingPolicy
 from apex.channels import EPISODES_HWM
-from apex.evaluation import Evaluation, evaluation_envs, play_greedy
+from apex.evaluation import Evaluation, play_greedy
+from apex.vector_envs import evaluation_envs
 from apex.weights import WeightSubscriber
 from replay.wire.layout import encode
 from replay.wire.security import SecurityConfig, make_context

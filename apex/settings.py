@@ -75,6 +75,8 @@ class ActorConfig:
         seed: the run's root seed; this actor uses ``seed + 1000 · (actor_index + 1)``.
         torch_threads: intra-op threads of the forward passes of a torch policy (image
             observations; vector observations act in numpy, single-threaded).
+        env_threads: emulator threads of an ALE game's C++ vector env (other envs step
+            on the actor's own thread).
         max_steps: stop after this many vector steps (None: until stopped).
         insert_timeout_s: how long one insert attempt waits for a shard with room before
             the actor checks its stop flag and tries again.
@@ -105,6 +107,7 @@ class ActorConfig:
     priority_epsilon: float = 1e-3
     seed: int = 0
     torch_threads: int = 1
+    env_threads: int = 1
     max_steps: int | None = None
     insert_timeout_s: float = 1.0
     shard_start_timeout_s: float = 300.0
@@ -129,6 +132,7 @@ class ActorConfig:
             "weight_refresh_steps",
             "refresh_versions",
             "torch_threads",
+            "env_threads",
         )
         problems = not_positive_integers(named(self, prefix, counts))
         problems += in_unit_interval(f"{prefix}gamma", self.gamma)

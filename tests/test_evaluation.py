@@ -17,9 +17,10 @@ import zmq
 from torch import nn
 
 from apex.channels import ApexKind, EpisodeCollector
-from apex.evaluation import Evaluation, evaluation_envs, play_greedy, read_evaluation
+from apex.evaluation import Evaluation, play_greedy, read_evaluation
 from apex.evaluator import Evaluator, EvaluatorConfig
 from apex.metrics import read_metrics
+from apex.vector_envs import evaluation_envs
 from apex.weights import WeightPublisher
 from replay.errors import ProtocolError
 from replay.wire.layout import Message, decode, encode
