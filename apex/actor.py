@@ -24,9 +24,9 @@ import numpy as np
 from apex.algorithm import ActingPolicy, AlgorithmEntry, transition_spec
 from apex.channels import EpisodeReporter
 from apex.envs import env_shape
+from apex.experience import ExperienceMaker
 from apex.exploration import env_epsilons
 from apex.frame_writer import FrameWriter
-from apex.nstep import NStepBuilder
 from apex.settings import ActorConfig
 from apex.vector_envs import actor_envs
 from apex.weights import WeightSubscriber
@@ -40,11 +40,6 @@ FLUSH_TIMEOUT_S = 5.0
 WEIGHTS_POLL_S = 0.05
 
 logger = logging.getLogger(__name__)
-
-
-def _pairs(numbers: np.ndarray) -> np.ndarray:
-    """``(env, frame number)`` per env, the "observation" the reference builder carries."""
-    return np.column_stack([np.arange(len(numbers), dtype=np.int64), numbers])
 
 
 @dataclass(frozen=True)
@@ -104,22 +99,6 @@ class Actor:
             credit=config.insert_credit,
             reroute_after_s=config.reroute_after_s,
         )
-        own_builder = getattr(self._algorithm.load(), "build_experience", None)
-        if own_builder is not None:  # IMPALA's unrolls
-            self._builder = own_builder(config, shape, self._policy, lambda: self._weights.version)
-        else:
-            action = self._spec["action"]
-            self._builder = NStepBuilder(
-                config.envs_per_actor,
-                config.n_step,
-                config.gamma,
-                shape.observation_shape,
-                shape.observation_dtype,
-                tuple(action.shape),
-                np.dtype(action.dtype),
-            )
-        # With frame shards, a second builder in lock-step turns (env, frame number) pairs
-        # into the records' frame references (see apex.frame_writer).
         self._frames: FrameWriter | None = None
         if self._inserts.frames is not None:
             layout = self._inserts.frame_layout
@@ -128,9 +107,8 @@ class Actor:
                 history=config.insert_batch + 8, compress=layout["compressed"],
                 rng=np.random.default_rng(), frame_shape=self._inserts.frames.frame_shape,
             )  # fmt: skip
-            self._refs = NStepBuilder(
-                config.envs_per_actor, config.n_step, config.gamma, (2,), np.dtype(np.int64)
-            )
+        self._maker = ExperienceMaker(config, shape, self._spec, acting, self._frames,
+                                      lambda: self._weights.version)  # fmt: skip
         self._envs = actor_envs(config.env, config.envs_per_actor, threads=config.env_threads)
         self._stop = threading.Event()
         self.steps = 0
@@ -159,8 +137,6 @@ class Actor:
         )
         seeds = [config.actor_seed + e for e in range(config.envs_per_actor)]
         observations, _ = self._envs.reset(seed=seeds)
-        every_env = np.arange(config.envs_per_actor)
-        numbers = self._number_frames(observations, every_env, episode_start=True)
         pending: list[dict[str, np.ndarray]] = []
         pending_count = 0
         episode_returns = np.zeros(config.envs_per_actor)
@@ -168,6 +144,7 @@ class Actor:
         started = next_weights_poll = time.monotonic()
         try:
             self._weights.poll(self._policy, timeout_ms=0)
+            self._maker.begin(observations)
             while not self._stop.is_set():
                 if config.max_steps is not None and self.steps >= config.max_steps:
                     break
@@ -177,7 +154,7 @@ class Actor:
                     # waits in the socket gets older the longer it is not read.
                     self._weights.poll(self._policy)
                     next_weights_poll = now + WEIGHTS_POLL_S
-                actions = self._explore(observations)
+                actions = self._maker.act(observations, self._scales, self._rng)
                 next_observations, rewards, terminated, truncated, info = self._envs.step(actions)
                 ended = np.logical_or(terminated, truncated)
                 transition_next = next_observations
@@ -185,20 +162,8 @@ class Actor:
                     transition_next = next_observations.copy()
                     for env in np.flatnonzero(ended):
                         transition_next[env] = info["final_obs"][env]
-                out = self._builder.step(
-                    observations, actions, rewards, transition_next, terminated, truncated
-                )
-                if self._frames is not None:
-                    # An episode's final frame first, then its successor's reset frame.
-                    final = self._number_frames(transition_next, every_env, episode_start=False)
-                    refs = self._refs.step(
-                        _pairs(numbers), actions, rewards, _pairs(final), terminated, truncated
-                    )
-                    out["refs"] = np.column_stack([refs["obs"], refs["next_obs"][:, 1]])
-                    reset = self._number_frames(
-                        next_observations, np.flatnonzero(ended), episode_start=True
-                    )
-                    numbers = np.where(ended, reset, final)
+                out = self._maker.step(observations, actions, rewards, next_observations,
+                                       transition_next, terminated, truncated)  # fmt: skip
                 if out is not None and len(out["action"]):
                     pending.append(out)
                     pending_count += len(out["action"])
@@ -233,27 +198,9 @@ class Actor:
             )
             self.close()
 
-    def _explore(self, observations: np.ndarray) -> np.ndarray:
-        return self._policy.explore(observations, self._scales, self._rng)
-
-    def _initial_priorities(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        """|n-step TD error| under the actor's own network (Ape-X), plus ε."""
-        return self._policy.td_errors(batch) + self.config.priority_epsilon
-
-    def _number_frames(
-        self, observations: np.ndarray, envs: np.ndarray, episode_start: bool
-    ) -> np.ndarray:
-        """Numbers the newest frame of the observations of ``envs`` (a frame writer's
-        stream each); returns a number per env of the actor (-1 for the others, and for
-        every env without frame shards)."""
-        numbers = np.full(self.config.envs_per_actor, -1, dtype=np.int64)
-        if self._frames is not None and len(envs):
-            numbers[envs] = self._frames.observe(envs, observations[envs, -1], episode_start)
-        return numbers
-
     def _send(self, parts: list[dict[str, np.ndarray]]) -> None:
         batch = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
-        priorities = self._initial_priorities(batch)
+        batch, priorities = self._maker.priorities(batch, self.config.priority_epsilon)
         # Shards push back (rate limiter, full queues): wait, but keep seeing the stop flag.
         while not self._stop.is_set():
             try:

@@ -215,7 +215,7 @@ class DQNActing:
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = build_policy(
             shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
-            torch_threads=config.torch_threads,
+            torch_threads=config.torch_threads, precision=config.acting_precision,
         )  # fmt: skip
         self._actions = shape.actions
 
@@ -226,11 +226,23 @@ class DQNActing:
         self.network.load(arrays)
 
     def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
-        greedy = self.network.q_values(observations).argmax(axis=1)
-        return epsilon_greedy(greedy, scales, self._actions, rng)
+        return self.explore_from(self.values(observations), scales, rng)
+
+    def values(self, observations: np.ndarray) -> np.ndarray:
+        """Q(s, ·) per row: what it acts on, and what its priorities reuse
+        (``apex.experience``)."""
+        return self.network.q_values(observations)
+
+    def explore_from(self, values: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+        return epsilon_greedy(values.argmax(axis=1), scales, self._actions, rng)
 
     def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        q = self.network.q_values(batch["obs"])
-        q_next = self.network.q_values(batch["next_obs"]).max(axis=1)
-        taken = q[np.arange(len(q)), batch["action"]]
-        return np.abs(batch["reward"] + batch["discount"] * q_next - taken).astype(np.float64)
+        return self.td_errors_from(self.values(batch["obs"]), self.values(batch["next_obs"]), batch)
+
+    def td_errors_from(
+        self, values: np.ndarray, next_values: np.ndarray, batch: dict[str, np.ndarray]
+    ) -> np.ndarray:
+        """|R + d · max Q(s') − Q(s, a)| from Q(s, ·) and Q(s', ·) per transition."""
+        taken = values[np.arange(len(values)), batch["action"]]
+        bootstrap = next_values.max(axis=1)
+        return np.abs(batch["reward"] + batch["discount"] * bootstrap - taken).astype(np.float64)

@@ -300,7 +300,7 @@ class ImpalaActing:
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = build_policy_value(
             shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
-            torch_threads=config.torch_threads,
+            torch_threads=config.torch_threads, precision=config.acting_precision,
         )  # fmt: skip
         self.last_log_probs = np.zeros(0)
 

@@ -4,7 +4,8 @@ Vector observations get the dueling MLP's forward pass in numpy. An actor then n
 imports torch: it starts in 0.43 s instead of 1.65 s, holds about 106 MB instead of about
 400 MB, and a forward pass over a handful of observations costs a few BLAS calls instead
 of torch's per-operator dispatch (24 against 95 µs for one observation). Image
-observations keep the torch Nature CNN.
+observations keep the torch convolutional networks, in int8 where the run asks for it
+(``actor.acting_precision``, ``apex.int8_policy``).
 
 Both policies take the learner's weights by the names and shapes of its ``state_dict``,
 as :class:`apex.weights.WeightSubscriber` delivers them.
@@ -13,6 +14,7 @@ as :class:`apex.weights.WeightSubscriber` delivers them.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,8 @@ import numpy as np
 
 if TYPE_CHECKING:
     from torch import nn
+
+logger = logging.getLogger(__name__)
 
 
 def _linear_init(rng: np.random.Generator, fan_in: int, fan_out: int):
@@ -218,20 +222,20 @@ class TorchPolicy:
         torch.set_num_threads(threads)
         torch.manual_seed(seed)
         self._torch = torch
-        self._network = build()
-        self._network.eval()
+        self.network = build()
+        self.network.eval()
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: tuple(t.shape) for name, t in self._network.state_dict().items()}
+        return {name: tuple(t.shape) for name, t in self.network.state_dict().items()}
 
     def load(self, arrays: Mapping[str, np.ndarray]) -> None:
-        self._network.load_state_dict(
+        self.network.load_state_dict(
             {name: self._torch.from_numpy(np.array(array)) for name, array in arrays.items()}
         )
 
     def _forward(self, observations: np.ndarray):
         with self._torch.no_grad():
-            return self._network(self._torch.from_numpy(observations))
+            return self.network(self._torch.from_numpy(observations))
 
     def q_values(self, observations: np.ndarray) -> np.ndarray:
         return self._forward(observations).numpy()
@@ -251,6 +255,7 @@ def _numpy_or_torch(numpy_class, torch_network: str):
         hidden: Sequence[int],
         seed: int,
         torch_threads: int = 1,
+        precision: str = "float32",
     ):
         if len(observation_shape) == 1:
             return numpy_class(observation_shape[0], actions, hidden, seed)
@@ -260,7 +265,20 @@ def _numpy_or_torch(numpy_class, torch_network: str):
 
             return getattr(networks, torch_network)(observation_shape, actions, hidden)
 
-        return TorchPolicy(network, seed, torch_threads)
+        policy = TorchPolicy(network, seed, torch_threads)
+        if precision != "int8":
+            return policy
+        from apex.int8_policy import Int8Policy, int8_available
+
+        if tuple(observation_shape[1:]) != (84, 84):
+            # Measured only for the Nature convolutions; the MinAtar network is cheap in
+            # float and lost half its Q spread to int8 in a trial.
+            logger.warning("int8 acting is for 84x84 frames: acting in float32")
+            return policy
+        if not int8_available():
+            logger.warning("this torch has no x86 int8 backend: acting in float32")
+            return policy
+        return Int8Policy(policy, np.zeros((1, *observation_shape), dtype=np.uint8))
 
     return build
 

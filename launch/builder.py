@@ -234,5 +234,7 @@ def evaluator(
         confirm_episodes=settings.confirm_episodes,
         target_return=solved_return(config.env, settings.target_return),
     )
-    policy, _ = build_acting(config.actor_config(0), env_shape(config.env))
+    # The learned policy as it is: in float, whatever precision the actors act in.
+    acting = dataclasses.replace(config.actor_config(0), acting_precision="float32")
+    policy, _ = build_acting(acting, env_shape(config.env))
     return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)

@@ -89,6 +89,8 @@ def test_replay_totals_are_split_over_the_shards() -> None:
         ),
         ({"learner": {"max_time_s": 0}}, "learner.max_time_s must be > 0"),
         ({"actor": {"insert_credit": 0}}, "actor.insert_credit must be a positive integer"),
+        ({"actor": {"env_threads": 0}}, "actor.env_threads must be a positive integer"),
+        ({"actor": {"acting_precision": "int4"}}, "actor.acting_precision must be one of"),
         ({"learner": {"eval_every_steps": -1}}, "learner.eval_every_steps must be an integer"),
         ({"learner": {"confirm_episodes": 1.5}}, "learner.confirm_episodes must be an integer"),
         ({"learner": {"stop_when_solved": 1}}, "learner.stop_when_solved must be true or false"),

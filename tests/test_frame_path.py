@@ -13,6 +13,7 @@ import zmq
 from apex.actor import Actor, ActorEndpoints
 from apex.algorithm import build_acting
 from apex.envs import env_shape
+from apex.nstep import NStepBuilder
 from apex.settings import ActorConfig
 from replay.protocol.requests import RequestClient
 from tests.conftest import ShardProcess, wait_for
@@ -55,17 +56,25 @@ def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(frame_shards) 
     )
     actor = Actor(config, build_acting(config, env_shape(config.env)), endpoints)
     truth: dict[bytes, tuple[float, float]] = {}
-    emit = actor._builder.step
+    # The actor keeps no stacks with frame shards; a builder of its own gives the truth.
+    shape = env_shape(config.env)
+    reference = NStepBuilder(config.envs_per_actor, config.n_step, config.gamma,
+                             shape.observation_shape, shape.observation_dtype)  # fmt: skip
+    emit = actor._maker.step
 
-    def recording_step(*arguments):
-        out = emit(*arguments)
+    def recording_step(observations, actions, rewards, next_observations, final, *ends):
+        expected = reference.step(observations, actions, rewards, final, *ends)
+        out = emit(observations, actions, rewards, next_observations, final, *ends)
+        np.testing.assert_array_equal(out["reward"], expected["reward"])
+        np.testing.assert_array_equal(out["discount"], expected["discount"])
         for obs, following, reward, discount in zip(
-            out["obs"], out["next_obs"], out["reward"], out["discount"], strict=True
-        ):
+            expected["obs"], expected["next_obs"], expected["reward"], expected["discount"],
+            strict=True,
+        ):  # fmt: skip
             truth[key(obs, following)] = (float(reward), float(discount))
         return out
 
-    actor._builder.step = recording_step
+    actor._maker.step = recording_step
     try:
         actor.run()
         assert actor._frames is not None, "the shards did not ask for frames"

@@ -73,3 +73,77 @@ def test_a_vector_observation_actor_never_imports_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def pong_frames() -> np.ndarray:
+    """480 stacks of real Pong frames from random play."""
+    pytest.importorskip("ale_py")
+    from apex.vector_envs import AtariStacks
+
+    envs = AtariStacks("Pong", 8, training=True, threads=1)
+    rng = np.random.default_rng(0)
+    envs.reset(seed=list(range(8)))
+    frames = []
+    for _ in range(60):
+        observations, *_ = envs.step(rng.integers(0, 6, 8))
+        frames.append(observations.copy())
+    envs.close()
+    return np.concatenate(frames)
+
+
+def _acting(policy, frames: np.ndarray) -> None:
+    """Forward passes as an actor of 8 envs makes them (its calibration rows)."""
+    for start in range(0, len(frames), 8):
+        policy.q_values(frames[start : start + 8])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_int8_greedy_actions_are_the_float_ones_but_for_near_ties(pong_frames, seed) -> None:
+    float_policy = build_policy((4, 84, 84), 6, (512,), seed=seed)
+    int8_policy = build_policy((4, 84, 84), 6, (512,), seed=seed, precision="int8")
+    _acting(int8_policy, pong_frames)
+    expected, q = float_policy.q_values(pong_frames), int8_policy.q_values(pong_frames)
+    error = np.abs(q - expected).max()
+    assert error < 0.1 * expected.std()
+    ordered = np.sort(expected, axis=1)
+    margin = ordered[:, -1] - ordered[:, -2]
+    differ = q.argmax(axis=1) != expected.argmax(axis=1)
+    assert differ.mean() <= 0.05
+    # A greedy action changes only where the float network's two best were within the
+    # int8 network's error of each other.
+    assert (margin[differ] <= 2 * error).all()
+
+
+def test_int8_policy_quantizes_each_set_of_weights_it_takes(pong_frames) -> None:
+    source = build_policy((4, 84, 84), 6, (512,), seed=7)
+    policy = build_policy((4, 84, 84), 6, (512,), seed=0, precision="int8")
+    _acting(policy, pong_frames[:256])
+    first = policy.quantizations
+    assert first == 1  # the calibration rows are not full yet: one quantization so far
+    _acting(policy, pong_frames)
+    assert policy.quantizations == 2  # again once they are
+    policy.load({name: t.numpy() for name, t in source.network.state_dict().items()})
+    q = policy.q_values(pong_frames[:64])
+    assert policy.quantizations == 3
+    expected = source.q_values(pong_frames[:64])
+    assert np.abs(q - expected).max() < 0.1 * expected.std()
+
+
+def test_int8_policy_value_network_and_minatar_in_float(pong_frames) -> None:
+    from apex.policy import build_policy_value
+
+    float_policy = build_policy_value((4, 84, 84), 6, (512,), seed=0)
+    int8_policy = build_policy_value((4, 84, 84), 6, (512,), seed=0, precision="int8")
+    for start in range(0, 256, 8):
+        int8_policy.logits_and_values(pong_frames[start : start + 8])
+    logits, values = int8_policy.logits_and_values(pong_frames[:64])
+    expected_logits, expected_values = float_policy.logits_and_values(pong_frames[:64])
+    # Both heads read the same features; the logits' spread is the scale of a readout
+    # (a fresh value head's outputs barely differ from each other).
+    scale = expected_logits.std()
+    assert np.abs(logits - expected_logits).max() < 0.1 * scale
+    assert np.abs(values - expected_values).max() < 0.1 * scale
+    # The MinAtar network stays in float (int8 is for 84x84 frames).
+    minatar = build_policy((10, 10, 4), 3, (128,), seed=0, precision="int8")
+    assert isinstance(minatar, TorchPolicy)
