@@ -3,10 +3,12 @@ speed on one CPU core (``apex bench actor``), for actors of image policies.
 
 Static quantization (torch's FX graph mode, the x86 backend): weights per output channel
 and activations per tensor in 8 bits, the activations' ranges calibrated on observations
-the actor has just seen. Each set of weights the learner publishes is quantized afresh
-at the first forward pass after it arrives, on a fresh copy of the observed graph, so no
-range outlives the weights it was measured for. Until then (and where torch lacks the
-backend) the float network answers.
+the actor has just seen. A full quantization (calibration and conversion) costs about
+0.3 s of CPU, so it is done at the first forward pass, once the calibration rows are
+full, and then for every ``RECALIBRATE_LOADS``-th set of weights; the sets between only
+have their weights quantized again (per channel, as the conversion does, a few ms) and
+keep the activation ranges of the last calibration, which move little between the
+learner's successive weights.
 
 What it changes is checked where it matters, in the greedy actions: ``tests/test_policy``
 compares them with the float network's on real frames, and ``apex bench actor`` reports
@@ -29,6 +31,8 @@ from apex.policy import TorchPolicy
 # Observations kept for calibration: one row of each forward pass (each env copy's in
 # turn), this many. Weights are quantized again once the first full set is in.
 CALIBRATION_ROWS = 64
+# Sets of weights between full calibrations.
+RECALIBRATE_LOADS = 32
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +66,7 @@ class Int8Policy:
         # in float: it is a few numbers a row, and quantized adds that broadcast resize
         # their outputs (torch warns on every call).
         mapping = get_default_qconfig_mapping("x86")
+        self._weight_observer = mapping.global_qconfig.weight
         for arithmetic in (operator.add, operator.sub, torch.add, torch.sub, "mean"):
             mapping.set_object_type(arithmetic, None)
         with warnings.catch_warnings():  # FX graph mode announces its successor, torchao
@@ -87,14 +92,21 @@ class Int8Policy:
         self._row_count = 0
         self._quantized: torch.nn.Module | None = None
         self._calibrated_on = 0
+        self._loads_since_calibration = 0
+        self._new_weights = False
         self.quantizations = 0
+        self.weight_swaps = 0
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         return self._float.parameter_shapes()
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        return self._float.arrays()
+
     def load(self, arrays: Mapping[str, np.ndarray]) -> None:
         self._float.load(arrays)
-        self._quantized = None
+        self._new_weights = True
+        self._loads_since_calibration += 1
 
     def q_values(self, observations: np.ndarray) -> np.ndarray:
         return self._forward(observations).numpy()
@@ -105,8 +117,14 @@ class Int8Policy:
 
     def _forward(self, observations: np.ndarray):
         self._keep(observations)
-        if self._quantized is None or (self._calibrated_on < CALIBRATION_ROWS <= self._row_count):
+        if (
+            self._quantized is None
+            or self._loads_since_calibration >= RECALIBRATE_LOADS
+            or self._calibrated_on < CALIBRATION_ROWS <= self._row_count
+        ):
             self._quantized = self._quantize()
+        elif self._new_weights:
+            self._swap_weights()
         with torch.no_grad():
             return self._quantized(torch.from_numpy(observations))
 
@@ -131,4 +149,24 @@ class Int8Policy:
                 warnings.simplefilter("ignore")
                 quantized = convert_fx(observed)
         self.quantizations += 1
+        self._loads_since_calibration = 0
+        self._new_weights = False
         return quantized
+
+    def _swap_weights(self) -> None:
+        """The float network's weights, quantized per channel, into the converted layers
+        (the activation ranges stay)."""
+        weights = self._float.network.state_dict()
+        for name, module in self._quantized.named_modules():
+            if not hasattr(module, "set_weight_bias") or f"{name}.weight" not in weights:
+                continue  # (a layer's packed parameters are a module of their own)
+            weight, bias = weights[f"{name}.weight"], weights[f"{name}.bias"]
+            observer = self._weight_observer()
+            observer(weight)
+            scales, zero_points = observer.calculate_qparams()
+            quantized = torch.quantize_per_channel(
+                weight, scales.float(), zero_points, observer.ch_axis, observer.dtype
+            )
+            module.set_weight_bias(quantized, bias)
+        self.weight_swaps += 1
+        self._new_weights = False

@@ -45,6 +45,10 @@ class NumpyParameters:
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         return {name: array.shape for name, array in self._parameters.items()}
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The weights it holds, by ``state_dict`` name (copies)."""
+        return {name: array.copy() for name, array in self._parameters.items()}
+
     def load(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Takes new weights (names and shapes already checked by the caller)."""
         for name, array in arrays.items():
@@ -227,6 +231,10 @@ class TorchPolicy:
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         return {name: tuple(t.shape) for name, t in self.network.state_dict().items()}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The weights it holds, by ``state_dict`` name (copies)."""
+        return {name: t.numpy().copy() for name, t in self.network.state_dict().items()}
 
     def load(self, arrays: Mapping[str, np.ndarray]) -> None:
         self.network.load_state_dict(

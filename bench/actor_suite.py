@@ -1,69 +1,189 @@
-"""Actor suite: environment steps per second of one actor's acting loop, by env count.
+"""Actor suite: env steps per second of one actor's loop, by env count, and for Pong where
+its time goes, before and after the C++ vector env, the reuse of acting values and int8.
 
-Times what an actor does per vector step (one batched forward pass of the actor's own
-policy, numpy for vector observations and torch for images; ε-greedy, or for Ape-X DPG
-the policy's action plus Gaussian noise; the vector env's step; the n-step builder)
-without sending, so it is one actor process's ceiling. Pong runs only where ale-py is
-installed, HalfCheetah only where mujoco is; otherwise each is reported unavailable.
+The loop is an actor's own per step (``apex.experience.ExperienceMaker`` as
+``apex.actor`` runs it): a batched forward pass and exploration, the vector env's step,
+the n-step builder, per ``insert_batch`` transitions their initial priorities and, for
+Pong, the frame writer's message (frames LZ4-compressed, as for compressing frame
+shards), and every ``weight_refresh_steps`` of the env's preset a load of new weights
+(the int8 network quantizes them again); everything but the sockets. Pong is timed on
+CPU seconds of the whole process (its emulator threads included), so its figures are env
+steps per second *per core*:
+
+* ``before``: gymnasium's ``SyncVectorEnv`` of ``AtariPreprocessing`` and
+  ``FrameStackObservation`` envs, the float Nature CNN, and priorities from two more
+  forward passes per transition, as actors ran until issue 30;
+* ``ale``: ale-py's ``AtariVectorEnv`` (one emulator thread), priorities from the values
+  the actor acted on; ``ale-int8``: the same with the int8 network.
+
+And the parts alone: the env step with random actions (``env-gym``, ``env-ale``) and the
+forward pass (``forward-float32``, ``forward-int8``) at the env count's batch. Pong runs
+only where ale-py is installed, HalfCheetah only where mujoco is; otherwise each is
+reported unavailable.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from apex.envs import env_factories, env_shape
-from apex.exploration import epsilon_greedy, gaussian_noise
-from apex.nstep import NStepBuilder
-from apex.policy import NumpyActorCritic, build_policy
+from apex.algorithm import build_acting, transition_spec
+from apex.envs import env_factories, env_shape, preset
+from apex.experience import ExperienceMaker
+from apex.frame_writer import FrameWriter
+from apex.settings import ActorConfig
+from apex.vector_envs import actor_envs
 from bench.timing import measure_rate
 
 SUITE = "actor"
+INSERT_BATCH = 50
 
 
-def acting_loop(env: str, env_count: int, hidden: tuple[int, ...]) -> Callable[[], None]:
-    shape = env_shape(env)
-    envs = gym.vector.SyncVectorEnv(
-        env_factories(env, env_count, training=True),
+class _SendTimePriorities:
+    """An acting policy as actors had it before issue 30: priorities from forward passes
+    over each sent transition (it hides the values it acted on from the maker)."""
+
+    def __init__(self, policy) -> None:
+        self._policy = policy
+
+    def explore(self, observations, scales, rng):
+        return self._policy.explore(observations, scales, rng)
+
+    def td_errors(self, batch):
+        return self._policy.td_errors(batch)
+
+    def load(self, arrays) -> None:
+        self._policy.load(arrays)
+
+
+def _gymnasium_envs(env: str, count: int) -> gym.vector.VectorEnv:
+    """The wrapper path actors took for ALE games until issue 30."""
+    return gym.vector.SyncVectorEnv(
+        env_factories(env, count, training=True),
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
-    rng = np.random.default_rng(0)
-    if shape.continuous:  # Ape-X DPG: π(s) plus Gaussian noise, float action vectors
-        policy = NumpyActorCritic(shape.observation_shape[0], shape.action_low,
-                                  shape.action_high, hidden, seed=0)  # fmt: skip
-        action_shape, action_dtype = (len(shape.action_low),), np.dtype(np.float32)
 
-        def explore(observations: np.ndarray) -> np.ndarray:
-            return gaussian_noise(policy.actions(observations), 0.1, policy.scale,
-                                  policy.offset, rng)  # fmt: skip
+
+def acting_loop(env: str, count: int, hidden: tuple[int, ...], variant: str = "ale"):
+    """One actor step of ``count`` envs of ``env`` (``variant``: before, ale, ale-int8)."""
+    shape = env_shape(env)
+    precision = "int8" if variant.endswith("int8") else "float32"
+    config = ActorConfig(env=env, envs_per_actor=count, hidden=hidden, epsilon=0.1,
+                         acting_precision=precision, insert_batch=INSERT_BATCH)  # fmt: skip
+    policy, algorithm = build_acting(config, shape)
+    weights = policy.network.arrays()  # what each refresh loads again
+    if variant == "before":
+        policy = _SendTimePriorities(policy)
+        envs = _gymnasium_envs(env, count)
     else:
-        policy = build_policy(shape.observation_shape, shape.actions, hidden, seed=0)
-        action_shape, action_dtype = (), np.dtype(np.int64)
-
-        def explore(observations: np.ndarray) -> np.ndarray:
-            greedy = policy.q_values(observations).argmax(axis=1)
-            return epsilon_greedy(greedy, 0.1, shape.actions, rng)
-
-    builder = NStepBuilder(env_count, 3, 0.99, shape.observation_shape, shape.observation_dtype,
-                           action_shape, action_dtype)  # fmt: skip
-    state = {"obs": envs.reset(seed=list(range(env_count)))[0]}
+        envs = actor_envs(env, count)
+    frames = None
+    if len(shape.observation_shape) == 3 and shape.observation_shape[1:] == (84, 84):
+        frames = FrameWriter(count, shape.observation_shape[0], config.n_step,
+                             history=INSERT_BATCH + 8, compress=True,
+                             rng=np.random.default_rng(0))  # fmt: skip
+    maker = ExperienceMaker(config, shape, transition_spec(algorithm, shape, config),
+                            (policy, algorithm), frames, lambda: state["version"])  # fmt: skip
+    refresh = preset(env).defaults.get("actor", {}).get("weight_refresh_steps",
+                                                        config.weight_refresh_steps)  # fmt: skip
+    scales = np.full(count, 0.1)
+    rng = np.random.default_rng(0)
+    observations, _ = envs.reset(seed=list(range(count)))
+    maker.begin(observations)
+    state = {"obs": observations, "pending": [], "version": 0, "steps": 0}
 
     def step() -> None:
-        actions = explore(state["obs"])
-        next_obs, rewards, terminated, truncated, info = envs.step(actions)
-        final = next_obs
+        state["steps"] += 1
+        if state["steps"] % refresh == 0:  # what the learner published: here, the same
+            policy.load(weights)
+            state["version"] += 1
+        actions = maker.act(state["obs"], scales, rng)
+        following, rewards, terminated, truncated, info = envs.step(actions)
+        final = following
         ended = np.logical_or(terminated, truncated)
         if ended.any():
-            final = next_obs.copy()
+            final = following.copy()
             for e in np.flatnonzero(ended):
                 final[e] = info["final_obs"][e]
-        builder.step(state["obs"], actions, rewards, final, terminated, truncated)
-        state["obs"] = next_obs
+        out = maker.step(state["obs"], actions, rewards, following, final, terminated, truncated)
+        state["obs"] = following
+        if len(out["action"]):
+            state["pending"].append(out)
+        if sum(len(part["action"]) for part in state["pending"]) >= INSERT_BATCH:
+            parts, state["pending"] = state["pending"], []
+            batch = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+            batch, priorities = maker.priorities(batch, 1e-3)
+            if frames is not None:
+                scalars = {name: batch[name] for name in ("action", "reward", "discount")}
+                frames.sent_to(0, frames.build(0, batch["refs"], scalars, priorities))
 
     return step
+
+
+def env_alone(env: str, count: int, variant: str) -> Callable[[], None]:
+    """The vector env's step alone, with random actions (``env-gym`` or ``env-ale``)."""
+    envs = _gymnasium_envs(env, count) if variant == "env-gym" else actor_envs(env, count)
+    envs.reset(seed=list(range(count)))
+    rng = np.random.default_rng(0)
+    actions = envs.single_action_space.n
+
+    def step() -> None:
+        envs.step(rng.integers(0, actions, count))
+
+    return step
+
+
+def forward_alone(env: str, count: int, variant: str) -> tuple[Callable[[], None], dict]:
+    """The Q-network's forward pass at batch ``count`` on real frames, and for int8 how
+    its answers compare with the float network's on 256 frames of random play (a fresh
+    network's, whose actions are closer to ties than a trained one's)."""
+    shape = env_shape(env)
+    precision = variant.removeprefix("forward-")
+    config = ActorConfig(env=env, envs_per_actor=count, acting_precision=precision)
+    policy, _ = build_acting(config, shape)
+    envs = actor_envs(env, 8)
+    frames = [envs.reset(seed=list(range(8)))[0]]
+    rng = np.random.default_rng(0)
+    for _ in range(32):  # frames of play, and the int8 network's calibration on them
+        frames.append(envs.step(rng.integers(0, shape.actions, 8))[0])
+        policy.values(frames[-1])
+    envs.close()
+    frames = np.concatenate(frames[1:])
+    observations = frames[:count]
+    extras = {}
+    if precision == "int8":
+        float_config = dataclasses.replace(config, acting_precision="float32")
+        float_policy, _ = build_acting(float_config, shape)
+        expected, answered = float_policy.values(frames), policy.values(frames)
+        extras = {
+            "greedy_agreement": float((expected.argmax(1) == answered.argmax(1)).mean()),
+            "max_q_error_over_q_std": float(np.abs(expected - answered).max() / expected.std()),
+        }
+
+    def step() -> None:
+        policy.values(observations)
+
+    return step, extras
+
+
+def _plan(quick: bool) -> list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[str, ...]]]:
+    pong = ("before", "ale", "ale-int8", "env-gym", "env-ale", "forward-float32", "forward-int8")
+    return [
+        ("CartPole-v1", (1, 8) if quick else (1, 8, 32), (256, 256), ("ale",)),
+        ("Pong", (4,) if quick else (1, 4, 16, 32, 64), (512,), pong),
+        # Ape-X DPG actors (policy and critic 256x256, as the presets).
+        ("Pendulum-v1", (1, 4) if quick else (1, 4, 16), (256, 256), ("ale",)),
+        ("HalfCheetah-v5", (1,) if quick else (1, 4), (256, 256), ("ale",)),
+    ]
+
+
+def _case(env: str, count: int, variant: str) -> str:
+    return f"{env}-k{count}" if env != "Pong" else f"{env}-k{count}-{variant}"
 
 
 def run(
@@ -75,40 +195,63 @@ def run(
 ) -> dict[str, object]:
     torch.set_num_threads(1)  # as an actor process runs
     per_repeat = seconds_per_repeat or (0.05 if quick else 0.5)
-    plan = [
-        ("CartPole-v1", (1, 8) if quick else (1, 8, 32), (256, 256)),  # the preset's net
-        ("Pong", (1,) if quick else (1, 4), ()),
-        # Ape-X DPG actors (policy and critic 256x256, as the presets).
-        ("Pendulum-v1", (1, 4) if quick else (1, 4, 16), (256, 256)),
-        ("HalfCheetah-v5", (1,) if quick else (1, 4), (256, 256)),
-    ]
     records = []
-    for env, counts, hidden in plan:
+    for env, counts, hidden, variants in _plan(quick):
         for count in counts:
-            case = f"{env}-k{count}"
-            if progress:
-                progress(f"actor {case}")
-            params = {"env": env, "envs_per_actor": count, "torch_threads": 1}
-            base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
-            try:
-                step = acting_loop(env, count, hidden or (256,))
-            except (ImportError, gym.error.Error) as exc:
-                records.append(
-                    {**base, "status": "unavailable", "reason": f"{type(exc).__name__}: {exc}"}
+            for variant in variants:
+                case = _case(env, count, variant)
+                if progress:
+                    progress(f"actor {case}")
+                per_core = env == "Pong"
+                clock = "process cpu" if per_core else "wall"
+                params = {"env": env, "envs_per_actor": count, "torch_threads": 1,
+                          "variant": variant, "clock": clock}  # fmt: skip
+                base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
+                extras: dict = {}
+                try:
+                    if variant.startswith("env-"):
+                        step = env_alone(env, count, variant)
+                    elif variant.startswith("forward-"):
+                        step, extras = forward_alone(env, count, variant)
+                    else:
+                        step = acting_loop(env, count, hidden, variant)
+                except (ImportError, gym.error.Error) as exc:
+                    records.append({**base, "status": "unavailable",
+                                    "reason": f"{type(exc).__name__}: {exc}"})  # fmt: skip
+                    continue
+                unit = "env steps/s per core" if per_core else "env steps/s"
+                if variant.startswith("forward-"):
+                    unit = "observations/s per core"
+                measurement = measure_rate(
+                    "env_steps" if not variant.startswith("forward-") else "observations",
+                    unit,
+                    step,
+                    items_per_call=count,
+                    repeats=repeats,
+                    seconds_per_repeat=per_repeat,
+                    warmup_calls=5,
+                    clock=time.process_time if per_core else time.perf_counter,
                 )
-                continue
-            measurement = measure_rate(
-                "env_steps",
-                "env steps/s",
-                step,
-                items_per_call=count,
-                repeats=repeats,
-                seconds_per_repeat=per_repeat,
-                warmup_calls=5,
-            )
-            records.append({**base, "status": "ok", **measurement.to_record()})
+                records.append({**base, "status": "ok", **measurement.to_record(), **extras})
     return {
         "records": records,
-        "ratios": [],
+        "ratios": _ratios(records),
         "config": {"quick": quick, "repeats": repeats, "seconds_per_repeat": per_repeat},
     }
+
+
+def _ratios(records: list[dict]) -> list[dict]:
+    """Per Pong env count: each variant's per-core rate over the ``before`` loop's."""
+    rates = {r["case"]: r["median"] for r in records if r["status"] == "ok"}
+    ratios = []
+    for case, rate in rates.items():
+        if not case.startswith("Pong-") or not case.endswith("-before"):
+            continue
+        prefix = case.removesuffix("before")
+        for variant in ("ale", "ale-int8"):
+            after = rates.get(prefix + variant)
+            if after is not None:
+                ratios.append({"suite": SUITE, "case": prefix + variant, "metric": "env_steps",
+                               "numerator": variant, "denominator": "before",
+                               "ratio": after / rate})  # fmt: skip
+    return ratios

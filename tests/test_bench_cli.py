@@ -164,9 +164,14 @@ def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, su
             512 * by_case[("mlp-cpu-b512", "updates")]
         )
     else:
-        assert {"CartPole-v1-k1", "CartPole-v1-k8", "Pendulum-v1-k4", "HalfCheetah-v5-k1"} <= {
+        assert {"CartPole-v1-k1", "CartPole-v1-k8", "Pendulum-v1-k4", "HalfCheetah-v5-k1",
+                "Pong-k4-before", "Pong-k4-ale-int8", "Pong-k4-forward-int8"} <= {
             r["case"] for r in ok
-        }
+        }  # fmt: skip
+        # Each new Pong loop beside the one actors ran before, in the same run.
+        assert {r["case"] for r in document["ratios"]} == {"Pong-k4-ale", "Pong-k4-ale-int8"}
+        int8 = next(r for r in ok if r["case"] == "Pong-k4-forward-int8")
+        assert 0.0 <= int8["greedy_agreement"] <= 1.0
 
 
 def _document(records: list[dict]) -> dict:

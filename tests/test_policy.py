@@ -115,19 +115,28 @@ def test_int8_greedy_actions_are_the_float_ones_but_for_near_ties(pong_frames, s
     assert (margin[differ] <= 2 * error).all()
 
 
-def test_int8_policy_quantizes_each_set_of_weights_it_takes(pong_frames) -> None:
-    source = build_policy((4, 84, 84), 6, (512,), seed=7)
+def test_int8_policy_requantizes_the_weights_it_takes(pong_frames, monkeypatch) -> None:
+    from apex import int8_policy
+
+    monkeypatch.setattr(int8_policy, "RECALIBRATE_LOADS", 3)
     policy = build_policy((4, 84, 84), 6, (512,), seed=0, precision="int8")
     _acting(policy, pong_frames[:256])
-    first = policy.quantizations
-    assert first == 1  # the calibration rows are not full yet: one quantization so far
+    assert policy.quantizations == 1  # the calibration rows are not full yet
     _acting(policy, pong_frames)
     assert policy.quantizations == 2  # again once they are
-    policy.load({name: t.numpy() for name, t in source.network.state_dict().items()})
-    q = policy.q_values(pong_frames[:64])
-    assert policy.quantizations == 3
-    expected = source.q_values(pong_frames[:64])
-    assert np.abs(q - expected).max() < 0.1 * expected.std()
+    float_policy = build_policy((4, 84, 84), 6, (512,), seed=0)
+    rng = np.random.default_rng(1)
+    for load in range(1, 4):
+        # The learner's next weights: close to the last ones.
+        state = {name: t.numpy() * (1 + 0.01 * rng.standard_normal(t.shape)).astype(np.float32)
+                 for name, t in float_policy.network.state_dict().items()}  # fmt: skip
+        policy.load(state)
+        float_policy.load(state)
+        q = policy.q_values(pong_frames[:64])
+        expected = float_policy.q_values(pong_frames[:64])
+        assert np.abs(q - expected).max() < 0.1 * expected.std()
+        # Weights alone are quantized again, and every third set is calibrated afresh.
+        assert (policy.weight_swaps, policy.quantizations) == ((load, 2) if load < 3 else (2, 3))
 
 
 def test_int8_policy_value_network_and_minatar_in_float(pong_frames) -> None:
