@@ -213,7 +213,9 @@ DEFAULTS: dict[str, dict] = {
         # bytes a Pong frame), so 2M take about 1.5 GB instead of the 113 GB of whole
         # stacked transitions (bench/RESULTS.md, "Atari-scale replay").
         "replay": {"capacity": 2_000_000, "min_size": 20_000},
-        "actor": {"envs_per_actor": 4, "weight_refresh_steps": 100},
+        # int8 forward passes: about 3x the float ones' speed on a core, greedy actions
+        # checked against them (apex.int8_policy; bench/RESULTS.md, "Learner and actor").
+        "actor": {"envs_per_actor": 4, "weight_refresh_steps": 100, "acting_precision": "int8"},
         "learner": {
             "batch_size": 512,
             "learning_rate": 1e-4,
