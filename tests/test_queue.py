@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import zmq
 
-from replay.errors import EmptyReplayError, ReplayError, SnapshotError
+from replay.errors import EmptyReplayError, InvalidBatchError, ReplayError, SnapshotError
 from replay.inserts.client import InsertClient
 from replay.protocol.requests import RequestClient
 from replay.store.queue import QueueFullError, UnrollQueue
@@ -68,6 +68,51 @@ def test_a_full_queue_refuses_a_batch_and_keeps_what_it_holds():
     assert numbers(queue.sample(3)) == [0, 1, 2]
     with pytest.raises(ReplayError, match="no priorities"):
         queue.update_priorities(np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("log_prob", np.nan, "not finite"),
+        ("reward", np.inf, "not finite"),
+        ("log_prob", 0.5, "outside"),
+        ("discount", 1.5, "outside"),
+        ("discount", -0.1, "outside"),
+        ("action", -1, "negative"),
+    ],
+)
+def test_a_queue_refuses_unrolls_with_values_out_of_bounds(field, value, reason):
+    queue = UnrollQueue(UNROLL_SPEC, 8)
+    queue.add(unrolls(2, 0))
+    bad = unrolls(3, 2)
+    bad[field][1, 2] = value
+    with pytest.raises(InvalidBatchError, match=f"{field}.*{reason}"):
+        queue.add(bad)
+    assert queue.size == 2 and queue.items_added == 2  # nothing of it stored
+    assert numbers(queue.sample(2)) == [0, 1]
+
+
+def test_a_queue_shard_refuses_and_counts_a_bad_unroll_and_keeps_the_good(
+    queue_shard: ShardProcess, context: zmq.Context
+) -> None:
+    inserts = InsertClient(context, [queue_shard.endpoints], sender=3, spec=UNROLL_SPEC,
+                           timeout_s=1.0)  # fmt: skip
+    requests = RequestClient(context, queue_shard.endpoints.request, sender=9, timeout_s=10.0)
+    try:
+        bad = unrolls(4, 4)
+        bad["log_prob"][0, 0] = np.nan
+        for batch in (unrolls(4, 0), bad, unrolls(4, 8)):
+            inserts.insert(batch, np.ones(4))
+        info = wait_for(
+            lambda: (i := requests.info())["rejected_total"] and i["transitions_added"] == 8 and i,
+            what="two taken, one refused",
+        )
+        assert info["rejected_total"] == 1 and info["size"] == 8
+        reply = requests.sample(8, 0.0, UNROLL_SPEC)
+        assert reply.fields["action"][:, 0].tolist() == [0, 1, 2, 3, 8, 9, 10, 11]
+    finally:
+        inserts.close(linger_s=0)
+        requests.close()
 
 
 def test_a_queue_snapshot_brings_back_the_items_and_the_cursor():

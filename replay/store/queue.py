@@ -12,6 +12,11 @@ specs, checks, gathers and snapshots), with a cursor instead of a sum-tree:
   stops taking inserts before that (``room``), so the refusal is for a message larger
   than the queue, not for a busy learner.
 
+An item is checked for its values too before anything is written, since an unroll's
+numbers go straight into the learner's loss: floating fields must be finite, integer
+fields non-negative, and the fields of IMPALA's unrolls named in :data:`VALUE_BOUNDS`
+within their bounds (a log-probability is at most 0, a discount in [0, 1]).
+
 An optional replay ratio (IMPALA's experience-replay variant) is left to a later step.
 It offers the members of ``PrioritizedReplay`` a shard uses; priorities do not apply:
 an insert's are ignored and an update is refused.
@@ -34,6 +39,9 @@ from replay.store.prioritized import SampledBatch
 from replay.store.spec import TransitionSpec
 from replay.store.state import Reader, meta_int, prefixed, sub_reader
 from replay.store.storage import BatchBuffers, RingStorage, StorageView
+
+# Bounds of the values of named fields (inclusive).
+VALUE_BOUNDS = {"log_prob": (-np.inf, 0.0), "discount": (0.0, 1.0)}
 
 
 class QueueFullError(InvalidBatchError):
@@ -88,10 +96,13 @@ class UnrollQueue(StorageView):
             int64 slots written, in item order.
 
         Raises:
-            InvalidBatchError: missing/unknown field, wrong dtype, shape or length.
+            InvalidBatchError: missing/unknown field, wrong dtype, shape or length, or a
+                value out of its field's bounds (see the module's notes).
             QueueFullError: the batch would overwrite items not handed out yet.
         """
         count = self._storage.spec.check_batch(batch)
+        for name in batch:
+            _check_values(name, batch[name])
         if count > self.room:
             raise QueueFullError(f"{count} items do not fit: {self.size} of {self.capacity} "
                                  "are queued and not handed out yet")  # fmt: skip
@@ -155,3 +166,15 @@ class UnrollQueue(StorageView):
             raise SnapshotError(f"queue cursor {handed} outside [{written - self.capacity}, "
                                 f"{written}] of the items written")  # fmt: skip
         self._handed = handed
+
+
+def _check_values(name: str, array: np.ndarray) -> None:
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise InvalidBatchError(f"field {name!r} holds a value that is not finite")
+    if array.dtype.kind == "i" and array.size and array.min() < 0:
+        raise InvalidBatchError(f"field {name!r} holds a negative value {array.min()}")
+    bounds = VALUE_BOUNDS.get(name)
+    if bounds is not None and array.size:
+        low, high = bounds
+        if array.min() < low or array.max() > high:
+            raise InvalidBatchError(f"field {name!r} holds values outside [{low}, {high}]")
