@@ -128,7 +128,7 @@ def shard_config(
         capacity=replay.capacity,
         alpha=replay.alpha,
         min_size=replay.min_size,
-        # A queue has no replay ratio: each item is taken once.
+        # A queue's replay is its replay_share: each fresh item is taken once.
         samples_per_insert=None if queue else replay.samples_per_insert,
         error_buffer=0.0 if queue else replay.error_buffer,
         host=host,
@@ -141,6 +141,7 @@ def shard_config(
         insert_batch_hint=config.actor.insert_batch
         + (config.actor.envs_per_actor - 1 if queue else 0),
         queue=queue,
+        replay_share=replay.replay_share,
         security=config.security,
     )
 

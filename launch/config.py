@@ -103,6 +103,8 @@ class ReplayConfig:
         snapshot_interval_s: seconds between a shard's background snapshots in a run
             (``RUN_DIR/replay/shard-N``; a shard also writes one when it stops, and comes
             back from the newest when the run resumes or requeues); 0: no snapshots.
+        replay_share: for IMPALA's queues, the share of each batch replayed from unrolls
+            handed out before (its experience-replay variant), in [0, 1); 0: none.
         restart_budget: times a dead shard is restarted (by ``apex train``'s supervisor, or
             its Slurm task's keeper). Past it the shard is given up: the run goes on with
             the others (actors send them what they kept for it after
@@ -118,6 +120,7 @@ class ReplayConfig:
     compress_frames: bool = True
     gather_threads: int = 0
     snapshot_interval_s: float = 300.0
+    replay_share: float = 0.0
     restart_budget: int = SHARD_RESTART_BUDGET
 
     def shard_share(self, shards: int) -> ReplayConfig:
@@ -146,6 +149,8 @@ class ReplayConfig:
         budget = self.restart_budget
         if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
             problems.append(f"{prefix}restart_budget must be an integer >= 0, got {budget!r}")
+        if not isinstance(self.replay_share, (int, float)) or not 0 <= self.replay_share < 1:
+            problems.append(f"{prefix}replay_share must be in [0, 1), got {self.replay_share!r}")
         threads = self.gather_threads
         if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 64:
             problems.append(f"{prefix}gather_threads must be in [0, 64], got {self.gather_threads}")

@@ -111,6 +111,13 @@ def _learner_endpoints(command):
     is_flag=True,
     help="Queue mode (IMPALA's unrolls): each item handed out once, oldest first; no priorities.",
 )
+@click.option(
+    "--replay-share",
+    type=click.FloatRange(min=0, max=1, max_open=True),
+    default=0.0,
+    help="With --queue: the share of each batch replayed from unrolls handed out before "
+    "(IMPALA's experience replay).",
+)
 @_directory_option(
     "--snapshot-dir",
     help_text="Write snapshots of the whole shard here: every --snapshot-interval, on "
@@ -136,8 +143,8 @@ def _learner_endpoints(command):
 @security_options
 def replay_role(
     fields, capacity, alpha, min_size, samples_per_insert, error_buffer, host, insert_port,
-    request_port, config_path, shard_index, seed, frames, compress_frames, queue, snapshot_dir,
-    snapshot_interval, restore_dir, run_dir, keys, insecure,
+    request_port, config_path, shard_index, seed, frames, compress_frames, queue, replay_share,
+    snapshot_dir, snapshot_interval, restore_dir, run_dir, keys, insecure,
 ) -> None:  # fmt: skip
     """Run one replay shard until SIGINT or SIGTERM.
 
@@ -169,6 +176,7 @@ def replay_role(
                 samples_per_insert=samples_per_insert, error_buffer=error_buffer, host=host,
                 insert_port=insert_port, request_port=request_port, shard_index=shard_index,
                 seed=seed, frames=layout, compress_frames=compress_frames, queue=queue,
+                replay_share=replay_share,
                 security=SecurityConfig(str(keys) if keys else None, insecure),
             )  # fmt: skip
         if run_dir is not None and config_path is None:

@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 import zmq
 
-from replay.errors import EmptyReplayError, InvalidBatchError, ReplayError, SnapshotError
+from replay.errors import (
+    EmptyReplayError,
+    InvalidBatchError,
+    InvalidIndexError,
+    ReplayError,
+    SnapshotError,
+)
 from replay.inserts.client import InsertClient
 from replay.protocol.requests import RequestClient
 from replay.store.queue import QueueFullError, UnrollQueue
@@ -113,6 +119,21 @@ def test_a_queue_shard_refuses_and_counts_a_bad_unroll_and_keeps_the_good(
     finally:
         inserts.close(linger_s=0)
         requests.close()
+
+
+def test_a_replay_share_mixes_handed_out_items_into_each_batch():
+    queue = UnrollQueue(UNROLL_SPEC, 16, replay_share=0.25, seed=1)
+    queue.add(unrolls(8, 0))
+    # Nothing handed out yet: nothing to replay, the batch is all fresh.
+    assert queue.fresh_needed(4) == 4 and numbers(queue.sample(4)) == [0, 1, 2, 3]
+    batch = queue.sample(4)  # one of four replayed, from the items handed out before
+    assert numbers(batch)[:3] == [4, 5, 6] and numbers(batch)[3] in range(4)
+    assert batch.generations.tolist()[:3] == [4, 5, 6] and queue.size == 1
+    assert queue.fresh_needed(4) == 3 and queue.replayed == 1
+    queue.add(unrolls(15, 8))  # overwrites handed-out slots: 16 in the ring, 16 queued
+    assert queue.size == 16 and queue.replayable(4) == 0  # none handed out is left
+    with pytest.raises(InvalidIndexError, match="replay_share"):
+        UnrollQueue(UNROLL_SPEC, 16, replay_share=1.0)
 
 
 def test_a_queue_snapshot_brings_back_the_items_and_the_cursor():
@@ -226,3 +247,27 @@ def test_a_queue_shard_refuses_settings_that_do_not_apply(tmp_path) -> None:
         ShardProcess(*fields, "--queue", "--samples-per-insert", "2")
     with pytest.raises(AssertionError, match="must hold insert_batch_hint"):
         ShardProcess(*fields, "--queue", "--capacity", "40")
+    with pytest.raises(AssertionError, match="replay_share is for queue mode"):
+        ShardProcess(*fields, "--replay-share", "0.5")
+
+
+def test_a_queue_shard_with_a_replay_share_waits_only_for_the_fresh_part(
+    context: zmq.Context,
+) -> None:
+    fields = [argument for field in UNROLL_FIELDS for argument in ("--field", field)]
+    shard = ShardProcess(*fields, "--queue", "--capacity", "60", "--min-size", "1",
+                         "--replay-share", "0.5")  # fmt: skip
+    inserts = InsertClient(context, [shard.endpoints], sender=3, spec=UNROLL_SPEC, timeout_s=1)
+    requests = RequestClient(context, shard.endpoints.request, sender=9, timeout_s=10.0)
+    try:
+        inserts.insert(unrolls(6, 0), np.ones(6))
+        wait_for(lambda: requests.info()["size"] == 6, what="the unrolls")
+        assert requests.sample(4, 0.0, UNROLL_SPEC).fields["action"][:, 0].tolist() == [0, 1, 2, 3]
+        # Half of the next 4 are replayed: 2 fresh of the 2 queued, so it is answered.
+        actions = requests.sample(4, 0.0, UNROLL_SPEC).fields["action"][:, 0].tolist()
+        assert actions[:2] == [4, 5] and set(actions[2:]) <= {0, 1, 2, 3}
+        assert requests.info()["size"] == 0
+    finally:
+        inserts.close(linger_s=0)
+        requests.close()
+        shard.stop()

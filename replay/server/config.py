@@ -60,6 +60,8 @@ class ShardConfig:
         queue: queue mode (IMPALA's unrolls, ``replay.store.queue``): each item handed
             out once, oldest first; inserts wait while fewer than ``insert_batch_hint``
             items fit. Priorities, ``alpha`` and ``samples_per_insert`` do not apply.
+        replay_share: in queue mode, the share of each batch replayed from items handed
+            out before (IMPALA's experience replay), in [0, 1); 0: none.
         security: CURVE keys (``replay.wire.security``); without keys only loopback binds.
     """
 
@@ -89,6 +91,7 @@ class ShardConfig:
     snapshot_interval_s: float | None = None
     restore: bool = False
     queue: bool = False
+    replay_share: float = 0.0
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def problems(self) -> list[str]:
@@ -131,6 +134,11 @@ class ShardConfig:
             )
         if self.queue:
             problems += self._queue_problems()
+        if not 0.0 <= self.replay_share < 1.0:
+            problems.append(f"replay_share must be in [0, 1), got {self.replay_share}")
+        elif self.replay_share and not self.queue:
+            problems.append("replay_share is for queue mode (IMPALA's unrolls); a prioritized "
+                            "shard replays by priority")  # fmt: skip
         return problems + self.security.problems()
 
     def _queue_problems(self) -> list[str]:

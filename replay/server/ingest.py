@@ -39,7 +39,8 @@ class Ingest:
                 gather_threads=config.gather_threads,
             )  # fmt: skip
         if config.queue:
-            self.replay = UnrollQueue(config.spec, config.capacity)
+            self.replay = UnrollQueue(config.spec, config.capacity, config.replay_share,
+                                      seed=config.seed)  # fmt: skip
         else:
             self.replay = PrioritizedReplay(
                 config.spec, config.capacity, config.alpha, rng=config.seed, storage=storage

@@ -105,6 +105,8 @@ class QueueLimiter:
     room: Callable[[], int]
     insert_room: int
     min_size: int = 1
+    # Queued items a batch takes (fewer than its size where part is replayed).
+    fresh_needed: Callable[[int], int] = lambda batch_size: batch_size
     inserted: int = 0
     sampled: int = 0
     diff: float = 0.0  # no replay ratio: reported as the prioritized limiter's is
@@ -113,7 +115,7 @@ class QueueLimiter:
         return self.room() >= self.insert_room
 
     def can_sample(self, size: int, batch_size: int = 1) -> bool:
-        return size >= max(self.min_size, batch_size)
+        return size >= max(self.min_size, self.fresh_needed(batch_size))
 
     def record_insert(self, transitions: int) -> None:
         self.inserted += transitions

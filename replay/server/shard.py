@@ -84,11 +84,13 @@ class ShardServer:
         self.config = config
         self._ingest = Ingest(config)
         self.replay = self._ingest.replay
-        self.limiter = (
-            QueueLimiter(lambda: self.replay.room, config.insert_batch_hint, config.min_size)
-            if config.queue
-            else RateLimiter(config.min_size, config.samples_per_insert, config.error_buffer)
+        self.limiter: QueueLimiter | RateLimiter = RateLimiter(
+            config.min_size, config.samples_per_insert, config.error_buffer
         )
+        if config.queue:
+            # Asked of self.replay each time: a restore replaces the store.
+            self.limiter = QueueLimiter(lambda: self.replay.room, config.insert_batch_hint,
+                                        config.min_size, self._fresh_needed)  # fmt: skip
         self._index = config.shard_index
         self._senders = SenderBook(config.shard_index)
         self._samples = SampleDesk(
@@ -129,6 +131,9 @@ class ShardServer:
         self._replies_dropped = 0
         self._credit = CreditDesk(self._senders, self._send, config.shard_index)
         self._started = time.monotonic()
+
+    def _fresh_needed(self, batch_size: int) -> int:
+        return self.replay.fresh_needed(batch_size)
 
     def stop(self) -> None:
         """Asks :meth:`serve` to return after its current round (safe from any thread or

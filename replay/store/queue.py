@@ -17,7 +17,12 @@ numbers go straight into the learner's loss: floating fields must be finite, int
 fields non-negative, and the fields of IMPALA's unrolls named in :data:`VALUE_BOUNDS`
 within their bounds (a log-probability is at most 0, a discount in [0, 1]).
 
-An optional replay ratio (IMPALA's experience-replay variant) is left to a later step.
+With a ``replay_share`` (IMPALA's experience-replay variant), that share of each batch
+is drawn uniformly from items already handed out and still in the ring (generations
+``[items_written − capacity, handed)``), the rest are the oldest queued ones; while too
+few have been handed out, fewer are replayed. Each fresh item is still handed out once,
+in order, and inserts wait exactly as without it.
+
 It offers the members of ``PrioritizedReplay`` a shard uses; priorities do not apply:
 an insert's are ignored and an update is refused.
 """
@@ -54,14 +59,24 @@ class UnrollQueue(StorageView):
     Args:
         spec: the fields of an item (an unroll: fields with a time axis).
         capacity: items kept at most.
+        replay_share: the share of each batch replayed, in [0, 1).
+        seed: of the generator that picks replayed items.
 
     Raises:
-        InvalidIndexError: ``capacity`` is not a positive integer.
+        InvalidIndexError: ``capacity`` is not a positive integer, or ``replay_share``
+            is outside [0, 1).
     """
 
-    def __init__(self, spec: TransitionSpec, capacity: int) -> None:
+    def __init__(
+        self, spec: TransitionSpec, capacity: int, replay_share: float = 0.0, seed: int = 0
+    ) -> None:
+        if not 0.0 <= replay_share < 1.0:
+            raise InvalidIndexError(f"replay_share must be in [0, 1), got {replay_share!r}")
         self._storage = RingStorage(spec, capacity)
         self._handed = 0
+        self.replay_share = replay_share
+        self._rng = np.random.default_rng(seed)
+        self.replayed = 0
         # What a shard's INFO reports of a prioritized store, for one shape of counters.
         self.dropped_updates = 0
 
@@ -108,6 +123,17 @@ class UnrollQueue(StorageView):
                                  "are queued and not handed out yet")  # fmt: skip
         return self._storage.write(batch, count)
 
+    def replayable(self, batch_size: int) -> int:
+        """How many items of a batch of ``batch_size`` are replayed now."""
+        if not self.replay_share:
+            return 0
+        handed_in_ring = self._handed - max(0, self._storage.items_written - self.capacity)
+        return min(round(batch_size * self.replay_share), handed_in_ring)
+
+    def fresh_needed(self, batch_size: int) -> int:
+        """Queued items a batch of ``batch_size`` takes now."""
+        return batch_size - self.replayable(batch_size)
+
     def add_frames(self, *args, **kwargs):
         raise InvalidBatchError("a queue stores whole items: it takes no frames")
 
@@ -122,23 +148,30 @@ class UnrollQueue(StorageView):
         out: BatchBuffers | None = None,
         packed: bool = False,
     ) -> SampledBatch:
-        """Hands out the ``batch_size`` oldest queued items, each once (weights 1).
-        ``beta`` and ``packed`` are the prioritized store's, and do not apply: a queue has
-        no priorities and keeps whole items.
+        """Hands out the oldest queued items, each once, and with a ``replay_share`` some
+        handed out before (weights 1). ``beta`` and ``packed`` are the prioritized
+        store's, and do not apply: a queue has no priorities and keeps whole items.
 
         Raises:
             InvalidIndexError: ``batch_size`` is not a positive integer.
-            EmptyReplayError: fewer than ``batch_size`` items are queued.
+            EmptyReplayError: fewer queued items than the batch's fresh part.
         """
         if not isinstance(batch_size, int | np.integer) or batch_size <= 0:
             raise InvalidIndexError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if batch_size > self.size:
-            raise EmptyReplayError(f"{batch_size} items asked, {self.size} queued")
-        generations = self._handed + np.arange(batch_size, dtype=np.int64)
+        replayed = self.replayable(int(batch_size))
+        fresh = int(batch_size) - replayed
+        if fresh > self.size:
+            raise EmptyReplayError(f"{fresh} items asked, {self.size} queued")
+        generations = self._handed + np.arange(fresh, dtype=np.int64)
+        if replayed:
+            oldest = max(0, self._storage.items_written - self.capacity)
+            earlier = self._rng.integers(oldest, self._handed, replayed, dtype=np.int64)
+            generations = np.concatenate([generations, earlier])
         slots = generations % self.capacity
         transitions = self._storage.gather(slots, out)
-        self._handed += int(batch_size)
-        ones = np.ones(batch_size)
+        self._handed += fresh
+        self.replayed += replayed
+        ones = np.ones(int(batch_size))
         return SampledBatch(transitions, slots, generations, ones, ones.astype(np.float32))
 
     def update_priorities(self, indices, generations, priorities) -> int:
