@@ -1,7 +1,9 @@
 """Learner suite: gradient updates per second by batch size, on the CPU and on CUDA when
 present, for the dueling MLP (vector observations), the Nature CNN (Atari frames), and
 Ape-X DPG's update at HalfCheetah's sizes, plain (``ddpg-mlp``, the default) and with
-TD3's fixes (``td3-mlp``).
+TD3's fixes (``td3-mlp``), and IMPALA's V-trace update on batches of unrolls of T = 20
+(``impala-mlp`` at CartPole's sizes, ``impala-nature-cnn`` at Atari's; its ``samples``
+count the unrolls' steps, B × T a batch).
 
 Each figure times ``apex.dqn.dqn_step`` (forward, double-DQN target, backward, clipping,
 fused Adam) on a fixed random batch already on the device, so it is the learner's compute
@@ -26,6 +28,7 @@ from bench.timing import measure_rate
 
 SUITE = "learner"
 DPG_ACTIONS = 6
+UNROLL_LENGTH = 20
 
 
 def _batch(
@@ -60,6 +63,9 @@ def run(
     # default DDPG update, and TD3's (two critics; the policy every second update).
     for variant in ("ddpg-mlp", "td3-mlp"):
         cases.append((variant, (17,), (256, 256), (256,) if quick else (64, 256, 512)))
+    # IMPALA: batches of unrolls (its default is 32).
+    cases.append(("impala-mlp", (4,), (256, 256), (32,) if quick else (8, 32, 128)))
+    cases.append(("impala-nature-cnn", (4, 84, 84), (256,), (8,) if quick else (8, 32)))
     per_repeat = seconds_per_repeat or (0.05 if quick else 0.5)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(torch_threads)
@@ -80,7 +86,8 @@ def run(
                     }  # fmt: skip
                     base = {"suite": SUITE, "case": case, "implementation": "apex", "status": "ok"}
                     records.append({**base, **updates, "params": params})
-                    records.append({**base, **_scaled(updates, batch_size), "params": params})
+                    steps = batch_size * (UNROLL_LENGTH if network.startswith("impala") else 1)
+                    records.append({**base, **_scaled(updates, steps), "params": params})
     finally:
         torch.set_num_threads(previous_threads)
         torch.set_flush_denormal(False)  # the default, for whatever runs next in-process
@@ -117,11 +124,45 @@ def _measure_dpg(
     return measure_rate("updates", "updates/s", step, warmup_calls=20, **timing).to_record()
 
 
+def _measure_impala(shape, hidden, batch_size: int, device: torch.device, timing: dict) -> dict:
+    from apex.impala import Impala, Settings
+    from launch.config import resolve
+
+    config = dataclasses.replace(resolve({"env": "CartPole-v1", "algorithm": "impala"}).learner,
+                                 hidden=hidden)  # fmt: skip
+    algorithm = Impala(config, Settings(), shape, 6, device)
+    steps = UNROLL_LENGTH
+    if len(shape) == 3:
+        observations = torch.randint(0, 256, (batch_size, steps + 1, *shape), dtype=torch.uint8,
+                                     device=device)  # fmt: skip
+    else:
+        observations = torch.randn(batch_size, steps + 1, *shape, device=device)
+    unrolls = {
+        "obs": observations,
+        "action": torch.randint(0, 6, (batch_size, steps), device=device),
+        "reward": torch.randn(batch_size, steps, device=device),
+        "discount": torch.full((batch_size, steps), 0.99, device=device),
+        "log_prob": torch.full((batch_size, steps), -1.8, device=device),
+        "version": torch.zeros(batch_size, dtype=torch.int64, device=device),
+    }
+    batch = DeviceBatch(unrolls, torch.ones(batch_size, device=device), None)
+
+    def step() -> None:
+        algorithm.step(batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    warmup = 3 if len(shape) == 3 else 20
+    return measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
+
+
 def _measure(
     network: str, shape, hidden, batch_size: int, device: torch.device, timing: dict
 ) -> dict:
     if network in ("ddpg-mlp", "td3-mlp"):
         return _measure_dpg(network, shape, hidden, batch_size, device, timing)
+    if network.startswith("impala"):
+        return _measure_impala(shape, hidden, batch_size, device, timing)
     online = build_network(shape, 6, hidden).to(device)
     target = copy.deepcopy(online)
     optimizer = adam(online.parameters(), 1e-4, 1.5e-4)

@@ -29,6 +29,12 @@ def spawn(module: str, *arguments: str) -> RoleProcess:
 
 
 def field_options(kind: str) -> list[str]:
+    if kind == "unrolls":
+        from bench.shard_worker import transition_spec
+
+        spec = transition_spec(kind)
+        fields = [f"{name}:{','.join(map(str, f.shape))}:{f.dtype}" for name, f in spec.items()]
+        return [option for field in fields for option in ("--field", field)]
     obs = "4:float32" if kind == "small" else "4,84,84:uint8"
     fields = [f"obs:{obs}", "action::int64", "reward::float32", "discount::float32"]
     fields.append(f"next_obs:{obs}")
@@ -64,6 +70,7 @@ def start_pusher(
     credit: bool = True,
     pack: bool = True,
     keys: str | None = None,
+    batch: int = INSERT_BATCH,
 ):
     request = {
         "keys": keys,
@@ -73,7 +80,7 @@ def start_pusher(
         "role": "push",
         "mode": mode,
         "kind": kind,
-        "batch": INSERT_BATCH,
+        "batch": batch,
         "sender": sender,
         "shards": [[s["insert"], s["request"]] for s in shards],
         "max_seconds": max_seconds,

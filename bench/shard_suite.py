@@ -13,6 +13,9 @@ transitions (the shard drains fewer batches per loop round) and buys a bound on 
 in flight. The shard's rate is read from its INFO counters
 over timed windows; the baseline counts what it received in its own windows.
 
+IMPALA's queue (``queue-unrolls-1shard``): one pusher's unrolls through a queue shard
+to the learner's sampler, each handed out once (``bench.queue_service``).
+
 Sample service. S shards hold 2^16 small transitions each while one actor process keeps
 inserting into all of them. The learner's sampler (``replay.sampling.sampler``, prefetch 8) delivers
 batches of 512 as ready tensors, and this process counts them per second. Ingestion is
@@ -63,6 +66,7 @@ def run(
     ingest_rate: float = DEFAULT_INGEST_RATE,
     progress: Callable[[str], None] | None = None,
     curve: bool = False,
+    queue: bool = True,
 ) -> dict[str, object]:
     """Runs the suite and returns ``{"records": [...], "ratios": [...], "config": {...}}``."""
     from bench.sample_service import measure_sampling
@@ -155,6 +159,23 @@ def run(
         records.append(
             _record(case, "apex", "ingest_while_sampling", "transitions/s", ingest, params)
         )
+    if queue:
+        # IMPALA's path: unrolls through a queue shard to the learner's sampler.
+        from bench.queue_service import (
+            QUEUE_CAPACITY,
+            UNROLL_BATCH,
+            UNROLLS_PER_MESSAGE,
+            measure_queue,
+        )
+
+        case = "queue-unrolls-1shard"
+        if progress:
+            progress(f"shard {case} apex")
+        params = {"shards": 1, "batch_size": UNROLL_BATCH, "unrolls_per_message":
+                  UNROLLS_PER_MESSAGE, "capacity": QUEUE_CAPACITY, "unroll_length": 20}  # fmt: skip
+        batches, unrolls = measure_queue(timing)
+        records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
+        records.append(_record(case, "apex", "unrolls", "unrolls/s", unrolls, params))
     if curve:  # the same figures with CURVE keys beside without (bench.curve_cases)
         from bench.curve_cases import curve_cases
 

@@ -37,7 +37,23 @@ from replay.wire.security import SecurityConfig, make_context
 FRAME_ENVS, FRAME_N = 4, 3
 
 
+# IMPALA's unrolls at CartPole's sizes, T = 20 (``apex.impala.transition_spec``).
+UNROLL_STEPS = 20
+
+
 def transition_spec(kind: str) -> TransitionSpec:
+    if kind == "unrolls":
+        steps = UNROLL_STEPS
+        return TransitionSpec.from_dict(
+            {
+                "obs": ((steps + 1, 4), "float32"),
+                "action": ((steps,), "int64"),
+                "reward": ((steps,), "float32"),
+                "discount": ((steps,), "float32"),
+                "log_prob": ((steps,), "float32"),
+                "version": ((), "int64"),
+            }
+        )
     obs = ((4,), "float32") if kind == "small" else ((4, 84, 84), "uint8")
     return TransitionSpec.from_dict(
         {
@@ -51,7 +67,10 @@ def transition_spec(kind: str) -> TransitionSpec:
 
 
 def make_batch(spec: TransitionSpec, count: int, seed: int) -> dict[str, np.ndarray]:
-    return random_batch(spec.to_dict(), count, np.random.default_rng(seed))
+    batch = random_batch(spec.to_dict(), count, np.random.default_rng(seed))
+    if "log_prob" in batch:  # a queue shard takes log-probabilities of at most 0
+        batch["log_prob"] = -batch["log_prob"]
+    return batch
 
 
 def push(request: dict) -> None:

@@ -128,6 +128,8 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     assert frames["median"] > 0 and frames["params"]["transition_nbytes"] < 1000
     for shards in (1, 2):
         assert (f"sample-{shards}shard", "apex", "ready_batches") in measured
+    # IMPALA's unrolls through a queue shard to the sampler.
+    assert ("queue-unrolls-1shard", "apex", "unrolls") in measured
     ingest_ratios = [r for r in document["ratios"] if r["metric"] == "ingest"
                      and r["denominator"] != "apex"]  # fmt: skip
     # Against both baselines: the same packed bytes, and one frame per array.
