@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from bench.sample_service import sampled_windows
 from bench.shard_processes import START_TIMEOUT_S, start_pusher, start_shard
 from launch.role_process import stop_all
 
@@ -45,21 +46,10 @@ def measure_queue(timing: dict) -> tuple[list[float], list[float]]:
             time.sleep(0.05)
         config = SamplerConfig(endpoints=(ready["request"],), batch_size=UNROLL_BATCH,
                                prefetch=4, sender=96, security=SecurityConfig(None))  # fmt: skip
-        batch_rates, unroll_rates = [], []
         with make_sampler(config, spec, DeviceStager("cpu")) as sampler:
-            warm_end = time.monotonic() + timing["warmup_s"]
-            while time.monotonic() < warm_end:
-                sampler.next_batch()
-            for _ in range(timing["repeats"]):
-                added_before = client.info()["transitions_added"]
-                count, begun = 0, time.monotonic()
-                window_end = begun + timing["seconds_per_repeat"]
-                while time.monotonic() < window_end:
-                    sampler.next_batch()
-                    count += 1
-                elapsed = time.monotonic() - begun
-                batch_rates.append(count / elapsed)
-                unroll_rates.append((client.info()["transitions_added"] - added_before) / elapsed)
+            batch_rates, unroll_rates = sampled_windows(
+                sampler, lambda: client.info()["transitions_added"], timing
+            )
         client.close()
     finally:
         context.destroy(linger=0)

@@ -98,26 +98,34 @@ def measure_sampling(
             sender=96,
             security=security,
         )
-        batch_rates, ingest_rates = [], []
         # Batches as the learner takes them: torch tensors (on the CPU here).
         with make_sampler(config, spec, DeviceStager("cpu")) as sampler:
-            warm_end = time.monotonic() + timing["warmup_s"]
-            while time.monotonic() < warm_end:
-                sampler.next_batch()
-            for _ in range(timing["repeats"]):
-                added_before = sum(c.info()["transitions_added"] for c in clients)
-                count, begun = 0, time.monotonic()
-                window_end = begun + timing["seconds_per_repeat"]
-                while time.monotonic() < window_end:
-                    sampler.next_batch()
-                    count += 1
-                elapsed = time.monotonic() - begun
-                added_after = sum(c.info()["transitions_added"] for c in clients)
-                batch_rates.append(count / elapsed)
-                ingest_rates.append((added_after - added_before) / elapsed)
+            batch_rates, ingest_rates = sampled_windows(
+                sampler, lambda: sum(c.info()["transitions_added"] for c in clients), timing
+            )
         for client in clients:
             client.close()
     finally:
         context.destroy(linger=0)
         stop_all(processes)
+    return batch_rates, ingest_rates
+
+
+def sampled_windows(sampler, added, timing: dict) -> tuple[list[float], list[float]]:
+    """After a warm-up, per timed window: the sampler's batches per second, and the
+    shards' ``added()`` (items taken in, in all) per second."""
+    warm_end = time.monotonic() + timing["warmup_s"]
+    while time.monotonic() < warm_end:
+        sampler.next_batch()
+    batch_rates, ingest_rates = [], []
+    for _ in range(timing["repeats"]):
+        added_before = added()
+        count, begun = 0, time.monotonic()
+        window_end = begun + timing["seconds_per_repeat"]
+        while time.monotonic() < window_end:
+            sampler.next_batch()
+            count += 1
+        elapsed = time.monotonic() - begun
+        batch_rates.append(count / elapsed)
+        ingest_rates.append((added() - added_before) / elapsed)
     return batch_rates, ingest_rates
