@@ -2,10 +2,12 @@
 
 * ``CartPole-v1``: solved at a greedy mean return of 475 (gymnasium's threshold).
 * ``LunarLander-v3``: solved at 200; needs Box2D (``pip install 'apex-rl[box2d]'``).
-* ``Pong``: ALE Pong with the standard DQN preprocessing (gymnasium's AtariPreprocessing:
-  frame skip 4, 84×84 grayscale, up to 30 no-op starts), a stack of 4 frames, and rewards
-  clipped to their sign while training. Needs ``pip install 'apex-rl[atari]'`` (ale-py
-  ships the ROMs; AtariPreprocessing needs OpenCV). Solved at 18.
+* ``Pong``: ALE Pong with the standard DQN preprocessing (frame skip 4 with max-pooling,
+  84×84 grayscale, up to 30 no-op starts), a stack of 4 frames, and rewards clipped to
+  their sign while training. Actors and evaluators step ale-py's C++ vector env
+  (``apex.vector_envs``); one env here goes through gymnasium's ``AtariPreprocessing``,
+  which gives the same stacks. Needs ``pip install 'apex-rl[atari]'`` (ale-py ships the
+  ROMs; AtariPreprocessing needs OpenCV). Solved at 18.
 * ``MinAtar/Breakout-v1`` and ``MinAtar/SpaceInvaders-v1``: MinAtar's 10×10 planes of
   objects (``pip install 'apex-rl[minatar]'``), pixels that learn on a CPU; no threshold.
 
