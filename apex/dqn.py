@@ -216,6 +216,7 @@ class DQNActing:
         self.network = build_policy(
             shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
             torch_threads=config.torch_threads, precision=config.acting_precision,
+            requantize_every=config.weight_refresh_steps,
         )  # fmt: skip
         self._actions = shape.actions
 

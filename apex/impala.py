@@ -301,6 +301,7 @@ class ImpalaActing:
         self.network = build_policy_value(
             shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
             torch_threads=config.torch_threads, precision=config.acting_precision,
+            requantize_every=config.weight_refresh_steps,
         )  # fmt: skip
         self.last_log_probs = np.zeros(0)
 

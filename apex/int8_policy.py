@@ -5,10 +5,16 @@ Static quantization (torch's FX graph mode, the x86 backend): weights per output
 and activations per tensor in 8 bits, the activations' ranges calibrated on observations
 the actor has just seen. A full quantization (calibration and conversion) costs about
 0.3 s of CPU, so it is done at the first forward pass, once the calibration rows are
-full, and then for every ``RECALIBRATE_LOADS``-th set of weights; the sets between only
-have their weights quantized again (per channel, as the conversion does, a few ms) and
-keep the activation ranges of the last calibration, which move little between the
-learner's successive weights.
+full, and then for every ``RECALIBRATE_SWAPS``-th set of weights; the sets between only
+have their weights quantized again (per channel, as the conversion does: about 35 ms for
+the Nature CNN) and keep the activation ranges of the last calibration, which move little
+between the learner's successive weights.
+
+An actor reads weights whenever they arrive (up to 20 times a second), and a learner may
+publish that often: quantizing each set would cost most of a core. So new weights are
+quantized at most once every ``requantize_every`` forward passes (the actor's
+``weight_refresh_steps``, Ape-X's cadence of copying the learner's parameters); between,
+the int8 network acts on the last weights it quantized.
 
 What it changes is checked where it matters, in the greedy actions: ``tests/test_policy``
 compares them with the float network's on real frames, and ``apex bench actor`` reports
@@ -31,8 +37,8 @@ from apex.policy import TorchPolicy
 # Observations kept for calibration: one row of each forward pass (each env copy's in
 # turn), this many. Weights are quantized again once the first full set is in.
 CALIBRATION_ROWS = 64
-# Sets of weights between full calibrations.
-RECALIBRATE_LOADS = 32
+# Weight swaps between full calibrations.
+RECALIBRATE_SWAPS = 32
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +56,14 @@ class Int8Policy:
     """A :class:`apex.policy.TorchPolicy` whose forward passes run quantized.
 
     Args:
-        float_policy: the float policy; it takes the weights, and answers until the first
-            calibration.
+        float_policy: the float policy; it takes the weights.
         example: one observation batch, to trace the network with.
+        requantize_every: forward passes between quantizations of new weights, at least.
     """
 
-    def __init__(self, float_policy: TorchPolicy, example: np.ndarray) -> None:
+    def __init__(
+        self, float_policy: TorchPolicy, example: np.ndarray, requantize_every: int = 1
+    ) -> None:
         from torch.ao.quantization import get_default_qconfig_mapping
         from torch.ao.quantization.quantize_fx import prepare_fx
 
@@ -92,7 +100,9 @@ class Int8Policy:
         self._row_count = 0
         self._quantized: torch.nn.Module | None = None
         self._calibrated_on = 0
-        self._loads_since_calibration = 0
+        self._swaps_since_calibration = 0
+        self._requantize_every = requantize_every
+        self._forwards_since_quantized = 0
         self._new_weights = False
         self.quantizations = 0
         self.weight_swaps = 0
@@ -106,7 +116,6 @@ class Int8Policy:
     def load(self, arrays: Mapping[str, np.ndarray]) -> None:
         self._float.load(arrays)
         self._new_weights = True
-        self._loads_since_calibration += 1
 
     def q_values(self, observations: np.ndarray) -> np.ndarray:
         return self._forward(observations).numpy()
@@ -117,13 +126,15 @@ class Int8Policy:
 
     def _forward(self, observations: np.ndarray):
         self._keep(observations)
+        self._forwards_since_quantized += 1
+        due = self._new_weights and self._forwards_since_quantized >= self._requantize_every
         if (
             self._quantized is None
-            or self._loads_since_calibration >= RECALIBRATE_LOADS
             or self._calibrated_on < CALIBRATION_ROWS <= self._row_count
+            or (due and self._swaps_since_calibration + 1 >= RECALIBRATE_SWAPS)
         ):
             self._quantized = self._quantize()
-        elif self._new_weights:
+        elif due:
             self._swap_weights()
         with torch.no_grad():
             return self._quantized(torch.from_numpy(observations))
@@ -149,7 +160,8 @@ class Int8Policy:
                 warnings.simplefilter("ignore")
                 quantized = convert_fx(observed)
         self.quantizations += 1
-        self._loads_since_calibration = 0
+        self._swaps_since_calibration = 0
+        self._forwards_since_quantized = 0
         self._new_weights = False
         return quantized
 
@@ -167,6 +179,9 @@ class Int8Policy:
             quantized = torch.quantize_per_channel(
                 weight, scales.float(), zero_points, observer.ch_axis, observer.dtype
             )
-            module.set_weight_bias(quantized, bias)
+            # A copy: the float network's own bias changes in place with its next load.
+            module.set_weight_bias(quantized, bias.detach().clone())
         self.weight_swaps += 1
+        self._swaps_since_calibration += 1
+        self._forwards_since_quantized = 0
         self._new_weights = False

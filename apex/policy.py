@@ -264,6 +264,7 @@ def _numpy_or_torch(numpy_class, torch_network: str):
         seed: int,
         torch_threads: int = 1,
         precision: str = "float32",
+        requantize_every: int = 1,
     ):
         if len(observation_shape) == 1:
             return numpy_class(observation_shape[0], actions, hidden, seed)
@@ -286,7 +287,8 @@ def _numpy_or_torch(numpy_class, torch_network: str):
         if not int8_available():
             logger.warning("this torch has no x86 int8 backend: acting in float32")
             return policy
-        return Int8Policy(policy, np.zeros((1, *observation_shape), dtype=np.uint8))
+        example = np.zeros((1, *observation_shape), dtype=np.uint8)
+        return Int8Policy(policy, example, requantize_every)
 
     return build
 

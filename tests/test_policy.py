@@ -118,7 +118,7 @@ def test_int8_greedy_actions_are_the_float_ones_but_for_near_ties(pong_frames, s
 def test_int8_policy_requantizes_the_weights_it_takes(pong_frames, monkeypatch) -> None:
     from apex import int8_policy
 
-    monkeypatch.setattr(int8_policy, "RECALIBRATE_LOADS", 3)
+    monkeypatch.setattr(int8_policy, "RECALIBRATE_SWAPS", 3)
     policy = build_policy((4, 84, 84), 6, (512,), seed=0, precision="int8")
     _acting(policy, pong_frames[:256])
     assert policy.quantizations == 1  # the calibration rows are not full yet
@@ -156,3 +156,24 @@ def test_int8_policy_value_network_and_minatar_in_float(pong_frames) -> None:
     # The MinAtar network stays in float (int8 is for 84x84 frames).
     minatar = build_policy((10, 10, 4), 3, (128,), seed=0, precision="int8")
     assert isinstance(minatar, TorchPolicy)
+
+
+def test_int8_policy_quantizes_new_weights_at_most_every_so_many_forward_passes(
+    pong_frames,
+) -> None:
+    policy = build_policy((4, 84, 84), 6, (512,), seed=0, precision="int8", requantize_every=5)
+    _acting(policy, pong_frames)
+    _acting(policy, pong_frames)  # calibrated on full rows: two quantizations
+    assert policy.quantizations == 2
+    weights = policy.arrays()
+    policy.load({name: array * 1.01 for name, array in weights.items()})
+    swapped = policy.q_values(pong_frames[:8])  # many passes since: quantized at once
+    assert policy.weight_swaps == 1
+    # Weights arrive at every forward pass (as a busy learner's can): the int8 network
+    # takes them only 5 passes after the last swap.
+    for _ in range(4):
+        policy.load({name: array * 1.02 for name, array in weights.items()})
+        np.testing.assert_array_equal(policy.q_values(pong_frames[:8]), swapped)
+    policy.load({name: array * 1.02 for name, array in weights.items()})
+    assert not np.array_equal(policy.q_values(pong_frames[:8]), swapped)
+    assert policy.weight_swaps == 2 and policy.quantizations == 2
