@@ -30,6 +30,9 @@ UNROLL_SPEC = TransitionSpec.from_dict(
         "log_prob": ((T,), "float32"),
     }
 )
+VERSIONED_SPEC = TransitionSpec.from_dict(
+    {**{name: (f.shape, f.dtype) for name, f in UNROLL_SPEC.items()}, "version": ((), "int64")}
+)
 UNROLL_FIELDS = ("obs:6,3:float32", "action:5:int64", "reward:5:float32",
                  "discount:5:float32", "log_prob:5:float32")  # fmt: skip
 
@@ -76,6 +79,15 @@ def test_a_full_queue_refuses_a_batch_and_keeps_what_it_holds():
         queue.update_priorities(np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1))
 
 
+def test_a_queue_takes_unrolls_of_an_actor_before_its_first_weights():
+    queue = UnrollQueue(VERSIONED_SPEC, 8)
+    batch = {**unrolls(2, 0), "version": np.array([-1, 0], np.int64)}  # initial weights: -1
+    queue.add(batch)
+    assert queue.size == 2
+    with pytest.raises(InvalidBatchError, match=r"version.*outside"):
+        queue.add({**unrolls(1, 2), "version": np.array([-2], np.int64)})
+
+
 @pytest.mark.parametrize(
     ("field", "value", "reason"),
     [
@@ -84,7 +96,7 @@ def test_a_full_queue_refuses_a_batch_and_keeps_what_it_holds():
         ("log_prob", 0.5, "outside"),
         ("discount", 1.5, "outside"),
         ("discount", -0.1, "outside"),
-        ("action", -1, "negative"),
+        ("action", -1, "outside"),
     ],
 )
 def test_a_queue_refuses_unrolls_with_values_out_of_bounds(field, value, reason):

@@ -13,9 +13,10 @@ specs, checks, gathers and snapshots), with a cursor instead of a sum-tree:
   than the queue, not for a busy learner.
 
 An item is checked for its values too before anything is written, since an unroll's
-numbers go straight into the learner's loss: floating fields must be finite, integer
-fields non-negative, and the fields of IMPALA's unrolls named in :data:`VALUE_BOUNDS`
-within their bounds (a log-probability is at most 0, a discount in [0, 1]).
+numbers go straight into the learner's loss: floating fields must be finite, and the
+fields of IMPALA's unrolls named in :data:`VALUE_BOUNDS` within their bounds (an action
+at least 0, a log-probability at most 0, a discount in [0, 1], a policy version at least
+-1: an actor acts on its initial weights, version -1, until the learner's first arrive).
 
 With a ``replay_share`` (IMPALA's experience-replay variant), that share of each batch
 is drawn uniformly from items already handed out and still in the ring (generations
@@ -46,7 +47,12 @@ from replay.store.state import Reader, meta_int, prefixed, sub_reader
 from replay.store.storage import BatchBuffers, RingStorage, StorageView
 
 # Bounds of the values of named fields (inclusive).
-VALUE_BOUNDS = {"log_prob": (-np.inf, 0.0), "discount": (0.0, 1.0)}
+VALUE_BOUNDS = {
+    "action": (0, np.inf),
+    "log_prob": (-np.inf, 0.0),
+    "discount": (0.0, 1.0),
+    "version": (-1, np.inf),
+}
 
 
 class QueueFullError(InvalidBatchError):
@@ -204,8 +210,6 @@ class UnrollQueue(StorageView):
 def _check_values(name: str, array: np.ndarray) -> None:
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise InvalidBatchError(f"field {name!r} holds a value that is not finite")
-    if array.dtype.kind == "i" and array.size and array.min() < 0:
-        raise InvalidBatchError(f"field {name!r} holds a negative value {array.min()}")
     bounds = VALUE_BOUNDS.get(name)
     if bounds is not None and array.size:
         low, high = bounds
