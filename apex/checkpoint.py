@@ -76,6 +76,13 @@ def load(path: Path) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for a corrupt or foreign file
         raise ValueError(f"{path} is not a readable checkpoint: {exc}") from exc
-    if not isinstance(state, dict) or "online" not in state or "counters" not in state:
+    # Every algorithm's state holds its policy's network: "online" (DQN's and DPG's) or
+    # "network" (IMPALA's); the learner's counters go beside it.
+    networks = ("online", "network")
+    if (
+        not isinstance(state, dict)
+        or "counters" not in state
+        or not any(isinstance(state.get(name), dict) for name in networks)
+    ):
         raise ValueError(f"{path} is not an apex checkpoint")
     return state

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from apex import checkpoint
 from apex.metrics import read_metrics
 from launch.builder import read_spec
 
@@ -50,3 +51,5 @@ def test_an_impala_run_trains_on_queued_unrolls_and_learns(tmp_path) -> None:
     checkpoints = sorted((run_dir / "checkpoints").glob("*.pt"))
     state = torch.load(checkpoints[-1], weights_only=True)
     assert "network" in state and "policy.weight" in state["network"]
+    # What a resume (or a restarted learner) reads back.
+    assert checkpoint.latest_readable(run_dir / "checkpoints") == (checkpoints[-1], [])
