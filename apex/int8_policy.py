@@ -32,8 +32,6 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from apex.policy import TorchPolicy
-
 # Observations kept for calibration: one row of each forward pass (each env copy's in
 # turn), this many. Weights are quantized again once the first full set is in.
 CALIBRATION_ROWS = 64
@@ -53,7 +51,8 @@ def int8_available() -> bool:
 
 
 class Int8Policy:
-    """A :class:`apex.policy.TorchPolicy` whose forward passes run quantized.
+    """A :class:`apex.policy.TorchPolicy` whose forward passes run quantized (it builds
+    this one, so this module does not import it).
 
     Args:
         float_policy: the float policy; it takes the weights.
@@ -61,9 +60,7 @@ class Int8Policy:
         requantize_every: forward passes between quantizations of new weights, at least.
     """
 
-    def __init__(
-        self, float_policy: TorchPolicy, example: np.ndarray, requantize_every: int = 1
-    ) -> None:
+    def __init__(self, float_policy, example: np.ndarray, requantize_every: int = 1) -> None:
         from torch.ao.quantization import get_default_qconfig_mapping
         from torch.ao.quantization.quantize_fx import prepare_fx
 
