@@ -46,7 +46,7 @@ from pathlib import Path
 
 from apex.algorithm import ALGORITHMS, SETTINGS
 from apex.envs import preset
-from apex.preset_defaults import ALGORITHM_DEFAULTS
+from apex.preset_defaults import ALGORITHM_DEFAULTS, ALGORITHM_ENV_DEFAULTS
 from apex.settings import ActorConfig, LearnerConfig
 from launch.keeper import SHARD_RESTART_BUDGET
 from launch.overrides import merge_overrides
@@ -324,6 +324,7 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     env = values.get("env", RunConfig.env)
     algorithm = values.get("algorithm", RunConfig.algorithm)
     defaults = merge_overrides(dict(preset(env).defaults), ALGORITHM_DEFAULTS.get(algorithm, {}))
+    defaults = merge_overrides(defaults, ALGORITHM_ENV_DEFAULTS.get((algorithm, env), {}))
     values = merge_overrides(defaults, values)
     problems: list[str] = []
     for old, new in RENAMED.items():

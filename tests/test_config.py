@@ -157,3 +157,13 @@ def test_a_retired_setting_is_dropped_with_a_notice(caplog) -> None:
     assert config.learner.eval_every_steps == 3000
     assert "learner.eval_interval_s is no longer read" in caplog.text
     assert "eval_interval_s" not in config.to_dict()["learner"]
+
+
+def test_an_algorithm_s_settings_for_one_env_sit_over_its_own_and_under_the_user_s() -> None:
+    impala = resolve({"env": "CartPole-v1", "algorithm": "impala"})
+    assert (impala.learner.batch_size, impala.learner.learning_rate) == (8, 4e-4)
+    assert impala.replay.capacity == 1024  # IMPALA's own, for any env
+    elsewhere = resolve({"env": "LunarLander-v3", "algorithm": "impala"})
+    assert elsewhere.learner.batch_size == 32
+    mine = resolve({"env": "CartPole-v1", "algorithm": "impala", "learner": {"batch_size": 16}})
+    assert mine.learner.batch_size == 16
