@@ -24,7 +24,6 @@ the share that agree and the largest Q-value difference, per case.
 from __future__ import annotations
 
 import copy
-import logging
 import operator
 import warnings
 from collections.abc import Mapping
@@ -37,8 +36,6 @@ import torch
 CALIBRATION_ROWS = 64
 # Weight swaps between full calibrations.
 RECALIBRATE_SWAPS = 32
-
-logger = logging.getLogger(__name__)
 
 
 def int8_available() -> bool:

@@ -3,6 +3,9 @@ learner is behind; the store alone, then a real queue shard over TCP."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 import zmq
@@ -35,6 +38,25 @@ VERSIONED_SPEC = TransitionSpec.from_dict(
 )
 UNROLL_FIELDS = ("obs:6,3:float32", "action:5:int64", "reward:5:float32",
                  "discount:5:float32", "log_prob:5:float32")  # fmt: skip
+
+
+FIELD_OPTIONS = [option for field in UNROLL_FIELDS for option in ("--field", field)]
+
+
+@contextmanager
+def clients(
+    context: zmq.Context, shard: ShardProcess, insert_timeout_s: float, request_timeout_s: float
+) -> Iterator[tuple[InsertClient, RequestClient]]:
+    """An actor's insert client and a learner's request client of ``shard``."""
+    inserts = InsertClient(context, [shard.endpoints], sender=3, spec=UNROLL_SPEC,
+                           timeout_s=insert_timeout_s)  # fmt: skip
+    requests = RequestClient(context, shard.endpoints.request, sender=9,
+                             timeout_s=request_timeout_s)  # fmt: skip
+    try:
+        yield inserts, requests
+    finally:
+        inserts.close(linger_s=0)
+        requests.close()
 
 
 def unrolls(count: int, first: int) -> dict[str, np.ndarray]:
@@ -113,10 +135,7 @@ def test_a_queue_refuses_unrolls_with_values_out_of_bounds(field, value, reason)
 def test_a_queue_shard_refuses_and_counts_a_bad_unroll_and_keeps_the_good(
     queue_shard: ShardProcess, context: zmq.Context
 ) -> None:
-    inserts = InsertClient(context, [queue_shard.endpoints], sender=3, spec=UNROLL_SPEC,
-                           timeout_s=1.0)  # fmt: skip
-    requests = RequestClient(context, queue_shard.endpoints.request, sender=9, timeout_s=10.0)
-    try:
+    with clients(context, queue_shard, 1.0, 10.0) as (inserts, requests):
         bad = unrolls(4, 4)
         bad["log_prob"][0, 0] = np.nan
         for batch in (unrolls(4, 0), bad, unrolls(4, 8)):
@@ -128,9 +147,6 @@ def test_a_queue_shard_refuses_and_counts_a_bad_unroll_and_keeps_the_good(
         assert info["rejected_total"] == 1 and info["size"] == 8
         reply = requests.sample(8, 0.0, UNROLL_SPEC)
         assert reply.fields["action"][:, 0].tolist() == [0, 1, 2, 3, 8, 9, 10, 11]
-    finally:
-        inserts.close(linger_s=0)
-        requests.close()
 
 
 def test_a_replay_share_mixes_handed_out_items_into_each_batch():
@@ -172,8 +188,7 @@ def test_a_queue_snapshot_brings_back_the_items_and_the_cursor():
 
 @pytest.fixture
 def queue_shard():
-    fields = [argument for field in UNROLL_FIELDS for argument in ("--field", field)]
-    process = ShardProcess(*fields, "--queue", "--capacity", "60", "--min-size", "4")
+    process = ShardProcess(*FIELD_OPTIONS, "--queue", "--capacity", "60", "--min-size", "4")
     yield process
     process.stop()
 
@@ -181,10 +196,7 @@ def queue_shard():
 def test_a_queue_shard_serves_oldest_first_and_holds_inserts_back_when_full(
     queue_shard: ShardProcess, context: zmq.Context
 ) -> None:
-    inserts = InsertClient(context, [queue_shard.endpoints], sender=3, spec=UNROLL_SPEC,
-                           timeout_s=0.2)  # fmt: skip
-    requests = RequestClient(context, queue_shard.endpoints.request, sender=9, timeout_s=10.0)
-    try:
+    with clients(context, queue_shard, 0.2, 10.0) as (inserts, requests):
         # A message goes in only while 50 items (insert_batch_hint) fit: of 60, two of 8.
         inserts.insert(unrolls(8, 0), np.ones(8))
         inserts.insert(unrolls(8, 8), np.ones(8))
@@ -203,17 +215,12 @@ def test_a_queue_shard_serves_oldest_first_and_holds_inserts_back_when_full(
         requests.update(reply.indices, reply.generations, np.ones(18))
         info = wait_for(lambda: (i := requests.info())["rejected_total"] and i, what="refusal")
         assert info["size"] == 0 and info["transitions_added"] == 24
-    finally:
-        inserts.close(linger_s=0)
-        requests.close()
 
 
 def test_a_queue_shard_sample_waits_for_enough_unrolls(
     queue_shard: ShardProcess, context: zmq.Context
 ) -> None:
-    inserts = InsertClient(context, [queue_shard.endpoints], sender=4, spec=UNROLL_SPEC)
-    requests = RequestClient(context, queue_shard.endpoints.request, sender=9, timeout_s=1.0)
-    try:
+    with clients(context, queue_shard, 10.0, 1.0) as (inserts, requests):
         inserts.insert(unrolls(5, 0), np.ones(5))
         wait_for(lambda: requests.info()["size"] == 5, what="five unrolls")
         with pytest.raises(ReplayError):  # six asked, five queued: it waits, past the timeout
@@ -221,16 +228,13 @@ def test_a_queue_shard_sample_waits_for_enough_unrolls(
         inserts.insert(unrolls(5, 5), np.ones(5))
         # The request that waited is answered once six are there: it took six of ten.
         wait_for(lambda: requests.info()["size"] == 4, what="the waiting request answered")
-    finally:
-        inserts.close(linger_s=0)
-        requests.close()
 
 
 def test_a_queue_shard_comes_back_from_its_snapshot_with_its_cursor(
     tmp_path, context: zmq.Context
 ) -> None:
-    fields = [argument for field in UNROLL_FIELDS for argument in ("--field", field)]
-    shard = ShardProcess(*fields, "--queue", "--capacity", "60", "--snapshot-dir", str(tmp_path))
+    options = (*FIELD_OPTIONS, "--queue", "--capacity", "60")
+    shard = ShardProcess(*options, "--snapshot-dir", str(tmp_path))
     try:
         inserts = InsertClient(context, [shard.endpoints], sender=4, spec=UNROLL_SPEC)
         inserts.insert(unrolls(10, 0), np.ones(10))
@@ -241,7 +245,7 @@ def test_a_queue_shard_comes_back_from_its_snapshot_with_its_cursor(
         requests.close()
     finally:
         assert shard.stop() == 0  # SIGTERM: a final snapshot
-    shard = ShardProcess(*fields, "--queue", "--capacity", "60", "--restore", str(tmp_path))
+    shard = ShardProcess(*options, "--restore", str(tmp_path))
     try:
         requests = RequestClient(context, shard.endpoints.request, sender=9, timeout_s=10.0)
         info = requests.info()
@@ -254,32 +258,28 @@ def test_a_queue_shard_comes_back_from_its_snapshot_with_its_cursor(
 
 
 def test_a_queue_shard_refuses_settings_that_do_not_apply(tmp_path) -> None:
-    fields = [argument for field in UNROLL_FIELDS for argument in ("--field", field)]
     with pytest.raises(AssertionError, match="samples_per_insert does not apply"):
-        ShardProcess(*fields, "--queue", "--samples-per-insert", "2")
+        ShardProcess(*FIELD_OPTIONS, "--queue", "--samples-per-insert", "2")
     with pytest.raises(AssertionError, match="must hold insert_batch_hint"):
-        ShardProcess(*fields, "--queue", "--capacity", "40")
+        ShardProcess(*FIELD_OPTIONS, "--queue", "--capacity", "40")
     with pytest.raises(AssertionError, match="replay_share is for queue mode"):
-        ShardProcess(*fields, "--replay-share", "0.5")
+        ShardProcess(*FIELD_OPTIONS, "--replay-share", "0.5")
 
 
 def test_a_queue_shard_with_a_replay_share_waits_only_for_the_fresh_part(
     context: zmq.Context,
 ) -> None:
-    fields = [argument for field in UNROLL_FIELDS for argument in ("--field", field)]
-    shard = ShardProcess(*fields, "--queue", "--capacity", "60", "--min-size", "1",
+    shard = ShardProcess(*FIELD_OPTIONS, "--queue", "--capacity", "60", "--min-size", "1",
                          "--replay-share", "0.5")  # fmt: skip
-    inserts = InsertClient(context, [shard.endpoints], sender=3, spec=UNROLL_SPEC, timeout_s=1)
-    requests = RequestClient(context, shard.endpoints.request, sender=9, timeout_s=10.0)
     try:
-        inserts.insert(unrolls(6, 0), np.ones(6))
-        wait_for(lambda: requests.info()["size"] == 6, what="the unrolls")
-        assert requests.sample(4, 0.0, UNROLL_SPEC).fields["action"][:, 0].tolist() == [0, 1, 2, 3]
-        # Half of the next 4 are replayed: 2 fresh of the 2 queued, so it is answered.
-        actions = requests.sample(4, 0.0, UNROLL_SPEC).fields["action"][:, 0].tolist()
-        assert actions[:2] == [4, 5] and set(actions[2:]) <= {0, 1, 2, 3}
-        assert requests.info()["size"] == 0
+        with clients(context, shard, 1.0, 10.0) as (inserts, requests):
+            inserts.insert(unrolls(6, 0), np.ones(6))
+            wait_for(lambda: requests.info()["size"] == 6, what="the unrolls")
+            first = requests.sample(4, 0.0, UNROLL_SPEC).fields["action"][:, 0].tolist()
+            assert first == [0, 1, 2, 3]
+            # Half of the next 4 are replayed: 2 fresh of the 2 queued, so it is answered.
+            actions = requests.sample(4, 0.0, UNROLL_SPEC).fields["action"][:, 0].tolist()
+            assert actions[:2] == [4, 5] and set(actions[2:]) <= {0, 1, 2, 3}
+            assert requests.info()["size"] == 0
     finally:
-        inserts.close(linger_s=0)
-        requests.close()
         shard.stop()

@@ -84,13 +84,15 @@ class ShardServer:
         self.config = config
         self._ingest = Ingest(config)
         self.replay = self._ingest.replay
-        self.limiter: QueueLimiter | RateLimiter = RateLimiter(
-            config.min_size, config.samples_per_insert, config.error_buffer
-        )
+        self.limiter: QueueLimiter | RateLimiter
         if config.queue:
             # Asked of self.replay each time: a restore replaces the store.
             self.limiter = QueueLimiter(lambda: self.replay.room, config.insert_batch_hint,
                                         config.min_size, self._fresh_needed)  # fmt: skip
+        else:
+            self.limiter = RateLimiter(
+                config.min_size, config.samples_per_insert, config.error_buffer
+            )
         self._index = config.shard_index
         self._senders = SenderBook(config.shard_index)
         self._samples = SampleDesk(
