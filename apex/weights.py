@@ -22,7 +22,8 @@ import zmq
 
 from apex.channels import ApexKind
 from replay.errors import ProtocolError
-from replay.wire.layout import Message, array_json, decode, encode, text_array
+from replay.wire.layout import Message, decode, encode
+from replay.wire.text import array_json, text_array
 from replay.wire.transport import bind, make_socket, send_frames
 
 if TYPE_CHECKING:  # torch only for the learner's side; actors run without it

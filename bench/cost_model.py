@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from replay.server.credit_desk import SHARED_WINDOW
+from replay.server.credit_desk import shared_window
 
 # A shard is one process with one hot loop: plan it at most this busy, so that bursts and
 # snapshots have room (the suite's shards run at 2-15% of a core here).
@@ -103,19 +103,26 @@ def _shared(factor: float, busy: float) -> float:
     return 1.0 + min(1.0, max(0.0, busy)) * (factor - 1.0)
 
 
-def messages_per_s(costs: UnitCosts, load: Load) -> float:
-    """Insert messages: an actor process sends once it holds ``transitions_per_message``,
-    and a vector step adds one transition per env, so a message holds
-    ``k * ceil(batch / k)`` (64 with 64 envs)."""
+def transitions_per_insert(costs: UnitCosts, load: Load) -> int:
+    """An actor process sends once it holds ``transitions_per_message``, and a vector
+    step adds one transition per env, so a message holds ``k * ceil(batch / k)`` (64
+    with 64 envs)."""
     k = load.envs_per_process
-    return load.transitions / (k * math.ceil(costs.transitions_per_message / k))
+    return k * math.ceil(costs.transitions_per_message / k)
 
 
-def credit_per_message(load: Load) -> float:
+def messages_per_s(costs: UnitCosts, load: Load) -> float:
+    """Insert messages a second (see :func:`transitions_per_insert`)."""
+    return load.transitions / transitions_per_insert(costs, load)
+
+
+def credit_per_message(costs: UnitCosts, load: Load) -> float:
     """Credit questions per insert message: one per quarter of a client's limit at a
-    shard, its share of the credit or of the shard's window, whichever is larger."""
+    shard, its share of the credit or of the shard's window (counted in bytes, see
+    ``replay.server.credit_desk``), whichever is larger."""
     share = math.ceil(CLIENT_CREDIT / load.shards)
-    limit = max(share, SHARED_WINDOW // max(1, load.actor_processes))
+    message_nbytes = costs.wire_bytes * transitions_per_insert(costs, load)
+    limit = max(share, shared_window(message_nbytes) // max(1, load.actor_processes))
     return 1.0 / max(1, limit // 4)
 
 
@@ -123,7 +130,7 @@ def shard_cores(costs: UnitCosts, load: Load) -> float:
     """All shards together, in cores."""
     messages = messages_per_s(costs, load)
     connections = CONNECTIONS_PER_PROCESS * load.actor_processes * load.shards
-    per_message = costs.per_message_s + credit_per_message(load) * costs.per_credit_s
+    per_message = costs.per_message_s + credit_per_message(costs, load) * costs.per_credit_s
     per_update = load.shards * costs.per_request_s + load.batch * costs.per_sampled_s
     return (
         load.shards * costs.idle_cores
@@ -138,7 +145,7 @@ def actor_cores(costs: UnitCosts, load: Load) -> float:
     messages = messages_per_s(costs, load)
     return _shared(costs.actor_shared_factor, load.actor_core_busy) * (
         load.transitions * costs.actor_step_s(load.envs_per_process)
-        + messages * credit_per_message(load) * costs.client_credit_s
+        + messages * credit_per_message(costs, load) * costs.client_credit_s
     )
 
 
@@ -147,7 +154,8 @@ def client_cores(costs: UnitCosts, load: Load) -> float:
     clients also keep their connections alive (the same heartbeats, from the other end).
     Their cores are busy with other work ``Load.actor_core_busy`` of the time."""
     messages = messages_per_s(costs, load)
-    per_message = costs.client_s_per_message + credit_per_message(load) * costs.client_credit_s
+    credit = credit_per_message(costs, load)
+    per_message = costs.client_s_per_message + credit * costs.client_credit_s
     connections = CONNECTIONS_PER_PROCESS * load.actor_processes * load.shards
     shared = _shared(costs.client_shared_factor, load.actor_core_busy)
     return messages * per_message * shared + connections * costs.client_per_connection_s

@@ -33,7 +33,8 @@ from bench.fuzz_descriptors import RngDraws, descriptor_message
 from replay.protocol import messages as replay_messages
 from replay.protocol.requests import RequestClient
 from replay.store.spec import TransitionSpec
-from replay.wire.layout import Kind, Message, text_array
+from replay.wire.layout import Kind, Message
+from replay.wire.text import text_array
 from replay.wire.transport import bind, make_socket, send_frames
 
 SETTLE_TIMEOUT_S = 120.0

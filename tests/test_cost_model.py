@@ -44,9 +44,9 @@ def test_role_cores_by_hand() -> None:
     assert cost_model.messages_per_s(COSTS, load) == 200  # 50 transitions: 10 steps of 5
     # 64 envs add 64 transitions a step: a message holds 64.
     assert cost_model.messages_per_s(COSTS, Load(6_400, 1, 64, 1, 0, 64)) == 100
-    # A client's credit: 8 per shard (16 over 2), a window share of 64 // 25 = 2: it asks
-    # once per 8 // 4 = 2 messages.
-    assert cost_model.credit_per_message(load) == 0.5
+    # A client's credit: 8 per shard (16 over 2), a window share of 209 // 25 = 8 (messages
+    # of 5,000 bytes: 1 MiB holds 209): it asks once per 8 // 4 = 2 messages.
+    assert cost_model.credit_per_message(COSTS, load) == 0.5
     # 2 idle + 200 messages/s (and 100 credit questions) + 100 updates x (2 requests + 512
     # sampled) + 100 connections, on cores of their own.
     messages, updates = 200 * 40e-6 + 100 * 30e-6, 100 * (2 * 100e-6 + 512 * 1e-6)
@@ -68,8 +68,11 @@ def test_role_cores_by_hand() -> None:
     # Beside other work half the time, sending costs 1 + 0.5 x (3 - 1) = 2x.
     beside = dataclasses.replace(load, actor_core_busy=0.5)
     assert cost_model.client_cores(COSTS, beside) == pytest.approx(2 * sending + heartbeats)
-    # One streaming client and one shard: the window is 64, a question per 16 messages.
-    assert cost_model.credit_per_message(Load(1000, 1, 1, 1, 0, 64)) == 1 / 16
+    # One streaming client and one shard: the window is 209 messages of 5,000 bytes, a
+    # question per 52; of 50,000 bytes, the least window, 64: a question per 16.
+    assert cost_model.credit_per_message(COSTS, Load(1000, 1, 1, 1, 0, 64)) == 1 / 52
+    large = dataclasses.replace(COSTS, wire_bytes=1000.0)
+    assert cost_model.credit_per_message(large, Load(1000, 1, 1, 1, 0, 64)) == 1 / 16
 
 
 def test_the_sampling_limit_fills_the_shards_to_their_target() -> None:
@@ -109,12 +112,12 @@ def _fleet_document(actors: int, messages_per_s: float, shard_cpu: float) -> dic
 
 def test_a_fleet_on_a_full_core_gets_what_the_shards_leave() -> None:
     costs = dataclasses.replace(COSTS, env="CartPole-v1")
-    # 100 messages/s: the clients want 100 x (50 + 20 / 4) us (a credit question per 4
-    # messages: 10 actors share the window), 1.1x as the shards keep their core 5% busy,
-    # plus 2 x 10 connections' 2 us.
+    # 100 messages/s: the clients want 100 x (50 + 20 / 5) us (a credit question per 5
+    # messages: 10 actors share a window of 209 messages of 5,000 bytes), 1.1x as the
+    # shards keep their core 5% busy, plus 2 x 10 connections' 2 us.
     light = model_suite.fleet_checks(costs, _fleet_document(10, 100, 0.05), "light")
     clients = {check["role"]: check["predicted"] for check in light}["insert clients"]
-    assert clients == pytest.approx(100 * 55e-6 * 1.1 + 20 * 2e-6)
+    assert clients == pytest.approx(100 * 54e-6 * 1.1 + 20 * 2e-6)
     # 20,000 messages/s: shards and clients want more than the one core they share (the
     # learner has the other); the niced clients get what the shards leave of it.
     checks = model_suite.fleet_checks(costs, _fleet_document(10, 20_000, 0.9), "heavy")

@@ -26,7 +26,8 @@ from replay.protocol import messages
 from replay.server.config import ShardConfig
 from replay.server.ingest import Ingest
 from replay.store.spec import TransitionSpec
-from replay.wire.layout import Kind, Message, decode, text_array
+from replay.wire.layout import Kind, Message, decode
+from replay.wire.text import text_array
 from tests.conftest import SMALL_SPEC, make_batch
 
 SCALARS = TransitionSpec.from_dict(

@@ -17,7 +17,13 @@ from replay.inserts.client import InsertClient
 from replay.inserts.lane import STALLED_RESEND_S
 from replay.protocol.messages import CreditReply, CreditRequest
 from replay.protocol.requests import RequestClient
-from replay.server.credit_desk import SHARED_WINDOW, CreditDesk
+from replay.server.credit_desk import (
+    MAX_WINDOW,
+    SHARED_WINDOW,
+    SHARED_WINDOW_BYTES,
+    CreditDesk,
+    shared_window,
+)
 from replay.server.lanes import Verdict, admit, delivered
 from replay.server.senders import SenderBook, SenderStats
 from replay.wire.layout import Kind, Message, encode
@@ -69,7 +75,8 @@ def test_a_live_shard_drops_duplicates_refuses_gaps_and_asks_for_them(
         assert counters["rejected_total"] == 0  # not bad input: the protocol at work
         answer = CreditReply.from_message(asker.call(CreditRequest(0, 0), Kind.CREDIT_REPLY))
         assert (answer.taken, answer.resend) == (2.0, True)  # expects lane 2; resend after it
-        assert answer.window == SHARED_WINDOW  # the only sender: the whole window
+        # The only sender, of small messages: the whole window, counted in bytes.
+        assert answer.window == MAX_WINDOW
         again = asker.call(CreditRequest(0, 0), Kind.CREDIT_REPLY)
         assert not CreditReply.from_message(again).resend  # said once
         for lane in (2, 3):
@@ -290,3 +297,21 @@ def test_the_shard_window_is_shared_among_active_senders() -> None:
         desk.ask(b"x", Message(Kind.CREDIT, sender, 0, count=0, incarnation=9))
     windows = [CreditReply.from_message(m).window for m in answers]
     assert windows == [SHARED_WINDOW // n for n in (1, 2, 3, 4)]
+
+
+def test_the_shard_window_is_counted_in_bytes() -> None:
+    # Small messages: as many as the bytes allow, up to the most; large ones: the least.
+    assert shared_window(0) == SHARED_WINDOW  # nothing taken yet
+    assert shared_window(SHARED_WINDOW_BYTES // 100) == 100
+    assert shared_window(100) == MAX_WINDOW
+    assert shared_window(SHARED_WINDOW_BYTES) == SHARED_WINDOW
+    senders = SenderBook(0)
+    answers = []
+    desk = CreditDesk(senders, lambda identity, message: answers.append(message), 0)
+    small, large = senders.get(1), senders.get(2)
+    small.taken, small.taken_bytes = 10, 10 * 6_000
+    large.taken, large.taken_bytes = 10, 10 * 200_000
+    for sender in (1, 2):
+        desk.ask(b"x", Message(Kind.CREDIT, sender, 0, count=0, incarnation=9))
+    windows = [CreditReply.from_message(m).window for m in answers]
+    assert windows == [SHARED_WINDOW_BYTES // 6_000, SHARED_WINDOW // 2]

@@ -10,7 +10,8 @@ import pytest
 
 from replay.errors import ProtocolError
 from replay.protocol import messages
-from replay.wire.layout import APPLICATION_KINDS, Kind, Message, decode, encode, text_array
+from replay.wire.layout import APPLICATION_KINDS, Kind, Message, decode, encode
+from replay.wire.text import text_array
 from tests.conftest import SMALL_SPEC, make_batch
 
 

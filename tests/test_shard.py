@@ -18,7 +18,7 @@ from replay.errors import ReplayTimeout, ShardError, SpecMismatchError
 from replay.inserts.client import InsertClient
 from replay.protocol.messages import SampleRequest
 from replay.protocol.requests import RequestClient
-from replay.server.credit_desk import SHARED_WINDOW
+from replay.server.credit_desk import MAX_WINDOW
 from replay.wire.layout import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, info, make_batch, wait_for
 
@@ -169,9 +169,12 @@ def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
     try:
         # With credit, the client learns what the shard took from an answer that a busy
         # machine may take over half a second to deliver: it waits long enough for it.
+        # With credit, a queue of its own deeper than the shard's window, so that the
+        # credit is what stops it.
         inserts = InsertClient(
             context, [shard.endpoints], sender=7, spec=SMALL_SPEC,
             timeout_s=0.5 if credit is None else 3.0, credit=credit,
+            hwm=16 if credit is None else 2 * MAX_WINDOW,
         )  # fmt: skip
         batch, priorities = make_batch(SMALL_SPEC, 50), np.ones(50)
         sent, deadline = 0, time.monotonic() + 60
@@ -188,8 +191,9 @@ def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
             assert added <= 400 and sent <= 400, (added, sent)
         else:
             assert added == 350, added  # the limiter's 300, overshot by the last batch
-            # The only sender: the shard's whole window, more than its share.
-            assert sent == added // 50 + max(credit, SHARED_WINDOW), (added, sent)
+            # The only sender: the shard's whole window (of small batches, the most),
+            # more than its share.
+            assert sent == added // 50 + max(credit, MAX_WINDOW), (added, sent)
             assert counters["senders"]["7"]["insert_messages_taken"] == added // 50
         inserts.close(linger_s=0)
     finally:

@@ -17,6 +17,7 @@ from replay.frames.lz4_codec import compress_bound
 from replay.frames.storage import FrameStackStorage
 from replay.inserts.client import InsertClient
 from replay.protocol.requests import RequestClient
+from replay.server.credit_desk import MAX_WINDOW
 from replay.server.snapshots import replay_state, restore_replay
 from replay.store.snapshot import (
     SnapshotError,
@@ -332,14 +333,17 @@ def test_a_client_out_of_credit_carries_on_with_a_restarted_shard(
     # from the answer's incarnation and start counting again, or wait forever.
     limits = ("--min-size", "100", "--samples-per-insert", "1", "--error-buffer", "400")
     shard = ShardProcess("--capacity", "10000", *limits, "--snapshot-dir", str(tmp_path))
-    client = InsertClient(context, [shard.endpoints], sender=5, spec=SMALL_SPEC, timeout_s=0.5)
+    # A queue deeper than the shard's window (of small batches, MAX_WINDOW): the credit is
+    # what stops the client.
+    client = InsertClient(context, [shard.endpoints], sender=5, spec=SMALL_SPEC, timeout_s=0.5,
+                          hwm=2 * MAX_WINDOW)  # fmt: skip
     try:
         sent = 0
         with pytest.raises(ReplayTimeout):
-            for i in range(200):
+            for i in range(1000):
                 client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
                 sent += 1
-        assert sent < 200
+        assert sent < 1000
         shard.process.send_signal(signal.SIGKILL)
         shard.process.wait(10)
         shard.stop()

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.errors import ProtocolError
+from replay.errors import ProtocolError, ReplayError
 from replay.protocol import messages
 from replay.wire import layout as wire
+from replay.wire import packed
+from replay.wire import text as wire_text
 from replay.wire.layout import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, make_batch
 
@@ -63,10 +65,10 @@ def every_kind() -> list[Message]:
         ),
         Message(Kind.UPDATE, 1, 3, -1, 512, 0.0, (slots, slots, rng.random(512))),
         Message(Kind.INFO, 1, 4),
-        Message(Kind.INFO_REPLY, 0, 4, arrays=(wire.text_array('{"size": 3}'),)),
+        Message(Kind.INFO_REPLY, 0, 4, arrays=(wire_text.text_array('{"size": 3}'),)),
         Message(Kind.SPEC, 2, 0),
         Message(Kind.SPEC_REPLY, 0, 0, arrays=(messages.spec_reply(SMALL_SPEC, 0, 0).arrays[0],)),
-        Message(Kind.ERROR, 0, 9, arrays=(wire.text_array("bad β"),)),
+        Message(Kind.ERROR, 0, 9, arrays=(wire_text.text_array("bad β"),)),
         Message(Kind.INSERT, 1, 0, 0, 1, 0.0, (np.zeros((1, 4, 84, 84), np.uint8), np.ones(1))),
         Message(Kind.INSERT, 1, 0, 0, 0, 0.0, (np.zeros((0, 4), np.float32), np.ones(0))),
         Message(Kind.INSERT, 1, 0, 0, 2, 0.0, (np.array([True, False]), np.float16([1, 2]))),
@@ -113,14 +115,14 @@ def test_decoded_arrays_are_read_only_views_of_the_frames() -> None:
 
 
 def test_text_and_spec_payloads_round_trip() -> None:
-    assert wire.array_text(wire.text_array("αβ ok")) == "αβ ok"
+    assert wire_text.array_text(wire_text.text_array("αβ ok")) == "αβ ok"
     assert messages.read_spec(messages.spec_reply(SMALL_SPEC, 0, 0)) == SMALL_SPEC
     for text in ('[["obs", [4], "object"]]', "{not json"):
-        bad = Message(Kind.SPEC_REPLY, arrays=(wire.text_array(text),))
+        bad = Message(Kind.SPEC_REPLY, arrays=(wire_text.text_array(text),))
         with pytest.raises(ProtocolError, match="malformed spec"):
             messages.read_spec(bad)
     with pytest.raises(ProtocolError, match="UTF-8"):
-        wire.array_text(np.frombuffer(b"\xff\xfe", dtype=np.uint8))
+        wire_text.array_text(np.frombuffer(b"\xff\xfe", dtype=np.uint8))
 
 
 def test_encode_refuses_what_cannot_travel() -> None:
@@ -200,3 +202,64 @@ def test_mutated_valid_messages_decode_or_raise_protocol_errors(data: st.DataObj
     frames[position] = bytes(frame)
     with contextlib.suppress(ProtocolError):
         decode(frames)
+
+
+@settings(max_examples=40, deadline=None)
+@given(counts=st.lists(st.integers(0, 300), min_size=1, max_size=6))
+def test_the_insert_encoder_makes_exactly_what_encode_makes(counts: list[int]) -> None:
+    encoder = messages.InsertEncoder(SMALL_SPEC)
+    for sequence, count in enumerate(counts):
+        batch, priorities = make_batch(SMALL_SPEC, count, sequence), np.linspace(0, 1, count)
+        expected = encode(messages.Insert(batch, priorities).to_message(SMALL_SPEC, 5, sequence, 3))
+        assert as_bytes(encoder.encode(batch, priorities, 5, sequence, 3)) == as_bytes(expected)
+    # A batch too large to pack goes a frame per array, as encode sends it.
+    big = 70_000 // 8
+    batch, priorities = make_batch(SMALL_SPEC, big), np.ones(big)
+    expected = encode(messages.Insert(batch, priorities).to_message(SMALL_SPEC, 5, 0, 3))
+    assert len(expected) > 1
+    assert as_bytes(encoder.encode(batch, priorities, 5, 0, 3)) == as_bytes(expected)
+
+
+def test_the_insert_encoder_checks_batches_against_the_spec() -> None:
+    encoder = messages.InsertEncoder(SMALL_SPEC)
+    batch = make_batch(SMALL_SPEC, 4)
+    batch["reward"] = batch["reward"].astype(np.float64)
+    with pytest.raises(ReplayError, match="reward"):
+        encoder.encode(batch, np.ones(4), 5, 0, 3)
+
+
+def test_restamp_in_place_stamps_a_fresh_bytearray_only() -> None:
+    frames = messages.InsertEncoder(SMALL_SPEC).encode(
+        make_batch(SMALL_SPEC, 3), np.ones(3), 5, 0, 3
+    )
+    assert type(frames[0]) is bytearray
+    stamped = wire.restamp(frames, sequence=9, incarnation=4, held=2, in_place=True)
+    assert stamped is frames and decode(stamped).sequence == 9
+    frozen = [bytes(frames[0])]
+    copied = wire.restamp(frozen, sequence=11, incarnation=4, held=2, in_place=True)
+    assert copied is not frozen and decode(frozen).sequence == 9 and decode(copied).sequence == 11
+
+
+def test_packed_messages_of_one_layout_join_along_their_first_axis() -> None:
+    batches = [make_batch(SMALL_SPEC, 6, seed) for seed in range(3)]
+
+    def sent_as(batch: dict, priority: float, pack: bool = True) -> list[bytes]:
+        insert = messages.Insert(batch, np.full(len(batch["action"]), priority))
+        return as_bytes(encode(insert.to_message(SMALL_SPEC, 1, 0, 0), pack=pack))
+
+    sent = [sent_as(b, float(i)) for i, b in enumerate(batches)]
+    header = wire.read_header(sent[0][0])
+    assert len({packed.packed_key(frames, wire.read_header(frames[0])) for frames in sent}) == 1
+    joined = packed.join_packed(sent, header)
+    for position, name in enumerate(SMALL_SPEC):
+        assert np.array_equal(joined[position], np.concatenate([b[name] for b in batches]))
+    assert np.array_equal(joined[-1], np.repeat([0.0, 1.0, 2.0], 6))
+    # Another count is another layout; a framed message has none.
+    other = sent_as(make_batch(SMALL_SPEC, 5), 1.0)
+    assert packed.packed_key(other, wire.read_header(other[0])) != packed.packed_key(
+        sent[0], header
+    )
+    framed = sent_as(batches[0], 1.0, pack=False)
+    assert packed.packed_key(framed, wire.read_header(framed[0])) is None
+    with pytest.raises(ProtocolError, match="one layout"):
+        packed.join_packed([sent[0], [sent[1][0][:-8]]], header)

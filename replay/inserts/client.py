@@ -111,6 +111,7 @@ class InsertClient:
         transitions: then :meth:`insert`, else :meth:`insert_frames`."""
         self.frames = FrameStackSpec.from_transition_spec(spec) if layouts[0] else None
         self._spec = spec
+        self._encoder = messages.InsertEncoder(spec)
         self._sender = sender
         self._timeout_ms = int(timeout_s * 1000)
         self._reroute_after_s = reroute_after_s
@@ -169,11 +170,8 @@ class InsertClient:
             InvalidBatchError: the batch does not match the spec.
             ReplayTimeout: no shard had room within the timeout.
         """
-        self._spec.check_batch(batch)
-        message = messages.Insert(batch, priorities).to_message(
-            self._spec, self._sender, self._sequence, policy_version
-        )
-        frames = encode(message)
+        frames = self._encoder.encode(batch, priorities, self._sender, self._sequence,
+                                      policy_version)  # fmt: skip
         return self._send(lambda _index: frames, stretch=1)
 
     def insert_frames(
@@ -213,7 +211,7 @@ class InsertClient:
         last message went if its stretch is not over; returns the index."""
         deadline = time.monotonic() + self._timeout_ms / 1000
         for credit in self._credits:
-            if credit is not None and credit.awaiting_reply:
+            if credit is not None and credit.answer_due:
                 self._read_credit(credit)
         if self._stretch_left <= 0:
             self._stretch_left = stretch
@@ -228,7 +226,7 @@ class InsertClient:
                 credit = self._credits[index]
                 if credit is not None and not credit.has_room():
                     continue
-                if not self._send_on_lane(index, frames_for(index)):
+                if not self._send_on_lane(index, frames_for(index), fresh=True):
                     continue
                 self._stretch_left = self._stretch_left - 1 if offset == 0 else stretch - 1
                 self._next = index if self._stretch_left > 0 else index + 1
@@ -239,13 +237,14 @@ class InsertClient:
                 raise ReplayTimeout(f"no shard accepted a batch within {self._timeout_ms} ms")
             self._wait_for_room(remaining)
 
-    def _send_on_lane(self, index: int, frames: list) -> bool:
+    def _send_on_lane(self, index: int, frames: list, fresh: bool = False) -> bool:
         """Sends one message to shard ``index`` now, numbered on its lane; False if its
-        socket's queue is full."""
+        socket's queue is full. ``fresh``: frames made for this send, which no socket
+        has taken (they may be numbered in place)."""
         credit = self._credits[index]
         if credit is not None:
             frames = restamp(frames, sequence=credit.sent, incarnation=credit.incarnation,
-                             held=credit.in_flight)  # fmt: skip
+                             held=credit.in_flight, in_place=fresh)  # fmt: skip
         try:
             send_frames(self._sockets[index], frames, zmq.NOBLOCK)
         except zmq.Again:
@@ -253,8 +252,8 @@ class InsertClient:
         if credit is not None:
             credit.sent_one(frames)
             # Asked ahead, so that the answer is usually back before the credit runs
-            # out: the sender then never stops for a round trip.
-            if credit.in_flight >= credit.limit // 4:
+            # out: the sender then never stops for a round trip (see ShardCredit.ask).
+            if credit.half_full:
                 credit.ask(self._timeout_ms / 1000)
         return True
 
@@ -395,7 +394,7 @@ class InsertClient:
             if credit is None or credit.has_room() or credit.resend_at is not None:
                 poller.register(socket, zmq.POLLOUT)
             if credit is not None and not credit.has_room():
-                credit.ask(timeout_s)
+                credit.ask(timeout_s, room=True)
                 poller.register(credit.socket, zmq.POLLIN)
         ready = dict(poller.poll(int(timeout_s * 1000) + 1))
         for credit in self._credits:

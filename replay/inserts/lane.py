@@ -58,11 +58,14 @@ class ShardCredit:
         self.taken = 0
         """Lane numbers below this are confirmed; the rest are kept in ``retained``."""
         self.retained: deque[list] = deque()
+        self._retained_counts: deque[int] = deque()  # transitions of each, beside it
         self.retained_transitions = 0
         self.resend_at: int | None = None
         """Lane number from which ``retained`` must be sent again, None if none."""
         self.resent = 0
         self._asked_until: float | None = None
+        self._asked_wanted = 0
+        self._asked_sequence = -1
         self._shard_incarnation: int | None = None
         self.restarts_seen = 0
         """Times the shard answered as a new process (it restarted)."""
@@ -90,6 +93,20 @@ class ShardCredit:
     def in_flight(self) -> int:
         return self.sent - self.taken
 
+    @property
+    def half_full(self) -> bool:
+        """Half the limit or more in flight: time to ask how far the shard has taken."""
+        return 2 * (self.sent - self.taken) >= self.limit
+
+    @property
+    def answer_due(self) -> bool:
+        """Worth looking for an answer before a send: the lane is given up (an answer
+        brings it back), or three quarters full (it asked at half). Looking costs more
+        than a send, so a sender that is not short of credit does not."""
+        return self._asked_until is not None and (
+            self.gone or 4 * (self.sent - self.taken) >= 3 * self.limit
+        )
+
     def has_room(self) -> bool:
         return self.in_flight < self.limit and self.resend_at is None and not self.gone
 
@@ -111,27 +128,45 @@ class ShardCredit:
         """Counts a message sent on this lane and keeps it until the shard confirms it."""
         if not self.retained:
             self._progress_at = time.monotonic()
+        count = peek_count(frames)
         self.retained.append(frames)
-        self.retained_transitions += peek_count(frames)
+        self._retained_counts.append(count)
+        self.retained_transitions += count
         self.sent += 1
 
-    def ask(self, wait_s: float, everything: bool = False) -> None:
-        """Asks the shard to answer once the batches in flight fall to three quarters of
-        the limit (or to none, with ``everything``).
+    def ask(self, wait_s: float, everything: bool = False, room: bool = False) -> None:
+        """Asks the shard to answer once the batches in flight fall to a quarter of the
+        limit; with ``room`` (a sender that has none left), once it has taken any more;
+        with ``everything``, once they fall to none.
 
-        Does nothing while an earlier question may still be answered.
+        A question asked at half the limit in flight is then held at the shard while it
+        takes a quarter of the limit, and answered while a quarter is still queued: one
+        round trip per quarter of the limit, none of which the sender waits for. (Asking
+        for less than is already taken is answered at once: a round trip per message or
+        two.)
+
+        Does nothing while an earlier question that asks no more may still be answered;
+        one that asks more is replaced (the shard answers it at once).
         """
         now = time.monotonic()
-        if self._asked_until is not None and now < self._asked_until:
+        if everything:
+            wanted = self.sent
+        elif room:
+            wanted = self.taken + 1
+        else:
+            wanted = max(0, self.sent - self.limit // 4)
+        out = self._asked_until is not None and now < self._asked_until
+        if out and wanted >= self._asked_wanted:
             return
-        wanted = self.sent if everything else max(0, self.sent - 3 * self.limit // 4)
         wait_ms = max(0, int(wait_s * 1000))
         if self._silent_since is None:
             self._silent_since = now
-        if self._requests.send(messages.CreditRequest(wanted, wait_ms)) is None:
+        sequence = self._requests.send(messages.CreditRequest(wanted, wait_ms))
+        if sequence is None:
             return
         # An answer that has not come a second after the shard's own deadline is lost.
         self._asked_until = now + wait_ms / 1000 + 1.0
+        self._asked_wanted, self._asked_sequence = wanted, sequence
 
     def read_replies(self) -> None:
         """Takes in every answer that has arrived.
@@ -148,7 +183,9 @@ class ShardCredit:
                     f"{self.endpoint}: expected CREDIT_REPLY, got {reply.kind.name}"
                 )
             answer = messages.CreditReply.from_message(reply)
-            self._asked_until = self._silent_since = None
+            if reply.sequence == self._asked_sequence:  # else a question since replaced
+                self._asked_until = None
+            self._silent_since = None
             self.gone = False
             self.limit = max(self.share, answer.window)
             restarted = (
@@ -162,7 +199,8 @@ class ShardCredit:
             if taken > self.taken:
                 self._progress_at = now
             while self.taken < taken:
-                self.retained_transitions -= peek_count(self.retained.popleft())
+                self.retained.popleft()
+                self.retained_transitions -= self._retained_counts.popleft()
                 self.taken += 1
             stalled = now - self._progress_at >= STALLED_RESEND_S
             if (restarted or answer.resend or stalled) and self.retained:
@@ -191,6 +229,7 @@ class ShardCredit:
         (its numbers resume past the ones given away)."""
         kept = list(self.retained)
         self.retained.clear()
+        self._retained_counts.clear()
         self.retained_transitions = 0
         self.sent = self.taken = 0
         self.resend_at = self._asked_until = self._silent_since = None

@@ -25,10 +25,23 @@ MAX_HELD_CREDIT_REQUESTS = 4096
 # Insert batches the shard lets its active senders have in flight, shared among them; a
 # sender is never granted less than its own share (its client's setting). One actor
 # alone gets the whole window, so its batches keep coming during a round trip; with many,
-# the total in flight stays their shares, as without the window.
+# the total in flight stays their shares, as without the window. Counted in bytes, for
+# small messages: SHARED_WINDOW batches, or as many as SHARED_WINDOW_BYTES hold of the
+# sender's (up to MAX_WINDOW). A lone actor of small batches then needs an answer every
+# MAX_WINDOW / 4 of them rather than every 16, which costs it a fifth of its rate.
 SHARED_WINDOW = 64
+SHARED_WINDOW_BYTES = 1 << 20
+MAX_WINDOW = 256
 # A sender that asked within this time counts as active.
 ACTIVE_S = 5.0
+
+
+def shared_window(message_nbytes: float) -> int:
+    """Insert messages of ``message_nbytes`` each (0: not known yet) a shard lets its
+    active senders have in flight in all."""
+    if message_nbytes <= 0:
+        return SHARED_WINDOW
+    return max(SHARED_WINDOW, min(MAX_WINDOW, int(SHARED_WINDOW_BYTES // message_nbytes)))
 
 
 @dataclass(frozen=True)
@@ -102,9 +115,12 @@ class CreditDesk:
             self._pruned_at = now
             self._asked_at = {s: t for s, t in self._asked_at.items() if now - t < ACTIVE_S}
 
-    def window(self) -> int:
-        """Each active sender's part of :data:`SHARED_WINDOW`."""
-        return SHARED_WINDOW // max(1, len(self._asked_at))
+    def window(self, sender: int) -> int:
+        """``sender``'s part of the shared window (:func:`shared_window` for its
+        messages' mean size), the window divided among the active senders."""
+        stats = self._senders.tracked(sender)
+        mean_nbytes = stats.taken_bytes / stats.taken if stats is not None and stats.taken else 0
+        return shared_window(mean_nbytes) // max(1, len(self._asked_at))
 
     def expire(self) -> None:
         """Answers the questions whose wait has run out."""
@@ -126,5 +142,5 @@ class CreditDesk:
         if resend:
             stats.gap_pending = 0
         reply = messages.CreditReply(self._delivered(held), self.incarnation, bool(resend),
-                                     self.window())  # fmt: skip
+                                     self.window(held.sender))  # fmt: skip
         self._send(held.identity, reply.to_message(self._index, held.sequence))

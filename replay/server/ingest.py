@@ -9,13 +9,19 @@ transition (frames it brought may stay, unreferenced, until the ring reuses them
 
 from __future__ import annotations
 
-from replay.errors import ProtocolError
+import numpy as np
+
+from replay.errors import ProtocolError, ReplayError
 from replay.frames.storage import FrameStackStorage
 from replay.protocol import messages
 from replay.server.config import ShardConfig
 from replay.store.prioritized import PrioritizedReplay
 from replay.store.queue import UnrollQueue
-from replay.wire.layout import Kind, Message
+from replay.wire.layout import Header, Kind, Message, decode
+from replay.wire.packed import join_packed, packed_key
+
+# Packed insert layouts remembered as checked (one per batch size an actor sends).
+MAX_GOOD_LAYOUTS = 256
 
 
 class Ingest:
@@ -46,6 +52,7 @@ class Ingest:
                 config.spec, config.capacity, config.alpha, rng=config.seed, storage=storage
             )
         self.frames_received = 0
+        self._good_layouts: dict[tuple[bytes, int, int], int] = {}  # and their counts
 
     @property
     def packs_samples(self) -> bool:
@@ -60,6 +67,62 @@ class Ingest:
         if self.frames is None:
             return None
         return {"stack": self.frames.stack, "compressed": self.config.compress_frames}
+
+    def groups(self, header: Header) -> bool:
+        """Whether a message of ``header`` may be stored with others in one write
+        (:meth:`take_group`): whole transitions into a prioritized ring."""
+        return header.kind == Kind.INSERT and self.frames is None and not self.config.queue
+
+    def take_group(self, inserts: list[tuple[Header, list]]) -> list[int | ReplayError]:
+        """Stores insert messages of whole transitions (``(header, frames)`` each, see
+        :meth:`groups`) in one write per layout; returns per message the transitions it
+        added, or the error that refused it.
+
+        A shard's cost per small message is Python's, not the bytes': decoding each
+        message's arrays, checking them and writing them would cost it more than the
+        transport does. So the first message of each packed layout is decoded and checked
+        against the spec alone, as :meth:`take` would; the layout (the descriptors, which
+        fix every dtype and shape) is then known good, and later messages of it are
+        joined without decoding (``replay.wire.packed.join_packed``) into one write and
+        one tree update. If a joined batch is refused (a bad priority), each of its
+        messages is stored or refused alone.
+        """
+        results: list[int | ReplayError] = [0] * len(inserts)
+        runs: dict[tuple[bytes, int, int], list[int]] = {}
+        for position, (header, frames) in enumerate(inserts):
+            key = packed_key(frames, header)
+            if key is not None and self._good_layouts.get(key) == header.count:
+                runs.setdefault(key, []).append(position)
+            else:
+                results[position] = self._take_alone(frames, key)
+        for positions in runs.values():
+            run = [inserts[position][1] for position in positions]
+            try:
+                arrays = join_packed(run, inserts[positions[0]][0])
+                self.replay.add(dict(zip(self.config.spec, arrays[:-1], strict=True)), arrays[-1])
+            except ReplayError:
+                for position in positions:
+                    results[position] = self._take_alone(inserts[position][1], None)
+            else:
+                for position in positions:
+                    results[position] = inserts[position][0].count
+        return results
+
+    def _take_alone(self, frames: list, key: tuple[bytes, int, int] | None) -> int | ReplayError:
+        """Decodes, checks and stores one insert; a packed layout that passes is
+        remembered as good (see :meth:`take_group`)."""
+        try:
+            insert = messages.Insert.from_message(decode(frames), self.config.spec)
+            self.config.spec.check_batch(insert.fields)
+            priorities = insert.priorities
+            self.replay.add(insert.fields, priorities)
+        except ReplayError as exc:  # ProtocolError included
+            return exc
+        if key is not None and priorities.dtype == np.float64 and priorities.ndim == 1:
+            if len(self._good_layouts) >= MAX_GOOD_LAYOUTS:
+                self._good_layouts.clear()
+            self._good_layouts[key] = len(priorities)
+        return len(priorities)
 
     def take(self, message: Message) -> int:
         """Stores one insert message; returns the transitions it added.

@@ -71,11 +71,13 @@ class RateLimiter:
             return 0.0
         return self.inserted * self.samples_per_insert - self.sampled
 
-    def can_insert(self) -> bool:
+    def can_insert(self, pending: int = 0) -> bool:
+        """Whether another insert message may be taken, with ``pending`` transitions
+        taken already but not yet recorded (a shard stores a round's inserts at once)."""
         if self.samples_per_insert is None:
             return True
         ceiling = self.samples_per_insert * self.min_size + self.error_buffer
-        return self.diff <= ceiling
+        return self.diff + pending * self.samples_per_insert <= ceiling
 
     def can_sample(self, size: int, batch_size: int = 1) -> bool:
         """Whether a SAMPLE may be answered now (a prioritized store may repeat items, so
@@ -111,8 +113,8 @@ class QueueLimiter:
     sampled: int = 0
     diff: float = 0.0  # no replay ratio: reported as the prioritized limiter's is
 
-    def can_insert(self) -> bool:
-        return self.room() >= self.insert_room
+    def can_insert(self, pending: int = 0) -> bool:
+        return self.room() - pending >= self.insert_room
 
     def can_sample(self, size: int, batch_size: int = 1) -> bool:
         return size >= max(self.min_size, self.fresh_needed(batch_size))

@@ -44,6 +44,7 @@ class SenderStats:
 
     inserts: int = 0
     taken: int = 0
+    taken_bytes: int = 0  # of the insert messages taken: their mean sizes the credit window
     transitions: int = 0
     requests: int = 0
     rejected: dict[str, int] = field(default_factory=dict)

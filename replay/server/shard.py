@@ -40,11 +40,10 @@ from replay.protocol import messages
 from replay.server.config import ShardConfig
 from replay.server.credit_desk import CreditDesk
 from replay.server.ingest import Ingest
-from replay.server.lanes import Verdict, admit
+from replay.server.insert_desk import InsertDesk
 from replay.server.rate_limiter import QueueLimiter, RateLimiter
 from replay.server.sample_desk import SampleDesk
 from replay.server.senders import (
-    REJECT_INSERT,
     REJECT_PROTOCOL,
     REJECT_REQUEST,
     REJECT_UNEXPECTED_KIND,
@@ -58,7 +57,12 @@ from replay.store.snapshot import Snapshot
 from replay.store.state import meta_counts
 from replay.wire.layout import Kind, Message, decode, encode
 from replay.wire.security import make_context, peer_id
-from replay.wire.transport import bind, insert_buffer_bytes, make_socket, send_frames
+from replay.wire.transport import (
+    bind,
+    insert_buffer_bytes,
+    make_socket,
+    send_frames,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +136,8 @@ class ShardServer:
         self._poller.register(self._router, zmq.POLLIN)
         self._replies_dropped = 0
         self._credit = CreditDesk(self._senders, self._send, config.shard_index)
+        self._inserts = InsertDesk(self._pull, config.max_inserts_per_round, self._senders,
+                                   self._credit, self.limiter, lambda: self._ingest)  # fmt: skip
         self._started = time.monotonic()
 
     def _fresh_needed(self, batch_size: int) -> int:
@@ -159,9 +165,9 @@ class ShardServer:
                 self._poller.modify(self._pull, zmq.POLLIN if self.limiter.can_insert() else 0)
                 ready = dict(self._poller.poll(poll_ms))
                 if self._pull in ready:
-                    self._drain(self._pull, self.config.max_inserts_per_round, self._on_insert)
+                    self._inserts.drain()
                 if self._router in ready:
-                    self._drain(self._router, self.config.max_requests_per_round, self._on_request)
+                    self._drain_requests()
                 self._samples.answer_waiting()
                 if self._credit:
                     self._credit.expire()
@@ -178,52 +184,13 @@ class ShardServer:
         self._router.close(linger=0)
         self._context.term()
 
-    def _drain(self, socket: zmq.Socket, limit: int, handler) -> None:
-        for _ in range(limit):
-            if socket is self._pull and not self.limiter.can_insert():
-                return
+    def _drain_requests(self) -> None:
+        for _ in range(self.config.max_requests_per_round):
             try:
-                frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = self._router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            handler(frames)
-
-    # -- inserts ------------------------------------------------------------------------
-
-    def _on_insert(self, frames: list) -> None:
-        try:
-            message = decode(frames)
-        except ProtocolError as exc:
-            sender = self._senders.known(claimed_sender(frames[0]))
-            self._senders.get(sender).taken += 1
-            self._senders.reject(sender, REJECT_PROTOCOL, exc)
-            return
-        # Counted under the id the connection may claim (see replay.server.senders).
-        sender = self._senders.account(message.sender, lambda: peer_id(frames[0]))
-        stats = self._senders.get(sender)
-        stats.taken += 1
-        if message.kind not in (Kind.INSERT, Kind.INSERT_FRAMES):
-            self._senders.reject(sender, REJECT_UNEXPECTED_KIND, f"{message.kind.name} on PULL")
-            return
-        verdict = admit(self._senders.tracked(sender), message.incarnation,
-                        message.sequence, message.held)  # fmt: skip
-        self._credit.taken(sender)
-        if verdict != Verdict.TAKE:
-            return
-        try:
-            added = self._ingest.take(message)
-        except ReplayError as exc:  # ProtocolError included
-            self._senders.reject(sender, REJECT_INSERT, exc)
-            return
-        self.limiter.record_insert(added)
-        stats.inserts += 1
-        stats.transitions += added
-        stats.last_sequence = message.sequence
-        if message.policy_version >= 0:
-            version = message.policy_version
-            low, high = stats.policy_version_min, stats.policy_version_max
-            stats.policy_version_min = version if low is None else min(low, version)
-            stats.policy_version_max = version if high is None else max(high, version)
+            self._on_request(frames)
 
     # -- requests -----------------------------------------------------------------------
 

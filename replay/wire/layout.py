@@ -55,13 +55,14 @@ from __future__ import annotations
 
 import enum
 import functools
-import json
 import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+import zmq
 
 from replay.errors import ProtocolError
 
@@ -88,7 +89,7 @@ PACK_MAX_BYTES = 65536
 _SEQUENCE_OFFSET, _SEQUENCE = 8, struct.Struct("<Q")
 _LIFE_OFFSET, _LIFE = 40, struct.Struct("<II")
 _COUNT_OFFSET, _COUNT = 24, struct.Struct("<I")
-_PADDING = bytes(8)
+PADDING = bytes(8)
 # numpy refuses an array whose nonzero dimensions and item size multiply past its index
 # type (even an empty one, (0, 2^32-1, ...)); a descriptor beyond it describes nothing.
 MAX_ARRAY_NBYTES = np.iinfo(np.intp).max
@@ -161,7 +162,7 @@ def encode(
             raise ProtocolError(f"array {position} is a {type(array).__name__}, not an ndarray")
         if not array.flags.c_contiguous:
             raise ProtocolError(f"array {position} is not C-contiguous")
-    descriptor_bytes, payload = _describe(tuple((a.dtype, a.shape) for a in arrays))
+    descriptor_bytes, payload = describe_arrays(tuple((a.dtype, a.shape) for a in arrays))
     packed = pack and bool(arrays) and payload + 8 * len(arrays) <= max_packed_bytes
     try:
         header = HEADER.pack(
@@ -181,17 +182,17 @@ def encode(
     except struct.error as exc:
         raise ProtocolError(f"header value out of range: {exc}") from exc
     if packed:
-        parts = [header, descriptor_bytes, _PADDING[: -len(descriptor_bytes) % 8]]
+        parts = [header, descriptor_bytes, PADDING[: -len(descriptor_bytes) % 8]]
         for array in arrays:
             parts.append(array)  # a C-contiguous array is a buffer: joined without a view
-            parts.append(_PADDING[: -array.nbytes % 8])
+            parts.append(PADDING[: -array.nbytes % 8])
         return [b"".join(parts)]
     # An empty array travels as an empty frame (a zero-size buffer cannot be cast to bytes).
     return [header + descriptor_bytes, *(a if a.size else b"" for a in arrays)]
 
 
 @functools.lru_cache(maxsize=1024)
-def _describe(layout: tuple[tuple[np.dtype, tuple[int, ...]], ...]) -> tuple[bytes, int]:
+def describe_arrays(layout: tuple[tuple[np.dtype, tuple[int, ...]], ...]) -> tuple[bytes, int]:
     """The descriptors of arrays of these ``(dtype, shape)``, and their bytes in all.
     Cached: a sender repeats the same layout for every batch. Errors are raised, never
     cached."""
@@ -211,11 +212,19 @@ def _describe(layout: tuple[tuple[np.dtype, tuple[int, ...]], ...]) -> tuple[byt
     return b"".join(descriptors), payload
 
 
-def restamp(frames: list, *, sequence: int, incarnation: int, held: int) -> list:
+def restamp(
+    frames: list, *, sequence: int, incarnation: int, held: int, in_place: bool = False
+) -> list:
     """``frames`` of an encoded message with new ``sequence``, ``incarnation`` and
     ``held`` in the header: one copy of frame 0 (the header, or a whole packed message);
-    the array frames are shared."""
-    header = bytearray(_buffer(frames[0]))
+    the array frames are shared. ``in_place``: a frame 0 that is a bytearray is
+    stamped as it is (frames the caller made and nothing else holds yet)."""
+    first = frames[0]
+    if in_place and type(first) is bytearray:
+        _SEQUENCE.pack_into(first, _SEQUENCE_OFFSET, sequence)
+        _LIFE.pack_into(first, _LIFE_OFFSET, incarnation, held)
+        return frames
+    header = bytearray(frame_buffer(first))
     try:
         _SEQUENCE.pack_into(header, _SEQUENCE_OFFSET, sequence)
         _LIFE.pack_into(header, _LIFE_OFFSET, incarnation, held)
@@ -226,14 +235,62 @@ def restamp(frames: list, *, sequence: int, incarnation: int, held: int) -> list
 
 def peek_count(frames: list) -> int:
     """The header's ``count`` of an encoded message (transitions, for an insert)."""
-    return _COUNT.unpack_from(_buffer(frames[0]), _COUNT_OFFSET)[0]
+    return _COUNT.unpack_from(frame_buffer(frames[0]), _COUNT_OFFSET)[0]
 
 
-def _buffer(frame: object) -> memoryview:
-    # zmq.Frame exposes .buffer; bytes, bytearray and memoryview are buffers already.
+def frame_buffer(frame: object) -> memoryview:
+    # zmq.Frame exposes .buffer (bytes, 1-D); bytes, bytearray and memoryview are
+    # buffers already.
+    if type(frame) is zmq.Frame:
+        return frame.buffer
     if isinstance(frame, np.ndarray):
         return memoryview(np.ascontiguousarray(frame).reshape(-1).view(np.uint8))
     return memoryview(getattr(frame, "buffer", frame)).cast("B")
+
+
+class Header(NamedTuple):
+    """Frame 0's fixed fields (the layout above), as :func:`read_header` checked them."""
+
+    kind: enum.IntEnum
+    sender: int
+    sequence: int
+    policy_version: int
+    count: int
+    array_count: int
+    packed: int
+    scalar: float
+    incarnation: int
+    held: int
+
+
+def read_header(frame: object, kinds: type[enum.IntEnum] = Kind) -> Header:
+    """The header of a message's frame 0, its magic, version, kind and array count
+    checked; the arrays are not (:func:`decode` reads them).
+
+    Raises:
+        ProtocolError: short, bad magic, unknown version or kind, too many arrays.
+    """
+    header = frame_buffer(frame)
+    if len(header) < HEADER_NBYTES:
+        raise ProtocolError(f"header of {len(header)} bytes is shorter than {HEADER_NBYTES}")
+    (magic, version, kind_code, sender, sequence, policy_version, count, array_count,
+     packed, scalar, incarnation, held) = HEADER.unpack_from(header)  # fmt: skip
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(f"unknown protocol version {version}, expected {PROTOCOL_VERSION}")
+    kind = _kinds_by_code(kinds).get(kind_code)
+    if kind is None:
+        raise ProtocolError(f"unknown message kind {kind_code}")
+    if array_count > MAX_ARRAYS:
+        raise ProtocolError(f"{array_count} arrays exceed the limit of {MAX_ARRAYS}")
+    return Header(kind, sender, sequence, policy_version, count, array_count, packed, scalar,
+                  incarnation, held)  # fmt: skip
+
+
+@functools.cache
+def _kinds_by_code(kinds: type[enum.IntEnum]) -> dict[int, enum.IntEnum]:
+    return {int(kind): kind for kind in kinds}
 
 
 def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Message:
@@ -252,26 +309,16 @@ def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Messag
     """
     if not frames:
         raise ProtocolError("empty message")
-    header = _buffer(frames[0])
-    if len(header) < HEADER_NBYTES:
-        raise ProtocolError(f"header of {len(header)} bytes is shorter than {HEADER_NBYTES}")
-    (magic, version, kind_code, sender, sequence, policy_version, count, array_count,
-     packed, scalar, incarnation, held) = HEADER.unpack_from(header)  # fmt: skip
-    if magic != MAGIC:
-        raise ProtocolError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
-    if version != PROTOCOL_VERSION:
-        raise ProtocolError(f"unknown protocol version {version}, expected {PROTOCOL_VERSION}")
-    try:
-        kind = kinds(kind_code)
-    except ValueError:
-        raise ProtocolError(f"unknown message kind {kind_code}") from None
-    if array_count > MAX_ARRAYS:
-        raise ProtocolError(f"{array_count} arrays exceed the limit of {MAX_ARRAYS}")
-    if packed:
-        arrays = _packed_arrays(header, array_count, packed, len(frames))
+    header = read_header(frames[0], kinds)
+    if header.packed:
+        arrays = _packed_arrays(frame_buffer(frames[0]), header.array_count, header.packed,
+                                len(frames))  # fmt: skip
     else:
-        arrays = _framed_arrays(header, array_count, frames)
-    return Message(kind, sender, sequence, policy_version, count, scalar, arrays, incarnation, held)
+        arrays = _framed_arrays(frame_buffer(frames[0]), header.array_count, frames)
+    return Message(
+        header.kind, header.sender, header.sequence, header.policy_version, header.count,
+        header.scalar, arrays, header.incarnation, header.held,
+    )  # fmt: skip
 
 
 def _framed_arrays(header: memoryview, array_count: int, frames: Sequence[object]) -> tuple:
@@ -304,7 +351,7 @@ def _packed_arrays(
     end = HEADER_NBYTES + descriptor_nbytes
     if end > len(frame):
         raise ProtocolError(f"descriptors of {descriptor_nbytes} bytes overrun the frame")
-    offsets, total = _packed_offsets(bytes(frame[HEADER_NBYTES:end]), array_count)
+    offsets, total = packed_offsets(bytes(frame[HEADER_NBYTES:end]), array_count)
     if total > len(frame):
         raise ProtocolError(f"packed arrays overrun the frame of {len(frame)} bytes")
     if total < len(frame):
@@ -313,7 +360,7 @@ def _packed_arrays(
 
 
 @functools.lru_cache(maxsize=256)
-def _packed_offsets(
+def packed_offsets(
     descriptors: bytes, array_count: int
 ) -> tuple[tuple[tuple[np.dtype, tuple[int, ...], int], ...], int]:
     """``(dtype, shape, offset)`` per array of a packed frame, and the frame's length."""
@@ -359,34 +406,3 @@ def _layout(
     if offset != len(descriptors):
         raise ProtocolError(f"header has {len(descriptors) - offset} trailing bytes")
     return tuple(layout)
-
-
-def text_array(text: str) -> np.ndarray:
-    """UTF-8 text (or JSON) as a u8 array, the payload of text-carrying kinds."""
-    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-
-
-def array_json(array: np.ndarray, what: str = "payload") -> object:
-    """The JSON value of a text payload (:func:`text_array`); ``what`` names it in errors.
-
-    Raises:
-        ProtocolError: not 1-D u8 UTF-8, not JSON, or nested too deep to parse.
-    """
-    try:
-        return json.loads(array_text(array))
-    except (ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] past the stack
-        raise ProtocolError(f"malformed {what}: {type(exc).__name__}: {exc}") from None
-
-
-def array_text(array: np.ndarray) -> str:
-    """The inverse of :func:`text_array`.
-
-    Raises:
-        ProtocolError: not a 1-D u8 array of valid UTF-8.
-    """
-    if array.dtype != np.uint8 or array.ndim != 1:
-        raise ProtocolError(f"text payload must be 1-D uint8, got {array.dtype} {array.shape}")
-    try:
-        return array.tobytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"text payload is not UTF-8: {exc}") from None
