@@ -135,7 +135,11 @@ def measure_apex(
     capacity: int,
     credit: bool = True,
     keys: str | None = None,
+    shares: list[float] | None = None,
 ) -> list[float]:
+    """Transitions/s into a real shard from ``pushers`` processes, one rate per timed
+    window; ``shares`` (if given) gets each pusher's part of the transitions over all the
+    windows, as a fraction of the mean part (1.0 each when none is starved)."""
     from replay.protocol.requests import RequestClient
     from replay.wire.security import SecurityConfig, make_context
 
@@ -158,12 +162,19 @@ def measure_apex(
             time.sleep(0.05)
         time.sleep(timing["warmup_s"])
         rates = []
+        first = client.info()["senders"]
         for _ in range(timing["repeats"]):
             before, started = client.info()["transitions_added"], time.monotonic()
             time.sleep(timing["seconds_per_repeat"])
             after, ended = client.info()["transitions_added"], time.monotonic()
             rates.append((after - before) / (ended - started))
-        rejected = client.info()["rejected"]
+        last = client.info()
+        rejected = last["rejected"]
+        if shares is not None:
+            parts = [counts["transitions"] - first.get(sender, {}).get("transitions", 0)
+                     for sender, counts in last["senders"].items() if sender != "99"]  # fmt: skip
+            mean = sum(parts) / max(1, len(parts))
+            shares.extend(part / mean if mean else 0.0 for part in parts)
         client.close()
         if rejected:
             raise RuntimeError(f"the shard rejected messages from the pushers: {rejected}")

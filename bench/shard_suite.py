@@ -92,6 +92,7 @@ def run(
             case = f"ingest-{kind}-{pushers}p"
             params = {"pushers": pushers, "batch": INSERT_BATCH, "transition_nbytes": nbytes}
             medians = {}
+            shares: list[float] = []
             for implementation, measure in (
                 # Raw pyzmq moves prebuilt messages; frame messages differ each time.
                 *(
@@ -105,7 +106,12 @@ def run(
                     if kind != "atari-frames"
                     else []
                 ),
-                ("apex", lambda k=kind, p=pushers, c=capacity: measure_apex(k, p, timing, c)),
+                (
+                    "apex",
+                    lambda k=kind, p=pushers, c=capacity, s=shares: measure_apex(
+                        k, p, timing, c, shares=s
+                    ),
+                ),
                 (
                     "apex-no-credit",
                     lambda k=kind, p=pushers, c=capacity: measure_apex(k, p, timing, c, False),
@@ -122,6 +128,11 @@ def run(
                     _record(case, implementation, "ingest_bandwidth", "MB/s", megabytes, params)
                 )
                 medians[implementation] = float(np.median(rates))
+                if implementation == "apex" and pushers > 1:
+                    # Each pusher's part of what the shard took, of the mean part: the
+                    # least is the most starved sender (1.0: none is).
+                    records.append(_record(case, implementation, "sender_share", "of the mean",
+                                           shares, params))  # fmt: skip
             for baseline in ("raw-pyzmq", "raw-pyzmq-per-array"):
                 if baseline in medians:
                     ratios.append(
