@@ -70,6 +70,9 @@ PRESETS = {
     "CartPole-v1": EnvPreset(
         "CartPole-v1", 475.0, gym_id="CartPole-v1", defaults=DEFAULTS["CartPole-v1"]
     ),
+    "Acrobot-v1": EnvPreset(
+        "Acrobot-v1", -100.0, gym_id="Acrobot-v1", defaults=DEFAULTS["Acrobot-v1"]
+    ),
     "LunarLander-v3": EnvPreset(
         "LunarLander-v3", 200.0, gym_id="LunarLander-v3", defaults=DEFAULTS["LunarLander-v3"]
     ),

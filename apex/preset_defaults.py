@@ -131,6 +131,40 @@ DEFAULTS: dict[str, dict] = {
             "hidden": [256, 256],
         },
     },
+    # Acrobot: -1 a step until the tip swings above the bar, at most 500 steps. Started
+    # from CartPole's shape (one actor of 8 Ape-X env copies) with the rl-zoo's DQN
+    # optimizer for it (batch 128, 6.3e-4, 50K replay, a target copy every 250 updates).
+    # Tuned on seeds 100-102 (`apex bench learn --task Acrobot-v1 --side apex`, seconds to
+    # a confirmed solve): 2 samples per insert: 136 s on seed 100 (the learner starved at
+    # 57 updates/s; 512K env steps); 8: 56, 62, 66 s; 16: 93, 58, 66; 32: 184, 101; 8 with
+    # n 5: 69, 54, 105; 8 with a rate of 1e-3: 97 on seed 100 (bench/HISTORY.md).
+    "Acrobot-v1": {
+        "actors": 1,
+        "shards": 1,
+        "replay": {
+            "capacity": 50_000,
+            "min_size": 1_000,
+            "samples_per_insert": 8.0,
+            "error_buffer": 20_000.0,
+        },
+        "actor": {
+            "envs_per_actor": 8,
+            "n_step": 3,
+            "weight_refresh_steps": 25,
+            "hidden": [256, 256],
+            "epsilon": 0.4,
+        },
+        "learner": {
+            "batch_size": 128,
+            "learning_rate": 6.3e-4,
+            "adam_epsilon": 1e-8,
+            "max_grad_norm": 10.0,
+            "dqn": {"target_update_period": 250},
+            "publish_period": 20,
+            "eval_every_steps": 5_000,
+            "hidden": [256, 256],
+        },
+    },
     "LunarLander-v3": {
         "replay": {
             "capacity": 500_000,
