@@ -24,9 +24,20 @@ from apex.dpg import DPG
 from apex.dqn import adam, dqn_step
 from apex.networks import build_network
 from apex.staging import DeviceBatch
+from bench.learner_phases import measure_phases
 from bench.timing import measure_rate
 
 SUITE = "learner"
+# Where the phases of the DQN update are timed, by (network, device, quick): every batch
+# size on CUDA, one each on the CPU (a Nature CNN update there takes up to half a second).
+PHASE_BATCHES: dict[tuple[str, str, bool], tuple[int, ...]] = {
+    ("mlp", "cuda", False): (64, 128, 256, 512),
+    ("nature-cnn", "cuda", False): (64, 128, 256, 512),
+    ("mlp", "cpu", False): (64,),
+    ("nature-cnn", "cpu", False): (32,),
+    ("mlp", "cpu", True): (32,),
+    ("mlp", "cuda", True): (32,),
+}
 DPG_ACTIONS = 6
 UNROLL_LENGTH = 20
 
@@ -54,11 +65,16 @@ def run(
     repeats: int = 5,
     seconds_per_repeat: float | None = None,
     torch_threads: int = 2,
+    device_types: tuple[str, ...] = ("cpu", "cuda"),
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, object]:
-    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    """Updates/s of each case on each device in ``device_types`` that torch sees here, and
+    the phases of the DQN update (:mod:`bench.learner_phases`) at the batch sizes in
+    :data:`PHASE_BATCHES`."""
+    available = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = [torch.device(kind) for kind in available if kind in device_types]
     cases = [("mlp", (4,), (256, 256), (32, 128, 512) if quick else (32, 64, 128, 256, 512))]
-    cases.append(("nature-cnn", (4, 84, 84), (256,), (32,) if quick else (32, 128, 512)))
+    cases.append(("nature-cnn", (4, 84, 84), (256,), (32,) if quick else (32, 64, 128, 256, 512)))
     # Ape-X DPG at HalfCheetah's sizes (17 observations, 6 actions, 256x256 nets): the
     # default DDPG update, and TD3's (two critics; the policy every second update).
     for variant in ("ddpg-mlp", "td3-mlp"):
@@ -88,6 +104,10 @@ def run(
                     records.append({**base, **updates, "params": params})
                     steps = batch_size * (UNROLL_LENGTH if network.startswith("impala") else 1)
                     records.append({**base, **_scaled(updates, steps), "params": params})
+                    if batch_size in PHASE_BATCHES.get((network, device.type, quick), ()):
+                        phase_timing = {**timing, "seconds_per_repeat": min(per_repeat, 0.25)}
+                        phases = measure_phases(shape, hidden, batch_size, device, phase_timing)
+                        records.extend(_phase_records(base, params, phases))
     finally:
         torch.set_num_threads(previous_threads)
         torch.set_flush_denormal(False)  # the default, for whatever runs next in-process
@@ -176,6 +196,14 @@ def _measure(
 
     warmup = 3 if len(shape) == 3 else 20
     return measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
+
+
+def _phase_records(base: dict, params: dict, phases: dict[str, float]) -> list[dict]:
+    return [
+        {**base, "case": f"{base['case']}-phase", "metric": phase, "unit": "ms/update",
+         "median": ms, "min": ms, "max": ms, "repeats": [ms], "params": params}
+        for phase, ms in phases.items()
+    ]  # fmt: skip
 
 
 def _scaled(updates: dict, batch_size: int) -> dict:

@@ -119,15 +119,27 @@ def bench_shard(
 @click.option("--quick", is_flag=True, help="Few batch sizes, short repeats.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed repeats per figure.")
 @click.option("--threads", type=click.IntRange(min=1), default=2, help="torch threads on the CPU.")
+@click.option(
+    "--device", "devices", type=click.Choice(["cpu", "cuda"]), multiple=True,
+    help="Only these devices (repeatable) [the CPU, and CUDA where torch sees it].",
+)  # fmt: skip
 @report_options
-def bench_learner(quick, repeats, threads, json_path, markdown_path) -> None:
-    """Learner updates/s by batch size (MLP and Nature CNN), CPU and CUDA when present."""
+def bench_learner(quick, repeats, threads, devices, json_path, markdown_path) -> None:
+    """Learner updates/s by batch size (MLP and Nature CNN), CPU and CUDA when present,
+    and where a DQN update's time goes (staging, forward, backward, optimizer, read back)."""
     from bench import learner_suite
+
+    if "cuda" in devices:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
 
     def run_suite(memory_bytes: int | None) -> dict:
         return learner_suite.run(
-            quick=quick, repeats=repeats, torch_threads=threads, progress=progress
-        )
+            quick=quick, repeats=repeats, torch_threads=threads, progress=progress,
+            device_types=tuple(devices) or ("cpu", "cuda"),
+        )  # fmt: skip
 
     run_bench(learner_suite.SUITE, run_suite, json_path, markdown_path)
 

@@ -1,0 +1,65 @@
+"""The learner's CUDA path against its CPU path: staging, one update, the read-back.
+
+Skipped (and reported as skipped) where torch sees no CUDA device, as on this project's CI;
+``scripts/gpu_check.sh`` runs them on a lent GPU machine.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from apex.dqn import adam, dqn_step, read_back
+from apex.networks import build_network
+from apex.staging import DeviceStager
+from bench.learner_phases import numpy_batch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device"),
+]
+
+
+def test_a_staged_batch_reaches_the_device_unchanged() -> None:
+    source = numpy_batch((4, 84, 84), 64)
+    staged = DeviceStager("cuda")(source)
+    for name, array in source.transitions.items():
+        assert staged.transitions[name].device.type == "cuda"
+        np.testing.assert_array_equal(staged.transitions[name].cpu().numpy(), array)
+    np.testing.assert_array_equal(staged.weights.cpu().numpy(), source.weights)
+
+
+def test_the_one_copy_read_back_gives_what_three_waits_did() -> None:
+    magnitude = torch.rand(512, device="cuda")
+    loss = torch.tensor(0.75, device="cuda")
+    result = read_back(loss, magnitude, 1e-3)
+    assert result.loss == pytest.approx(0.75)
+    assert result.mean_abs_td == pytest.approx(float(magnitude.mean()))
+    assert result.new_priorities.device.type == "cpu"
+    assert result.new_priorities.dtype == torch.float64
+    expected = (magnitude + 1e-3).double().cpu()
+    torch.testing.assert_close(result.new_priorities, expected)
+
+
+@pytest.mark.parametrize("shape", [(4,), (4, 84, 84)])
+def test_an_update_on_cuda_matches_the_same_update_on_the_cpu(shape) -> None:
+    torch.manual_seed(0)
+    online = build_network(shape, 6, (64, 64) if len(shape) == 1 else (256,))
+    source = numpy_batch(shape, 32)
+    results = {}
+    for device in ("cpu", "cuda"):
+        net = copy.deepcopy(online).to(device)
+        target = copy.deepcopy(net)
+        optimizer = adam(net.parameters(), 1e-3, 1.5e-4)
+        staged = DeviceStager(device)(source)
+        result = dqn_step(net, target, optimizer, staged.transitions, staged.weights, 10.0, 1e-3)
+        results[device] = (result, [p.detach().cpu() for p in net.parameters()])
+    (cpu, cpu_params), (cuda, cuda_params) = results["cpu"], results["cuda"]
+    # TF32 and other kernels differ in the last bits; the update must not differ in kind.
+    assert cuda.loss == pytest.approx(cpu.loss, rel=2e-2)
+    torch.testing.assert_close(cuda.new_priorities, cpu.new_priorities, rtol=2e-2, atol=2e-3)
+    for a, b in zip(cpu_params, cuda_params, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3)
