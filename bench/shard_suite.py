@@ -11,7 +11,10 @@ packed in one frame in our wire format, see ``replay.wire.layout``).
 The credit costs peak ingest of small
 transitions (the shard drains fewer batches per loop round) and buys a bound on stale data
 in flight. The shard's rate is read from its INFO counters
-over timed windows; the baseline counts what it received in its own windows.
+over timed windows; the baseline counts what it received in its own windows. The
+implementations take turns, one window each per round, and a ratio is the median of the
+rounds' ratios (``per_round`` beside it), so a VM whose speed changes between minutes
+moves both sides of a ratio alike.
 
 IMPALA's queue (``queue-unrolls-1shard``): one pusher's unrolls through a queue shard
 to the learner's sampler, each handed out once (``bench.queue_service``).
@@ -55,6 +58,39 @@ def _record(
     return ok_record(SUITE, case, implementation, metric, unit, rates, params)
 
 
+def _ingest_rounds(
+    kind: str,
+    pushers: int,
+    timing: dict,
+    capacity: int,
+    shares: list[float],
+    case: str,
+    progress: Callable[[str], None] | None,
+) -> dict[str, list[float]]:
+    """Transitions/s of each implementation, one timed window per round, the
+    implementations taking turns within each round (their order rotated from round to
+    round). A ratio is then taken within a round, between windows seconds apart: this VM's
+    speed has been seen to step 2x for seconds at a time, and measuring each implementation
+    for all its windows before the next made single ratios swing as much."""
+    implementations = {
+        "apex": lambda t: measure_apex(kind, pushers, t, capacity, shares=shares),
+        "apex-no-credit": lambda t: measure_apex(kind, pushers, t, capacity, False),
+    }
+    if kind != "atari-frames":  # raw pyzmq moves prebuilt messages; frame messages differ
+        implementations["raw-pyzmq"] = lambda t: measure_raw(kind, pushers, t)
+        implementations["raw-pyzmq-per-array"] = lambda t: measure_raw(kind, pushers, t, False)
+    names = list(implementations)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    one_window = {**timing, "repeats": 1}
+    for round_index in range(timing["repeats"]):
+        turn = round_index % len(names)
+        for name in names[turn:] + names[:turn]:
+            if progress:
+                progress(f"shard {case} {name} (round {round_index + 1})")
+            rates[name] += implementations[name](one_window)
+    return rates
+
+
 def run(
     *,
     quick: bool = False,
@@ -90,56 +126,31 @@ def run(
         capacity = (1 << 16) if kind in ("small", "atari-frames") else (1 << 12)
         for pushers in pusher_counts:
             case = f"ingest-{kind}-{pushers}p"
-            params = {"pushers": pushers, "batch": INSERT_BATCH, "transition_nbytes": nbytes}
-            medians = {}
+            params = {"pushers": pushers, "batch": INSERT_BATCH, "transition_nbytes": nbytes,
+                      "rounds": timing["repeats"]}  # fmt: skip
             shares: list[float] = []
-            for implementation, measure in (
-                # Raw pyzmq moves prebuilt messages; frame messages differ each time.
-                *(
-                    [
-                        ("raw-pyzmq", lambda k=kind, p=pushers: measure_raw(k, p, timing)),
-                        (
-                            "raw-pyzmq-per-array",
-                            lambda k=kind, p=pushers: measure_raw(k, p, timing, pack=False),
-                        ),
-                    ]
-                    if kind != "atari-frames"
-                    else []
-                ),
-                (
-                    "apex",
-                    lambda k=kind, p=pushers, c=capacity, s=shares: measure_apex(
-                        k, p, timing, c, shares=s
-                    ),
-                ),
-                (
-                    "apex-no-credit",
-                    lambda k=kind, p=pushers, c=capacity: measure_apex(k, p, timing, c, False),
-                ),
-            ):
-                if progress:
-                    progress(f"shard {case} {implementation}")
-                rates = measure()
+            rates = _ingest_rounds(kind, pushers, timing, capacity, shares, case, progress)
+            for implementation, values in rates.items():
                 records.append(
-                    _record(case, implementation, "ingest", "transitions/s", rates, params)
+                    _record(case, implementation, "ingest", "transitions/s", values, params)
                 )
-                megabytes = [rate * nbytes / 1e6 for rate in rates]
+                megabytes = [rate * nbytes / 1e6 for rate in values]
                 records.append(
                     _record(case, implementation, "ingest_bandwidth", "MB/s", megabytes, params)
                 )
-                medians[implementation] = float(np.median(rates))
-                if implementation == "apex" and pushers > 1:
-                    # Each pusher's part of what the shard took, of the mean part: the
-                    # least is the most starved sender (1.0: none is).
-                    records.append(_record(case, implementation, "sender_share", "of the mean",
-                                           shares, params))  # fmt: skip
+            if pushers > 1:
+                # Each pusher's part of what the shard took, of the mean part: the least is
+                # the most starved sender (1.0: none is).
+                records.append(_record(case, "apex", "sender_share", "of the mean", shares,
+                                       params))  # fmt: skip
             for baseline in ("raw-pyzmq", "raw-pyzmq-per-array"):
-                if baseline in medians:
+                if baseline in rates:
+                    per_round = [a / b for a, b in zip(rates["apex"], rates[baseline], strict=True)]
                     ratios.append(
                         {
                             "suite": SUITE, "case": case, "metric": "ingest",
                             "numerator": "apex", "denominator": baseline,
-                            "ratio": medians["apex"] / medians[baseline],
+                            "ratio": float(np.median(per_round)), "per_round": per_round,
                         }
                     )  # fmt: skip
     fill = (1 << 12) if quick else (1 << 16)

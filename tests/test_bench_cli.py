@@ -134,6 +134,12 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
                      and r["denominator"] != "apex"]  # fmt: skip
     # Against both baselines: the same packed bytes, and one frame per array.
     assert len(ingest_ratios) == 2 and all(r["ratio"] > 0 for r in ingest_ratios)
+    # The implementations took turns: one window each in each of the 2 rounds, a ratio per
+    # round.
+    assert all(len(r["per_round"]) == 2 for r in ingest_ratios)
+    apex_small = next(r for r in document["records"] if r["case"] == "ingest-small-1p"
+                      and r["implementation"] == "apex" and r["metric"] == "ingest")  # fmt: skip
+    assert len(apex_small["repeats"]) == 2
     # CURVE beside plain, in the same run: each kind's ingest and the sample service.
     curve = {r["case"]: r["ratio"] for r in document["ratios"] if r["numerator"] == "apex-curve"}
     assert set(curve) == {"ingest-small-1p-curve", "ingest-atari-frames-1p-curve",
@@ -151,8 +157,15 @@ def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, su
     document = json.loads(out.read_text())
     assert report.validate(document) == []
     ok = [r for r in document["records"] if r["status"] == "ok"]
-    assert ok and all(r["median"] > 0 for r in ok)
+    rates = [r for r in ok if not r["case"].endswith("-phase")]
+    assert rates and all(r["median"] > 0 for r in rates)
     if suite == "learner":
+        # Where an update's time goes: each phase of the MLP's at batch 32, none negative.
+        phases = {r["metric"]: r["median"] for r in ok if r["case"] == "mlp-cpu-b32-phase"}
+        assert set(phases) == {"stage", "forward", "backward", "optimizer", "read back",
+                               "read back, three waits", "total", "total, three waits"}  # fmt: skip
+        assert min(phases.values()) >= 0 and phases["forward"] > 0
+        assert phases["total"] >= phases["forward"]
         cases = {r["case"] for r in ok}
         assert {
             "mlp-cpu-b32",
