@@ -15,16 +15,18 @@ from apex.channels import HEARTBEAT_S, ApexKind
 from apex.envs import env_shape
 from apex.settings import ActorConfig
 from replay.wire.layout import decode
-from tests.conftest import ShardProcess, wait_for
+from tests.conftest import ShardProcess, info, wait_for
 
 
-def _steadily_blocked(actor: Actor):
-    """True once the actor has timed out on its inserts three times with nothing sent
-    between: a single timeout can be a slow first credit reply, not the limiter."""
+def _steadily_blocked(actor: Actor, context: zmq.Context, shard: ShardProcess):
+    """True once the shard's limiter holds its inserts and the actor has since timed out
+    on its inserts three times with nothing sent between. Timeouts alone are not enough:
+    on a loaded machine a shard still taking its first batches answers late too, and the
+    actor then sends more once it does."""
     seen = {"sent": -1, "waits": 0}
 
     def blocked() -> bool:
-        if actor.transitions_sent != seen["sent"]:
+        if actor.transitions_sent != seen["sent"] or not info(context, shard)["inserts_waiting"]:
             seen["sent"], seen["waits"] = actor.transitions_sent, actor.insert_waits
             return False
         return actor.insert_waits - seen["waits"] >= 3
@@ -46,8 +48,8 @@ def test_a_blocked_actor_keeps_sending_heartbeats() -> None:
     runner = threading.Thread(target=actor.run, daemon=True)
     runner.start()
     try:
-        wait_for(_steadily_blocked(actor), timeout_s=60, what="the actor to be blocked",
-                 interval_s=0.05)  # fmt: skip
+        blocked = _steadily_blocked(actor, context, shard)
+        wait_for(blocked, timeout_s=60, what="the actor to be blocked", interval_s=0.05)
         heard, sent = [], actor.transitions_sent
         while episodes.poll(0):  # what it said before it was blocked
             episodes.recv_multipart()
