@@ -61,7 +61,10 @@ def git_commit(directory: Path) -> dict[str, object]:
             check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None}
+        # A copy of the tree without .git (a lent GPU machine gets one): the commit it was
+        # copied from, as whoever copied it said, and no claim about its cleanliness.
+        stated = os.environ.get("APEX_GIT_COMMIT")
+        return {"commit": stated, "dirty": None, **({"stated": True} if stated else {})}
     return {"commit": head, "dirty": bool(status.strip())}
 
 
