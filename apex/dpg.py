@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from apex.dqn import StepResult, adam, descend, read_back
+from apex.dqn import StepResult, adam, descend
 from apex.exploration import gaussian_noise
 from apex.policy import NumpyActorCritic
 from replay.store.field_checks import checked, in_unit_interval, not_positive_integers
@@ -203,7 +203,12 @@ class DPG:
         self.steps += 1
         if self.steps % settings.policy_delay == 0:
             self._improve_policy(observations)
-        return read_back(critic_loss, td.detach().abs(), config.priority_epsilon)
+        magnitude = td.detach().abs()
+        return StepResult(
+            loss=float(critic_loss.detach()),
+            mean_abs_td=float(magnitude.mean()),
+            new_priorities=(magnitude + config.priority_epsilon).double().cpu(),
+        )
 
     def _improve_policy(self, observations: torch.Tensor) -> None:
 

@@ -108,21 +108,12 @@ def dqn_step(
     td = targets - q_taken
     loss = (weights * nn.functional.huber_loss(q_taken, targets, reduction="none")).mean()
     descend(optimizer, loss, online.parameters(), max_grad_norm)
-    return read_back(loss, td.detach().abs(), priority_epsilon)
-
-
-def read_back(loss: torch.Tensor, magnitude: torch.Tensor, priority_epsilon: float) -> StepResult:
-    """The step's loss, mean ``|δ|`` and new priorities in one copy to the host: on CUDA
-    each ``float()`` or ``.cpu()`` waits for the device, so one copy waits once where
-    three did (``bench/learner_phases.py`` times both)."""
-    import torch
-
-    if magnitude.device.type == "cpu":  # nothing to wait for: no copies to make either
-        return StepResult(loss=float(loss.detach()), mean_abs_td=float(magnitude.mean()),
-                          new_priorities=(magnitude + priority_epsilon).double())  # fmt: skip
-    stats = torch.stack((loss.detach(), magnitude.mean())).double()
-    host = torch.cat((stats, magnitude.double() + priority_epsilon)).cpu()
-    return StepResult(loss=float(host[0]), mean_abs_td=float(host[1]), new_priorities=host[2:])
+    magnitude = td.detach().abs()
+    return StepResult(
+        loss=float(loss.detach()),
+        mean_abs_td=float(magnitude.mean()),
+        new_priorities=(magnitude + priority_epsilon).double().cpu(),
+    )
 
 
 def descend(optimizer: torch.optim.Optimizer, loss: torch.Tensor, parameters, max_norm: float):

@@ -48,7 +48,14 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
 
 
 def git_commit(directory: Path) -> dict[str, object]:
-    """HEAD's hash and whether the work tree had uncommitted changes."""
+    """HEAD's hash and whether the work tree had uncommitted changes.
+
+    ``APEX_GIT_COMMIT``, where set, names the commit instead: a copy of the tree sent to
+    another machine (a lent GPU) may come without .git, or with another commit's, so the
+    copier says which commit it sent; the record marks it as stated, and keeps what git
+    there said beside it.
+    """
+    stated = os.environ.get("APEX_GIT_COMMIT")
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, check=True
@@ -60,12 +67,12 @@ def git_commit(directory: Path) -> dict[str, object]:
             text=True,
             check=True,
         ).stdout
+        found = {"commit": head, "dirty": bool(status.strip())}
     except (OSError, subprocess.CalledProcessError):
-        # A copy of the tree without .git (a lent GPU machine gets one): the commit it was
-        # copied from, as whoever copied it said, and no claim about its cleanliness.
-        stated = os.environ.get("APEX_GIT_COMMIT")
-        return {"commit": stated, "dirty": None, **({"stated": True} if stated else {})}
-    return {"commit": head, "dirty": bool(status.strip())}
+        found = {"commit": None, "dirty": None}
+    if stated:
+        return {"commit": stated, "dirty": None, "stated": True, "git_says": found}
+    return found
 
 
 def machine_info() -> dict[str, object]:

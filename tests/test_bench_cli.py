@@ -162,8 +162,7 @@ def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, su
     if suite == "learner":
         # Where an update's time goes: each phase of the MLP's at batch 32, none negative.
         phases = {r["metric"]: r["median"] for r in ok if r["case"] == "mlp-cpu-b32-phase"}
-        assert set(phases) == {"stage", "forward", "backward", "optimizer", "read back",
-                               "read back, three waits", "total", "total, three waits"}  # fmt: skip
+        assert set(phases) == {"stage", "forward", "backward", "optimizer", "read back", "total"}
         assert min(phases.values()) >= 0 and phases["forward"] > 0
         assert phases["total"] >= phases["forward"]
         cases = {r["case"] for r in ok}
