@@ -17,7 +17,9 @@ steps per second *per core*:
   the actor acted on; ``ale-int8``: the same with the int8 network.
 
 And the parts alone: the env step with random actions (``env-gym``, ``env-ale``) and the
-forward pass (``forward-float32``, ``forward-int8``) at the env count's batch. Pong runs
+forward pass (``forward-float32``, ``forward-int8``) at the env count's batch; and the
+emulator with the int8 forward pass, greedy, in lock-step (``play-sync``) and in ale-py's
+async batch mode (``play-async``), per core and per process (wall time). Pong runs
 only where ale-py is installed, HalfCheetah only where mujoco is; otherwise each is
 reported unavailable.
 """
@@ -37,7 +39,7 @@ from apex.envs import env_factories, env_shape, preset
 from apex.experience import ExperienceMaker
 from apex.frame_writer import FrameWriter
 from apex.settings import ActorConfig
-from apex.vector_envs import actor_envs
+from apex.vector_envs import actor_envs, rom_name
 from bench.timing import measure_rate
 
 SUITE = "actor"
@@ -138,6 +140,35 @@ def env_alone(env: str, count: int, variant: str) -> Callable[[], None]:
     return step
 
 
+def play_loop(env: str, count: int, variant: str) -> Callable[[], None]:
+    """The emulator and the int8 forward pass together, greedy, nothing else (``play-sync``
+    or ``play-async``). Sync: one emulator thread steps all ``count`` envs, then the
+    network acts on all. Async (ale-py's batch mode, as EnvPool's): two emulator threads,
+    and each step acts on whichever ``count // 2`` envs are ready while the others
+    emulate, so one call is ``count // 2`` env steps."""
+    shape = env_shape(env)
+    config = ActorConfig(env=env, envs_per_actor=count, acting_precision="int8")
+    policy, _ = build_acting(config, shape)
+    if variant == "play-sync":
+        envs, batch = actor_envs(env, count), count
+    else:
+        from ale_py.vector_env import AtariVectorEnv  # the atari extra
+
+        batch = count // 2
+        envs = AtariVectorEnv(rom_name(preset(env).gym_id), count, batch_size=batch,
+                              num_threads=2, frameskip=4, stack_num=4,
+                              autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+                              use_fire_reset=False)  # fmt: skip
+    observations = [envs.reset(seed=0)[0]]
+
+    def step() -> None:
+        actions = policy.values(observations[0]).argmax(1)
+        observations[0] = envs.step(actions)[0]
+
+    step.env_steps_per_call = batch  # type: ignore[attr-defined]
+    return step
+
+
 def forward_alone(env: str, count: int, variant: str) -> tuple[Callable[[], None], dict]:
     """The Q-network's forward pass at batch ``count`` on real frames, and for int8 how
     its answers compare with the float network's on 256 frames of random play (a fresh
@@ -172,7 +203,8 @@ def forward_alone(env: str, count: int, variant: str) -> tuple[Callable[[], None
 
 
 def _plan(quick: bool) -> list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[str, ...]]]:
-    pong = ("before", "ale", "ale-int8", "env-gym", "env-ale", "forward-float32", "forward-int8")
+    pong = ("before", "ale", "ale-int8", "env-gym", "env-ale", "forward-float32", "forward-int8",
+            "play-sync", "play-async")  # fmt: skip
     return [
         ("CartPole-v1", (1, 8) if quick else (1, 8, 32), (256, 256), ("ale",)),
         ("Pong", (4,) if quick else (1, 4, 16, 32, 64), (512,), pong),
@@ -209,7 +241,11 @@ def run(
                 base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
                 extras: dict = {}
                 try:
-                    if variant.startswith("env-"):
+                    if variant.startswith("play-"):
+                        if count < 2:
+                            continue  # async mode acts on half the envs
+                        step = play_loop(env, count, variant)
+                    elif variant.startswith("env-"):
                         step = env_alone(env, count, variant)
                     elif variant.startswith("forward-"):
                         step, extras = forward_alone(env, count, variant)
@@ -222,17 +258,21 @@ def run(
                 unit = "env steps/s per core" if per_core else "env steps/s"
                 if variant.startswith("forward-"):
                     unit = "observations/s per core"
+                items = getattr(step, "env_steps_per_call", count)
+                timing = {"items_per_call": items, "repeats": repeats, "warmup_calls": 5,
+                          "seconds_per_repeat": per_repeat}  # fmt: skip
                 measurement = measure_rate(
                     "env_steps" if not variant.startswith("forward-") else "observations",
                     unit,
                     step,
-                    items_per_call=count,
-                    repeats=repeats,
-                    seconds_per_repeat=per_repeat,
-                    warmup_calls=5,
                     clock=time.process_time if per_core else time.perf_counter,
+                    **timing,
                 )
                 records.append({**base, "status": "ok", **measurement.to_record(), **extras})
+                if variant.startswith("play-"):  # where async pays: a process's wall time
+                    wall = measure_rate("env_steps_per_process", "env steps/s", step, **timing)
+                    records.append({**base, "status": "ok", **wall.to_record(),
+                                    "params": {**params, "clock": "wall"}})  # fmt: skip
     return {
         "records": records,
         "ratios": _ratios(records),

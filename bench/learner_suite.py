@@ -201,7 +201,7 @@ def _measure(
 def _phase_records(base: dict, params: dict, phases: dict[str, float]) -> list[dict]:
     return [
         {**base, "case": f"{base['case']}-phase", "metric": phase, "unit": "ms/update",
-         "median": ms, "min": ms, "max": ms, "repeats": [ms], "params": params}
+         "median": ms, "min": ms, "max": ms, "repeats": 1, "params": params}
         for phase, ms in phases.items()
     ]  # fmt: skip
 
