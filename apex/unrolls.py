@@ -96,7 +96,7 @@ class UnrollBuilder:
             terminated, truncated: per env.
             log_probs: ``log μ(a_t | s_t)`` per env.
             final_values: the actor's ``V`` of each env's final observation; read only
-                where ``truncated`` (may be None when no env was).
+                where ``truncated`` and not ``terminated`` (may be None when no env was).
             version: the policy version the actions were taken with.
         """
         p = self._position
@@ -106,10 +106,12 @@ class UnrollBuilder:
         self._action[:, p] = actions
         ended = np.logical_or(terminated, truncated)
         reward = np.asarray(rewards, dtype=np.float64)
-        if np.any(truncated):
+        # An episode that ends at its time limit in a terminal state (CartPole's pole
+        # falling on step 500) is terminated: it has no value to bootstrap from.
+        cut = np.logical_and(truncated, np.logical_not(terminated))
+        if np.any(cut):
             if final_values is None:
                 raise ValueError("an episode was truncated: its final value is needed")
-            cut = np.logical_and(truncated, np.logical_not(terminated))
             reward = np.where(cut, reward + self.gamma * np.asarray(final_values), reward)
         self._reward[:, p] = reward
         self._discount[:, p] = np.where(ended, 0.0, self.gamma)

@@ -82,3 +82,22 @@ def test_emitted_unrolls_are_copies_and_bad_settings_are_refused():
         UnrollBuilder(2, 0, 0.99, (2,), np.dtype(np.uint8))
     with pytest.raises(ValueError, match="gamma"):
         UnrollBuilder(2, 5, 1.5, (2,), np.dtype(np.uint8))
+
+
+def test_an_episode_both_terminated_and_truncated_needs_no_final_value():
+    # CartPole's pole can fall on step 500: terminated and truncated in one step. No value
+    # to bootstrap from; an actor used to die on it ("its final value is needed").
+    builder = UnrollBuilder(2, 2, 0.9, (3,), np.dtype(np.float32))
+    observations = np.zeros((2, 3), np.float32)
+    both = np.array([True, False])
+    builder.step(observations, np.array([0, 1]), np.array([1.0, 1.0]), observations,
+                 both, both, np.zeros(2), None, 7)  # fmt: skip
+    out = builder.step(observations, np.array([0, 1]), np.array([1.0, 1.0]), observations,
+                       np.zeros(2, bool), np.zeros(2, bool), np.zeros(2), None, 7)  # fmt: skip
+    assert out["reward"][0].tolist() == [1.0, 1.0]  # nothing folded in
+    assert out["discount"][0].tolist() == pytest.approx([0.0, 0.9])
+    # A truncation alone still needs the actor's value of its final observation.
+    cut = np.array([False, True])
+    with pytest.raises(ValueError, match="final value is needed"):
+        builder.step(observations, np.array([0, 1]), np.array([1.0, 1.0]), observations,
+                     np.zeros(2, bool), cut, np.zeros(2), None, 7)  # fmt: skip
