@@ -299,6 +299,15 @@ def test_the_shard_window_is_shared_among_active_senders() -> None:
     assert windows == [SHARED_WINDOW // n for n in (1, 2, 3, 4)]
 
 
+def test_a_queue_shard_grants_no_window_beyond_a_sender_s_own_share() -> None:
+    # In flight beyond IMPALA's queue is policy lag: each sender keeps its insert_credit.
+    answers = []
+    desk = CreditDesk(SenderBook(0), lambda identity, message: answers.append(message), 0,
+                      widen=False)  # fmt: skip
+    desk.ask(b"x", Message(Kind.CREDIT, 1, 0, count=0, incarnation=9))
+    assert CreditReply.from_message(answers[0]).window == 0
+
+
 def test_the_shard_window_is_counted_in_bytes() -> None:
     # Small messages: as many as the bytes allow, up to the most; large ones: the least.
     assert shared_window(0) == SHARED_WINDOW  # nothing taken yet

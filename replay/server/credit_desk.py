@@ -63,11 +63,21 @@ class CreditDesk:
         senders: the shard's per-sender counters (``taken`` is what is answered).
         send: ``send(identity, message)`` on the shard's ROUTER.
         shard_index: the shard's index, the sender of the answers.
+        widen: grant senders the shared window beyond their own shares. A queue shard
+            does not: what waits in flight beyond its queue is policy lag for IMPALA's
+            learner, so each sender keeps to its own ``insert_credit`` (a window of 256
+            messages of 8 unrolls each let a CartPole learner train on unrolls 240
+            versions old).
     """
 
     def __init__(
-        self, senders: SenderBook, send: Callable[[bytes, Message], None], shard_index: int
+        self,
+        senders: SenderBook,
+        send: Callable[[bytes, Message], None],
+        shard_index: int,
+        widen: bool = True,
     ) -> None:
+        self._widen = widen
         self._senders = senders
         self._send = send
         self._index = shard_index
@@ -117,7 +127,10 @@ class CreditDesk:
 
     def window(self, sender: int) -> int:
         """``sender``'s part of the shared window (:func:`shared_window` for its
-        messages' mean size), the window divided among the active senders."""
+        messages' mean size), the window divided among the active senders; 0 (the
+        sender's own share) where the desk does not widen."""
+        if not self._widen:
+            return 0
         stats = self._senders.tracked(sender)
         mean_nbytes = stats.taken_bytes / stats.taken if stats is not None and stats.taken else 0
         return shared_window(mean_nbytes) // max(1, len(self._asked_at))
