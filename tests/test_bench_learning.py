@@ -159,3 +159,18 @@ def test_quick_learn_runs_both_sides_and_resumes_without_running_again(tmp_path:
     assert again.exit_code == 0, again.output
     assert "learn CartPole-v1" not in again.output  # nothing ran a second time
     assert json.loads(out.read_text())["suites"]["learn"]["config"]["runs"] == runs
+
+
+@pytest.mark.slow
+def test_a_held_back_impala_run_reports_its_solve_and_the_lag_it_trained_on(
+    tmp_path: Path,
+) -> None:
+    from bench.lag_suite import run_once
+
+    # Actors 5 versions behind, V-trace on, a short budget: the run ends either way.
+    result = run_once("CartPole-v1", 5, True, 0, 8.0, tmp_path)
+    assert result["seconds"] is None or 0 < result["seconds"] <= 8.0 + 1.0
+    # The learner trained on unrolls made by held-back actors: some lag, bounded by K, the
+    # queue (4 batches) and what may be in flight (4 messages of a batch each), and more
+    # than about K / 2 on the median.
+    assert result["trained_lag"] is not None and 2 <= result["trained_lag"] <= 5 + 4 + 4 + 2

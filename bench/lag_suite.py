@@ -1,0 +1,120 @@
+"""Lag suite (``apex bench lag``): IMPALA with actors held back, V-trace against no correction.
+
+The claim IMPALA's V-trace makes: an actor-critic can learn from unrolls made by older
+policies if each step's importance weight ``π(a|x) / μ(a|x)`` (truncated at ρ̄ and c̄)
+corrects for the difference. Here actors load new weights only once they are at least
+``K`` versions newer than those they hold (``actor.refresh_versions``), the learner
+publishing a version after every update (``learner.publish_period = 1``), so the unrolls
+the learner trains on lag up to ``K`` updates behind it. For each ``K`` the same runs are
+made with V-trace and with the correction switched off (``learner.impala.correction =
+false``: ρ = c = 1, as if every unroll were on-policy).
+
+Each run is a real ``apex train --set algorithm=impala`` on the env (CartPole-v1 by
+default) until a confirmed solve (the run's evaluator: the target on its periodic
+evaluation, then confirmed on 100 more episodes) or the budget. Per case: the training
+seconds to the confirmed solve per seed (an unsolved run counts as the budget and is
+counted in ``unsolved``), and the lag the learner measured on what it trained on (the
+median over the run's progress records of their ``trained_lag_median``, in versions, so
+in updates). Ratios: each case's median time over the same correction's at the smallest K,
+where neither median is an unsolved run's budget.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from apex.metrics import read_metrics
+from bench.report import ok_record
+from bench.workers import REPO_ROOT, worker_env
+
+SUITE = "lag"
+DEFAULT_LAGS = (1, 5, 20, 50)
+DEFAULT_SEEDS = (0, 1, 2)
+DEFAULT_BUDGET_S = 90.0
+# What else makes lag, kept small so that K sets most of it: an actor polls for weights
+# every 5 vector steps (the preset's 25); the queue holds 32 unrolls (4 batches of 8, where
+# the default 1,024 alone lags 128 updates once the actors are ahead), learning from 8;
+# an actor may have 4 messages of 8 unrolls in flight (the default 16). Measured at K = 1
+# on CartPole (seed 100, a trial): about 9 versions of lag, solved in 18.6 s.
+WEIGHT_REFRESH_STEPS = 5
+QUEUE_SETTINGS = ("replay.capacity=32", "replay.min_size=8", "actor.insert_credit=4",
+                  f"actor.weight_refresh_steps={WEIGHT_REFRESH_STEPS}")  # fmt: skip
+
+
+def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float,
+             root: Path) -> dict:  # fmt: skip
+    """One ``apex train`` run; returns its seconds to a confirmed solve (None: unsolved)
+    and the median of its progress records' trained-unroll lag."""
+    run_dir = root / f"{env.replace('/', '-')}-k{lag}-{'vtrace' if correction else 'off'}-{seed}"
+    command = [
+        sys.executable, "-m", "launch", "train", "--env", env, "--seed", str(seed),
+        "--max-time", str(budget_s), "--run-dir", str(run_dir), "--plain",
+        "--set", "algorithm=impala", "--set", "learner.publish_period=1",
+        "--set", f"actor.refresh_versions={lag}",
+        "--set", f"learner.impala.correction={'true' if correction else 'false'}",
+        *(part for setting in QUEUE_SETTINGS for part in ("--set", setting)),
+    ]  # fmt: skip
+    completed = subprocess.run(command, check=False, cwd=REPO_ROOT, env=worker_env(),
+                               capture_output=True, timeout=budget_s + 180)  # fmt: skip
+    if completed.returncode != 0:
+        raise RuntimeError(f"apex train exited {completed.returncode}: "
+                           f"{completed.stdout.decode()[-2000:]}")  # fmt: skip
+    records = read_metrics(run_dir)
+    progress = [r for r in records if r.get("event") == "progress"]
+    lags = [r["trained_lag_median"] for r in progress if r.get("trained_lag_median") is not None]
+    outcome = json.loads((run_dir / "summary.json").read_text())["outcome"]
+    seconds = outcome.get("solved_at_s") if outcome.get("solved") else None
+    return {"seconds": seconds, "trained_lag": statistics.median(lags) if lags else None}
+
+
+def run(
+    *,
+    env: str = "CartPole-v1",
+    lags: Sequence[int] = DEFAULT_LAGS,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    budget_s: float = DEFAULT_BUDGET_S,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    records, ratios = [], []
+    medians: dict[tuple[int, bool], float] = {}
+    with tempfile.TemporaryDirectory(prefix="apex-lag-") as scratch:
+        for lag in lags:
+            for correction in (True, False):
+                case = f"{env}-k{lag}-{'vtrace' if correction else 'no-correction'}"
+                times, measured = [], []
+                for seed in seeds:
+                    if progress:
+                        progress(f"lag {case} seed {seed}")
+                    result = run_once(env, lag, correction, seed, budget_s, Path(scratch))
+                    times.append(budget_s if result["seconds"] is None else result["seconds"])
+                    if result["trained_lag"] is not None:
+                        measured.append(result["trained_lag"])
+                params = {"env": env, "refresh_versions": lag, "correction": correction,
+                          "seeds": list(seeds), "budget_s": budget_s,
+                          "settings": ["learner.publish_period=1", *QUEUE_SETTINGS]}  # fmt: skip
+                record = ok_record(SUITE, case, "apex", "time_to_solve", "s", times, params)
+                record["unsolved"] = sum(t >= budget_s for t in times)
+                record["per_seed"] = times
+                records.append(record)
+                if measured:
+                    records.append(ok_record(SUITE, case, "apex", "trained_lag", "versions",
+                                             measured, params))  # fmt: skip
+                medians[(lag, correction)] = record["median"]
+    base = min(lags)
+    for (lag, correction), median in medians.items():
+        # A median at the budget is a censored time: no ratio is made from it.
+        censored = median >= budget_s or medians[(base, correction)] >= budget_s
+        if lag != base and not censored:
+            ratios.append({"suite": SUITE, "case": f"{env}-k{lag}-"
+                           f"{'vtrace' if correction else 'no-correction'}",
+                           "metric": "time_to_solve", "numerator": f"k{lag}",
+                           "denominator": f"k{base}",
+                           "ratio": float(median / medians[(base, correction)])})  # fmt: skip
+    config = {"env": env, "lags": list(lags), "seeds": list(seeds), "budget_s": budget_s}
+    return {"records": records, "ratios": ratios, "config": config}
