@@ -113,7 +113,8 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     # zero is refused by the report's validation.
     # Small transitions and Pong frames: whole Atari stacks take the small ones' path with
     # bigger arrays, and cost this test a fifth of its time.
-    arguments = ["bench", "shard", "--quick", "--repeats", "2", "--seconds", "0.25", "--curve",
+    # One round: each ingest window starts its own processes (the turns are tested apart).
+    arguments = ["bench", "shard", "--quick", "--repeats", "1", "--seconds", "0.25", "--curve",
                  "--kind", "small", "--kind", "atari-frames"]  # fmt: skip
     result = CliRunner().invoke(main, [*arguments, "--ingest-rate", "20000", "--json", str(out)])
     assert result.exit_code == 0, result.output
@@ -134,17 +135,37 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
                      and r["denominator"] != "apex"]  # fmt: skip
     # Against both baselines: the same packed bytes, and one frame per array.
     assert len(ingest_ratios) == 2 and all(r["ratio"] > 0 for r in ingest_ratios)
-    # The implementations took turns: one window each in each of the 2 rounds, a ratio per
-    # round.
-    assert all(len(r["per_round"]) == 2 for r in ingest_ratios)
-    apex_small = next(r for r in document["records"] if r["case"] == "ingest-small-1p"
-                      and r["implementation"] == "apex" and r["metric"] == "ingest")  # fmt: skip
-    assert apex_small["repeats"] == 2
+    assert all(len(r["per_round"]) == 1 for r in ingest_ratios)  # a ratio per round
     # CURVE beside plain, in the same run: each kind's ingest and the sample service.
     curve = {r["case"]: r["ratio"] for r in document["ratios"] if r["numerator"] == "apex-curve"}
     assert set(curve) == {"ingest-small-1p-curve", "ingest-atari-frames-1p-curve",
                           "sample-1shard-curve", "weights-mlp-8sub-curve"}  # fmt: skip
     assert all(ratio > 0 for ratio in curve.values())
+
+
+def test_ingest_implementations_take_turns_a_window_each_round(monkeypatch) -> None:
+    from bench import shard_suite
+
+    calls = []
+
+    def fake_apex(kind, pushers, timing, capacity, credit=True, shares=None):
+        calls.append("apex" if credit else "apex-no-credit")
+        return [float(len(calls))] * timing["repeats"]
+
+    def fake_raw(kind, pushers, timing, pack=True):
+        calls.append("raw-pyzmq" if pack else "raw-pyzmq-per-array")
+        return [float(len(calls))] * timing["repeats"]
+
+    monkeypatch.setattr(shard_suite, "measure_apex", fake_apex)
+    monkeypatch.setattr(shard_suite, "measure_raw", fake_raw)
+    timing = {"repeats": 3, "seconds_per_repeat": 0.1, "warmup_s": 0.0}
+    rates = shard_suite._ingest_rounds("small", 1, timing, 64, [], "case", None)
+    names = ["apex", "apex-no-credit", "raw-pyzmq", "raw-pyzmq-per-array"]
+    # Every round measures each once, one window each, the order rotated a place a round.
+    assert calls == names + names[1:] + names[:1] + names[2:] + names[:2]
+    assert {name: len(values) for name, values in rates.items()} == dict.fromkeys(names, 3)
+    # Each rate is its own round's: apex's windows came 1st, 8th and 11th.
+    assert rates["apex"] == [1.0, 8.0, 11.0]
 
 
 @pytest.mark.slow
