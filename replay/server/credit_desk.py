@@ -66,7 +66,7 @@ class CreditDesk:
         widen: grant senders the shared window beyond their own shares. A queue shard
             does not: what waits in flight beyond its queue is policy lag for IMPALA's
             learner, so each sender keeps to its own ``insert_credit`` (a window of 256
-            messages of 8 unrolls each let a CartPole learner train on unrolls 240
+            messages of 8 unrolls each let a CartPole learner train on unrolls 242
             versions old).
     """
 
