@@ -388,7 +388,7 @@ class Learner:
         # Only counters from after the question count: a shard that did not answer is
         # unknown (None), not as it was a second ago. No states at all (the source never
         # started): nothing is known.
-        fresh = [s["info"] if s["info_at"] >= asked_at else None for s in states] or [None]
+        fresh = [s["info"] if s["info_asked_at"] >= asked_at else None for s in states] or [None]
         report = delivery_report(self._episodes.actors, fresh, states, time.monotonic())
         logger.info("delivery: %s", describe(report))
         added = None if None in fresh else sum(info["transitions_added"] for info in fresh)

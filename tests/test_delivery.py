@@ -140,6 +140,31 @@ def test_a_flush_stops_waiting_for_a_shard_whose_limiter_holds_its_batches(
         assert shard.stop() == 0
 
 
+def test_a_lane_held_by_the_limiter_sends_nothing_again(
+    context: zmq.Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard whose limiter holds inserts takes nothing for as long as nobody samples.
+    Its answers say so, and the lane waits: it does not take the silence for a broken
+    connection's lost tail and send everything it kept again (a blocked actor once resent
+    12,000 transitions every five seconds)."""
+    monkeypatch.setattr("replay.inserts.lane.STALLED_RESEND_S", 0.2)
+    shard = ShardProcess("--capacity", "10000", "--min-size", "100", "--samples-per-insert",
+                         "1", "--error-buffer", "500")  # fmt: skip
+    client = InsertClient(context, [shard.endpoints], sender=8, spec=SMALL_SPEC, timeout_s=2,
+                          credit=32)  # fmt: skip
+    try:
+        for i in range(16):  # 800 transitions: past the limiter, within the credit
+            client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
+        wait_for(lambda: info(context, shard)["inserts_waiting"], what="the limiter to hold")
+        started = time.monotonic()
+        assert not client.flush(30)  # several answers, each past STALLED_RESEND_S
+        assert time.monotonic() - started > 5 * 0.2
+        assert client.delivery()["resent"] == 0
+    finally:
+        client.close(0)
+        assert shard.stop() == 0
+
+
 @pytest.mark.slow
 def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -> None:
     """The shard is stopped (SIGSTOP) after a snapshot, batches pile up in its socket

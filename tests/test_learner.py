@@ -63,7 +63,8 @@ class LocalSource:
             "dropped_stale_updates": self.store.dropped_updates,
             "updates_applied": self.updates_sent, "senders": {},
         }  # fmt: skip
-        return [{"alive": True, "info": info, "info_at": time.monotonic()}]
+        now = time.monotonic()
+        return [{"alive": True, "info": info, "info_at": now, "info_asked_at": now}]
 
     def refresh_infos(self, timeout_s: float = 2.0) -> list[dict]:
         return self.shard_states()

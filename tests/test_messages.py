@@ -113,6 +113,8 @@ def test_credit_request_caps_its_wait_and_refuses_non_counts() -> None:
             messages.CreditRequest.from_message(Message(Kind.CREDIT, scalar=wanted))
     reply = messages.CreditReply(7.0).to_message(0, 3)
     assert messages.CreditReply.from_message(through_the_wire(reply)).taken == 7.0
+    every = messages.CreditReply(7.0, 9, True, 300, limiter_holds=True)
+    assert messages.CreditReply.from_message(through_the_wire(every.to_message(0, 3))) == every
 
 
 def test_text_replies_round_trip_and_refuse_the_wrong_kind() -> None:

@@ -227,12 +227,14 @@ def test_a_busy_training_thread_does_not_mark_answering_shards_down(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("info_interval_s", [0.1, 30.0])
 def test_a_shard_holding_samples_for_its_rate_limiter_is_waited_for_not_marked_down(
-    io_thread: bool, context: zmq.Context
+    io_thread: bool, context: zmq.Context, info_interval_s: float
 ) -> None:
     """With spi 1, min size 50 and buffer 100, 100 inserts answer three batches of 64;
     the fourth waits for inserts. The shard answers INFO meanwhile and says it holds the
-    requests: the sampler waits for them instead of counting outages and re-drawing."""
+    requests: the sampler waits for them instead of counting outages and re-drawing.
+    Where no periodic INFO comes in time (30 s apart), the sampler asks one itself."""
     shard = ShardProcess(
         "--capacity", "1000", "--min-size", "50", "--samples-per-insert", "1",
         "--error-buffer", "100",
@@ -242,7 +244,7 @@ def test_a_shard_holding_samples_for_its_rate_limiter_is_waited_for_not_marked_d
         actor.insert(make_batch(SMALL_SPEC, 100), np.ones(100))
         with make_sampler(
             [shard], io_thread, batch_size=64, shard_timeout_s=0.5, probe_interval_s=0.1,
-            info_interval_s=0.1,
+            info_interval_s=info_interval_s,
         ) as sampler:  # fmt: skip
             for _ in range(3):
                 sampler.next_batch(timeout_s=5)

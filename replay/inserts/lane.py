@@ -16,7 +16,8 @@ from replay.wire.layout import Kind, peek_count
 STALLED_RESEND_S = 5.0
 """A lane whose shard answers but has taken none of its kept messages for this long sends
 them again: the last messages before a broken connection leave no gap behind them for
-the shard to see (nothing follows them), so no answer would ever ask for them."""
+the shard to see (nothing follows them), so no answer would ever ask for them. Time the
+shard's rate limiter held inserts (its answers say so) does not count."""
 
 
 class ShardCredit:
@@ -196,7 +197,10 @@ class ShardCredit:
             self.restarts_seen += restarted
             taken = min(int(answer.taken), self.sent)
             now = time.monotonic()
-            if taken > self.taken:
+            # A shard whose rate limiter holds inserts takes nothing from anyone: that is
+            # a wait, not a lost tail, and sending everything kept again would only queue
+            # copies behind the originals. The time to stall counts from its release.
+            if taken > self.taken or answer.limiter_holds:
                 self._progress_at = now
             while self.taken < taken:
                 self.retained.popleft()

@@ -36,7 +36,8 @@ Per kind, the arrays are (``F`` = the shard spec's fields, in spec order)::
     CREDIT_REPLY  none; scalar = the lane number the shard expects  shard → actor
                   next from the asker (sent once it reaches the
                   asked number, or when the wait runs out); count =
-                  window << 1 | resend; incarnation = the shard's
+                  window << 1 | resend; incarnation = the shard's;
+                  held = 1 while its rate limiter refuses inserts
 
 The credit (CREDIT, CREDIT_REPLY) is replay's flow control: an actor may have a bounded
 number of insert batches sent and not yet taken by a shard (``replay.inserts.lane``): its
@@ -315,17 +316,22 @@ class CreditReply:
     resend: bool = False
     window: int = 0
     """Batches the asker may have in flight to this shard, if more than its own share."""
+    limiter_holds: bool = False
+    """The shard's rate limiter refuses inserts now: it takes nothing until someone
+    samples, so a lane that sees nothing taken has lost nothing (an older shard, which
+    does not say, sends 0 in this header field)."""
 
     def to_message(self, sender: int, sequence: int) -> Message:
         count = min(self.window, 2**31 - 1) << 1 | int(self.resend)
         return Message(Kind.CREDIT_REPLY, sender, sequence, count=count,
-                       scalar=float(self.taken), incarnation=self.incarnation)  # fmt: skip
+                       scalar=float(self.taken), incarnation=self.incarnation,
+                       held=int(self.limiter_holds))  # fmt: skip
 
     @classmethod
     def from_message(cls, message: Message) -> CreditReply:
         _expect(message, Kind.CREDIT_REPLY)
         return cls(message.scalar, message.incarnation, bool(message.count & 1),
-                   message.count >> 1)  # fmt: skip
+                   message.count >> 1, bool(message.held))  # fmt: skip
 
 
 def request(kind: Kind, sender: int, sequence: int) -> Message:

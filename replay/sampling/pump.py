@@ -234,12 +234,16 @@ class SamplerPump:
         now = time.monotonic()
         self.info_asked_at = now
         for health, client in zip(self.health, self._clients, strict=True):
-            client.send(Kind.INFO)
-            health.asked_info(now, self.config.probe_interval_s, self.config.info_interval_s)
+            self._ask_info(health, client, now)
+
+    def _ask_info(self, health: ShardHealth, client: RequestClient, now: float) -> None:
+        sequence = client.send(Kind.INFO)
+        health.asked_info(now, self.config.probe_interval_s, self.config.info_interval_s,
+                          sequence)  # fmt: skip
 
     def infos_since(self, asked_at: float) -> bool:
         """Whether every live shard has answered an INFO asked at ``asked_at`` or later."""
-        return all(h.info_at >= asked_at for h in self.health if h.alive)
+        return all(h.info_asked_at >= asked_at for h in self.health if h.alive)
 
     def states(self) -> list[dict[str, object]]:
         now = time.monotonic()
@@ -262,8 +266,7 @@ class SamplerPump:
             self._first_probe_at = now
         for health, client in zip(self.health, self._clients, strict=True):
             if health.wants_info(now):
-                client.send(Kind.INFO)
-                health.asked_info(now, self.config.probe_interval_s, self.config.info_interval_s)
+                self._ask_info(health, client, now)
 
     def _masses(self) -> np.ndarray:
         return np.array([h.mass for h in self.health])
@@ -304,7 +307,7 @@ class SamplerPump:
             health.answered(now)
             if reply.kind == Kind.INFO_REPLY:
                 try:
-                    health.apply_info(messages.read_info(reply), now)
+                    health.apply_info(messages.read_info(reply), now, reply.sequence)
                 except (ProtocolError, KeyError, TypeError, ValueError) as exc:
                     logger.warning("shard %d sent unreadable INFO: %s", shard, exc)
                 continue
@@ -345,10 +348,27 @@ class SamplerPump:
                 # waits for it, as the limiter means it to (see replay.sampling.shard_health).
                 part.sent_at = now
                 continue
+            if self._word_due(part.shard, part.sent_at, now):
+                continue
             del self._parts[key]
             health.timeouts += 1
             health.mark_down(now, f"no reply within {limit} s", self.config.probe_interval_s)
             self._redraw(part, now)
+
+    def _word_due(self, shard: int, sent_at: float, now: float) -> bool:
+        """Whether an overdue SAMPLE (sent at ``sent_at``) is waited for a little longer:
+        no INFO asked after it has answered yet, so nothing says whether the shard's
+        limiter holds it. One is asked now if none is out; one out for half the timeout
+        unanswered means the shard is not answering at all. Without this a busy machine,
+        whose periodic INFO came back a moment late, had a waiting shard marked down."""
+        health = self.health[shard]
+        if not health.alive or health.info_asked_at >= sent_at:
+            return False  # it answered since, and did not say it holds the request
+        asked = health.info_unanswered_since(sent_at)
+        if asked is None:
+            self._ask_info(health, self._clients[shard], now)
+            return health.info_unanswered_since(sent_at) is not None  # not if the queue is full
+        return now - asked < self.config.shard_timeout_s / 2
 
     def _redraw(self, part: _Part, now: float) -> None:
         """Replaces a lost part of a pending batch with draws from the live shards."""

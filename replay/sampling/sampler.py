@@ -284,7 +284,7 @@ class ThreadedSampler(_SamplerBase):
         deadline = asked_at + timeout_s
         while time.monotonic() < deadline and self._thread is not None:
             states = self._states
-            if all(s["info_at"] >= asked_at for s in states if s["alive"]):
+            if all(s["info_asked_at"] >= asked_at for s in states if s["alive"]):
                 break
             self._stop.wait(self.config.poll_interval_s)
         return self.shard_states()

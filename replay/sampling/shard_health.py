@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from replay.protocol.messages import SampleReply
 
 logger = logging.getLogger(__name__)
+
+# INFO requests remembered as unanswered; older ones are forgotten (their answers lost).
+MAX_INFO_ASKS = 64
 
 
 @dataclass
@@ -31,7 +34,9 @@ class ShardHealth:
         alive: answering; a down shard gets no SAMPLE.
         total, min_positive, size: its priority mass ``Q_s``, smallest positive priority
             ``q_s`` and stored transitions, from its latest reply.
-        info: its latest INFO counters (None before the first), received at ``info_at``.
+        info: its latest INFO counters (None before the first), received at ``info_at``
+            and asked for at ``info_asked_at``: the shard answers a client's requests in
+            order, so those counters saw every request sent before that time.
         replies, timeouts, outages: answers taken, requests that expired, times marked down.
         down_s: seconds spent down, over finished outages.
         limiter_waits: times a SAMPLE went unanswered past the timeout because the shard's
@@ -46,6 +51,9 @@ class ShardHealth:
     size: int = 0
     info: dict | None = None
     info_at: float = -math.inf
+    info_asked_at: float = -math.inf
+    info_asks: dict[int, float] = field(default_factory=dict)
+    """INFO requests not answered yet: request sequence -> when it was sent."""
     replies: int = 0
     timeouts: int = 0
     outages: int = 0
@@ -88,18 +96,31 @@ class ShardHealth:
         probe = (not self.alive or self.total <= 0) and now >= self.next_probe
         return probe or now >= self.next_info
 
-    def asked_info(self, now: float, probe_interval_s: float, info_interval_s: float) -> None:
+    def asked_info(
+        self, now: float, probe_interval_s: float, info_interval_s: float, sequence: int | None
+    ) -> None:
+        """An INFO was sent at ``now`` as request ``sequence`` (None: the queue was full)."""
         self.next_probe = now + probe_interval_s
         self.next_info = now + info_interval_s
+        if sequence is not None:
+            self.info_asks[sequence] = now
+            if len(self.info_asks) > MAX_INFO_ASKS:  # answers lost with a restarted shard
+                del self.info_asks[min(self.info_asks)]
+
+    def info_unanswered_since(self, asked_at: float) -> float | None:
+        """When the first INFO sent at or after ``asked_at`` and not answered yet was sent
+        (None: there is none)."""
+        times = [sent for sent in self.info_asks.values() if sent >= asked_at]
+        return min(times) if times else None
 
     def holds_for_limiter(self, asked_at: float) -> bool:
         """Whether a SAMPLE asked at ``asked_at``, unanswered past the timeout, is held by
-        the shard's rate limiter: the shard answered an INFO since, and that INFO had
-        SAMPLE requests waiting. Said once per wait."""
+        the shard's rate limiter: the shard answered an INFO asked since (so after it
+        had the SAMPLE), and that INFO had SAMPLE requests waiting. Said once per wait."""
         held = (
             self.alive
             and self.info is not None
-            and self.info_at >= asked_at
+            and self.info_asked_at >= asked_at
             and bool(self.info.get("samples_waiting"))
         )
         if held and not self.held_by_limiter:
@@ -115,8 +136,14 @@ class ShardHealth:
         self.min_positive = reply.min_priority
         self.size = reply.size
 
-    def apply_info(self, info: dict, now: float) -> None:
-        """Takes an INFO reply's counters (``replay.server.shard.ShardServer.counters``)."""
+    def apply_info(self, info: dict, now: float, sequence: int | None = None) -> None:
+        """Takes the counters (``replay.server.shard.ShardServer.counters``) of the INFO
+        reply to request ``sequence`` (None, or one not asked: as if asked ``now``)."""
+        asked_at = self.info_asks.pop(sequence, now) if sequence is not None else now
+        # Replies come in order: an earlier INFO still unanswered was lost.
+        for earlier in [seq for seq in self.info_asks if sequence is not None and seq < sequence]:
+            del self.info_asks[earlier]
+        self.info_asked_at = max(self.info_asked_at, asked_at)
         self.total = float(info["total_priority"])
         self.size = int(info["size"])
         smallest = info.get("min_priority")  # JSON has no infinity: None means none
@@ -133,4 +160,5 @@ class ShardHealth:
             "replies": self.replies, "timeouts": self.timeouts, "outages": self.outages,
             "down_s": self.down_s + ongoing, "limiter_waits": self.limiter_waits,
             "held_by_limiter": self.held_by_limiter, "info": self.info, "info_at": self.info_at,
+            "info_asked_at": self.info_asked_at,
         }  # fmt: skip

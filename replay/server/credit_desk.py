@@ -68,6 +68,9 @@ class CreditDesk:
             learner, so each sender keeps to its own ``insert_credit`` (a window of 256
             messages of 8 unrolls each let a CartPole learner train on unrolls 242
             versions old).
+        limiter_holds: whether the shard's rate limiter refuses inserts now; every
+            answer says so, and a lane then does not take the shard's silence about its
+            messages for a lost connection (``replay.inserts.lane``).
     """
 
     def __init__(
@@ -76,8 +79,10 @@ class CreditDesk:
         send: Callable[[bytes, Message], None],
         shard_index: int,
         widen: bool = True,
+        limiter_holds: Callable[[], bool] = lambda: False,
     ) -> None:
         self._widen = widen
+        self._limiter_holds = limiter_holds
         self._senders = senders
         self._send = send
         self._index = shard_index
@@ -155,5 +160,5 @@ class CreditDesk:
         if resend:
             stats.gap_pending = 0
         reply = messages.CreditReply(self._delivered(held), self.incarnation, bool(resend),
-                                     self.window(held.sender))  # fmt: skip
+                                     self.window(held.sender), self._limiter_holds())  # fmt: skip
         self._send(held.identity, reply.to_message(self._index, held.sequence))

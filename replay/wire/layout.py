@@ -20,7 +20,8 @@ Frame layout (all integers little-endian)::
             32    8  scalar           f64 kind-specific number (β for SAMPLE)
             40    4  incarnation      u32 random id of the sending process's life (0: none)
             44    4  held             u32 inserts: how many of the sender's messages just
-                                      before this one on its lane it still holds; else 0
+                                      before this one on its lane it still holds;
+                                      CREDIT_REPLY: 1 while the limiter holds inserts
             48       one descriptor per array:
                   1  dtype code       index into DTYPES
                   1  ndim             0..MAX_NDIM
@@ -128,7 +129,8 @@ class Message:
         scalar: kind-specific number (β of a SAMPLE).
         incarnation: u32 id of the sender's process life (0: it does not say).
         held: for inserts, the messages just before this one that the sender still holds
-            (``replay.server.lanes``); 0 otherwise.
+            (``replay.server.lanes``); for a CREDIT_REPLY, 1 while the shard's rate
+            limiter refuses inserts; 0 otherwise.
         arrays: the payload; after ``decode`` these are read-only views of the frames.
     """
 
