@@ -128,8 +128,11 @@ def test_versions_advance_priorities_update_and_a_checkpoint_is_written(cartpole
         for i in range(2)
     ]
     assert sum(applied) > 0, applied
-    assert max(progress[-1]["actor_policy_versions"]) > 1  # actors act with fresh weights
-    assert progress[-1]["policy_lag_median"] is not None
+    # Actors act with fresh weights. The last record may come after the actors stopped
+    # reporting (a run that solves at once), so any record may show it.
+    heard = [r for r in progress if r["actor_policy_versions"]]
+    assert heard and max(max(r["actor_policy_versions"]) for r in heard) > 1, progress
+    assert any(r["policy_lag_median"] is not None for r in progress)
     assert all(size > 0 for size in progress[-1]["replay_sizes"])  # both shards got data
     assert list((run_dir / "checkpoints").glob("checkpoint-*.pt"))
     config = json.loads((run_dir / "config.json").read_text())
