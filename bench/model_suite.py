@@ -98,6 +98,8 @@ def fleet_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
         params = figures["params"]
         if params.get("env") != costs.env or not figures.get("shard_cpu_cores"):
             continue
+        if "learner_updates_per_s" not in figures:  # not measured: its sample load unknown
+            continue
         messages, shards = figures["messages_per_s"], params["shards"]
         others = figures["fleet_cpu_cores"] + figures["shard_cpu_cores"] * (shards - 1) / shards
         fleet_cores = max(1, cores - 1)

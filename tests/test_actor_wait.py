@@ -58,7 +58,12 @@ def test_a_blocked_actor_keeps_sending_heartbeats() -> None:
             if episodes.poll(100):
                 message = decode(episodes.recv_multipart(), kinds=ApexKind)
                 heard.append((time.monotonic(), message.kind))
-        assert actor.transitions_sent == sent  # blocked all along
+        # Blocked all along, but for a few batches more that the sockets' buffers may
+        # still take while the shard's I/O thread drains them into its queue (seen on a
+        # loaded machine: 12 batches, 0.7 s after the check above); unblocked, it sends
+        # thousands a second.
+        assert actor.transitions_sent - sent <= 20 * config.insert_batch, actor.transitions_sent
+        assert info(context, shard)["inserts_waiting"]
         assert len(heard) >= 3, heard  # a heartbeat about every second while blocked
         gaps = [b[0] - a[0] for a, b in itertools.pairwise(heard)]
         assert max(gaps) < 3 * HEARTBEAT_S, gaps
