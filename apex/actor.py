@@ -3,8 +3,9 @@ with priorities computed from the actor's own network, pushed to the replay shar
 
 Per step: the acting policy's actions for all k envs in one forward pass, each env copy
 exploring with its own fixed scale (ε-greedy for DQN, Gaussian noise σ_i for DPG, spread
-over the run's copies as in Ape-X); the vector env steps (SAME_STEP autoreset); the n-step
-builder emits finished transitions. Once ``insert_batch`` transitions are ready they get
+over the run's copies as in Ape-X); the vector env steps (SAME_STEP autoreset; an ALE
+game's envs may step in groups that take turns, ``apex.env_group``); the n-step builder
+emits finished transitions. Once ``insert_batch`` transitions are ready they get
 initial priorities ``|TD| + priority_epsilon`` from the actor's copy of the network (Ape-X
 computes them actor-side so that the learner never sees unprioritized data), and go to a
 shard stamped with the policy version the actor acted with. What the policy is and how it
@@ -23,12 +24,11 @@ import numpy as np
 
 from apex.algorithm import ActingPolicy, AlgorithmEntry, transition_spec
 from apex.channels import EpisodeReporter
+from apex.env_group import make_groups
 from apex.envs import env_shape
-from apex.experience import ExperienceMaker
 from apex.exploration import env_epsilons
 from apex.frame_writer import FrameWriter
 from apex.settings import ActorConfig
-from apex.vector_envs import actor_envs
 from apex.weights import WeightSubscriber
 from replay.errors import ReplayTimeout
 from replay.inserts.client import InsertClient, ShardEndpoints
@@ -107,9 +107,10 @@ class Actor:
                 history=config.insert_batch + 8, compress=layout["compressed"],
                 rng=np.random.default_rng(), frame_shape=self._inserts.frames.frame_shape,
             )  # fmt: skip
-        self._maker = ExperienceMaker(config, shape, self._spec, acting, self._frames,
-                                      lambda: self._weights.version)  # fmt: skip
-        self._envs = actor_envs(config.env, config.envs_per_actor, threads=config.env_threads)
+        self._groups = make_groups(config, shape, self._spec, acting, self._frames,
+                                   lambda: self._weights.version, self._scales)  # fmt: skip
+        # Priorities depend on the policy only: any group's maker gives them.
+        self._maker = self._groups[0].maker
         self._stop = threading.Event()
         self.steps = 0
         self.transitions_sent = 0
@@ -135,16 +136,15 @@ class Actor:
             config.actor_index + config.actor_count,
             config.actor_count * config.envs_per_actor,
         )
-        seeds = [config.actor_seed + e for e in range(config.envs_per_actor)]
-        observations, _ = self._envs.reset(seed=seeds)
+        for group in self._groups:
+            group.begin(config.actor_seed)
         pending: list[dict[str, np.ndarray]] = []
         pending_count = 0
-        episode_returns = np.zeros(config.envs_per_actor)
-        episode_lengths = np.zeros(config.envs_per_actor, dtype=np.int64)
         started = next_weights_poll = time.monotonic()
         try:
             self._weights.poll(self._policy, timeout_ms=0)
-            self._maker.begin(observations)
+            for group in self._groups:  # each group's first step plays meanwhile
+                group.act(self._rng)
             while not self._stop.is_set():
                 if config.max_steps is not None and self.steps >= config.max_steps:
                     break
@@ -154,35 +154,22 @@ class Actor:
                     # waits in the socket gets older the longer it is not read.
                     self._weights.poll(self._policy)
                     next_weights_poll = now + WEIGHTS_POLL_S
-                actions = self._maker.act(observations, self._scales, self._rng)
-                next_observations, rewards, terminated, truncated, info = self._envs.step(actions)
-                ended = np.logical_or(terminated, truncated)
-                transition_next = next_observations
-                if ended.any():
-                    transition_next = next_observations.copy()
-                    for env in np.flatnonzero(ended):
-                        transition_next[env] = info["final_obs"][env]
-                out = self._maker.step(observations, actions, rewards, next_observations,
-                                       transition_next, terminated, truncated)  # fmt: skip
-                if out is not None and len(out["action"]):
-                    pending.append(out)
-                    pending_count += len(out["action"])
+                for group in self._groups:
+                    done = group.finish()
+                    if done.experience is not None:
+                        pending.append(done.experience)
+                        pending_count += len(done.experience["action"])
+                    if done.returns:
+                        self._report(done.returns, done.lengths)
+                        self.episodes_finished += len(done.returns)
+                    elif self._episodes.heartbeat_due():
+                        self._report([], [])
+                    # The next step plays while the other groups finish theirs and while
+                    # this batch goes out.
+                    group.act(self._rng)
                     if pending_count >= config.insert_batch:
                         self._send(pending)
                         pending, pending_count = [], 0
-                episode_returns += rewards
-                episode_lengths += 1
-                if ended.any():
-                    finished = np.flatnonzero(ended)
-                    self._report(
-                        episode_returns[finished].tolist(), episode_lengths[finished].tolist()
-                    )
-                    self.episodes_finished += finished.size
-                    episode_returns[finished] = 0.0
-                    episode_lengths[finished] = 0
-                elif self._episodes.heartbeat_due():
-                    self._report([], [])
-                observations = next_observations
                 self.steps += 1
         finally:
             elapsed = max(time.monotonic() - started, 1e-9)
@@ -244,7 +231,8 @@ class Actor:
                               env_steps=self.steps * self.config.envs_per_actor)  # fmt: skip
 
     def close(self) -> None:
-        self._envs.close()
+        for group in self._groups:
+            group.close()
         # What the shards have not confirmed yet is sent again if they lost it; what is
         # still unconfirmed after this is reported as the actor's last word.
         if not self._inserts.flush(FLUSH_TIMEOUT_S):

@@ -30,9 +30,11 @@ from replay.store.spec import TransitionSpec
 VALUE_FIELDS = ("values", "next_values")
 
 
-def _pairs(numbers: np.ndarray) -> np.ndarray:
-    """``(env, frame number)`` per env, the "observation" the reference builder carries."""
-    return np.column_stack([np.arange(len(numbers), dtype=np.int64), numbers])
+def _pairs(numbers: np.ndarray, first_env: int) -> np.ndarray:
+    """``(env, frame number)`` per env, the "observation" the reference builder carries
+    (envs numbered from ``first_env``: the frame writer's streams are the actor's)."""
+    envs = np.arange(first_env, first_env + len(numbers), dtype=np.int64)
+    return np.column_stack([envs, numbers])
 
 
 class ExperienceMaker:
@@ -45,6 +47,9 @@ class ExperienceMaker:
         acting: the policy it acts with, and its algorithm.
         frames: the frame writer, with frame shards.
         version: the policy version the actor acts with now.
+        first_env: the actor's index of this maker's first env: an actor of env groups
+            (``apex.env_group``) has a maker per group, ``config.envs_per_actor`` envs
+            each, and one frame writer whose streams are all its envs.
     """
 
     def __init__(
@@ -55,7 +60,9 @@ class ExperienceMaker:
         acting: tuple[ActingPolicy, AlgorithmEntry],
         frames: FrameWriter | None,
         version: Callable[[], int],
+        first_env: int = 0,
     ) -> None:
+        self._first_env = first_env
         self._policy, algorithm = acting
         self._frames = frames
         self._envs = config.envs_per_actor
@@ -126,8 +133,9 @@ class ExperienceMaker:
             # An episode's final frame first, then its successor's reset frame.
             every_env = np.arange(self._envs)
             final = self._number(final_observations, every_env, episode_start=False)
-            refs = self._refs.step(_pairs(self._numbers), actions, rewards, _pairs(final),
-                                   terminated, truncated)  # fmt: skip
+            refs = self._refs.step(_pairs(self._numbers, self._first_env), actions, rewards,
+                                   _pairs(final, self._first_env), terminated,
+                                   truncated)  # fmt: skip
             if out is None:
                 out = {name: refs[name] for name in ("action", "reward", "discount")}
             out["refs"] = np.column_stack([refs["obs"], refs["next_obs"][:, 1]])
@@ -164,5 +172,6 @@ class ExperienceMaker:
         without frame shards)."""
         numbers = np.full(self._envs, -1, dtype=np.int64)
         if self._frames is not None and len(envs):
-            numbers[envs] = self._frames.observe(envs, observations[envs, -1], episode_start)
+            numbers[envs] = self._frames.observe(envs + self._first_env, observations[envs, -1],
+                                                 episode_start)  # fmt: skip
         return numbers

@@ -79,7 +79,10 @@ class ActorConfig:
         torch_threads: intra-op threads of the forward passes of a torch policy (image
             observations; vector observations act in numpy, single-threaded).
         env_threads: emulator threads of an ALE game's C++ vector env (other envs step
-            on the actor's own thread).
+            on the actor's own thread); per env group.
+        env_groups: groups the envs step in, taking turns (``apex.env_group``): with 2,
+            one group's emulators play while the actor acts on the other's (ALE games
+            only; it must divide ``envs_per_actor``).
         acting_precision: "float32", or "int8" for the forward passes of a policy of
             84x84 frames (the Nature convolutions): about 3x faster on a CPU core, greedy
             actions checked against the float network's (``apex.int8_policy``).
@@ -114,6 +117,7 @@ class ActorConfig:
     seed: int = 0
     torch_threads: int = 1
     env_threads: int = 1
+    env_groups: int = 1
     acting_precision: str = "float32"
     max_steps: int | None = None
     insert_timeout_s: float = 1.0
@@ -140,8 +144,11 @@ class ActorConfig:
             "refresh_versions",
             "torch_threads",
             "env_threads",
+            "env_groups",
         )
         problems = not_positive_integers(named(self, prefix, counts))
+        if not problems:
+            problems += self.group_problems(prefix)
         problems += in_unit_interval(f"{prefix}gamma", self.gamma)
         problems += in_unit_interval(f"{prefix}epsilon", self.epsilon)
         problems += in_unit_interval(f"{prefix}noise_scale", self.noise_scale)
@@ -162,6 +169,21 @@ class ActorConfig:
             }
         )
         return problems
+
+    def group_problems(self, prefix: str = "actor.") -> list[str]:
+        """What is wrong with ``env_groups`` for this env (empty if nothing)."""
+        groups = self.env_groups
+        if groups == 1:
+            return []
+        if self.envs_per_actor % groups:
+            return [f"{prefix}env_groups ({groups}) must divide {prefix}envs_per_actor "
+                    f"({self.envs_per_actor})"]  # fmt: skip
+        from apex.envs import preset  # gymnasium's registry: only when groups are asked
+
+        if not preset(self.env).atari:
+            return [f"{prefix}env_groups > 1 needs an ALE game, whose emulators play on "
+                    f"threads of their own; {self.env} steps on the actor's thread"]  # fmt: skip
+        return []
 
 
 @dataclass(frozen=True)

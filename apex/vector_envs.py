@@ -119,9 +119,17 @@ class AtariStacks(gym.vector.VectorWrapper):
         return observations, info
 
     def step(self, actions: np.ndarray):
-        observations, rewards, terminated, truncated, info = self.env.step(
-            np.asarray(actions, dtype=np.int64)
-        )
+        self.send(actions)
+        return self.recv()
+
+    def send(self, actions: np.ndarray) -> None:
+        """Starts a step on the emulator threads and returns at once: the caller's thread
+        is free until :meth:`recv` (``apex.env_group`` overlaps two groups this way)."""
+        self.env.send(np.asarray(actions, dtype=np.int64))
+
+    def recv(self):
+        """The step :meth:`send` started, once the emulators have played it."""
+        observations, rewards, terminated, truncated, info = self.env.recv()
         self._ages += 1
         ended = np.logical_or(terminated, truncated)
         if ended.any():

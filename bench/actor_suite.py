@@ -14,7 +14,10 @@ steps per second *per core*:
   ``FrameStackObservation`` envs, the float Nature CNN, and priorities from two more
   forward passes per transition, as actors ran until issue 30;
 * ``ale``: ale-py's ``AtariVectorEnv`` (one emulator thread), priorities from the values
-  the actor acted on; ``ale-int8``: the same with the int8 network.
+  the actor acted on; ``ale-int8``: the same with the int8 network;
+  ``ale-int8-halves``: that loop with the envs in two groups taking turns
+  (``apex.env_group``: one group's emulators play while the actor finishes and acts on
+  the other's), per core and per process (wall time).
 
 And the parts alone: the env step with random actions (``env-gym``, ``env-ale``) and the
 forward pass (``forward-float32``, ``forward-int8``) at the env count's batch; and the
@@ -35,8 +38,8 @@ import numpy as np
 import torch
 
 from apex.algorithm import build_acting, transition_spec
+from apex.env_group import make_groups
 from apex.envs import env_factories, env_shape, preset
-from apex.experience import ExperienceMaker
 from apex.frame_writer import FrameWriter
 from apex.settings import ActorConfig
 from apex.vector_envs import actor_envs, rom_name
@@ -72,57 +75,54 @@ def _gymnasium_envs(env: str, count: int) -> gym.vector.VectorEnv:
 
 
 def acting_loop(env: str, count: int, hidden: tuple[int, ...], variant: str = "ale"):
-    """One actor step of ``count`` envs of ``env`` (``variant``: before, ale, ale-int8)."""
+    """One actor step of ``count`` envs of ``env`` (``variant``: before, ale, ale-int8, or
+    ale-int8-halves: two env groups taking turns, ``apex.env_group``), as the actor's loop
+    takes it."""
     shape = env_shape(env)
-    precision = "int8" if variant.endswith("int8") else "float32"
+    precision = "int8" if "int8" in variant else "float32"
+    groups = 2 if variant.endswith("-halves") else 1
     config = ActorConfig(env=env, envs_per_actor=count, hidden=hidden, epsilon=0.1,
-                         acting_precision=precision, insert_batch=INSERT_BATCH)  # fmt: skip
+                         acting_precision=precision, insert_batch=INSERT_BATCH,
+                         env_groups=groups)  # fmt: skip
     policy, algorithm = build_acting(config, shape)
     weights = policy.network.arrays()  # what each refresh loads again
+    make_envs = None
     if variant == "before":
         policy = _SendTimePriorities(policy)
-        envs = _gymnasium_envs(env, count)
-    else:
-        envs = actor_envs(env, count)
+        make_envs = _gymnasium_envs
     frames = None
     if len(shape.observation_shape) == 3 and shape.observation_shape[1:] == (84, 84):
         frames = FrameWriter(count, shape.observation_shape[0], config.n_step,
                              history=INSERT_BATCH + 8, compress=True,
                              rng=np.random.default_rng(0))  # fmt: skip
-    maker = ExperienceMaker(config, shape, transition_spec(algorithm, shape, config),
-                            (policy, algorithm), frames, lambda: state["version"])  # fmt: skip
+    state = {"pending": [], "version": 0, "steps": 0}
+    envs = make_groups(config, shape, transition_spec(algorithm, shape, config),
+                       (policy, algorithm), frames, lambda: state["version"],
+                       np.full(count, 0.1), envs=make_envs)  # fmt: skip
     refresh = preset(env).defaults.get("actor", {}).get("weight_refresh_steps",
                                                         config.weight_refresh_steps)  # fmt: skip
-    scales = np.full(count, 0.1)
     rng = np.random.default_rng(0)
-    observations, _ = envs.reset(seed=list(range(count)))
-    maker.begin(observations)
-    state = {"obs": observations, "pending": [], "version": 0, "steps": 0}
+    for group in envs:
+        group.begin(0)
+        group.act(rng)
 
     def step() -> None:
         state["steps"] += 1
         if state["steps"] % refresh == 0:  # what the learner published: here, the same
             policy.load(weights)
             state["version"] += 1
-        actions = maker.act(state["obs"], scales, rng)
-        following, rewards, terminated, truncated, info = envs.step(actions)
-        final = following
-        ended = np.logical_or(terminated, truncated)
-        if ended.any():
-            final = following.copy()
-            for e in np.flatnonzero(ended):
-                final[e] = info["final_obs"][e]
-        out = maker.step(state["obs"], actions, rewards, following, final, terminated, truncated)
-        state["obs"] = following
-        if len(out["action"]):
-            state["pending"].append(out)
-        if sum(len(part["action"]) for part in state["pending"]) >= INSERT_BATCH:
-            parts, state["pending"] = state["pending"], []
-            batch = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-            batch, priorities = maker.priorities(batch, 1e-3)
-            if frames is not None:
-                scalars = {name: batch[name] for name in ("action", "reward", "discount")}
-                frames.sent_to(0, frames.build(0, batch["refs"], scalars, priorities))
+        for group in envs:
+            done = group.finish()
+            if done.experience is not None:
+                state["pending"].append(done.experience)
+            group.act(rng)
+            if sum(len(part["action"]) for part in state["pending"]) >= INSERT_BATCH:
+                parts, state["pending"] = state["pending"], []
+                batch = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+                batch, priorities = envs[0].maker.priorities(batch, 1e-3)
+                if frames is not None:
+                    scalars = {name: batch[name] for name in ("action", "reward", "discount")}
+                    frames.sent_to(0, frames.build(0, batch["refs"], scalars, priorities))
 
     return step
 
@@ -203,8 +203,8 @@ def forward_alone(env: str, count: int, variant: str) -> tuple[Callable[[], None
 
 
 def _plan(quick: bool) -> list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[str, ...]]]:
-    pong = ("before", "ale", "ale-int8", "env-gym", "env-ale", "forward-float32", "forward-int8",
-            "play-sync", "play-async")  # fmt: skip
+    pong = ("before", "ale", "ale-int8", "ale-int8-halves", "env-gym", "env-ale",
+            "forward-float32", "forward-int8", "play-sync", "play-async")  # fmt: skip
     return [
         ("CartPole-v1", (1, 8) if quick else (1, 8, 32), (256, 256), ("ale",)),
         ("Pong", (4,) if quick else (1, 4, 16, 32, 64), (512,), pong),
@@ -240,10 +240,11 @@ def run(
                           "variant": variant, "clock": clock}  # fmt: skip
                 base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
                 extras: dict = {}
+                halves = variant.startswith("play-") or variant.endswith("-halves")
+                if halves and count < 2:
+                    continue  # async mode acts on half the envs
                 try:
                     if variant.startswith("play-"):
-                        if count < 2:
-                            continue  # async mode acts on half the envs
                         step = play_loop(env, count, variant)
                     elif variant.startswith("env-"):
                         step = env_alone(env, count, variant)
@@ -269,7 +270,7 @@ def run(
                     **timing,
                 )
                 records.append({**base, "status": "ok", **measurement.to_record(), **extras})
-                if variant.startswith("play-"):  # where async pays: a process's wall time
+                if halves or variant == "ale-int8":  # where async pays: a process's wall time
                     wall = measure_rate("env_steps_per_process", "env steps/s", step, **timing)
                     records.append({**base, "status": "ok", **wall.to_record(),
                                     "params": {**params, "clock": "wall"}})  # fmt: skip
@@ -281,17 +282,31 @@ def run(
 
 
 def _ratios(records: list[dict]) -> list[dict]:
-    """Per Pong env count: each variant's per-core rate over the ``before`` loop's."""
-    rates = {r["case"]: r["median"] for r in records if r["status"] == "ok"}
+    """Per Pong env count: each variant's per-core rate over the ``before`` loop's, and
+    the env groups' over one group's, per core and per process."""
+    rates = {r["case"]: r["median"] for r in records
+             if r["status"] == "ok" and r["metric"] == "env_steps"}  # fmt: skip
     ratios = []
     for case, rate in rates.items():
         if not case.startswith("Pong-") or not case.endswith("-before"):
             continue
         prefix = case.removesuffix("before")
-        for variant in ("ale", "ale-int8"):
+        for variant in ("ale", "ale-int8", "ale-int8-halves"):
             after = rates.get(prefix + variant)
             if after is not None:
                 ratios.append({"suite": SUITE, "case": prefix + variant, "metric": "env_steps",
                                "numerator": variant, "denominator": "before",
                                "ratio": after / rate})  # fmt: skip
+    # The groups against one group, per core and per process, same envs and network.
+    walls = {r["case"]: r["median"] for r in records
+             if r["status"] == "ok" and r["metric"] == "env_steps_per_process"}  # fmt: skip
+    for case in rates:
+        if not case.endswith("-ale-int8-halves"):
+            continue
+        one = case.removesuffix("-halves")
+        for metric, table in (("env_steps", rates), ("env_steps_per_process", walls)):
+            if one in table and case in table:
+                ratios.append({"suite": SUITE, "case": case, "metric": metric,
+                               "numerator": "ale-int8-halves", "denominator": "ale-int8",
+                               "ratio": table[case] / table[one]})  # fmt: skip
     return ratios

@@ -205,8 +205,15 @@ def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, su
         play = {(r["case"], r["metric"]) for r in ok if "-play-" in r["case"]}
         assert ("Pong-k4-play-async", "env_steps_per_process") in play
         assert ("Pong-k4-play-sync", "env_steps") in play
-        # Each new Pong loop beside the one actors ran before, in the same run.
-        assert {r["case"] for r in document["ratios"]} == {"Pong-k4-ale", "Pong-k4-ale-int8"}
+        # Each new Pong loop beside the one actors ran before, in the same run; and two env
+        # groups beside one, per core and per process.
+        assert {(r["case"], r["metric"], r["denominator"]) for r in document["ratios"]} == {
+            ("Pong-k4-ale", "env_steps", "before"),
+            ("Pong-k4-ale-int8", "env_steps", "before"),
+            ("Pong-k4-ale-int8-halves", "env_steps", "before"),
+            ("Pong-k4-ale-int8-halves", "env_steps", "ale-int8"),
+            ("Pong-k4-ale-int8-halves", "env_steps_per_process", "ale-int8"),
+        }
         int8 = next(r for r in ok if r["case"] == "Pong-k4-forward-int8")
         assert 0.0 <= int8["greedy_agreement"] <= 1.0
 

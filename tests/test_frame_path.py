@@ -42,25 +42,10 @@ def frame_shards(request) -> Iterator[list[ShardProcess]]:
         assert shard.stop() == 0
 
 
-@pytest.mark.slow
-def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(frame_shards) -> None:
-    context = zmq.Context()
-    episodes = context.socket(zmq.PULL)
-    episodes_endpoint = f"tcp://127.0.0.1:{episodes.bind_to_random_port('tcp://127.0.0.1')}"
-    config = ActorConfig(
-        env="Pong", envs_per_actor=2, n_step=3, insert_batch=16, max_steps=360,
-        epsilon=1.0, seed=3,
-    )  # fmt: skip
-    endpoints = ActorEndpoints(
-        tuple(s.endpoints for s in frame_shards), "tcp://127.0.0.1:1", episodes_endpoint
-    )
-    actor = Actor(config, build_acting(config, env_shape(config.env)), endpoints)
-    truth: dict[bytes, tuple[float, float]] = {}
-    # The actor keeps no stacks with frame shards; a builder of its own gives the truth.
-    shape = env_shape(config.env)
-    reference = NStepBuilder(config.envs_per_actor, config.n_step, config.gamma,
-                             shape.observation_shape, shape.observation_dtype)  # fmt: skip
-    emit = actor._maker.step
+def record_truth(maker, reference: NStepBuilder, truth: dict[bytes, tuple[float, float]]):
+    """Wraps ``maker.step``: a builder of stacks in lock-step records what each of its
+    transitions must come back as (the actor keeps no stacks with frame shards)."""
+    emit = maker.step
 
     def recording_step(observations, actions, rewards, next_observations, final, *ends):
         expected = reference.step(observations, actions, rewards, final, *ends)
@@ -74,7 +59,34 @@ def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(frame_shards) 
             truth[key(obs, following)] = (float(reward), float(discount))
         return out
 
-    actor._maker.step = recording_step
+    maker.step = recording_step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_groups", [1, 2])
+def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(
+    frame_shards, env_groups: int
+) -> None:
+    """Two env groups (``apex.env_group``) share the actor's frame writer, each env a
+    stream of it: what they send comes back as each env's own stacks too."""
+    context = zmq.Context()
+    episodes = context.socket(zmq.PULL)
+    episodes_endpoint = f"tcp://127.0.0.1:{episodes.bind_to_random_port('tcp://127.0.0.1')}"
+    config = ActorConfig(
+        env="Pong", envs_per_actor=2, n_step=3, insert_batch=16, max_steps=360,
+        epsilon=1.0, seed=3, env_groups=env_groups,
+    )  # fmt: skip
+    endpoints = ActorEndpoints(
+        tuple(s.endpoints for s in frame_shards), "tcp://127.0.0.1:1", episodes_endpoint
+    )
+    actor = Actor(config, build_acting(config, env_shape(config.env)), endpoints)
+    assert len(actor._groups) == env_groups
+    truth: dict[bytes, tuple[float, float]] = {}
+    shape = env_shape(config.env)
+    for group in actor._groups:
+        reference = NStepBuilder(group.count, config.n_step, config.gamma,
+                                 shape.observation_shape, shape.observation_dtype)  # fmt: skip
+        record_truth(group.maker, reference, truth)
     try:
         actor.run()
         assert actor._frames is not None, "the shards did not ask for frames"

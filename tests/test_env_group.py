@@ -1,0 +1,92 @@
+"""An actor's envs in groups that take turns (``apex.env_group``): the same transitions
+as one group, every env its own seed, lane and episode ends."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+
+import numpy as np
+import pytest
+
+from apex.algorithm import build_acting, transition_spec
+from apex.env_group import make_groups
+from apex.envs import env_shape
+from apex.settings import ActorConfig
+from apex.vector_envs import AtariStacks
+
+pytest.importorskip("ale_py")
+
+# 200 steps an episode: a test of 260 rounds sees each env end one and start the next.
+SHORT_FRAMES = 800
+
+
+class FrameSumPolicy:
+    """Acts on the observation alone (the newest frame's sum, modulo the actions): one
+    env's actions do not depend on which others share its forward pass, where a
+    network's float sums may break a near-tie differently at another batch size."""
+
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+        return observations[:, -1].sum(axis=(1, 2), dtype=np.int64) % 6
+
+    def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        return np.zeros(len(batch["action"]))
+
+
+def transitions(env_groups: int, rounds: int) -> tuple[collections.Counter, list[float]]:
+    """Every transition four Pong envs in ``env_groups`` groups make in ``rounds`` steps
+    (a digest of its stacks, its action, reward and discount), and the ended episodes'
+    returns."""
+    config = ActorConfig(env="Pong", envs_per_actor=4, n_step=3, env_groups=env_groups,
+                         seed=5)  # fmt: skip
+    shape = env_shape("Pong")
+    _, algorithm = build_acting(config, shape)
+
+    def short_pong(name: str, count: int) -> AtariStacks:
+        return AtariStacks(name, count, training=True, threads=1, max_frames=SHORT_FRAMES)
+
+    groups = make_groups(config, shape, transition_spec(algorithm, shape, config),
+                         (FrameSumPolicy(), algorithm), None, lambda: 0, np.zeros(4),
+                         envs=short_pong)  # fmt: skip
+    made: collections.Counter = collections.Counter()
+    returns: list[float] = []
+    rng = np.random.default_rng(0)
+    try:
+        for group in groups:
+            group.begin(config.actor_seed)
+            group.act(rng)
+        for _ in range(rounds):
+            for group in groups:
+                done = group.finish()
+                returns += done.returns
+                group.act(rng)
+                if done.experience is None:
+                    continue
+                out = done.experience
+                for i in range(len(out["action"])):
+                    digest = hashlib.blake2b(out["obs"][i].tobytes() + out["next_obs"][i].tobytes(),
+                                             digest_size=16).digest()  # fmt: skip
+                    made[(digest, int(out["action"][i]), float(out["reward"][i]),
+                          float(out["discount"][i]))] += 1  # fmt: skip
+    finally:
+        for group in groups:
+            group.close()
+    return made, sorted(returns)
+
+
+@pytest.mark.slow
+def test_two_groups_make_the_transitions_one_group_makes() -> None:
+    one, one_returns = transitions(1, 260)
+    two, two_returns = transitions(2, 260)
+    assert sum(one.values()) >= 4 * (260 - 3)  # every step but each lane's last n
+    assert one == two
+    assert len(one_returns) >= 4 and one_returns == two_returns  # episodes ended alike
+
+
+def test_env_groups_are_checked_against_the_env_and_the_env_count() -> None:
+    assert ActorConfig(env="Pong", envs_per_actor=4, env_groups=2).problems() == []
+    [odd] = ActorConfig(env="Pong", envs_per_actor=4, env_groups=3).problems()
+    assert odd == "actor.env_groups (3) must divide actor.envs_per_actor (4)"
+    [cartpole] = ActorConfig(env="CartPole-v1", envs_per_actor=4, env_groups=2).problems()
+    assert "env_groups > 1 needs an ALE game" in cartpole
+    assert "actor.env_groups" in ActorConfig(env_groups=0).problems()[0]
