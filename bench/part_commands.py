@@ -197,7 +197,7 @@ def bench_frames(quick, json_path, markdown_path) -> None:
 @click.option("--env", default="CartPole-v1", show_default=True, help="A discrete-action env.")
 @click.option("--lag", "lags", type=click.IntRange(min=1), multiple=True,
               help="actor.refresh_versions values (repeatable) [1 5 20 50].")  # fmt: skip
-@click.option("--seed", "seeds", type=int, multiple=True, help="Seeds [0 1 2].")
+@click.option("--seed", "seeds", type=int, multiple=True, help="Seeds [0-9].")
 @click.option("--budget", type=click.FloatRange(min=1), default=90.0, show_default=True,
               help="Training seconds a run may take to a confirmed solve.")  # fmt: skip
 @click.option("--quick", is_flag=True, help="Lags 1 and 5, seed 0, 20 s: plumbing only.")

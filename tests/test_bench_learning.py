@@ -174,3 +174,16 @@ def test_a_held_back_impala_run_reports_its_solve_and_the_lag_it_trained_on(
     # queue (4 batches) and what may be in flight (4 messages of a batch each), and more
     # than about K / 2 on the median.
     assert result["trained_lag"] is not None and 2 <= result["trained_lag"] <= 5 + 4 + 4 + 2
+
+
+def test_the_lag_goal_compares_v_trace_iqms_at_k_20_and_the_least_k() -> None:
+    from bench.lag_suite import _goal, _interval
+
+    fresh, lagged = [8.0, 9.0, 10.0, 11.0], [9.0, 10.0, 11.0, 90.0]  # one unsolved at 90
+    interval = _interval(lagged, 90.0)
+    assert interval["iqm"] == pytest.approx(10.5) and not interval["iqm_lower_bound"]
+    assert interval["iqm_ci95"][0] <= interval["iqm"] <= interval["iqm_ci95"][1]
+    goal = _goal({(1, True): fresh, (20, True): lagged, (20, False): [1.0] * 4}, 1, 90.0)
+    assert goal["checked"] and goal["iqm_ratio"] == pytest.approx(10.5 / 9.5)
+    assert not goal["met"] and 0 <= goal["p_lagged_sooner"] < 0.5
+    assert _goal({(1, True): fresh}, 1, 90.0) == {"checked": False}
