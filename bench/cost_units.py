@@ -127,9 +127,10 @@ def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False
 def shared_factor(beside: float, own: float) -> float:
     """How much more an operation costs beside a learner than on a core of its own (an actor
     step, a shard's message or request, a client's message); 1 (no difference measured)
-    when its own cost was lost in a short window's noise (0 once idle CPU is taken off),
-    where a ratio would divide by zero."""
-    return beside / own if own > 0 else 1.0
+    when either cost was lost in a short window's noise (0 once idle CPU is taken off),
+    where a ratio would divide by zero or say the operation costs nothing beside a
+    learner (seen in a 1 s window on a loaded 2-core machine)."""
+    return beside / own if own > 0 and beside > 0 else 1.0
 
 
 def actor_step_costs(env: str, seconds: float) -> dict:

@@ -177,3 +177,4 @@ def test_a_shared_factor_whose_own_cost_was_lost_in_noise_is_one() -> None:
     # A 1 s window on a loaded core can leave no cost once the idle CPU is taken off:
     # no difference measured, never a division by zero.
     assert shared_factor(3.0e-5, 0.0) == 1.0
+    assert shared_factor(0.0, 1.5e-5) == 1.0  # the same, beside the learner
