@@ -139,10 +139,12 @@ class ShardHealth:
     def apply_info(self, info: dict, now: float, sequence: int | None = None) -> None:
         """Takes the counters (``replay.server.shard.ShardServer.counters``) of the INFO
         reply to request ``sequence`` (None, or one not asked: as if asked ``now``)."""
-        asked_at = self.info_asks.pop(sequence, now) if sequence is not None else now
-        # Replies come in order: an earlier INFO still unanswered was lost.
-        for earlier in [seq for seq in self.info_asks if sequence is not None and seq < sequence]:
-            del self.info_asks[earlier]
+        asked_at = now
+        if sequence is not None:
+            asked_at = self.info_asks.pop(sequence, now)
+            # Replies come in order: an earlier INFO still unanswered was lost.
+            for earlier in [seq for seq in self.info_asks if seq < sequence]:
+                del self.info_asks[earlier]
         self.info_asked_at = max(self.info_asked_at, asked_at)
         self.total = float(info["total_priority"])
         self.size = int(info["size"])
