@@ -39,22 +39,36 @@ MIN_KERNEL_BUFFER_BYTES = 131072
 MAX_KERNEL_BUFFER_BYTES = 262144
 
 
-# ZMTP heartbeats on every connection, sent by the connecting side. A link that goes down
-# leaves TCP connections open and their retransmissions backing off (past 20 s after a
-# 30 s cut: the learner waited 25 s after the link came back, measured on the namespace
-# hosts). A connection silent for HEARTBEAT_TIMEOUT_MS is dropped instead, and ZeroMQ
-# connects anew; a connect that hangs is given up after CONNECT_TIMEOUT_MS and tried
+# ZMTP heartbeats only on request sockets (DEALER), sent by the connecting side. A link
+# that goes down leaves TCP connections open and their retransmissions backing off (past
+# 20 s after a 30 s cut: the learner waited 25 s after the link came back, measured on the
+# namespace hosts). A connection silent for HEARTBEAT_TIMEOUT_MS is dropped instead, and
+# ZeroMQ connects anew; a connect that hangs is given up after CONNECT_TIMEOUT_MS and tried
 # again, so the first attempt after the link is back succeeds. What a dropped connection
 # held is sent again (``replay.server.lanes``).
-# The connecting side (actors, the learner's clients) pings every HEARTBEAT_IVL_MS; the
-# binding side (shards, the learner's PUB) answers those pings and pings rarely itself,
-# only to let go of peers that vanished. Heartbeats cost per connection, and a shard has
-# two per actor: with pings both ways every second, 512 idle actors cost 4 shards 0.35
-# cores. (A peer's TTL alone did not make libzmq 4.3.5 drop a frozen peer, measured.)
+# Nowhere else: libzmq 4.3.5 aborts the process (``Assertion failed: !_io_error``,
+# stream_engine_base.cpp:310) when a connection whose reader has stopped reading (its
+# high-water mark reached: a shard whose rate limiter holds inserts, an actor's weights
+# SUB between polls) loses its peer and then has a ping to send: its own heartbeat timer,
+# or the answer to a ping it read before it stopped (libzmq issue 4364). A shard died so
+# when an actor left while the shard held inserts. So PUSH, PULL, PUB and SUB connections
+# carry no pings, and a bound socket never pings; every socket instead has TCP keepalive,
+# which the kernel runs whatever the reader does: an idle connection whose peer is gone
+# is dropped after KEEPALIVE_IDLE_S + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL_S (the bound
+# side, which only lets go of vanished peers, after the slower BOUND_ figures). A PUSH
+# with batches in flight over a cut link waits for TCP's retransmission instead; its lane
+# already resends what the shard did not confirm. Heartbeats cost per connection: with
+# pings both ways every second, 512 idle actors cost 4 shards 0.35 cores.
+# (A peer's TTL alone did not make libzmq 4.3.5 drop a frozen peer, measured.)
+HEARTBEAT_KINDS = frozenset({zmq.DEALER})
 HEARTBEAT_IVL_MS = 2000
 HEARTBEAT_TIMEOUT_MS = 6000
-BOUND_HEARTBEAT_IVL_MS = 15000
-BOUND_HEARTBEAT_TIMEOUT_MS = 45000
+KEEPALIVE_IDLE_S = 2
+KEEPALIVE_INTERVAL_S = 1
+KEEPALIVE_COUNT = 4
+BOUND_KEEPALIVE_IDLE_S = 15
+BOUND_KEEPALIVE_INTERVAL_S = 5
+BOUND_KEEPALIVE_COUNT = 6
 CONNECT_TIMEOUT_MS = 2000
 
 
@@ -72,7 +86,8 @@ def make_socket(
     linger_ms: int = 0,
     kernel_buffer_bytes: int | None = None,
 ) -> zmq.Socket:
-    """A socket with LINGER, both high-water marks and heartbeats set.
+    """A socket with LINGER, both high-water marks and TCP keepalive set, and ZMTP
+    heartbeats on a request socket (see HEARTBEAT_KINDS).
 
     ``kernel_buffer_bytes`` fixes the TCP send and receive buffers (else the kernel grows
     them to megabytes). High-water marks count messages, but small messages pile up in
@@ -82,15 +97,24 @@ def make_socket(
     socket.setsockopt(zmq.LINGER, linger_ms)
     socket.setsockopt(zmq.SNDHWM, hwm)
     socket.setsockopt(zmq.RCVHWM, hwm)
-    socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
-    socket.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+    if kind in HEARTBEAT_KINDS:
+        socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        socket.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+    _keepalive(socket, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_COUNT)
     socket.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
     if kernel_buffer_bytes is not None:
         socket.setsockopt(zmq.SNDBUF, kernel_buffer_bytes)
         socket.setsockopt(zmq.RCVBUF, kernel_buffer_bytes)
     arm_client(socket)
     return socket
+
+
+def _keepalive(socket: zmq.Socket, idle_s: int, interval_s: int, count: int) -> None:
+    socket.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    socket.setsockopt(zmq.TCP_KEEPALIVE_IDLE, idle_s)
+    socket.setsockopt(zmq.TCP_KEEPALIVE_INTVL, interval_s)
+    socket.setsockopt(zmq.TCP_KEEPALIVE_CNT, count)
 
 
 def send_frames(socket: zmq.Socket, frames: Sequence[object], flags: int = 0) -> None:
@@ -128,7 +152,8 @@ def recv_frames(socket: zmq.Socket) -> list[zmq.Frame]:
 
 def bind(socket: zmq.Socket, host: str, port: int) -> str:
     """Binds to ``tcp://host:port`` (a free port when 0) and returns the bound endpoint.
-    Its own heartbeats slow down to the binding side's: its peers ping it.
+    A bound socket sends no pings of its own (it answers its peers'), and its keepalive
+    slows down to the binding side's.
 
     Raises:
         ConfigError: ``host`` is beyond loopback and the socket's context has no keys
@@ -136,9 +161,8 @@ def bind(socket: zmq.Socket, host: str, port: int) -> str:
         zmq.ZMQError: the port cannot be bound.
     """
     arm_server(socket, host)
-    socket.setsockopt(zmq.HEARTBEAT_IVL, BOUND_HEARTBEAT_IVL_MS)
-    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, BOUND_HEARTBEAT_TIMEOUT_MS)
-    socket.setsockopt(zmq.HEARTBEAT_TTL, BOUND_HEARTBEAT_TIMEOUT_MS)
+    socket.setsockopt(zmq.HEARTBEAT_IVL, 0)
+    _keepalive(socket, BOUND_KEEPALIVE_IDLE_S, BOUND_KEEPALIVE_INTERVAL_S, BOUND_KEEPALIVE_COUNT)
     if port:
         socket.bind(f"tcp://{host}:{port}")
     else:
