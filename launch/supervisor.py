@@ -83,6 +83,9 @@ class RunSummary:
     """``launch.run_status.security_mode``: curve, insecure or loopback."""
     refused: dict = field(default_factory=dict)
     """Connections the learner and shards refused, by reason (``replay.wire.security``)."""
+    unclean_stops: list = field(default_factory=list)
+    """Shards and the learner that did not stop cleanly at the end (a crash or a kill
+    while stopping): their final snapshot or checkpoint may be missing."""
 
     def line(self) -> str:
         updates = self.outcome.get("updates", "?")
@@ -96,7 +99,9 @@ class RunSummary:
             f"{self.actor_restarts} | shard restarts: {self.shard_restarts}"
             f"{f' ({self.shards_given_up} given up)' if self.shards_given_up else ''}"
             f" | learner restarts: "
-            f"{self.learner_restarts} | exit code {self.exit_code}"
+            f"{self.learner_restarts}"
+            f"{f' | unclean stops: {len(self.unclean_stops)}' if self.unclean_stops else ''}"
+            f" | exit code {self.exit_code}"
         )
 
 
@@ -165,6 +170,7 @@ class Supervisor:
         self._display: ProgressDisplay | None = None
         self._stop = threading.Event()
         self._children: list[Child] = []
+        self._unclean_stops: list[str] = []
         self._started = time.monotonic()
         self._config_path = write_resolved(config, run_dir)
         # The one place this run's spec is computed; shards read it (launch.builder).
@@ -238,15 +244,29 @@ class Supervisor:
                 f" envs = {actors['ape_x_actors']} Ape-X actors on {config.env}"
             )
             self._display = ProgressDisplay(self.run_dir, self._live, self.echo)
-            return self._watch(learner)
+            summary = self._watch(learner)
         except RuntimeError as exc:
             self.echo(f"error: {exc}")
-            return self._finish(EXIT_ROLE_DIED, f"start failed: {exc}", {})
+            summary = self._finish(EXIT_ROLE_DIED, f"start failed: {exc}", {})
         finally:
             if self._display is not None:
                 self._display.close()
             self._stop_all()
             write_run_curves(self.run_dir)
+        return self._account_stops(summary)
+
+    def _account_stops(self, summary: RunSummary) -> RunSummary:
+        """A run whose shard or learner did not stop cleanly fails, whatever its
+        training outcome: what it left on disk to resume from may be incomplete."""
+        if not self._unclean_stops:
+            return summary
+        for stop in self._unclean_stops:
+            self.echo(f"error: {stop}")
+        summary.unclean_stops = list(self._unclean_stops)
+        if summary.exit_code == EXIT_OK:
+            summary.exit_code = EXIT_FAILED
+        write_summary(self.run_dir, {**summary.__dict__, "line": summary.line()})
+        return summary
 
     def _watch(self, learner: Child) -> RunSummary:
         while not self._stop.is_set():
@@ -350,8 +370,20 @@ class Supervisor:
 
     def _wait(self, children: list[Child], deadline: float) -> None:
         for child in children:
-            if child.process is not None and child.process.wait_or_kill(deadline)[1]:
+            if child.process is None:
+                continue
+            between_lives = child.given_up or child.restart_at is not None  # told already
+            code, killed = child.process.wait_or_kill(deadline)
+            if killed:
                 logger.warning("%s %d did not stop in time; killed", child.role, child.index)
+            if child.role == "actor" or between_lives or (code == 0 and not killed):
+                continue
+            how = "did not stop in time and was killed" if killed else f"exited with code {code}"
+            self._unclean_stops.append(
+                f"{child.role} {child.index} {how} while stopping; its final "
+                f"{'snapshot' if child.role == 'shard' else 'checkpoint'} may be missing "
+                f"(see {child.log_path})"
+            )
 
     def _stop_role(self, role: str) -> None:
         children = [c for c in self._children if c.role == role]
