@@ -3,7 +3,6 @@ what a restarted shard or a broken connection lost (``replay.server.lanes``)."""
 
 from __future__ import annotations
 
-import math
 import signal
 import time
 from pathlib import Path
@@ -312,20 +311,6 @@ def test_a_queue_shard_grants_no_window_beyond_a_sender_s_own_share() -> None:
                       widen=False)  # fmt: skip
     desk.ask(b"x", Message(Kind.CREDIT, 1, 0, count=0, incarnation=9))
     assert CreditReply.from_message(answers[0]).window == 0
-
-
-def test_the_shard_window_stays_within_what_its_rate_limiter_takes_now() -> None:
-    # What waits in flight behind a held limiter is taken oldest first: only staleness.
-    senders, answers, room = SenderBook(0), [], [math.inf]
-    desk = CreditDesk(senders, lambda identity, message: answers.append(message), 0,
-                      insert_room=lambda: room[0])  # fmt: skip
-    stats = senders.get(1)
-    stats.taken, stats.taken_bytes, stats.inserts, stats.transitions = 10, 10 * 1_000, 10, 500
-    for available in (math.inf, 50 * 30, 50 * 3 + 49, 0.0):  # in transitions, 50 a message
-        room[0] = available
-        desk.ask(b"x", Message(Kind.CREDIT, 1, len(answers), count=0, incarnation=9))
-    windows = [CreditReply.from_message(m).window for m in answers]
-    assert windows == [MAX_WINDOW, 30, 3, 0]  # 0: the sender's own share
 
 
 def test_the_shard_window_is_counted_in_bytes() -> None:

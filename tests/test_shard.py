@@ -18,7 +18,7 @@ from replay.errors import ReplayTimeout, ShardError, SpecMismatchError
 from replay.inserts.client import InsertClient
 from replay.protocol.messages import SampleRequest
 from replay.protocol.requests import RequestClient
-from replay.server.credit_desk import MAX_WINDOW, SHARED_WINDOW
+from replay.server.credit_desk import MAX_WINDOW
 from replay.wire.layout import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, info, make_batch, wait_for
 
@@ -191,10 +191,9 @@ def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
             assert added <= 400 and sent <= 400, (added, sent)
         else:
             assert added == 350, added  # the limiter's 300, overshot by the last batch
-            # The only sender: at first the shard's starting window, more than its share;
-            # once the limiter holds, no window beyond its share (what waits behind a held
-            # limiter only gets older). Before, a window of MAX_WINDOW (256) small batches.
-            assert added // 50 + credit <= sent <= max(credit, SHARED_WINDOW), (added, sent)
+            # The only sender: the shard's whole window (of small batches, the most),
+            # more than its share.
+            assert sent == added // 50 + max(credit, MAX_WINDOW), (added, sent)
             assert counters["senders"]["7"]["insert_messages_taken"] == added // 50
         inserts.close(linger_s=0)
     finally:

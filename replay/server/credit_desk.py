@@ -10,7 +10,6 @@ or at once if the number is already reached.
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from collections.abc import Callable
@@ -64,15 +63,14 @@ class CreditDesk:
         senders: the shard's per-sender counters (``taken`` is what is answered).
         send: ``send(identity, message)`` on the shard's ROUTER.
         shard_index: the shard's index, the sender of the answers.
-        widen: grant senders the shared window beyond their own shares, as far as the
-            rate limiter takes inserts (:meth:`window`). A queue shard never does: what
-            waits in flight beyond its queue is policy lag for IMPALA's learner, so each
-            sender keeps to its own ``insert_credit`` (a window of 256 messages of 8
-            unrolls each let a CartPole learner train on unrolls 242 versions old).
+        widen: grant senders the shared window beyond their own shares. A queue shard
+            does not: what waits in flight beyond its queue is policy lag for IMPALA's
+            learner, so each sender keeps to its own ``insert_credit`` (a window of 256
+            messages of 8 unrolls each let a CartPole learner train on unrolls 242
+            versions old).
         limiter_holds: whether the shard's rate limiter refuses inserts now; every
             answer says so, and a lane then does not take the shard's silence about its
             messages for a lost connection (``replay.inserts.lane``).
-        insert_room: transitions the rate limiter would take now (:meth:`window`).
     """
 
     def __init__(
@@ -82,11 +80,9 @@ class CreditDesk:
         shard_index: int,
         widen: bool = True,
         limiter_holds: Callable[[], bool] = lambda: False,
-        insert_room: Callable[[], float] = lambda: math.inf,
     ) -> None:
         self._widen = widen
         self._limiter_holds = limiter_holds
-        self._insert_room = insert_room
         self._senders = senders
         self._send = send
         self._index = shard_index
@@ -137,24 +133,12 @@ class CreditDesk:
     def window(self, sender: int) -> int:
         """``sender``'s part of the shared window (:func:`shared_window` for its
         messages' mean size), the window divided among the active senders; 0 (the
-        sender's own share) where the desk does not widen. Never more messages than
-        the rate limiter would take now, shared the same way.
-
-        What a held limiter lets in is the oldest in flight: beyond its room a window
-        only ages what the learner trains on. In a CartPole run (2 actors, 2 shards)
-        with windows of 256, every insert the shards took in the run's 12 s had been
-        made before the learner's first weights, while the learner started.
-        """
+        sender's own share) where the desk does not widen."""
         if not self._widen:
             return 0
         stats = self._senders.tracked(sender)
         mean_nbytes = stats.taken_bytes / stats.taken if stats is not None and stats.taken else 0
-        active = max(1, len(self._asked_at))
-        window = shared_window(mean_nbytes) // active
-        room = self._insert_room()
-        if stats is not None and stats.inserts and math.isfinite(room):
-            window = min(window, int(room * stats.inserts / stats.transitions) // active)
-        return window
+        return shared_window(mean_nbytes) // max(1, len(self._asked_at))
 
     def expire(self) -> None:
         """Answers the questions whose wait has run out."""

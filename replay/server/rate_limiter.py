@@ -79,13 +79,6 @@ class RateLimiter:
         ceiling = self.samples_per_insert * self.min_size + self.error_buffer
         return self.diff + pending * self.samples_per_insert <= ceiling
 
-    def insert_room(self) -> float:
-        """Transitions it would take now before it holds inserts (inf: no target)."""
-        if self.samples_per_insert is None:
-            return math.inf
-        ceiling = self.samples_per_insert * self.min_size + self.error_buffer
-        return max(0.0, (ceiling - self.diff) / self.samples_per_insert)
-
     def can_sample(self, size: int, batch_size: int = 1) -> bool:
         """Whether a SAMPLE may be answered now (a prioritized store may repeat items, so
         ``batch_size`` does not matter here)."""

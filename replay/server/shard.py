@@ -137,8 +137,7 @@ class ShardServer:
         self._replies_dropped = 0
         self._credit = CreditDesk(self._senders, self._send, config.shard_index,
                                   widen=not config.queue,
-                                  limiter_holds=lambda: not self.limiter.can_insert(),
-                                  insert_room=self.limiter.insert_room)  # fmt: skip
+                                  limiter_holds=lambda: not self.limiter.can_insert())  # fmt: skip
         self._inserts = InsertDesk(self._pull, config.max_inserts_per_round, self._senders,
                                    self._credit, self.limiter, lambda: self._ingest)  # fmt: skip
         self._started = time.monotonic()
