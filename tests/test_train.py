@@ -128,11 +128,12 @@ def test_versions_advance_priorities_update_and_a_checkpoint_is_written(cartpole
         for i in range(2)
     ]
     assert sum(applied) > 0, applied
-    # Actors act with fresh weights. The last record may come after the actors stopped
-    # reporting (a run that solves at once), so any record may show it.
-    heard = [r for r in progress if r["actor_policy_versions"]]
-    assert heard and max(max(r["actor_policy_versions"]) for r in heard) > 1, progress
-    assert any(r["policy_lag_median"] is not None for r in progress)
+    # Actors act with fresh weights: their episodes say how many versions behind the
+    # learner's they played. (Not the versions the shards took: behind a held rate limiter
+    # they take the oldest batches in flight, and a run that solves at once may have
+    # trained only on batches made before the first weights.)
+    lags = [r["policy_lag_median"] for r in progress if r["policy_lag_median"] is not None]
+    assert lags and min(lags) <= 10, progress
     assert all(size > 0 for size in progress[-1]["replay_sizes"])  # both shards got data
     assert list((run_dir / "checkpoints").glob("checkpoint-*.pt"))
     config = json.loads((run_dir / "config.json").read_text())
