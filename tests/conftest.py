@@ -7,7 +7,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -137,9 +137,13 @@ class ShardProcess:
     """A real ``apex replay`` process (``launch.role_process.RoleProcess``), ready to use:
     its endpoints are read from its ready line."""
 
-    def __init__(self, *arguments: str) -> None:
+    def __init__(self, *arguments: str, wait: bool = True) -> None:
         self.role = RoleProcess.apex("replay", *arguments, name="shard")
         self.process = self.role.process
+        if wait:
+            self.await_ready()
+
+    def await_ready(self) -> None:
         try:
             ready = self.role.await_ready(START_TIMEOUT_S)
         except RoleStartError as exc:
@@ -148,15 +152,41 @@ class ShardProcess:
             raise AssertionError(str(exc)) from None
         self.endpoints = ShardEndpoints(ready["insert"], ready["request"])
 
+    @classmethod
+    def start_all(cls, *argument_lists: Sequence[str]) -> list[ShardProcess]:
+        """Shards started at once, then each awaited: each spends seconds importing numba
+        and torch, which one after another cost a three-shard fixture 5-10 s."""
+        shards = [cls(*arguments, wait=False) for arguments in argument_lists]
+        try:
+            for shard in shards:
+                shard.await_ready()
+        except BaseException:
+            for shard in shards:
+                shard.role.stop(STOP_TIMEOUT_S)
+                shard.role.close()
+            raise
+        return shards
+
     def stop(self) -> int:
         """Stops it (SIGTERM); its exit code. A shard that needs SIGKILL fails the test."""
-        self.role.terminate()
-        try:
-            code, killed = self.role.wait_or_kill(time.monotonic() + STOP_TIMEOUT_S)
-        finally:
-            self.role.close()
-        assert not killed, "the shard did not stop on SIGTERM in time"
-        return code
+        return ShardProcess.stop_all([self])[0]
+
+    @staticmethod
+    def stop_all(shards: Sequence[ShardProcess]) -> list[int]:
+        """Stops them all at once (SIGTERM each, then waits); their exit codes."""
+        for shard in shards:
+            shard.role.terminate()
+        deadline, codes, late = time.monotonic() + STOP_TIMEOUT_S, [], []
+        for shard in shards:
+            try:
+                code, killed = shard.role.wait_or_kill(deadline)
+            finally:
+                shard.role.close()
+            codes.append(code)
+            if killed:
+                late.append(shard.role.name)
+        assert not late, f"{len(late)} shard(s) did not stop on SIGTERM in time"
+        return codes
 
 
 @pytest.fixture(scope="module")

@@ -191,7 +191,7 @@ def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -
 def test_a_shard_that_never_comes_back_is_given_up_and_its_batches_go_to_another() -> None:
     """Shard 1 stops answering (SIGSTOP, then kill -9) with batches unconfirmed; the client
     gives it up while shard 0 answers, and shard 0 ends with every batch shard 1 lacked."""
-    shards = [ShardProcess("--capacity", "10000") for _ in range(2)]
+    shards = ShardProcess.start_all(("--capacity", "10000"), ("--capacity", "10000"))
     context = zmq.Context()
     client = InsertClient(context, [s.endpoints for s in shards], sender=6, spec=SMALL_SPEC,
                           timeout_s=0.5, credit=32, reroute_after_s=1.0)  # fmt: skip

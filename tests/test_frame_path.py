@@ -33,13 +33,11 @@ def key(obs: np.ndarray, following: np.ndarray) -> bytes:
 @pytest.fixture(params=["compressed", "whole"])
 def frame_shards(request) -> Iterator[list[ShardProcess]]:
     extra = ("--frames",) + (("--raw-frames",) if request.param == "whole" else ())
-    shards = [
-        ShardProcess(*PONG_FIELDS, "--capacity", "4000", "--shard-index", str(i), *extra)
-        for i in range(2)
-    ]
+    shards = ShardProcess.start_all(
+        *[(*PONG_FIELDS, "--capacity", "4000", "--shard-index", str(i), *extra) for i in range(2)]
+    )
     yield shards
-    for shard in shards:
-        assert shard.stop() == 0
+    assert ShardProcess.stop_all(shards) == [0, 0]
 
 
 def record_truth(maker, reference: NStepBuilder, truth: dict[bytes, tuple[float, float]]):

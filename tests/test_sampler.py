@@ -32,10 +32,9 @@ SHARD_SCALE = (1.0, 8.0, 0.3)
 def filled_shards(context: zmq.Context) -> Iterator[tuple[list[ShardProcess], np.ndarray]]:
     """Three shards; item ``1000·s + k`` of shard ``s`` has priority ``priorities[id]``."""
     rng = np.random.default_rng(21)
-    shards = [
-        ShardProcess("--capacity", "64", "--seed", str(s), "--shard-index", str(s))
-        for s in range(3)
-    ]
+    shards = ShardProcess.start_all(
+        *[("--capacity", "64", "--seed", str(s), "--shard-index", str(s)) for s in range(3)]
+    )
     priorities = np.zeros(3000)
     try:
         for index, (shard, count, scale) in enumerate(
@@ -56,7 +55,7 @@ def filled_shards(context: zmq.Context) -> Iterator[tuple[list[ShardProcess], np
     finally:
         for shard in shards:
             os.kill(shard.process.pid, signal.SIGCONT)
-            assert shard.stop() == 0
+        assert ShardProcess.stop_all(shards) == [0, 0, 0]
 
 
 @pytest.fixture(params=[True, False], ids=["io-thread", "inline"])

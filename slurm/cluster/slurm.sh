@@ -58,8 +58,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-# A requeued job may start again only once its old credentials expire (default 120 s).
-AuthInfo=cred_expire=15
+# A requeued job may start again only once its old credentials expire (default 120 s;
+# 5 s is the least Slurm takes).
+AuthInfo=cred_expire=5
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation=/var/spool/slurmctld
