@@ -172,7 +172,7 @@ def test_ingest_implementations_take_turns_a_window_each_round(monkeypatch) -> N
 @pytest.mark.parametrize("suite", ["learner", "actor"])
 def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, suite: str) -> None:
     out = tmp_path / f"{suite}.json"
-    arguments = ["bench", suite, "--quick", "--repeats", "2", "--json", str(out)]
+    arguments = ["bench", suite, "--quick", "--repeats", "1", "--json", str(out)]
     result = CliRunner().invoke(main, arguments)
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
