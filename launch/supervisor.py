@@ -18,7 +18,8 @@ A learner that dies without an outcome (killed, crashed) is restarted with ``--r
 from its newest checkpoint (which carries its training time), up to
 ``LEARNER_RESTART_BUDGET`` times; the learner ending normally (solved, or a limit
 reached) ends the run with its outcome. Shards are given time to write their final
-snapshot when stopped.
+snapshot when stopped; a shard or the learner that does not stop cleanly (a crash, or a
+kill once its budget runs out) fails the run with exit code 1, whatever its outcome.
 """
 
 from __future__ import annotations
