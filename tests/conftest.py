@@ -15,6 +15,7 @@ import pytest
 import zmq
 
 from launch.role_process import RoleProcess, RoleStartError
+from launch.role_process import stop_all as stop_roles
 from replay import TransitionSpec
 from replay.inserts.client import ShardEndpoints
 from replay.protocol.requests import RequestClient
@@ -161,9 +162,7 @@ class ShardProcess:
             for shard in shards:
                 shard.await_ready()
         except BaseException:
-            for shard in shards:
-                shard.role.stop(STOP_TIMEOUT_S)
-                shard.role.close()
+            stop_roles([shard.role for shard in shards], STOP_TIMEOUT_S)
             raise
         return shards
 
@@ -174,19 +173,9 @@ class ShardProcess:
     @staticmethod
     def stop_all(shards: Sequence[ShardProcess]) -> list[int]:
         """Stops them all at once (SIGTERM each, then waits); their exit codes."""
-        for shard in shards:
-            shard.role.terminate()
-        deadline, codes, late = time.monotonic() + STOP_TIMEOUT_S, [], []
-        for shard in shards:
-            try:
-                code, killed = shard.role.wait_or_kill(deadline)
-            finally:
-                shard.role.close()
-            codes.append(code)
-            if killed:
-                late.append(shard.role.name)
-        assert not late, f"{len(late)} shard(s) did not stop on SIGTERM in time"
-        return codes
+        killed = stop_roles([shard.role for shard in shards], STOP_TIMEOUT_S)
+        assert not killed, f"{len(killed)} shard(s) did not stop on SIGTERM in time"
+        return [shard.process.returncode for shard in shards]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from replay.inserts.client import InsertClient
 from replay.protocol.requests import RequestClient
 from replay.store.queue import QueueFullError, UnrollQueue
 from replay.store.spec import TransitionSpec
-from tests.conftest import ShardProcess, wait_for
+from tests.conftest import ShardProcess, info, wait_for
 
 T = 5
 UNROLL_SPEC = TransitionSpec.from_dict(
@@ -222,12 +222,16 @@ def test_a_queue_shard_sample_waits_for_enough_unrolls(
 ) -> None:
     with clients(context, queue_shard, 10.0, 1.0) as (inserts, requests):
         inserts.insert(unrolls(5, 0), np.ones(5))
-        wait_for(lambda: requests.info()["size"] == 5, what="five unrolls")
+        # INFO on a client of its own: this one's 1 s timeout is for the SAMPLE below, and
+        # a loaded machine has taken longer than that to connect (CI-like full run).
+        wait_for(lambda: info(context, queue_shard)["size"] == 5, what="five unrolls")
         with pytest.raises(ReplayError):  # six asked, five queued: it waits, past the timeout
             requests.sample(6, 0.0, UNROLL_SPEC)
         inserts.insert(unrolls(5, 5), np.ones(5))
         # The request that waited is answered once six are there: it took six of ten.
-        wait_for(lambda: requests.info()["size"] == 4, what="the waiting request answered")
+        wait_for(
+            lambda: info(context, queue_shard)["size"] == 4, what="the waiting request answered"
+        )
 
 
 def test_a_queue_shard_comes_back_from_its_snapshot_with_its_cursor(

@@ -47,16 +47,13 @@ from replay.wire.transport import make_socket
 context = zmq.Context()
 socket = make_socket(context, zmq.PUSH, 1, kernel_buffer_bytes=4096)
 socket.connect(sys.argv[1])
-deadline, blocked_since = time.monotonic() + 30, None
-while time.monotonic() < deadline:
+deadline = time.monotonic() + 30
+# Full once no send can be queued for 0.5 s: the reader's queue and both kernel buffers.
+while time.monotonic() < deadline and socket.poll(500, zmq.POLLOUT):
     try:
         socket.send(bytes(1000), zmq.NOBLOCK)
-        blocked_since = None
     except zmq.Again:
-        blocked_since = blocked_since or time.monotonic()
-        if time.monotonic() - blocked_since > 0.5:
-            break
-        time.sleep(0.01)
+        pass
 print("full", flush=True)
 sys.stdin.read()
 """
