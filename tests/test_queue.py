@@ -287,3 +287,24 @@ def test_a_queue_shard_with_a_replay_share_waits_only_for_the_fresh_part(
             assert requests.info()["size"] == 0
     finally:
         shard.stop()
+
+
+def test_a_learner_that_drained_its_queue_shard_asks_again_at_once(
+    queue_shard: ShardProcess, context: zmq.Context
+) -> None:
+    from replay.sampling.pump import SamplerConfig
+    from replay.sampling.sampler import make_sampler
+
+    config = SamplerConfig(endpoints=(queue_shard.endpoints.request,), batch_size=4, prefetch=1,
+                           sender=11, io_thread=True)  # fmt: skip
+    with clients(context, queue_shard, 10.0, 10.0) as (inserts, _):
+        inserts.insert(unrolls(4, 0), np.ones(4))
+        wait_for(lambda: info(context, queue_shard)["size"] == 4, what="the first unrolls")
+        with make_sampler(config, UNROLL_SPEC) as sampler:
+            assert numbers(sampler.next_batch(timeout_s=10.0)) == [0, 1, 2, 3]
+            # The shard it drained is empty: its next request waits there for unrolls,
+            # not for an INFO to show the shard filling (a probe interval later).
+            wait_for(lambda: info(context, queue_shard)["samples_waiting"] == 1,
+                     what="a request held by the empty shard")  # fmt: skip
+            inserts.insert(unrolls(4, 4), np.ones(4))
+            assert numbers(sampler.next_batch(timeout_s=10.0)) == [4, 5, 6, 7]

@@ -206,7 +206,9 @@ class SamplerPump:
         now = time.monotonic() if now is None else now
         if not self.started and not self._masses_known(now):
             return
-        if not any(h.usable for h in self.health):
+        if not any(h.usable for h in self.health) and not (
+            self.started and any(h.alive for h in self.health)
+        ):
             return
         self.started = True
         while len(self._pending) + self.ready.qsize() < self.config.prefetch:
@@ -269,7 +271,14 @@ class SamplerPump:
                 self._ask_info(health, client, now)
 
     def _masses(self) -> np.ndarray:
-        return np.array([h.mass for h in self.health])
+        masses = np.array([h.mass for h in self.health])
+        if self.started and not masses.any():
+            # Every live shard is empty (a queue the learner drained; shards restarted
+            # without data): ask them evenly. Each holds the request until it has the data
+            # and answers then; waiting for an INFO to show a mass cost up to a probe
+            # interval a batch (a lock-step IMPALA run made 8 updates/s).
+            masses = np.array([1.0 if h.alive else 0.0 for h in self.health])
+        return masses
 
     def _request_batch(self, now: float) -> bool:
         size = self.config.batch_size
