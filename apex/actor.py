@@ -116,6 +116,7 @@ class Actor:
         self.transitions_sent = 0
         self.episodes_finished = 0
         self.insert_waits = 0
+        self.lockstep_wait_s = 0.0
         self._lane_resets: dict[int, int] = {}
 
     def stop(self) -> None:
@@ -149,7 +150,9 @@ class Actor:
                 if config.max_steps is not None and self.steps >= config.max_steps:
                     break
                 now = time.monotonic()
-                if self.steps % config.weight_refresh_steps == 0 or now >= next_weights_poll:
+                # A lock-step actor loads weights only between its rounds (_await_update).
+                due = self.steps % config.weight_refresh_steps == 0 or now >= next_weights_poll
+                if due and not config.lockstep:
                     # Also by time: a vector step of many envs takes a while, and what
                     # waits in the socket gets older the longer it is not read.
                     self._weights.poll(self._policy)
@@ -164,6 +167,13 @@ class Actor:
                         self.episodes_finished += len(done.returns)
                     elif self._episodes.heartbeat_due():
                         self._report([], [])
+                    if config.lockstep and pending:
+                        # The round's unrolls go at once, and the next step waits for the
+                        # weights trained on them.
+                        acted_with = self._weights.version
+                        self._send(pending)
+                        pending, pending_count = [], 0
+                        self._await_update(acted_with)
                     # The next step plays while the other groups finish theirs and while
                     # this batch goes out.
                     group.act(self._rng)
@@ -175,13 +185,16 @@ class Actor:
             elapsed = max(time.monotonic() - started, 1e-9)
             logger.info(
                 "actor %d stopping: %d vector steps (%.0f env steps/s), %d transitions, "
-                "%d episodes, policy version %d",
+                "%d episodes, policy version %d%s",
                 config.actor_index,
                 self.steps,
                 self.steps * config.envs_per_actor / elapsed,
                 self.transitions_sent,
                 self.episodes_finished,
                 self._weights.version,
+                f", {self.lockstep_wait_s / elapsed:.0%} of the time waiting for the learner"
+                if config.lockstep
+                else "",
             )
             self.close()
 
@@ -202,11 +215,27 @@ class Actor:
                 if self._episodes.heartbeat_due():
                     self._report([], [])
                 # And current: what it makes once the shards take data again should come
-                # from the newest weights, not from those it had when it blocked.
-                self._weights.poll(self._policy)
+                # from the newest weights, not from those it had when it blocked (a
+                # lock-step actor's come once the learner has trained on its round).
+                if not self.config.lockstep:
+                    self._weights.poll(self._policy)
                 continue
             self.transitions_sent += len(priorities)
             return
+
+    def _await_update(self, acted_with: int) -> None:
+        """Waits (seeing the stop flag, reporting as alive) for weights newer than
+        ``acted_with`` that the learner published after an update: with one update a
+        publication (``learner.publish_period = 1``), after it trained on the round just
+        sent. A learner's first weights, published before it trains, do not count: an
+        actor let go by them would stay a round ahead for good."""
+        started = time.monotonic()
+        weights = self._weights
+        while not self._stop.is_set() and (weights.version <= acted_with or not weights.trained):
+            self._weights.poll(self._policy, timeout_ms=int(WEIGHTS_POLL_S * 1000))
+            if self._episodes.heartbeat_due():
+                self._report([], [])
+        self.lockstep_wait_s += time.monotonic() - started
 
     def _insert(self, batch: dict[str, np.ndarray], priorities: np.ndarray) -> None:
         version = self._weights.version

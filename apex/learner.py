@@ -152,6 +152,8 @@ class Learner:
         self._last_eval: float | None = None
         self._solved = False
         self._published: deque[tuple[int, int]] = deque(maxlen=PUBLICATIONS_KEPT)
+        self._life_start_updates = 0  # set by run(), after a resume's checkpoint
+        self._republish_at = 0.0
         self._started = time.monotonic()
         self._last_progress = self._started
         self._running = False
@@ -209,6 +211,7 @@ class Learner:
     def run(self) -> Outcome:
         config = self.config
         self._metrics = metrics = MetricsWriter(self.run_dir)
+        self._life_start_updates = self.counters.updates
         self._publish()
         metrics.write(
             {
@@ -305,6 +308,10 @@ class Learner:
                 # until inserts catch up, or shards are down): their silences are timed
                 # when they happen, and their queues do not fill.
                 self._take_episodes()
+                if time.monotonic() >= self._republish_at:
+                    # A PUB reaches only those subscribed when it sends: an actor that
+                    # joined since (a lock-step one waits on them) gets them now.
+                    self._send_weights()
                 if time.monotonic() >= deadline:
                     # Name the wait that ran out, not the last short poll inside it.
                     raise ReplayTimeout(f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards "
@@ -324,8 +331,15 @@ class Learner:
     def _publish(self) -> None:
         self.counters.weight_version += 1
         self._published.append((self.counters.weight_version, self.counters.updates))
+        self._send_weights()
+
+    def _send_weights(self) -> None:
+        # With the updates of this learner's life behind them (0: its first weights),
+        # which lock-step actors wait on (apex.actor).
         self._publisher.publish(self.algorithm.policy, self.counters.weight_version,
-                                self._episodes.env_steps())  # fmt: skip
+                                self._episodes.env_steps(),
+                                self.counters.updates - self._life_start_updates)  # fmt: skip
+        self._republish_at = time.monotonic() + PUBLISH_AT_LEAST_EVERY_S
 
     def _take_episodes(self) -> None:
         # Evaluations arrive on the same socket and are taken in the drain, in order.

@@ -73,6 +73,11 @@ class ActorConfig:
         refresh_versions: a refresh loads weights only when they are at least this many
             versions newer than those held (1: the newest, always). Larger values hold
             the actor back on purpose, for studies of policy lag.
+        lockstep: IMPALA only: after each round of unrolls (one per env) the actor sends
+            them and waits for the weights the learner publishes once it has trained on
+            them, so the learner trains on the policy it holds (a policy lag of 0, at the
+            cost of actors and learner taking turns). The run's rules for it are in
+            ``launch.config.RunConfig``.
         hidden: MLP widths (must match the learner's).
         priority_epsilon: added to |TD| so no transition starts with priority 0.
         seed: the run's root seed; this actor uses ``seed + 1000 · (actor_index + 1)``.
@@ -112,6 +117,7 @@ class ActorConfig:
     insert_batch: int = 50
     weight_refresh_steps: int = 400
     refresh_versions: int = 1
+    lockstep: bool = False
     hidden: tuple[int, ...] = (256, 256)
     priority_epsilon: float = 1e-3
     seed: int = 0

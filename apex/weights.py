@@ -57,9 +57,12 @@ class WeightPublisher:
         self._sender = sender
         self._sequence = 0
 
-    def publish(self, module: torch.nn.Module, version: int, env_steps: int = 0) -> None:
+    def publish(
+        self, module: torch.nn.Module, version: int, env_steps: int = 0, trained: int = 0
+    ) -> None:
         """Sends ``module``'s parameters as ``version``; ``env_steps``: what the actors
-        had reported (the evaluator's cadence)."""
+        had reported (the evaluator's cadence); ``trained``: the updates the publishing
+        learner has made since it started (0: none yet), in the header's count."""
         state = module.state_dict()
         arrays = [text_array(json.dumps(list(state)))]
         arrays += [np.ascontiguousarray(tensor.detach().cpu().numpy()) for tensor in state.values()]
@@ -67,7 +70,7 @@ class WeightPublisher:
         # (session_base.cpp:233, libzmq issue #3442) when a PUB's subscriber goes away in
         # the middle of one, which an actor killed during a publish would do. Measured:
         # 1 in 3 teardowns of 8 subscribers aborted with multipart weights, 0 in 12 packed.
-        message = Message(ApexKind.WEIGHTS, self._sender, self._sequence, version, 0,
+        message = Message(ApexKind.WEIGHTS, self._sender, self._sequence, version, trained,
                           float(env_steps), tuple(arrays))  # fmt: skip
         frames = encode(message, max_packed_bytes=sys.maxsize)
         self._sequence += 1
@@ -132,6 +135,9 @@ class WeightSubscriber:
         self.version = -1
         self.env_steps = 0
         """What the actors had reported when the loaded weights were published."""
+        self.trained = 0
+        """The updates the learner had made since it started when it published the loaded
+        weights (0: its first weights, or none loaded)."""
         self.received = 0
         """Messages taken off the socket: each is loaded, rejected, stale (not newer than
         the loaded version) or superseded (a newer one came in the same poll)."""
@@ -176,6 +182,7 @@ class WeightSubscriber:
             return False
         policy.load(arrays)
         self.version = message.policy_version
+        self.trained = message.count
         if 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
             self.env_steps = int(message.scalar)
         self.loaded += 1

@@ -223,6 +223,8 @@ class RunConfig:
         problems += self.learner.problems()
         problems += self.slurm.problems(self.actors, self.shards)
         problems += self.security.problems()
+        if self.actor.lockstep is True:
+            problems += self._lockstep_problems()
         if tuple(self.actor.hidden) != tuple(self.learner.hidden):
             problems.append(
                 f"actor.hidden {tuple(self.actor.hidden)} and learner.hidden "
@@ -238,6 +240,35 @@ class RunConfig:
             problems.append(
                 f"replay.min_size {replay.min_size} < learner.batch_size {batch_size}: "
                 "raise replay.min_size"
+            )
+        return problems
+
+    def _lockstep_problems(self) -> list[str]:
+        """Lock-step actors wait for the learner, and the learner for their unrolls:
+        whatever could leave both waiting is refused."""
+        actor, learner, replay = self.actor, self.learner, self.replay
+        problems = []
+        if self.algorithm != "impala":
+            problems.append('actor.lockstep is for algorithm = "impala" (rounds of unrolls)')
+        # The learner splits a batch over shards by how much each held when last asked,
+        # and a shard asked for more than its part of a round would wait for a round that
+        # never comes.
+        if self.shards != 1:
+            problems.append(f"actor.lockstep needs shards = 1, got {self.shards}")
+        for name, value in (("learner.publish_period", learner.publish_period),
+                            ("actor.refresh_versions", actor.refresh_versions),
+                            ("actor.env_groups", actor.env_groups)):  # fmt: skip
+            if value != 1:
+                problems.append(f"actor.lockstep needs {name} = 1, got {value}")
+        counts = (self.actors, actor.envs_per_actor, replay.min_size, learner.batch_size)
+        if not all(isinstance(n, int) for n in counts):
+            return problems  # the type problems say what
+        round_size, needed = self.actors * actor.envs_per_actor, max(counts[2:])
+        if round_size < needed:
+            problems.append(
+                f"actor.lockstep: a round is {round_size} unrolls (actors × "
+                f"actor.envs_per_actor), less than the {needed} the learner waits for "
+                "(replay.min_size, learner.batch_size): both would wait forever"
             )
         return problems
 

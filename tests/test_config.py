@@ -167,3 +167,28 @@ def test_an_algorithm_s_settings_for_one_env_sit_over_its_own_and_under_the_user
     assert elsewhere.learner.batch_size == 32
     mine = resolve({"env": "CartPole-v1", "algorithm": "impala", "learner": {"batch_size": 16}})
     assert mine.learner.batch_size == 16
+
+
+LOCKSTEP = {"algorithm": "impala", "actor": {"lockstep": True},
+            "learner": {"publish_period": 1}, "replay": {"min_size": 8}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"algorithm": "dqn"}, 'actor.lockstep is for algorithm = "impala"'),
+        ({"shards": 2}, "actor.lockstep needs shards = 1, got 2"),
+        ({"learner": {"publish_period": 10}}, "needs learner.publish_period = 1, got 10"),
+        ({"actor": {"lockstep": True, "refresh_versions": 5}},
+         "needs actor.refresh_versions = 1, got 5"),
+        ({"replay": {"min_size": 32}}, "a round is 8 unrolls (actors × actor.envs_per_actor), "
+         "less than the 32 the learner waits for"),
+    ],
+)  # fmt: skip
+def test_lockstep_runs_that_could_wait_forever_are_refused(change, expected) -> None:
+    # CartPole's IMPALA: one actor of 8 envs, batches of 8 unrolls.
+    config = resolve(LOCKSTEP)
+    assert config.actor.lockstep and config.actors * config.actor.envs_per_actor == 8
+    with pytest.raises(ConfigError) as raised:
+        resolve({**LOCKSTEP, **change})
+    assert any(expected in problem for problem in raised.value.problems), raised.value.problems

@@ -53,3 +53,24 @@ def test_an_impala_run_trains_on_queued_unrolls_and_learns(tmp_path) -> None:
     assert "network" in state and "policy.weight" in state["network"]
     # What a resume (or a restarted learner) reads back.
     assert checkpoint.latest_readable(run_dir / "checkpoints") == (checkpoints[-1], [])
+
+
+@pytest.mark.slow
+def test_lockstep_actors_make_the_learner_train_on_its_own_policy(tmp_path) -> None:
+    run_dir = tmp_path / "lockstep"
+    command = [
+        sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
+        "--seed", "4", "--max-time", "6", "--set", "algorithm=impala",
+        "--set", "actor.lockstep=true", "--set", "learner.publish_period=1",
+        "--set", "replay.min_size=8", "--set", "learner.metrics_interval_s=0.5",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
+    assert progress and progress[-1]["updates"] > 50
+    # Every unroll is trained on by the policy it was made with; only the first round,
+    # made before the learner's first weights reached the actor, may lag.
+    lags = [r["trained_lag_median"] for r in progress if r["trained_lag_median"] is not None]
+    assert len(lags) >= 3 and lags[0] <= 2 and set(lags[1:]) == {0}, lags
+    actor_log = (run_dir / "logs" / "actor-0.log").read_text()
+    assert "of the time waiting for the learner" in actor_log, actor_log[-2000:]
