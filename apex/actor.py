@@ -170,10 +170,10 @@ class Actor:
                     if config.lockstep and pending:
                         # The round's unrolls go at once, and the next step waits for the
                         # weights trained on them.
-                        acted_with = self._weights.version
+                        loads = self._weights.loaded
                         self._send(pending)
                         pending, pending_count = [], 0
-                        self._await_update(acted_with)
+                        self._await_update(loads)
                     # The next step plays while the other groups finish theirs and while
                     # this batch goes out.
                     group.act(self._rng)
@@ -223,15 +223,15 @@ class Actor:
             self.transitions_sent += len(priorities)
             return
 
-    def _await_update(self, acted_with: int) -> None:
-        """Waits (seeing the stop flag, reporting as alive) for weights newer than
-        ``acted_with`` that the learner published after an update: with one update a
-        publication (``learner.publish_period = 1``), after it trained on the round just
-        sent. A learner's first weights, published before it trains, do not count: an
-        actor let go by them would stay a round ahead for good."""
+    def _await_update(self, loads: int) -> None:
+        """Waits (seeing the stop flag, reporting as alive) until weights load that the
+        learner published after an update (``loads``: the loads before the round was
+        sent): with one update a publication (``learner.publish_period = 1``), after it
+        trained on the round. A learner's first weights, published before it trains, do
+        not count: an actor let go by them would stay a round ahead for good."""
         started = time.monotonic()
         weights = self._weights
-        while not self._stop.is_set() and (weights.version <= acted_with or not weights.trained):
+        while not self._stop.is_set() and (weights.loaded == loads or not weights.trained):
             self._weights.poll(self._policy, timeout_ms=int(WEIGHTS_POLL_S * 1000))
             if self._episodes.heartbeat_due():
                 self._report([], [])

@@ -169,8 +169,13 @@ class WeightSubscriber:
         try:
             message = decode(newest, ApexKind)
             held = self.version
-            if message.policy_version <= held or (
-                held >= 0 and message.policy_version < held + self._every_versions
+            # A learner's count of updates only grows within its life: a smaller one is a
+            # restarted learner's, whose versions resume from its checkpoint and may lie
+            # below those held. Its weights load at once.
+            restarted = message.count < self.trained
+            if not restarted and (
+                message.policy_version <= held
+                or (held >= 0 and message.policy_version < held + self._every_versions)
             ):
                 self.stale += 1
                 return False

@@ -311,3 +311,37 @@ def test_a_held_back_subscriber_loads_weights_only_every_so_many_versions() -> N
         subscriber.close()
     finally:
         context.destroy(linger=0)
+
+
+def test_a_restarted_learner_s_weights_load_though_its_versions_resumed_lower() -> None:
+    """A learner resumed from its checkpoint publishes versions from there, below those
+    the actors may hold; its count of updates starts again at 0, which says so."""
+    from apex.networks import DuelingMLP
+    from apex.policy import NumpyDuelingMLP
+    from apex.weights import WeightPublisher
+
+    context = zmq.Context()
+    try:
+        publisher = WeightPublisher(context, "127.0.0.1", 0)
+        subscriber = WeightSubscriber(context, publisher.endpoint)
+        network, policy = DuelingMLP(4, 2, (8,)), NumpyDuelingMLP(4, 2, (8,), 0)
+
+        def deliver(version: int, trained: int) -> None:
+            received, deadline = subscriber.received, time.monotonic() + 30
+            while subscriber.received == received:  # a PUB may drop one: send until read
+                assert time.monotonic() < deadline, "the publication never arrived"
+                publisher.publish(network, version, trained=trained)
+                subscriber.poll(policy, timeout_ms=20)
+
+        deliver(50, 70)
+        assert (subscriber.version, subscriber.trained) == (50, 70)
+        deliver(40, 75)  # the same life, an older version: stale
+        assert subscriber.version == 50 and subscriber.stale >= 1
+        deliver(45, 0)  # a new life: its first weights, before it trains
+        assert (subscriber.version, subscriber.trained) == (45, 0)
+        deliver(46, 1)
+        assert (subscriber.version, subscriber.trained, subscriber.loaded) == (46, 1, 3)
+        publisher.close()
+        subscriber.close()
+    finally:
+        context.destroy(linger=0)
