@@ -308,3 +308,26 @@ def test_a_learner_that_drained_its_queue_shard_asks_again_at_once(
                      what="a request held by the empty shard")  # fmt: skip
             inserts.insert(unrolls(4, 4), np.ones(4))
             assert numbers(sampler.next_batch(timeout_s=10.0)) == [4, 5, 6, 7]
+
+
+def test_a_learner_s_new_connection_drops_what_its_old_one_held(
+    queue_shard: ShardProcess, context: zmq.Context
+) -> None:
+    from replay.protocol import messages
+
+    endpoint = queue_shard.endpoints.request
+    old = RequestClient(context, endpoint, sender=11, timeout_s=10.0)
+    old.send(messages.SampleRequest(4, 0.0))  # the queue is empty: held
+    wait_for(lambda: info(context, queue_shard)["samples_waiting"] == 1, what="a held request")
+    old.close()  # the learner is gone (killed; its replacement connects anew)
+    new = RequestClient(context, endpoint, sender=11, timeout_s=10.0)
+    try:
+        counters = new.info()
+        assert counters["samples_waiting"] == 0 and counters["waiting_samples_dropped"] == 1
+        with clients(context, queue_shard, 10.0, 10.0) as (inserts, _):
+            inserts.insert(unrolls(4, 0), np.ones(4))
+            wait_for(lambda: new.info()["size"] == 4, what="the unrolls, kept for the new one")
+            reply = new.sample(4, 0.0, UNROLL_SPEC)
+            assert reply.fields["action"][:, 0].tolist() == [0, 1, 2, 3]
+    finally:
+        new.close()

@@ -4,7 +4,10 @@ held otherwise and answered in the loop once they do.
 Held requests wait in a bounded list (``max_waiting_samples``), oldest first; when it is
 full the oldest goes, since its asker has re-asked by then (a learner gives up on a
 request after its timeout). Refusing the newest instead had a learner blocked by the rate
-limiter re-asking and being refused in a loop.
+limiter re-asking and being refused in a loop. A sender heard on a new connection (a
+restarted learner, a reconnect) has left its old one, and what it held there goes too:
+the answers would go nowhere, and a queue shard hands each item out once, so a killed
+IMPALA learner's held requests took the next batches of unrolls with it.
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ class SampleDesk:
         self._ingest = ingest
         self._send = send
         self._refuse = refuse
-        self._waiting: deque[tuple[bytes, int, messages.SampleRequest]] = deque()
+        # (identity, sequence, request, sender), oldest first
+        self._waiting: deque[tuple[bytes, int, messages.SampleRequest, int]] = deque()
+        self._connections: dict[int, bytes] = {}  # each sender's latest identity
         self.served = 0
         self.transitions = 0
         self.dropped = 0
@@ -53,6 +58,15 @@ class SampleDesk:
     @property
     def waiting(self) -> int:
         return len(self._waiting)
+
+    def heard(self, identity: bytes, sender: int) -> None:
+        """Any request of ``sender`` on ``identity``: held requests of its other
+        connections are dropped (counted in ``dropped``)."""
+        if self._connections.get(sender, identity) != identity:
+            kept = deque(w for w in self._waiting if w[3] != sender or w[0] == identity)
+            self.dropped += len(self._waiting) - len(kept)
+            self._waiting = kept
+        self._connections[sender] = identity
 
     def ask(self, identity: bytes, message: Message) -> None:
         """A SAMPLE request: answered now, held, or refused (malformed, too large, or no
@@ -72,14 +86,15 @@ class SampleDesk:
             if len(self._waiting) >= self._config.max_waiting_samples:
                 self._waiting.popleft()
                 self.dropped += 1
-            self._waiting.append((identity, message.sequence, request))
+            self._waiting.append((identity, message.sequence, request, message.sender))
         else:
             self._refuse(identity, message, REJECT_REQUEST, "no SAMPLE request may wait")
 
     def answer_waiting(self) -> None:
         """Answers held requests, oldest first, while the store and limiter allow."""
         while self._waiting and self._ready(self._waiting[0][2]):
-            self._answer(*self._waiting.popleft())
+            identity, sequence, request, _ = self._waiting.popleft()
+            self._answer(identity, sequence, request)
 
     def _ready(self, request: messages.SampleRequest) -> bool:
         return self._limiter.can_sample(self._ingest().replay.size, request.batch_size)

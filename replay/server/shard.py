@@ -209,6 +209,7 @@ class ShardServer:
         if sender != message.sender:  # counted (and refused, updated) as the pool
             message = dataclasses.replace(message, sender=sender)
         self._senders.get(sender).requests += 1
+        self._samples.heard(identity, sender)
         if message.kind == Kind.SAMPLE:
             self._samples.ask(identity, message)
         elif message.kind == Kind.UPDATE:
