@@ -38,6 +38,10 @@ from replay.wire.security import SecurityConfig, make_context
 FLUSH_TIMEOUT_S = 5.0
 # Weights are read at least this often (and every weight_refresh_steps vector steps).
 WEIGHTS_POLL_S = 0.05
+# A lock-step actor that has had no trained weights for this long sends its next round
+# anyway: a learner that died and restarted lost the round it was to train on, and the
+# new one waits for data while the actor waits for weights.
+LOCKSTEP_PATIENCE_S = 10.0
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +121,7 @@ class Actor:
         self.episodes_finished = 0
         self.insert_waits = 0
         self.lockstep_wait_s = 0.0
+        self.lockstep_timeouts = 0
         self._lane_resets: dict[int, int] = {}
 
     def stop(self) -> None:
@@ -228,10 +233,21 @@ class Actor:
         learner published after an update (``loads``: the loads before the round was
         sent): with one update a publication (``learner.publish_period = 1``), after it
         trained on the round. A learner's first weights, published before it trains, do
-        not count: an actor let go by them would stay a round ahead for good."""
-        started = time.monotonic()
+        not count: an actor let go by them would stay a round ahead for good. A restarted
+        learner's do (the round went with the old one), and so do LOCKSTEP_PATIENCE_S
+        without any, for a restart whose first weights did not arrive."""
+        started, restarts = time.monotonic(), self._weights.learner_restarts
         weights = self._weights
         while not self._stop.is_set() and (weights.loaded == loads or not weights.trained):
+            if weights.learner_restarts != restarts:
+                break  # a new learner, which never had the round: the next one goes
+            if time.monotonic() - started > LOCKSTEP_PATIENCE_S:
+                self.lockstep_timeouts += 1
+                logger.warning("actor %d: no trained weights for %.0f s (a restarted "
+                               "learner?): sending the next round anyway (%d so far)",
+                               self.config.actor_index, LOCKSTEP_PATIENCE_S,
+                               self.lockstep_timeouts)  # fmt: skip
+                break
             self._weights.poll(self._policy, timeout_ms=int(WEIGHTS_POLL_S * 1000))
             if self._episodes.heartbeat_due():
                 self._report([], [])

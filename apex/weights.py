@@ -142,6 +142,8 @@ class WeightSubscriber:
         """Messages taken off the socket: each is loaded, rejected, stale (not newer than
         the loaded version) or superseded (a newer one came in the same poll)."""
         self.loaded = 0
+        self.learner_restarts = 0
+        """Weights taken from a learner that had restarted (its count went down)."""
         self.rejected = 0
         self.stale = 0
         self.superseded = 0
@@ -186,6 +188,7 @@ class WeightSubscriber:
                 logger.warning("ignoring weights that do not fit this actor: %s", exc)
             return False
         policy.load(arrays)
+        self.learner_restarts += restarted
         self.version = message.policy_version
         self.trained = message.count
         if 0.0 <= message.scalar < 2.0**53:  # also refuses NaN

@@ -339,6 +339,7 @@ def test_a_restarted_learner_s_weights_load_though_its_versions_resumed_lower() 
         assert subscriber.version == 50 and subscriber.stale >= 1
         deliver(45, 0)  # a new life: its first weights, before it trains
         assert (subscriber.version, subscriber.trained) == (45, 0)
+        assert subscriber.learner_restarts == 1
         deliver(46, 1)
         assert (subscriber.version, subscriber.trained, subscriber.loaded) == (46, 1, 3)
         publisher.close()
