@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -62,7 +63,9 @@ FINAL_INFO_TIMEOUT_S = 2.0
 class BatchSource(Protocol):
     """Where the learner's batches come from (``replay.sampling.sampler`` in a run)."""
 
-    def start(self, cancelled: threading.Event | None = None) -> bool:
+    def start(
+        self, cancelled: threading.Event | None = None, waiting: Callable[[], None] | None = None
+    ) -> bool:
         """Waits until there is data to sample; False if ``cancelled`` was set first."""
 
     def next_batch(self, timeout_s: float = 10.0) -> DeviceBatch:
@@ -238,7 +241,7 @@ class Learner:
         first_update = True
         try:
             logger.info("waiting for the shards to hold data to sample")
-            if not self.source.start(cancelled=self._stop):
+            if not self.source.start(cancelled=self._stop, waiting=self._resend_weights_if_due):
                 logger.info("stopped before the shards held data")
             else:
                 logger.info("training on %s", self._device)
@@ -308,10 +311,7 @@ class Learner:
                 # until inserts catch up, or shards are down): their silences are timed
                 # when they happen, and their queues do not fill.
                 self._take_episodes()
-                if time.monotonic() >= self._republish_at:
-                    # A PUB reaches only those subscribed when it sends: an actor that
-                    # joined since (a lock-step one waits on them) gets them now.
-                    self._send_weights()
+                self._resend_weights_if_due()
                 if time.monotonic() >= deadline:
                     # Name the wait that ran out, not the last short poll inside it.
                     raise ReplayTimeout(f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards "
@@ -340,6 +340,12 @@ class Learner:
                                 self._episodes.env_steps(),
                                 self.counters.updates - self._life_start_updates)  # fmt: skip
         self._republish_at = time.monotonic() + PUBLISH_AT_LEAST_EVERY_S
+
+    def _resend_weights_if_due(self) -> None:
+        # While the learner waits for data: a PUB reaches only those subscribed when it
+        # sends, and an actor that joined since (a lock-step one waits on them) gets them.
+        if time.monotonic() >= self._republish_at:
+            self._send_weights()
 
     def _take_episodes(self) -> None:
         # Evaluations arrive on the same socket and are taken in the drain, in order.

@@ -40,7 +40,7 @@ class LocalSource:
         self.updates_sent = 0
         self.started = self.closed = False
 
-    def start(self, cancelled=None) -> bool:
+    def start(self, cancelled=None, waiting=None) -> bool:
         self.started = True
         return True
 

@@ -110,8 +110,11 @@ class InlineSampler(_SamplerBase):
         ConfigError: the config is invalid.
     """
 
-    def start(self, cancelled: threading.Event | None = None) -> bool:
-        """Connects to the shards and waits until they hold data to sample.
+    def start(
+        self, cancelled: threading.Event | None = None, waiting: Callable[[], None] | None = None
+    ) -> bool:
+        """Connects to the shards and waits until they hold data to sample, calling
+        ``waiting`` (if given) between polls.
 
         Returns False (and closes) if ``cancelled`` is set before that.
 
@@ -137,6 +140,8 @@ class InlineSampler(_SamplerBase):
                 if time.monotonic() > deadline:
                     raise ReplayTimeout(f"no shard had data within {self.config.start_timeout_s} s")
                 self._pump.pump(50)
+                if waiting is not None:
+                    waiting()
         except BaseException:
             self.close()
             raise
@@ -216,7 +221,9 @@ class ThreadedSampler(_SamplerBase):
         self._thread: threading.Thread | None = None
         self._info_wanted_at = -float("inf")
 
-    def start(self, cancelled: threading.Event | None = None) -> bool:
+    def start(
+        self, cancelled: threading.Event | None = None, waiting: Callable[[], None] | None = None
+    ) -> bool:
         """As :meth:`InlineSampler.start`; the I/O thread's failure is raised here."""
         self._context = make_context(self.config.security, need_server_secret=False)
         deadline = time.monotonic() + self.config.start_timeout_s
@@ -237,6 +244,8 @@ class ThreadedSampler(_SamplerBase):
             if cancelled is not None and cancelled.is_set():
                 self.close()
                 return False
+            if waiting is not None:
+                waiting()
             if time.monotonic() > deadline:
                 self.close()
                 raise ReplayTimeout(f"no shard had data within {self.config.start_timeout_s} s")
