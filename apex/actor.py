@@ -236,8 +236,8 @@ class Actor:
         not count: an actor let go by them would stay a round ahead for good. A restarted
         learner's do (the round went with the old one), and so do LOCKSTEP_PATIENCE_S
         without any, for a restart whose first weights did not arrive."""
-        started, restarts = time.monotonic(), self._weights.learner_restarts
         weights = self._weights
+        started, restarts = time.monotonic(), weights.learner_restarts
         while not self._stop.is_set() and (weights.loaded == loads or not weights.trained):
             if weights.learner_restarts != restarts:
                 break  # a new learner, which never had the round: the next one goes
@@ -248,7 +248,7 @@ class Actor:
                                self.config.actor_index, LOCKSTEP_PATIENCE_S,
                                self.lockstep_timeouts)  # fmt: skip
                 break
-            self._weights.poll(self._policy, timeout_ms=int(WEIGHTS_POLL_S * 1000))
+            weights.poll(self._policy, timeout_ms=int(WEIGHTS_POLL_S * 1000))
             if self._episodes.heartbeat_due():
                 self._report([], [])
         self.lockstep_wait_s += time.monotonic() - started

@@ -206,9 +206,7 @@ class SamplerPump:
         now = time.monotonic() if now is None else now
         if not self.started and not self._masses_known(now):
             return
-        if not any(h.usable for h in self.health) and not (
-            self.started and any(h.alive for h in self.health)
-        ):
+        if not self._masses().any():
             return
         self.started = True
         while len(self._pending) + self.ready.qsize() < self.config.prefetch:

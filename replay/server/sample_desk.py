@@ -20,7 +20,7 @@ from replay.protocol import messages
 from replay.server.config import ShardConfig
 from replay.server.ingest import Ingest
 from replay.server.rate_limiter import QueueLimiter, RateLimiter
-from replay.server.senders import REJECT_REQUEST
+from replay.server.senders import REJECT_REQUEST, UNKNOWN_SENDER
 from replay.wire.layout import Message
 
 
@@ -61,7 +61,10 @@ class SampleDesk:
 
     def heard(self, identity: bytes, sender: int) -> None:
         """Any request of ``sender`` on ``identity``: held requests of its other
-        connections are dropped (counted in ``dropped``)."""
+        connections are dropped (counted in ``dropped``). Not for the pooled id, which
+        many peers share."""
+        if sender == UNKNOWN_SENDER:
+            return
         if self._connections.get(sender, identity) != identity:
             kept = deque(w for w in self._waiting if w[3] != sender or w[0] == identity)
             self.dropped += len(self._waiting) - len(kept)
