@@ -105,11 +105,18 @@ class Actor:
         )
         self._frames: FrameWriter | None = None
         if self._inserts.frames is not None:
-            layout = self._inserts.frame_layout
+            layout, steps = self._inserts.frame_layout, self._inserts.frames.steps
+            # Frames a stream makes between sends: a step's, or an unroll's (two a step
+            # at worst, where every step ends an episode) for each round a send waits.
+            history = config.insert_batch + 8
+            if steps is not None:
+                per_round = config.envs_per_actor // config.env_groups
+                rounds = -(-config.insert_batch // per_round) + 1
+                history = 2 * config.unroll_length * rounds + 8
             self._frames = FrameWriter(
                 config.envs_per_actor, layout["stack"], config.n_step,
-                history=config.insert_batch + 8, compress=layout["compressed"],
-                rng=np.random.default_rng(), frame_shape=self._inserts.frames.frame_shape,
+                history=history, compress=layout["compressed"], rng=np.random.default_rng(),
+                frame_shape=self._inserts.frames.frame_shape, unroll_steps=steps,
             )  # fmt: skip
         self._groups = make_groups(config, shape, self._spec, acting, self._frames,
                                    lambda: self._weights.version, self._scales)  # fmt: skip
@@ -258,7 +265,7 @@ class Actor:
         if self._frames is None:
             self._inserts.insert(batch, priorities, policy_version=version)
             return
-        scalars = {name: batch[name] for name in ("action", "reward", "discount")}
+        scalars = {name: batch[name] for name in self._inserts.frames.scalars}
         for index, resets in enumerate(self._inserts.lane_resets()):
             if resets != self._lane_resets.get(index, 0):
                 self._lane_resets[index] = resets

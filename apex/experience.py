@@ -76,8 +76,10 @@ class ExperienceMaker:
         self._refs: NStepBuilder | None = None
         self._builder = None
         action = spec["action"]
-        if own_builder is not None:  # IMPALA's unrolls
-            self._builder = own_builder(config, shape, self._policy, version)
+        self._own = own_builder is not None
+        if self._own:  # IMPALA's unrolls (of frame references, with frame shards)
+            self._builder = own_builder(config, shape, self._policy, version,
+                                        frame_refs=frames is not None)  # fmt: skip
         elif frames is None or not self._reuse:
             self._builder = NStepBuilder(
                 self._envs, config.n_step, config.gamma, shape.observation_shape,
@@ -88,7 +90,7 @@ class ExperienceMaker:
                 self._envs, config.n_step, config.gamma, (shape.actions,), np.dtype(np.float32),
                 tuple(action.shape), np.dtype(action.dtype),
             )  # fmt: skip
-        if frames is not None:
+        if frames is not None and not self._own:
             # (env, frame number) pairs through a builder in lock-step give the records'
             # frame references (see apex.frame_writer).
             self._refs = NStepBuilder(self._envs, config.n_step, config.gamma, (2,),
@@ -125,22 +127,25 @@ class ExperienceMaker:
         ``next_observations`` are what the envs go on from (reset ones where an episode
         ended); ``final_observations`` the transitions' (an ended episode's final one)."""
         ended = np.logical_or(terminated, truncated)
+        pairs = None
+        if self._frames is not None:
+            # An episode's final frame first, then its successor's reset frame.
+            final = self._number(final_observations, np.arange(self._envs), episode_start=False)
+            pairs = (_pairs(self._numbers, self._first_env), _pairs(final, self._first_env))
+            reset = self._number(next_observations, np.flatnonzero(ended), episode_start=True)
+            self._numbers = np.where(ended, reset, final)
         out = None
-        if self._builder is not None:
+        if self._own:
+            out = self._builder.step(observations, actions, rewards, final_observations,
+                                     terminated, truncated, refs=pairs)  # fmt: skip
+        elif self._builder is not None:
             out = self._builder.step(observations, actions, rewards, final_observations,
                                      terminated, truncated)  # fmt: skip
         if self._refs is not None:
-            # An episode's final frame first, then its successor's reset frame.
-            every_env = np.arange(self._envs)
-            final = self._number(final_observations, every_env, episode_start=False)
-            refs = self._refs.step(_pairs(self._numbers, self._first_env), actions, rewards,
-                                   _pairs(final, self._first_env), terminated,
-                                   truncated)  # fmt: skip
+            refs = self._refs.step(pairs[0], actions, rewards, pairs[1], terminated, truncated)
             if out is None:
                 out = {name: refs[name] for name in ("action", "reward", "discount")}
             out["refs"] = np.column_stack([refs["obs"], refs["next_obs"][:, 1]])
-            reset = self._number(next_observations, np.flatnonzero(ended), episode_start=True)
-            self._numbers = np.where(ended, reset, final)
         if self._reuse:
             next_values = self._policy.values(next_observations)
             final_values = next_values

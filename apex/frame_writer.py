@@ -6,7 +6,8 @@ restarted actor never links to its predecessor's frames). Every observation the 
 (a reset, a step, an episode's final observation) adds its newest frame with the next
 number of that stream; the first frame of an episode is flagged. A transition is then a
 record: its stream, the numbers of its ``obs`` and ``next_obs`` frames, action, n-step
-return and discount (``replay.frames.storage`` puts the stacks together).
+return and discount (``replay.frames.storage`` puts the stacks together). An IMPALA
+unroll's record has the numbers of its ``T + 1`` observations' frames instead.
 
 A shard must hold every frame that the stacks of its records reach: ``stack - 1`` frames
 before a record's ``obs`` frame (or its episode's first frame, whose history is itself).
@@ -71,6 +72,8 @@ class FrameWriter:
         compress: send LZ4 blocks (what a compressing shard takes) instead of whole frames.
         rng: draws this incarnation's stream ids.
         frame_shape: shape of one frame (84×84 for the Atari presets).
+        unroll_steps: records are unrolls of this many observations (``T + 1``), not
+            transitions.
     """
 
     def __init__(
@@ -82,8 +85,10 @@ class FrameWriter:
         compress: bool,
         rng: np.random.Generator,
         frame_shape: tuple[int, ...] = (84, 84),
+        unroll_steps: int | None = None,
     ) -> None:
         self.stack = stack
+        self._unroll_steps = unroll_steps
         self._compress = compress
         self._frame_shape = tuple(frame_shape)
         frame_bytes = int(np.prod(frame_shape))
@@ -131,8 +136,9 @@ class FrameWriter:
         """The message for ``shard``: the frames it lacks, then the records.
 
         Args:
-            refs: ``(m, 3)`` int64 per record: env, ``obs`` frame number, ``next_obs``
-                frame number.
+            refs: int64 per record: env, ``obs`` frame number, ``next_obs`` frame number
+                (``(m, 3)``); for unrolls env, then the ``T + 1`` observations' frame
+                numbers (``(m, T + 2)``).
             scalars: action, reward, discount, ... per record.
             priorities: one per record.
         """
@@ -141,6 +147,7 @@ class FrameWriter:
         if sent is None:
             sent = np.full(env_count, -1, dtype=np.int64)
         lowest = np.full(env_count, _NONE, dtype=np.int64)
+        # A record's first frame is its oldest (numbers rise along a stream).
         np.minimum.at(lowest, refs[:, 0], refs[:, 1])
         first = sent + 1
         referred = np.flatnonzero(lowest != _NONE)
@@ -153,12 +160,13 @@ class FrameWriter:
         runs = np.cumsum(counts) - counts
         numbers = first[envs] + np.arange(len(envs)) - runs[envs]
         slots = envs * self._size + numbers % self._size
-        records = {
-            "stream": self.streams[refs[:, 0]],
-            "obs_frame": np.ascontiguousarray(refs[:, 1]),
-            "next_obs_frame": np.ascontiguousarray(refs[:, 2]),
-            **scalars,
-        }
+        records = {"stream": self.streams[refs[:, 0]]}
+        if self._unroll_steps is None:
+            records["obs_frame"] = np.ascontiguousarray(refs[:, 1])
+            records["next_obs_frame"] = np.ascontiguousarray(refs[:, 2])
+        else:
+            records["obs_frame"] = np.ascontiguousarray(refs[:, 1:])
+        records.update(scalars)
         head = (self.streams[envs], numbers, self._episode_first[slots] == numbers)
         if self._compress:
             offsets = np.zeros(len(slots) + 1, dtype=np.int64)

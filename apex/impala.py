@@ -115,17 +115,25 @@ def transition_spec(shape: EnvShape, config: ActorConfig) -> TransitionSpec:
 
 
 def build_experience(
-    config: ActorConfig, shape: EnvShape, policy: ImpalaActing, version: Callable[[], int]
+    config: ActorConfig,
+    shape: EnvShape,
+    policy: ImpalaActing,
+    version: Callable[[], int],
+    frame_refs: bool = False,
 ) -> UnrollMaker:
     """The actor's builder of what it sends: unrolls of its envs (``version``: the policy
-    version the actor acts with now)."""
-    return UnrollMaker(config, shape, policy, version)
+    version the actor acts with now; ``frame_refs``: for frame shards)."""
+    return UnrollMaker(config, shape, policy, version, frame_refs)
 
 
 class UnrollMaker:
     """Unrolls from an actor's vector steps, with the log-probabilities its policy acted
     with and, where an episode hit its time limit, the policy's value of the final
-    observation (``apex.unrolls``). Takes the actor's step as the n-step builder does."""
+    observation (``apex.unrolls``). Takes the actor's step as the n-step builder does.
+
+    With ``frame_refs`` (frame shards, ``apex.frame_writer``) an unroll keeps no
+    observations: its ``refs`` are the env and the frame numbers of its ``T + 1``
+    observations, made from the ``(env, frame number)`` pairs each step hands in."""
 
     def __init__(
         self,
@@ -133,26 +141,37 @@ class UnrollMaker:
         shape: EnvShape,
         policy: ImpalaActing,
         version: Callable[[], int],
+        frame_refs: bool = False,
     ) -> None:
         self._policy = policy
         self._version = version
-        self._builder = UnrollBuilder(
-            config.envs_per_actor, config.unroll_length, config.gamma,
-            shape.observation_shape, shape.observation_dtype,
-        )  # fmt: skip
+        self._frame_refs = frame_refs
+        kept_shape, kept_dtype = shape.observation_shape, shape.observation_dtype
+        if frame_refs:
+            kept_shape, kept_dtype = (2,), np.dtype(np.int64)
+        self._builder = UnrollBuilder(config.envs_per_actor, config.unroll_length, config.gamma,
+                                      kept_shape, kept_dtype)  # fmt: skip
 
-    def step(self, observations, actions, rewards, final_observations, terminated, truncated):
+    def step(self, observations, actions, rewards, final_observations, terminated, truncated,
+             refs=None):  # fmt: skip
         """Returns finished unrolls, one per env, or None. ``final_observations`` are the
-        next observations with each ended episode's final one in its place."""
+        next observations with each ended episode's final one in its place; ``refs``
+        (with ``frame_refs``): the ``(env, frame number)`` pairs of ``observations`` and
+        of ``final_observations``."""
         final_values = None
         cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
         if cut.size:
             final_values = np.zeros(len(actions))
             final_values[cut] = self._policy.values(final_observations[cut])
-        return self._builder.step(
-            observations, actions, rewards, final_observations, terminated, truncated,
+        kept, kept_final = refs if self._frame_refs else (observations, final_observations)
+        unrolls = self._builder.step(
+            kept, actions, rewards, kept_final, terminated, truncated,
             self._policy.last_log_probs, final_values, self._version(),
         )  # fmt: skip
+        if unrolls is not None and self._frame_refs:
+            pairs = unrolls.pop("obs")  # (envs, T + 1, 2): env, frame number
+            unrolls["refs"] = np.column_stack([pairs[:, 0, 0], pairs[:, :, 1]])
+        return unrolls
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ MINATAR: dict = {
 # What a run of an algorithm starts from on any env, over the env's preset. IMPALA's
 # replay is a queue of unrolls (replay.store.queue), so its capacity and min_size count
 # unrolls: a queue a few batches deep keeps the policy lag small, and an actor sends its
-# envs' unrolls as soon as they are made. The learner: the IMPALA paper's batch of 32;
+# envs' unrolls as soon as they are made. Atari unrolls keep each frame once, as Ape-X's
+# transitions do (replay.frames.storage). The learner: the IMPALA paper's batch of 32;
 # its loss here is a mean over time and batch, not a sum, so its gradient clip is the one
 # mean-loss actor-critics use (0.5, as SB3's A2C and PPO). Not tuned yet: on CartPole
 # seed 100, Adam at 1e-3 (clip 40) and 5e-4 (clip 0.5) reached 490 and 500 and fell back
@@ -71,7 +72,6 @@ ALGORITHM_DEFAULTS: dict[str, dict] = {
             "min_size": 32,
             "samples_per_insert": None,
             "error_buffer": 0.0,
-            "frames": False,
         },
         "actor": {"insert_batch": 8},
         "learner": {

@@ -110,7 +110,7 @@ def shard_config(
     spec = spec if spec is not None else transition_spec(config)
     queue = queues(config)
     frames = None
-    if replay.frames is not False and not queue:
+    if replay.frames is not False:
         frames = FrameStackSpec.from_transition_spec(spec)
     if replay.frames and frames is None:
         raise ConfigError(

@@ -385,9 +385,9 @@ def test_packed_samples_carry_each_frame_once_and_unpack_to_the_same_stacks(comp
     slots = rng.choice(np.flatnonzero(store.generations >= 0), 200)  # parts on threads
     scalars, payload = store.gather_packed(slots)
     whole = store.gather(slots)
-    obs, following = unpack(payload, make_spec(4))
-    np.testing.assert_array_equal(obs, whole["obs"])
-    np.testing.assert_array_equal(following, whole["next_obs"])
+    stacks = unpack(payload, make_spec(4))
+    np.testing.assert_array_equal(stacks["obs"], whole["obs"])
+    np.testing.assert_array_equal(stacks["next_obs"], whole["next_obs"])
     np.testing.assert_array_equal(scalars["action"], whole["action"])
     assert payload.offsets.size - 1 == np.unique(payload.index).size <= 40 * 8
     # Through the wire, as a frame shard answers SAMPLE.

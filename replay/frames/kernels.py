@@ -199,30 +199,6 @@ def count_refs(heads: np.ndarray, prev: np.ndarray, refs: np.ndarray, stack: int
 
 
 @njit(cache=True, nogil=True)
-def release(
-    slots: np.ndarray,
-    obs_head: np.ndarray,
-    next_head: np.ndarray,
-    generations: np.ndarray,
-    prev: np.ndarray,
-    refs: np.ndarray,
-    stack: int,
-) -> int:
-    """Releases the frames of the live transitions at ``slots`` and marks them dead;
-    returns how many were alive."""
-    released = 0
-    for i in range(slots.size):
-        slot = slots[i]
-        if generations[slot] < 0:
-            continue
-        released += 1
-        _count_stack(obs_head[slot], prev, refs, stack, -1)
-        _count_stack(next_head[slot], prev, refs, stack, -1)
-        generations[slot] = -1
-    return released
-
-
-@njit(cache=True, nogil=True)
 def gather_stacks(
     arena: np.ndarray,
     positions: np.ndarray,

@@ -141,24 +141,23 @@ def kernels() -> Lz4Kernels:
 
     @njit(nogil=True)
     def decode_stacks(data: np.ndarray, offsets: np.ndarray, index: np.ndarray,
-                      obs: np.ndarray, following: np.ndarray) -> int:  # fmt: skip
-        """``obs[b, j]`` = blob ``index[b, j]`` decoded, ``following[b, j]`` = blob
-        ``index[b, k + j]``: stacks straight from a packed payload (no buffer of distinct
-        frames between). The first blob that does not decode to one frame, or -1."""
-        k, nbytes = obs.shape[1], obs.shape[2]
+                      out: np.ndarray) -> int:  # fmt: skip
+        """``out[b, j]`` = blob ``index[b, j]`` decoded: stacks straight from a packed
+        payload (no buffer of distinct frames between). The first blob that does not
+        decode to one frame, or -1."""
+        width, nbytes = index.shape[1], out.shape[2]
         base = data.ctypes.data
-        total = index.shape[0] * 2 * k
+        total = index.shape[0] * width
         for i in range(total):
             if i + FRAMES_AHEAD < total:
-                ahead = index[(i + FRAMES_AHEAD) // (2 * k), (i + FRAMES_AHEAD) % (2 * k)]
+                ahead = index[(i + FRAMES_AHEAD) // width, (i + FRAMES_AHEAD) % width]
                 prefetch_range(base, offsets[ahead], offsets[ahead + 1] - offsets[ahead])
-            b, j = i // (2 * k), i % (2 * k)
+            b, j = i // width, i % width
             blob = index[b, j]
             start, end = offsets[blob], offsets[blob + 1]
             if end <= start or end > data.size:
                 return blob
-            destination = obs[b, j] if j < k else following[b, j - k]
-            got = decompress(data[start:].ctypes.data, destination.ctypes.data, end - start,
+            got = decompress(data[start:].ctypes.data, out[b, j].ctypes.data, end - start,
                              nbytes)  # fmt: skip
             if got != nbytes:
                 return blob

@@ -130,8 +130,9 @@ class FramePayload:
     """The frames of a sampled batch.
 
     Attributes:
-        index: int32 ``(n, 2k)``: item ``b``'s obs frames are ``index[b, :k]``, its
-            next_obs frames ``index[b, k:]``, oldest first, as rows of the frames below.
+        index: int32 ``(n, heads × k)``: item ``b``'s stacks, in head order (a
+            transition's ``obs`` then ``next_obs``, an unroll's one a step), each ``k``
+            frames oldest first, as rows of the frames below.
         data: u8, the distinct frames one after another.
         offsets: int64 ``(u + 1,)``: frame ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
         compressed: the frames are LZ4 blocks (else whole frames).
@@ -143,17 +144,20 @@ class FramePayload:
     compressed: bool
 
 
-def unpack(payload: FramePayload, layout: FrameStackSpec) -> tuple[np.ndarray, np.ndarray]:
-    """The ``obs`` and ``next_obs`` stacks, ``(n, k, *frame_shape)`` each.
+def unpack(payload: FramePayload, layout: FrameStackSpec) -> dict[str, np.ndarray]:
+    """The stack fields of ``layout`` put together (a transition's ``obs`` and
+    ``next_obs``, ``(n, k, *frame_shape)`` each; an unroll's ``obs``, ``(n, T + 1, k,
+    *frame_shape)``).
 
     Raises:
         ProtocolError: indices, offsets or frames that do not fit ``layout``.
     """
     k, nbytes = layout.stack, layout.frame_nbytes
     index, data, offsets = payload.index, payload.data, payload.offsets
-    if index.ndim != 2 or index.shape[1] != 2 * k or index.dtype != np.int32:
+    columns = layout.head_count * k
+    if index.ndim != 2 or index.shape[1] != columns or index.dtype != np.int32:
         raise ProtocolError(
-            f"frame index is {index.dtype}{index.shape}, expected int32 (n, {2 * k})"
+            f"frame index is {index.dtype}{index.shape}, expected int32 (n, {columns})"
         )
     if data.dtype != np.uint8 or data.ndim != 1 or offsets.dtype != np.int64 or offsets.ndim != 1:
         raise ProtocolError("frames must be u8 data and int64 offsets")
@@ -164,52 +168,58 @@ def unpack(payload: FramePayload, layout: FrameStackSpec) -> tuple[np.ndarray, n
         raise ProtocolError("frame offsets must rise: every frame has bytes")
     if index.size and (index.min() < 0 or index.max() >= count):
         raise ProtocolError(f"a frame index is outside [0, {count})")
-    shape = (len(index), k, *layout.frame_shape)
-    obs = np.empty(shape, dtype=layout.frame_dtype)
-    following = np.empty(shape, dtype=layout.frame_dtype)
-    rows = (len(index), k, nbytes)
-    obs_rows = obs.reshape(rows).view(np.uint8)
-    following_rows = following.reshape(rows).view(np.uint8)
+    if not payload.compressed and (
+        data.size != count * nbytes or (count and (np.diff(offsets) != nbytes).any())
+    ):
+        raise ProtocolError(f"whole frames must be {nbytes} bytes each")
+    n, fields, column = len(index), {}, 0
+    for name, per_item in layout.stack_fields:
+        shape = (n, k, *layout.frame_shape) if layout.steps is None else (
+            n, per_item, k, *layout.frame_shape)  # fmt: skip
+        fields[name] = np.empty(shape, dtype=layout.frame_dtype)
+        width = per_item * k
+        columns = np.ascontiguousarray(index[:, column : column + width])
+        _put_together(payload, columns, fields[name].reshape(n, width, nbytes).view(np.uint8))
+        column += width
+    return fields
+
+
+def _put_together(payload: FramePayload, index: np.ndarray, out: np.ndarray) -> None:
+    """``out[b, j]`` = frame ``index[b, j]`` of the payload, on a few threads."""
+    nbytes = out.shape[2]
     if payload.compressed:
         from replay.frames.lz4_codec import kernels
 
         decode, bad = kernels().decode_stacks, []
 
         def decode_part(start: int, stop: int) -> None:
-            first_bad = decode(data, offsets, index[start:stop], obs_rows[start:stop],
-                               following_rows[start:stop])  # fmt: skip
+            first_bad = decode(payload.data, payload.offsets, index[start:stop], out[start:stop])
             if first_bad >= 0:
                 bad.append(first_bad)
 
         run_in_parts(len(index), decode_part, default_threads())
         if bad:
             raise ProtocolError(f"frame {min(bad)} does not decode to {nbytes} bytes")
-        return obs, following
-    if data.size != count * nbytes or (count and (np.diff(offsets) != nbytes).any()):
-        raise ProtocolError(f"whole frames must be {nbytes} bytes each")
-    frames = data.reshape(count, nbytes)
+        return
+    frames = payload.data.reshape(-1, nbytes)
 
     def stack_part(start: int, stop: int) -> None:
-        stack_rows(frames, index[start:stop], obs_rows[start:stop], following_rows[start:stop])
+        stack_rows(frames, index[start:stop], out[start:stop])
 
     run_in_parts(len(index), stack_part, default_threads())
-    return obs, following
 
 
 @njit(cache=True, nogil=True)
-def stack_rows(frames: np.ndarray, index: np.ndarray, obs: np.ndarray, following: np.ndarray):
-    """``obs[b, j] = frames[index[b, j]]`` and ``following[b, j] = frames[index[b, k + j]]``
-    (rows of bytes): the stacks, one explicit copy loop (numpy's fancy indexing of 7 KB
-    rows measured slower)."""
-    k = obs.shape[1]
-    width = frames.shape[1]
-    base, total = frames.ctypes.data, index.shape[0] * 2 * k
+def stack_rows(frames: np.ndarray, index: np.ndarray, out: np.ndarray):
+    """``out[b, j] = frames[index[b, j]]`` (rows of bytes): the stacks, one explicit copy
+    loop (numpy's fancy indexing of 7 KB rows measured slower)."""
+    width, nbytes = index.shape[1], frames.shape[1]
+    base, total = frames.ctypes.data, index.shape[0] * width
     for i in range(total):
         if i + FRAMES_AHEAD < total:
-            ahead = index[(i + FRAMES_AHEAD) // (2 * k), (i + FRAMES_AHEAD) % (2 * k)]
-            prefetch_range(base, ahead * width, width)
-        b, j = i // (2 * k), i % (2 * k)
-        source = frames[index[b, j]]
-        destination = obs[b, j] if j < k else following[b, j - k]
-        for x in range(width):
+            ahead = index[(i + FRAMES_AHEAD) // width, (i + FRAMES_AHEAD) % width]
+            prefetch_range(base, ahead * nbytes, nbytes)
+        source = frames[index[i // width, i % width]]
+        destination = out[i // width, i % width]
+        for x in range(nbytes):
             destination[x] = source[x]

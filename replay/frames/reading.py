@@ -28,8 +28,7 @@ class FrameStackReader:
     _positions: np.ndarray
     _lengths: np.ndarray
     _prev: np.ndarray
-    _obs_head: np.ndarray
-    _next_head: np.ndarray
+    _heads: dict[str, np.ndarray]
     _scalar_columns: dict[str, np.ndarray]
     output_spec: TransitionSpec
 
@@ -38,38 +37,48 @@ class FrameStackReader:
         return BatchBuffers.allocate(self.output_spec, batch_size)
 
     def gather_packed(self, slots: np.ndarray) -> tuple[dict[str, np.ndarray], FramePayload]:
-        """The transitions at ``slots`` with their stacks left apart: each distinct frame
-        once (as stored, LZ4 or whole) and, per item, the indices of its ``obs`` and
-        ``next_obs`` frames among them (see ``replay.frames.payload``)."""
+        """The items at ``slots`` with their stacks left apart: each distinct frame once
+        (as stored, LZ4 or whole) and, per item, the indices of its stacks' frames among
+        them, stack after stack in head order, each oldest first (see
+        ``replay.frames.payload``)."""
         n, k = slots.size, self._stack
-        chains = np.empty((n, 2 * k), dtype=np.int64)
-        chain_slots(self._prev, self._obs_head[slots], k, chains, 0)
-        chain_slots(self._prev, self._next_head[slots], k, chains, k)
+        heads = self._item_heads(slots)
+        chains = np.empty((heads.size, k), dtype=np.int64)
+        chain_slots(self._prev, heads.reshape(-1), k, chains, 0)
         unique, inverse = np.unique(chains, return_inverse=True)
         offsets = np.zeros(unique.size + 1, dtype=np.int64)
         np.cumsum(self._lengths[unique], out=offsets[1:])
         data = np.empty(offsets[-1], dtype=np.uint8)
         copy_out_blobs(self._arena, self._positions, self._lengths, unique, offsets, data)
         scalars = {name: column[slots] for name, column in self._scalar_columns.items()}
-        index = inverse.reshape(n, 2 * k).astype(np.int32)
+        index = inverse.reshape(n, -1).astype(np.int32)
         return scalars, FramePayload(index, data, offsets, self._compress)
 
+    def _item_heads(self, slots: np.ndarray) -> np.ndarray:
+        """``(n, heads)``: the head frames of the items at ``slots``, in head order."""
+        return np.concatenate([heads[slots].reshape(slots.size, -1)
+                               for heads in self._heads.values()], axis=1)  # fmt: skip
+
     def gather(self, slots: np.ndarray, out: BatchBuffers | None = None) -> dict[str, np.ndarray]:
-        """The transitions at ``slots`` (sampled, so alive), their stacks put together."""
+        """The items at ``slots`` (sampled, so alive), their stacks put together."""
         n = slots.size
         out = out or self.allocate_batch(n)
         if out.batch_size != n:
             raise InvalidIndexError(f"buffers hold {out.batch_size} items, {n} slots were given")
         k, gather = self._stack, self._codec.gather_compressed if self._compress else gather_stacks
         stored = (self._arena, self._positions, self._lengths, self._prev)
-        work = [
-            (self._obs_head[slots], out.fields["obs"].reshape(n, k, -1).view(np.uint8)),
-            (self._next_head[slots], out.fields["next_obs"].reshape(n, k, -1).view(np.uint8)),
-        ]
+        # Per stack field: its heads, its stacks as rows of bytes (a stack a head), and
+        # its heads per item.
+        work = []
+        for name, heads in self._heads.items():
+            each = heads[0].size
+            target = out.fields[name].reshape(n * each, k, -1).view(np.uint8)
+            work.append((heads[slots].reshape(-1), target, each))
 
         def part(start: int, stop: int) -> None:
-            for heads, target in work:
-                gather(*stored, heads[start:stop], k, target[start:stop])
+            for heads, target, each in work:
+                gather(*stored, heads[start * each : stop * each], k,
+                       target[start * each : stop * each])  # fmt: skip
 
         run_in_parts(n, part, self._gather_threads)
         for name, column in self._scalar_columns.items():

@@ -11,20 +11,29 @@ import numpy as np
 from replay.errors import InvalidBatchError
 from replay.store.spec import FieldSpec, TransitionSpec
 
-RECORD_FIELDS = ("stream", "obs_frame", "next_obs_frame")
+# A transition's frame fields: its two stacks, one head frame each.
+TRANSITION_STACKS = ("obs", "next_obs")
 
 
 @dataclass(frozen=True)
 class FrameStackSpec:
-    """What a frame-stacked transition holds.
+    """What a frame-stacked item holds: a transition (``obs`` and ``next_obs`` stacks) or,
+    with ``steps``, an unroll (``obs`` of ``steps`` stacks, one per step of the unroll and
+    its bootstrap observation: IMPALA's, ``apex.unrolls``).
+
+    Each stack field ``f`` of the item is sent and stored as ``f_frame``: the number of
+    the newest frame of each of its stacks (``()`` for one stack, ``(steps,)`` for an
+    unroll's). Its *heads*, as the store calls those frames, are the item's
+    :attr:`head_count` frames, in field order.
 
     Attributes:
         frame_shape: one frame's shape, e.g. ``(84, 84)``.
         frame_dtype: its dtype, e.g. ``uint8``.
         stack: frames per observation ``k``.
-        scalars: the other fields of a transition (action, reward, discount, ...).
-        order: the order of the fields in :attr:`transition_spec` (default: obs,
-            next_obs, then the scalars).
+        scalars: the other fields of an item (action, reward, discount, ...).
+        order: the order of the fields in :attr:`transition_spec` (default: the stacks,
+            then the scalars).
+        steps: None for transitions; an unroll's observations (``T + 1``).
     """
 
     frame_shape: tuple[int, ...]
@@ -32,34 +41,62 @@ class FrameStackSpec:
     stack: int
     scalars: TransitionSpec
     order: tuple[str, ...] | None = None
+    steps: int | None = None
+
+    @functools.cached_property
+    def stack_fields(self) -> tuple[tuple[str, int], ...]:
+        """``(field, stacks per item)`` of each stack field, in head order."""
+        if self.steps is None:
+            return tuple((name, 1) for name in TRANSITION_STACKS)
+        return (("obs", self.steps),)
+
+    @property
+    def head_count(self) -> int:
+        """Stacks (head frames) per item."""
+        return sum(count for _, count in self.stack_fields)
 
     # Derived specs are cached: a shard asks for them with every insert message.
     @functools.cached_property
     def record_spec(self) -> TransitionSpec:
-        """What an actor sends per transition: its stream, two frame numbers, the scalars."""
-        refs = [FieldSpec(name, (), "int64") for name in RECORD_FIELDS]
+        """What an actor sends per item: its stream, its heads' frame numbers, the scalars."""
+        refs = [FieldSpec("stream", (), "int64")]
+        refs += [FieldSpec(f"{name}_frame", () if self.steps is None else (count,), "int64")
+                 for name, count in self.stack_fields]  # fmt: skip
         return TransitionSpec([*refs, *self.scalars.values()])
 
     @functools.cached_property
     def transition_spec(self) -> TransitionSpec:
-        """What the learner gets: ``obs`` and ``next_obs`` stacks, then the scalars."""
+        """What the learner gets: the stacks put together, then the scalars."""
         shape = (self.stack, *self.frame_shape)
-        stacks = [FieldSpec("obs", shape, self.frame_dtype)]
-        stacks.append(FieldSpec("next_obs", shape, self.frame_dtype))
+        stacks = [FieldSpec(name, shape if self.steps is None else (count, *shape),
+                            self.frame_dtype) for name, count in self.stack_fields]  # fmt: skip
         fields = {f.name: f for f in (*stacks, *self.scalars.values())}
         return TransitionSpec([fields[name] for name in self.order or fields])
 
     @classmethod
     def from_transition_spec(cls, spec: TransitionSpec) -> FrameStackSpec | None:
         """The frame layout of ``spec`` if its ``obs`` and ``next_obs`` are stacks of
-        images (``(k, h, w[, c])``), else None (vector observations stay whole)."""
-        if "obs" not in spec or "next_obs" not in spec:
+        images (``(k, h, w[, c])``), or if it has no ``next_obs`` and its ``obs`` is an
+        unroll's stacks (``(T + 1, k, h, w[, c])``); else None (vector observations stay
+        whole)."""
+        if "obs" not in spec:
             return None
+        if "next_obs" not in spec:
+            return cls._unroll_layout(spec)
         obs, following = spec["obs"], spec["next_obs"]
         if obs.shape != following.shape or obs.dtype != following.dtype or len(obs.shape) < 3:
             return None
         scalars = TransitionSpec([f for f in spec.values() if f.name not in ("obs", "next_obs")])
         return cls(tuple(obs.shape[1:]), obs.dtype.name, obs.shape[0], scalars, tuple(spec))
+
+    @classmethod
+    def _unroll_layout(cls, spec: TransitionSpec) -> FrameStackSpec | None:
+        obs = spec["obs"]
+        if len(obs.shape) < 4:
+            return None
+        scalars = TransitionSpec([f for f in spec.values() if f.name != "obs"])
+        return cls(tuple(obs.shape[2:]), obs.dtype.name, obs.shape[1], scalars, tuple(spec),
+                   steps=obs.shape[0])  # fmt: skip
 
     @functools.cached_property
     def frame_nbytes(self) -> int:

@@ -18,6 +18,8 @@ from replay.store.state import Reader, Rows, json_like, meta_counts, meta_int, r
 _PER_FRAME = frozenset({"positions", "lengths", "frame_stream", "frame_number", "frame_gen",
                         "prev", "prev_gen", "depth", "refs"})  # fmt: skip
 _PER_STREAM = frozenset({"table", "stream_newest"})
+# The arrays of head frames by stack field (a transition's names from before unrolls).
+_HEAD_NAMES = {"obs": "obs_head", "next_obs": "next_head"}
 
 
 class FrameStackState:
@@ -39,8 +41,7 @@ class FrameStackState:
     _cursor: np.ndarray
     _table: np.ndarray
     _stream_newest: np.ndarray
-    _obs_head: np.ndarray
-    _next_head: np.ndarray
+    _heads: dict[str, np.ndarray]
     _generations: np.ndarray
     _scalar_columns: dict[str, np.ndarray]
     _next_generation: int
@@ -56,9 +57,9 @@ class FrameStackState:
                  "frame_gen": self._frame_gen, "prev": self._prev, "prev_gen": self._prev_gen,
                  "depth": self._depth, "refs": self._refs, "cursor": self._cursor,
                  "table": self._table, "stream_newest": self._stream_newest,
-                 "obs_head": self._obs_head, "next_head": self._next_head,
                  "generations": self._generations}  # fmt: skip
-        return {**named, **{f"field.{k}": v for k, v in self._scalar_columns.items()}}
+        heads = {_HEAD_NAMES.get(name, f"{name}_head"): a for name, a in self._heads.items()}
+        return {**named, **heads, **{f"field.{k}": v for k, v in self._scalar_columns.items()}}
 
     def _settings(self) -> dict[str, object]:
         spec = self._spec

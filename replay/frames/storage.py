@@ -1,4 +1,4 @@
-"""Storage for transitions whose observations are stacks of frames: every frame kept once.
+"""Storage for items whose observations are stacks of frames: every frame kept once.
 
 An Atari transition carries ``obs`` and ``next_obs`` as stacks of ``k`` frames (4 of 84×84
 bytes). Stored whole, each frame is kept ``2k`` times. Here each frame of a writer stream
@@ -22,6 +22,11 @@ first (their priorities go to zero and their generations to -1, so they are neve
 again and late priority updates for them are dropped) until it is free. With the default
 frame capacity this happens only when the streams outrun the transitions by far.
 Transitions have their own FIFO ring of ``capacity`` slots, as ``RingStorage``.
+
+An IMPALA unroll (``FrameStackSpec.steps``) is stored the same way with ``T + 1`` frame
+references instead of two, one for the stack of each of its observations; consecutive
+unrolls of a stream share their frames, so each frame is still kept (and sent) once. What
+is said here of transitions holds for unrolls.
 
 Frames are kept whole, or compressed with LZ4 (``compress=True``, see ``replay.frames.lz4_codec``):
 each frame's bytes go into a FIFO byte ring (the arena) that is dropped from its oldest end
@@ -50,7 +55,6 @@ from replay.frames.kernels import (
     copy_blobs,
     count_refs,
     link_frames,
-    release,
     resolve_heads,
 )
 from replay.frames.lz4_codec import compress_bound, kernels
@@ -75,7 +79,8 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
     Args:
         spec: frame shape, stack size and the scalar fields.
         capacity: transitions kept.
-        frame_capacity: frames kept; default ``capacity + capacity // 128 + 1024``. A step
+        frame_capacity: frames kept; default ``capacity + capacity // 128 + 1024`` (for
+            unrolls, ``capacity × (T + 1)`` in place of ``capacity``). A step
             makes one frame and one transition, and the frames a transition needs are at
             most a few steps of its stream older than it; a frame ring about as long as
             the transition ring therefore frees its oldest frames as the oldest
@@ -104,7 +109,9 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         arena_bytes: int | None = None,
         gather_threads: int | None = None,
     ) -> None:
-        frame_capacity = frame_capacity or capacity + capacity // 128 + 1024
+        # A step makes one frame: an unroll of T steps about T new ones.
+        item_frames = capacity * (spec.steps or 1)
+        frame_capacity = frame_capacity or item_frames + item_frames // 128 + 1024
         per_frame = DEFAULT_COMPRESSED_FRAME_BYTES if compress else spec.frame_nbytes
         arena_bytes = arena_bytes or frame_capacity * per_frame
         for name, value in (
@@ -147,8 +154,12 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
             name: np.zeros((self._capacity, *f.shape), dtype=f.dtype)
             for name, f in spec.scalars.items()
         }
-        self._obs_head = np.zeros(self._capacity, dtype=np.int32)
-        self._next_head = np.zeros(self._capacity, dtype=np.int32)
+        # Per stack field, the slot of each item's head frames (an unroll's: one a step).
+        self._heads = {
+            name: np.zeros((self._capacity,) if spec.steps is None else (self._capacity, count),
+                           dtype=np.int32)
+            for name, count in spec.stack_fields
+        }  # fmt: skip
         self._generations = np.full(self._capacity, -1, dtype=np.int64)
         self._next_generation = 0
         self._live = 0
@@ -199,6 +210,19 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         return slots
 
     # -- writing ------------------------------------------------------------------------
+
+    def store_frames(self, streams: np.ndarray, numbers: np.ndarray, starts: np.ndarray,
+                     frames: np.ndarray | None = None, data: np.ndarray | None = None,
+                     offsets: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+        """:meth:`add_frames` for whole ``frames``, else :meth:`add_compressed_frames`."""
+        if frames is not None:
+            return self.add_frames(streams, numbers, starts, frames)
+        return self.add_compressed_frames(streams, numbers, starts, data, offsets)
+
+    @property
+    def oldest_live(self) -> int:
+        """No live item has a smaller generation (the ring's or an early eviction's)."""
+        return self._oldest
 
     def add_frames(self, streams: np.ndarray, numbers: np.ndarray, starts: np.ndarray,
                    frames: np.ndarray) -> np.ndarray:  # fmt: skip
@@ -305,30 +329,32 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         """
         dense = self.streams.dense(np.asarray(batch["stream"]), create=False)
         heads = {}
-        for name in ("obs_frame", "next_obs_frame"):
-            slots = np.empty(count, dtype=np.int64)
+        for name, per_item in self._spec.stack_fields:
+            field = f"{name}_frame"
+            numbers = np.ascontiguousarray(batch[field], dtype=np.int64).reshape(-1)
+            slots = np.empty(numbers.size, dtype=np.int64)
             bad, reason = resolve_heads(
-                dense, np.ascontiguousarray(batch[name], dtype=np.int64), self._table,
-                self._frame_stream, self._frame_number, self._frame_gen, self._prev,
-                self._prev_gen, self._depth, self._stack, slots,
+                np.repeat(dense, per_item), numbers, self._table, self._frame_stream,
+                self._frame_number, self._frame_gen, self._prev, self._prev_gen, self._depth,
+                self._stack, slots,
             )  # fmt: skip
             if bad >= 0:
+                item = bad // per_item
                 raise InvalidBatchError(
-                    f"record {bad} ({name} {batch[name][bad]} of stream "
-                    f"{batch['stream'][bad]}) {REASONS[reason]}"
+                    f"record {item} ({field} {numbers[bad]} of stream "
+                    f"{batch['stream'][item]}) {REASONS[reason]}"
                 )
-            heads[name] = slots
+            heads[name] = slots.reshape(count, *self._heads[name].shape[1:])
         kept = min(count, self._capacity)
         skip = count - kept
         first = self._next_generation + skip
         numbers = first + np.arange(kept, dtype=np.int64)
         slots = numbers % self._capacity
         self._live -= self._release(slots)
-        obs_heads, next_heads = heads["obs_frame"][skip:], heads["next_obs_frame"][skip:]
-        self._obs_head[slots] = obs_heads
-        self._next_head[slots] = next_heads
-        count_refs(obs_heads, self._prev, self._refs, self._stack, 1)
-        count_refs(next_heads, self._prev, self._refs, self._stack, 1)
+        for name, slots_of in heads.items():
+            kept_heads = slots_of[skip:]
+            self._heads[name][slots] = kept_heads
+            count_refs(kept_heads.reshape(-1), self._prev, self._refs, self._stack, 1)
         for name, column in self._scalar_columns.items():
             column[slots] = batch[name][skip:]
         self._generations[slots] = numbers
@@ -349,10 +375,13 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         return index
 
     def _release(self, slots: np.ndarray) -> int:
-        return release(
-            slots, self._obs_head, self._next_head, self._generations, self._prev, self._refs,
-            self._stack,
-        )  # fmt: skip
+        """Releases the frames of the live items at ``slots`` (distinct) and marks them
+        dead; returns how many were alive."""
+        live = slots[self._generations[slots] >= 0]
+        for heads in self._heads.values():
+            count_refs(heads[live].reshape(-1), self._prev, self._refs, self._stack, -1)
+        self._generations[live] = -1
+        return int(live.size)
 
     def _evict_oldest(self) -> None:
         """Evicts the oldest live transition (to free the frame slot the cursor needs)."""

@@ -240,7 +240,8 @@ class SampleReply:
         layout = FrameStackSpec.from_transition_spec(spec)
         if layout is None:
             raise ProtocolError(f"a frame reply for {spec}, which has no frame stacks")
-        scalars = [name for name in spec if name not in ("obs", "next_obs")]
+        stacks = [name for name, _ in layout.stack_fields]
+        scalars = [name for name in spec if name not in stacks]
         if len(message.arrays) != 5 + len(scalars) + 3:
             raise ProtocolError(
                 f"frame SAMPLE_REPLY has {len(message.arrays)} arrays, expected "
@@ -248,11 +249,10 @@ class SampleReply:
             )
         *head, index, data, offsets = message.arrays
         payload = FramePayload(index, data, offsets, message.scalar == 1.0)
-        obs, following = unpack(payload, layout)
-        if obs.shape[:1] != head[1].shape[:1]:
-            raise ProtocolError(f"{len(obs)} frame stacks for indices {head[1].shape}")
-        fields = dict(zip(scalars, head[5:], strict=True))
-        fields.update(obs=obs, next_obs=following)
+        fields = unpack(payload, layout)
+        if fields["obs"].shape[:1] != head[1].shape[:1]:
+            raise ProtocolError(f"{len(fields['obs'])} frame stacks for indices {head[1].shape}")
+        fields.update(zip(scalars, head[5:], strict=True))
         whole = Message(Kind.SAMPLE_REPLY, message.sender, message.sequence, arrays=(
             *head[:5], *(fields[name] for name in spec)))  # fmt: skip
         return cls.from_message(whole, spec)

@@ -143,8 +143,8 @@ class ShardConfig:
 
     def _queue_problems(self) -> list[str]:
         problems = []
-        if self.frames is not None:
-            problems.append("queue mode keeps whole items: frames are not supported yet")
+        if self.frames is not None and self.frames.steps is None:
+            problems.append("queue mode keeps unrolls: its frame layout must be an unroll's")
         if self.samples_per_insert is not None:
             problems.append("queue mode hands each item out once: samples_per_insert does "
                             "not apply")  # fmt: skip

@@ -46,7 +46,7 @@ class Ingest:
             )  # fmt: skip
         if config.queue:
             self.replay = UnrollQueue(config.spec, config.capacity, config.replay_share,
-                                      seed=config.seed)  # fmt: skip
+                                      seed=config.seed, storage=storage)  # fmt: skip
         else:
             self.replay = PrioritizedReplay(
                 config.spec, config.capacity, config.alpha, rng=config.seed, storage=storage
@@ -155,7 +155,9 @@ class Ingest:
         if self.frames is None:
             return {}
         storage: FrameStackStorage = self.replay.storage
+        queued = {"unrolls_evicted_queued": self.replay.evicted_queued} if self.config.queue else {}
         return {
+            **queued,
             "frames_received": self.frames_received,
             "frames_stored": storage.frames_stored,
             "frame_bytes_stored": storage.frame_bytes_stored,

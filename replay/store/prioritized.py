@@ -240,10 +240,7 @@ class PrioritizedReplay(StorageView):
         """
         if not hasattr(self._storage, "add_frames"):
             raise InvalidBatchError("this replay stores whole transitions: it takes no frames")
-        if frames is not None:
-            slots = self._storage.add_frames(streams, numbers, starts, frames)
-        else:
-            slots = self._storage.add_compressed_frames(streams, numbers, starts, data, offsets)
+        slots = self._storage.store_frames(streams, numbers, starts, frames, data, offsets)
         self._zero_evicted()
         return slots
 

@@ -24,6 +24,12 @@ is drawn uniformly from items already handed out and still in the ring (generati
 few have been handed out, fewer are replayed. Each fresh item is still handed out once,
 in order, and inserts wait exactly as without it.
 
+Atari unrolls keep their frames once (``replay.frames.storage``, given as ``storage``):
+frames come first (:meth:`add_frames`), then unrolls that refer to them. Should the frame
+ring run short, the store evicts the oldest items to free frames: handed-out ones first,
+and only then queued ones, which the queue then skips and counts (``evicted_queued``: lost
+data; the default frame ring is sized so that it does not happen).
+
 It offers the members of ``PrioritizedReplay`` a shard uses; priorities do not apply:
 an insert's are ignored and an update is refused.
 """
@@ -31,6 +37,7 @@ an insert's are ignored and an update is refused.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,6 +52,9 @@ from replay.store.prioritized import SampledBatch
 from replay.store.spec import TransitionSpec
 from replay.store.state import Reader, meta_int, prefixed, sub_reader
 from replay.store.storage import BatchBuffers, RingStorage, StorageView
+
+if TYPE_CHECKING:
+    from replay.frames.storage import FrameStackStorage
 
 # Bounds of the values of named fields (inclusive).
 VALUE_BOUNDS = {
@@ -67,18 +77,30 @@ class UnrollQueue(StorageView):
         capacity: items kept at most.
         replay_share: the share of each batch replayed, in [0, 1).
         seed: of the generator that picks replayed items.
+        storage: where items live: a ``RingStorage`` of ``spec`` by default, or a frame
+            storage of unrolls (``replay.frames.storage``; ``spec`` is then ignored).
 
     Raises:
-        InvalidIndexError: ``capacity`` is not a positive integer, or ``replay_share``
-            is outside [0, 1).
+        InvalidIndexError: ``capacity`` is not a positive integer or not the storage's,
+            or ``replay_share`` is outside [0, 1).
     """
 
     def __init__(
-        self, spec: TransitionSpec, capacity: int, replay_share: float = 0.0, seed: int = 0
+        self,
+        spec: TransitionSpec,
+        capacity: int,
+        replay_share: float = 0.0,
+        seed: int = 0,
+        storage: RingStorage | FrameStackStorage | None = None,
     ) -> None:
         if not 0.0 <= replay_share < 1.0:
             raise InvalidIndexError(f"replay_share must be in [0, 1), got {replay_share!r}")
-        self._storage = RingStorage(spec, capacity)
+        self._storage = storage if storage is not None else RingStorage(spec, capacity)
+        if self._storage.capacity != capacity:
+            raise InvalidIndexError(
+                f"capacity {capacity} is not the storage's {self._storage.capacity}"
+            )
+        self.evicted_queued = 0
         self._handed = 0
         self.replay_share = replay_share
         self._rng = np.random.default_rng(seed)
@@ -133,15 +155,37 @@ class UnrollQueue(StorageView):
         """How many items of a batch of ``batch_size`` are replayed now."""
         if not self.replay_share:
             return 0
-        handed_in_ring = self._handed - max(0, self._storage.items_written - self.capacity)
+        handed_in_ring = self._handed - self._storage.oldest_live
         return min(round(batch_size * self.replay_share), handed_in_ring)
 
     def fresh_needed(self, batch_size: int) -> int:
         """Queued items a batch of ``batch_size`` takes now."""
         return batch_size - self.replayable(batch_size)
 
-    def add_frames(self, *args, **kwargs):
-        raise InvalidBatchError("a queue stores whole items: it takes no frames")
+    def add_frames(
+        self,
+        streams: np.ndarray,
+        numbers: np.ndarray,
+        starts: np.ndarray,
+        frames: np.ndarray | None = None,
+        *,
+        data: np.ndarray | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Stores frames in a frame storage, as ``PrioritizedReplay.add_frames`` does.
+        Queued items evicted to free frames are skipped (``evicted_queued``).
+
+        Raises:
+            InvalidBatchError: the frames are refused, or this queue keeps whole items.
+        """
+        if not hasattr(self._storage, "store_frames"):
+            raise InvalidBatchError("this queue keeps whole items: it takes no frames")
+        slots = self._storage.store_frames(streams, numbers, starts, frames, data, offsets)
+        self._storage.take_evicted()  # their generations are gone: oldest_live moved past
+        if self._storage.oldest_live > self._handed:
+            self.evicted_queued += self._storage.oldest_live - self._handed
+            self._handed = self._storage.oldest_live
+        return slots
 
     def allocate_batch(self, batch_size: int) -> BatchBuffers:
         return self._storage.allocate_batch(batch_size)
@@ -156,7 +200,8 @@ class UnrollQueue(StorageView):
     ) -> SampledBatch:
         """Hands out the oldest queued items, each once, and with a ``replay_share`` some
         handed out before (weights 1). ``beta`` and ``packed`` are the prioritized
-        store's, and do not apply: a queue has no priorities and keeps whole items.
+        store's: a queue has no priorities; ``packed`` leaves a frame storage's stacks
+        apart (``SampledBatch.frames``), as the prioritized store does.
 
         Raises:
             InvalidIndexError: ``batch_size`` is not a positive integer.
@@ -170,15 +215,20 @@ class UnrollQueue(StorageView):
             raise EmptyReplayError(f"{fresh} items asked, {self.size} queued")
         generations = self._handed + np.arange(fresh, dtype=np.int64)
         if replayed:
-            oldest = max(0, self._storage.items_written - self.capacity)
+            oldest = self._storage.oldest_live
             earlier = self._rng.integers(oldest, self._handed, replayed, dtype=np.int64)
             generations = np.concatenate([generations, earlier])
         slots = generations % self.capacity
-        transitions = self._storage.gather(slots, out)
+        frames = None
+        if packed and hasattr(self._storage, "gather_packed"):
+            transitions, frames = self._storage.gather_packed(slots)
+        else:
+            transitions = self._storage.gather(slots, out)
         self._handed += fresh
         self.replayed += replayed
         ones = np.ones(int(batch_size))
-        return SampledBatch(transitions, slots, generations, ones, ones.astype(np.float32))
+        return SampledBatch(transitions, slots, generations, ones, ones.astype(np.float32),
+                            frames)  # fmt: skip
 
     def update_priorities(self, indices, generations, priorities) -> int:
         raise ReplayError("a queue has no priorities to update")
@@ -186,7 +236,10 @@ class UnrollQueue(StorageView):
     def state(self) -> tuple[dict, dict]:
         """Arrays and scalars for a snapshot (see ``replay.store.state``)."""
         arrays, meta = self._storage.state()
-        return prefixed("storage.", arrays), {"storage": meta, "queue": {"handed": self._handed}}
+        return prefixed("storage.", arrays), {
+            "storage": meta,
+            "queue": {"handed": self._handed, "evicted_queued": self.evicted_queued},
+        }
 
     def restore(self, read: Reader, meta: dict) -> None:
         """Takes back :meth:`state`.
@@ -205,6 +258,8 @@ class UnrollQueue(StorageView):
             raise SnapshotError(f"queue cursor {handed} outside [{written - self.capacity}, "
                                 f"{written}] of the items written")  # fmt: skip
         self._handed = handed
+        # Snapshots from before frame queues have no such counter.
+        self.evicted_queued = meta_int(queue, "evicted_queued") if "evicted_queued" in queue else 0
 
 
 def _check_values(name: str, array: np.ndarray) -> None:

@@ -147,6 +147,11 @@ class RingSlots:
         return read_only(self._generations)
 
     @property
+    def oldest_live(self) -> int:
+        """No live item has a smaller generation: the ring's oldest."""
+        return max(0, self._next_generation - self._capacity)
+
+    @property
     def slots_touched(self) -> int:
         """Slots ever written: slots fill in order from 0, so these are the first ones
         (all of them once the ring has wrapped). A snapshot writes only these."""
