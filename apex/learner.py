@@ -18,7 +18,6 @@ import json
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ from apex.progress import LearnerCounters, ProgressWindow
 from apex.progress import describe as describe_progress
 from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch
-from apex.weights import WeightPublisher
+from apex.weights import Publications, WeightPublisher
 from replay.errors import ConfigError, ReplayError, ReplayTimeout
 from replay.sampling.batch_math import ReplayBatch
 from replay.wire.layout import Message
@@ -142,7 +141,8 @@ class Learner:
             self._restore(resume_from)
         self._context = make_context(security)
         try:
-            self._publisher = WeightPublisher(self._context, host, weights_port)
+            self._weights = Publications(WeightPublisher(self._context, host, weights_port),
+                                         PUBLISH_AT_LEAST_EVERY_S, PUBLICATIONS_KEPT)  # fmt: skip
             self._episodes = EpisodeCollector(self._context, host, episodes_port,
                                               on_evaluation=self._take_evaluation)  # fmt: skip
         except ConfigError:
@@ -154,9 +154,6 @@ class Learner:
         self._metrics: MetricsWriter | None = None
         self._last_eval: float | None = None
         self._solved = False
-        self._published: deque[tuple[int, int]] = deque(maxlen=PUBLICATIONS_KEPT)
-        self._life_start_updates = 0  # set by run(), after a resume's checkpoint
-        self._republish_at = 0.0
         self._started = time.monotonic()
         self._last_progress = self._started
         self._running = False
@@ -164,7 +161,7 @@ class Learner:
 
     @property
     def weights_endpoint(self) -> str:
-        return self._publisher.endpoint
+        return self._weights.endpoint
 
     @property
     def episodes_endpoint(self) -> str:
@@ -214,7 +211,7 @@ class Learner:
     def run(self) -> Outcome:
         config = self.config
         self._metrics = metrics = MetricsWriter(self.run_dir)
-        self._life_start_updates = self.counters.updates
+        self._weights.begin_life(self.counters.updates)  # after a resume's checkpoint
         self._publish()
         metrics.write(
             {
@@ -330,22 +327,14 @@ class Learner:
 
     def _publish(self) -> None:
         self.counters.weight_version += 1
-        self._published.append((self.counters.weight_version, self.counters.updates))
-        self._send_weights()
-
-    def _send_weights(self) -> None:
-        # With the updates of this learner's life behind them (0: its first weights),
-        # which lock-step actors wait on (apex.actor).
-        self._publisher.publish(self.algorithm.policy, self.counters.weight_version,
-                                self._episodes.env_steps(),
-                                self.counters.updates - self._life_start_updates)  # fmt: skip
-        self._republish_at = time.monotonic() + PUBLISH_AT_LEAST_EVERY_S
+        self._weights.publish(self.algorithm.policy, self.counters.weight_version,
+                              self.counters.updates, self._episodes.env_steps())  # fmt: skip
 
     def _resend_weights_if_due(self) -> None:
-        # While the learner waits for data: a PUB reaches only those subscribed when it
-        # sends, and an actor that joined since (a lock-step one waits on them) gets them.
-        if time.monotonic() >= self._republish_at:
-            self._send_weights()
+        # While the learner waits for data (apex.weights.Publications).
+        if self._weights.resend_due():
+            self._weights.send(self.algorithm.policy, self.counters.weight_version,
+                               self.counters.updates, self._episodes.env_steps())  # fmt: skip
 
     def _take_episodes(self) -> None:
         # Evaluations arrive on the same socket and are taken in the drain, in order.
@@ -374,8 +363,7 @@ class Learner:
                     evaluation.index, evaluation.weight_version, evaluation.env_steps, mean,
                     evaluation.returns.size, ": solved" if solves else "")  # fmt: skip
         if self._metrics is not None:
-            weights_updates = next((u for v, u in reversed(self._published)
-                                    if v == evaluation.weight_version), None)  # fmt: skip
+            weights_updates = self._weights.updates_behind(evaluation.weight_version)
             # Timed when the learner heard it: a run is solved once its confirmation is in.
             self._metrics.write(evaluation.record(self._elapsed_s(), self.counters.updates,
                                                   weights_updates, solves))  # fmt: skip
@@ -415,6 +403,6 @@ class Learner:
         return report, added
 
     def close(self) -> None:
-        self._publisher.close()
+        self._weights.close()
         self._episodes.close()
         self._context.term()

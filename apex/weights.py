@@ -15,6 +15,8 @@ import contextlib
 import json
 import logging
 import sys
+import time
+from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -79,6 +81,56 @@ class WeightPublisher:
 
     def close(self) -> None:
         self._socket.close(linger=0)
+
+
+class Publications:
+    """A learner's publications: each version with the updates behind it (for the
+    evaluations made on it), sent again while the learner waits for data, since a PUB
+    reaches only the subscribers it has when it sends and an actor that joined since
+    (a lock-step one waits on them) must get them.
+
+    Args:
+        publisher: the learner's PUB.
+        resend_every_s: how often weights go again while nothing new is published.
+        kept: publications remembered.
+    """
+
+    def __init__(self, publisher: WeightPublisher, resend_every_s: float, kept: int) -> None:
+        self._publisher = publisher
+        self._resend_every_s = resend_every_s
+        self._published: deque[tuple[int, int]] = deque(maxlen=kept)
+        self._resend_at = 0.0
+        self._life_start_updates = 0
+
+    @property
+    def endpoint(self) -> str:
+        return self._publisher.endpoint
+
+    def begin_life(self, updates: int) -> None:
+        """The learner starts (or resumes at ``updates``): later weights carry the updates
+        of this life, which lock-step actors wait on (``apex.actor``)."""
+        self._life_start_updates = updates
+
+    def publish(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
+        """A new version, made after ``updates``."""
+        self._published.append((version, updates))
+        self.send(module, version, updates, env_steps)
+
+    def send(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
+        """Sends ``version`` (again, if it was published before)."""
+        trained = updates - self._life_start_updates  # 0: this life's first weights
+        self._publisher.publish(module, version, env_steps, trained)
+        self._resend_at = time.monotonic() + self._resend_every_s
+
+    def resend_due(self) -> bool:
+        return time.monotonic() >= self._resend_at
+
+    def updates_behind(self, version: int) -> int | None:
+        """The updates made before ``version`` was published (None: not remembered)."""
+        return next((updates for v, updates in reversed(self._published) if v == version), None)
+
+    def close(self) -> None:
+        self._publisher.close()
 
 
 def read_weights(message: Message, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
