@@ -30,7 +30,6 @@ from numba import njit
 
 from replay.errors import (
     EmptyReplayError,
-    InvalidBatchError,
     InvalidIndexError,
     InvalidPriorityError,
 )
@@ -217,34 +216,11 @@ class PrioritizedReplay(StorageView):
         powered = self._powered_priorities(priorities, count)
         slots = self._storage.write(batch, count)
         self._tree.set_unchecked(slots, powered[count - slots.size : count])
-        self._zero_evicted()
+        self._evicted()
         return slots
 
-    def add_frames(
-        self,
-        streams: np.ndarray,
-        numbers: np.ndarray,
-        starts: np.ndarray,
-        frames: np.ndarray | None = None,
-        *,
-        data: np.ndarray | None = None,
-        offsets: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """Stores frames in a frame storage: whole (``frames``), or as LZ4 blocks
-        (``data``, ``offsets``; see ``FrameStackStorage.add_compressed_frames``).
-        Transitions it evicts to free their frames get zero priority here at once.
-
-        Raises:
-            InvalidBatchError: the frames are refused (see the storage), or this store
-                keeps whole transitions and has no frames.
-        """
-        if not hasattr(self._storage, "add_frames"):
-            raise InvalidBatchError("this replay stores whole transitions: it takes no frames")
-        slots = self._storage.store_frames(streams, numbers, starts, frames, data, offsets)
-        self._zero_evicted()
-        return slots
-
-    def _zero_evicted(self) -> None:
+    def _evicted(self) -> None:
+        # Transitions evicted to free their frames get zero priority at once.
         evicted = self._storage.take_evicted()
         if evicted.size:
             self._tree.set_unchecked(evicted, np.zeros(evicted.size))

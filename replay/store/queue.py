@@ -162,30 +162,13 @@ class UnrollQueue(StorageView):
         """Queued items a batch of ``batch_size`` takes now."""
         return batch_size - self.replayable(batch_size)
 
-    def add_frames(
-        self,
-        streams: np.ndarray,
-        numbers: np.ndarray,
-        starts: np.ndarray,
-        frames: np.ndarray | None = None,
-        *,
-        data: np.ndarray | None = None,
-        offsets: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """Stores frames in a frame storage, as ``PrioritizedReplay.add_frames`` does.
-        Queued items evicted to free frames are skipped (``evicted_queued``).
-
-        Raises:
-            InvalidBatchError: the frames are refused, or this queue keeps whole items.
-        """
-        if not hasattr(self._storage, "store_frames"):
-            raise InvalidBatchError("this queue keeps whole items: it takes no frames")
-        slots = self._storage.store_frames(streams, numbers, starts, frames, data, offsets)
-        self._storage.take_evicted()  # their generations are gone: oldest_live moved past
+    def _evicted(self) -> None:
+        # Evicted items' generations are gone (oldest_live moved past them): queued ones
+        # among them are skipped, and counted.
+        self._storage.take_evicted()
         if self._storage.oldest_live > self._handed:
             self.evicted_queued += self._storage.oldest_live - self._handed
             self._handed = self._storage.oldest_live
-        return slots
 
     def allocate_batch(self, batch_size: int) -> BatchBuffers:
         return self._storage.allocate_batch(batch_size)

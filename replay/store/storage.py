@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from replay.errors import InvalidIndexError
+from replay.errors import InvalidBatchError, InvalidIndexError
 from replay.store.spec import TransitionSpec
 from replay.store.state import Reader, Rows, json_like, meta_int, require_same
 from replay.store.sum_tree import aligned_empty, first_out_of_range
@@ -320,3 +320,30 @@ class StorageView:
     def storage(self):
         """The storage itself (a ``RingStorage``, or a frame storage with its methods)."""
         return self._storage
+
+    def add_frames(
+        self,
+        streams: np.ndarray,
+        numbers: np.ndarray,
+        starts: np.ndarray,
+        frames: np.ndarray | None = None,
+        *,
+        data: np.ndarray | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Stores frames in a frame storage: whole (``frames``), or as LZ4 blocks
+        (``data``, ``offsets``; see ``FrameStackStorage.add_compressed_frames``). Items
+        it evicts to free their frames are dealt with at once (:meth:`_evicted`).
+
+        Raises:
+            InvalidBatchError: the frames are refused (see the storage), or this store
+                keeps whole items and has no frames.
+        """
+        if not hasattr(self._storage, "store_frames"):
+            raise InvalidBatchError("this store keeps whole items: it takes no frames")
+        slots = self._storage.store_frames(streams, numbers, starts, frames, data, offsets)
+        self._evicted()
+        return slots
+
+    def _evicted(self) -> None:
+        """Acts on the items the storage evicted early (a frame storage's)."""
