@@ -51,6 +51,10 @@ class Algorithm(Protocol):
     def policy(self) -> nn.Module:
         """The network published to the actors and evaluated greedily."""
 
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """Every optimizer it steps (a learning-rate schedule sets their rate)."""
+
     def step(self, batch: DeviceBatch) -> StepResult:
         """One update; ``StepResult.new_priorities`` has one value per batch item."""
 

@@ -165,6 +165,10 @@ class DPG:
         return {0: "DDPG", 3: "TD3"}.get(len(fixes), f"DPG ({', '.join(fixes)})")
 
     @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.critic_optimizer, self.policy_optimizer]
+
+    @property
     def policy(self) -> nn.Module:
         """What actors get (policy and critic 1) and evaluation runs (the policy)."""
         return self.online

@@ -139,6 +139,13 @@ def adam(parameters, learning_rate: float, epsilon: float) -> torch.optim.Adam:
         return torch.optim.Adam(parameters, lr=learning_rate, eps=epsilon)
 
 
+def set_learning_rate(optimizers, rate: float) -> None:
+    """Every parameter group of ``optimizers`` at step size ``rate`` (a schedule's)."""
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = rate
+
+
 class DoubleDQN:
     """Double DQN with dueling heads, n-step targets and a periodic target copy.
 
@@ -167,6 +174,10 @@ class DoubleDQN:
         self.target.requires_grad_(False)
         self.optimizer = adam(self.online.parameters(), config.learning_rate, config.adam_epsilon)
         self.steps = 0
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     @property
     def policy(self) -> nn.Module:

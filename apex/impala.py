@@ -264,6 +264,10 @@ class Impala:
         self.last: LossParts | None = None
 
     @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
+
+    @property
     def policy(self) -> nn.Module:
         return self.network
 

@@ -30,6 +30,7 @@ from apex import checkpoint
 from apex.algorithm import Algorithm
 from apex.channels import EpisodeCollector
 from apex.delivery import delivery_report, describe
+from apex.dqn import set_learning_rate
 from apex.envs import solved_return
 from apex.evaluation import read_evaluation
 from apex.exploration import run_actors
@@ -313,6 +314,9 @@ class Learner:
                     # Name the wait that ran out, not the last short poll inside it.
                     raise ReplayTimeout(f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards "
                                         "down, empty or rate-limited)") from exc  # fmt: skip
+        if self.config.learning_rate_final is not None:
+            set_learning_rate(self.algorithm.optimizers,
+                              self.config.learning_rate_at(self.counters.updates))  # fmt: skip
         result = self.algorithm.step(batch)
         if result.new_priorities is not None:
             self.source.update_priorities(batch.source, result.new_priorities.numpy())

@@ -201,6 +201,9 @@ class LearnerConfig:
         hidden: MLP widths (actors build the same network).
         batch_size: transitions per update.
         learning_rate: Adam step size.
+        learning_rate_final: with ``learning_rate_decay_updates``, the step size it
+            decays to, linearly over that many updates, and keeps after (None: constant).
+        learning_rate_decay_updates: the updates it decays over.
         adam_epsilon: Adam ε.
         max_grad_norm: gradient clipping threshold (global norm).
         algorithm: "dqn", "dpg", "impala" or "auto" (from the action space; the run's
@@ -236,6 +239,8 @@ class LearnerConfig:
     hidden: tuple[int, ...] = (256, 256)
     batch_size: int = 512
     learning_rate: float = 1e-4
+    learning_rate_final: float | None = None
+    learning_rate_decay_updates: int = 0
     adam_epsilon: float = 1.5e-4
     max_grad_norm: float = 40.0
     algorithm: str = "auto"
@@ -262,6 +267,25 @@ class LearnerConfig:
         """Every problem with these settings (empty if none)."""
         return checked(self, prefix, lambda: self._range_problems(prefix))
 
+    def learning_rate_at(self, updates: int) -> float:
+        """The step size after ``updates`` updates (see ``learning_rate_final``)."""
+        if self.learning_rate_final is None:
+            return self.learning_rate
+        done = min(updates / self.learning_rate_decay_updates, 1.0)
+        return self.learning_rate + (self.learning_rate_final - self.learning_rate) * done
+
+    def _decay_problems(self, prefix: str) -> list[str]:
+        final, updates = self.learning_rate_final, self.learning_rate_decay_updates
+        if final is None:
+            return []
+        problems = []
+        if not (isinstance(final, (int, float)) and math.isfinite(final) and final > 0):
+            problems.append(f"{prefix}learning_rate_final must be > 0, got {final}")
+        if not isinstance(updates, int) or isinstance(updates, bool) or updates < 1:
+            problems.append(f"{prefix}learning_rate_decay_updates must be an integer >= 1 "
+                            f"with a learning_rate_final, got {updates!r}")  # fmt: skip
+        return problems
+
     def _range_problems(self, prefix: str) -> list[str]:
         counts = (
             "batch_size",
@@ -274,6 +298,7 @@ class LearnerConfig:
         rate = self.learning_rate
         if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
             problems.append(f"{prefix}learning_rate must be > 0, got {rate}")
+        problems += self._decay_problems(prefix)
         if self.device not in DEVICES and not str(self.device).startswith("cuda:"):
             problems.append(f"{prefix}device must be auto, cpu or cuda[:N], got {self.device!r}")
         if self.replay_io not in REPLAY_IO_MODES:

@@ -144,3 +144,28 @@ def test_an_actor_takes_its_exploration_scale_from_its_algorithm_s_setting() -> 
         _, entry = build_acting(actor, env_shape(actor.env))
         # One actor of one env copy explores at the base scale itself (Ape-X with N = 1).
         assert entry.name == name and getattr(actor, entry.exploration) == scale
+
+
+@pytest.mark.parametrize("name", ["dqn", "dpg", "impala"])
+def test_a_learning_rate_schedule_reaches_every_optimizer_of_an_algorithm(name: str) -> None:
+    from apex.dqn import set_learning_rate
+
+    env = ENVS.get(name) or BY_NAME_ONLY[name]
+    config = resolve({"env": env, "algorithm": name, "learner": {
+        "hidden": [16], "learning_rate": 1e-3, "learning_rate_final": 1e-4,
+        "learning_rate_decay_updates": 100}, "actor": {"hidden": [16]}})  # fmt: skip
+    learner = build_algorithm(config.learner, env_shape(config.env), torch.device("cpu"))
+    parameters = {id(p) for o in learner.optimizers for g in o.param_groups for p in g["params"]}
+    assert parameters >= {id(p) for p in learner.policy.parameters() if p.requires_grad}
+    rates = [config.learner.learning_rate_at(u) for u in (0, 50, 100, 10_000)]
+    assert rates == pytest.approx([1e-3, 5.5e-4, 1e-4, 1e-4])
+    set_learning_rate(learner.optimizers, rates[1])
+    assert {g["lr"] for o in learner.optimizers for g in o.param_groups} == {rates[1]}
+
+
+def test_a_learning_rate_schedule_is_checked() -> None:
+    with pytest.raises(ConfigError, match="learning_rate_decay_updates must be an integer >= 1"):
+        resolve({"learner": {"learning_rate_final": 1e-4}})
+    with pytest.raises(ConfigError, match="learning_rate_final must be > 0"):
+        resolve({"learner": {"learning_rate_final": -1.0, "learning_rate_decay_updates": 10}})
+    assert resolve({}).learner.learning_rate_at(10**6) == resolve({}).learner.learning_rate
