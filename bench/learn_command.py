@@ -11,7 +11,17 @@ from bench.cli_options import progress
 from bench.learn_tasks import QUICK_BUDGET_S, TASKS, quick_task
 
 
-def _previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
+def run_side(run: dict) -> str:
+    """``apex``, or ``peer`` for a run of the task's peer (its implementation's name)."""
+    return "apex" if run["implementation"] == "apex" else "peer"
+
+
+def previous_runs(paths: tuple[Path, ...], name: str, sides: tuple[str, ...] = ()) -> list[dict]:
+    """The runs of the records at ``paths`` (of task ``name``), of ``sides`` only if given.
+
+    Raises:
+        click.BadParameter: a file that is no learning record of the task.
+    """
     runs = []
     for path in paths:
         try:
@@ -24,7 +34,7 @@ def _previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
         if held != name:
             raise click.BadParameter(f"{path} holds {held}, not {name}",
                                      param_hint="--resume")  # fmt: skip
-        runs += config["runs"]
+        runs += [run for run in config["runs"] if not sides or run_side(run) in sides]
     return runs
 
 
@@ -41,6 +51,9 @@ def _previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
 @click.option("--resume", "resume_paths", multiple=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Records whose runs count and are not run again (sittings merged).")  # fmt: skip
+@click.option("--keep-side", "keep_sides", multiple=True, type=click.Choice(["apex", "peer"]),
+              help="With --resume: keep only this side's runs from the records, and run "
+              "the other's again (a side's preset changed) [both].")  # fmt: skip
 @click.option("--quick", is_flag=True, help=f"Seed 0, {QUICK_BUDGET_S:g} s: plumbing only.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="The record, rewritten after every run.")  # fmt: skip
@@ -48,8 +61,8 @@ def _previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
 @click.option("--plots", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Where the PNG goes [bench/results/plots; none for a "
               "--quick, --set or --seed run].")  # fmt: skip
-def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, quick,
-                json_path, markdown_path, plot_dir) -> None:  # fmt: skip
+def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, keep_sides,
+                quick, json_path, markdown_path, plot_dir) -> None:  # fmt: skip
     """Learning speed with confirmed solves and 95% intervals: apex beside its peer
     (stable-baselines3 with the rl-zoo settings), the same rule on both sides."""
     from bench import learn_report, learn_suite, report
@@ -58,7 +71,9 @@ def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, q
     task = TASKS[env]
     if quick:
         task = quick_task(task)
-    previous = _previous_runs(resume_paths, env)
+    if keep_sides and not resume_paths:
+        raise click.BadParameter("keeps runs of records: give --resume", param_hint="--keep-side")
+    previous = previous_runs(resume_paths, env, keep_sides)
     document = report.new_document(REPO_ROOT)
 
     def save(result: dict) -> None:

@@ -122,6 +122,20 @@ def test_runs_in_a_record_are_not_run_again_and_failures_are_listed() -> None:
     assert learn_suite.comparisons(TASK, [*result["records"], *unavailable]) == []
 
 
+def test_a_resumed_record_keeps_one_side_s_runs_when_asked(tmp_path: Path) -> None:
+    from bench.learn_command import previous_runs
+
+    runs = [fake_run("apex", 0, 12.0), fake_run("sb3-dqn", 0, 30.0), fake_run("apex", 1, None)]
+    record = tmp_path / "learn.json"
+    record.write_text(json.dumps({"suites": {"learn": {"config": {
+        "task": {"name": "", "env": "CartPole-v1"}, "runs": runs}}}}))  # fmt: skip
+    assert previous_runs((record,), "CartPole-v1") == runs
+    assert previous_runs((record,), "CartPole-v1", ("peer",)) == [runs[1]]
+    assert previous_runs((record,), "CartPole-v1", ("apex",)) == [runs[0], runs[2]]
+    result = CliRunner().invoke(main, ["bench", "learn", "--keep-side", "peer", "--quick"])
+    assert result.exit_code != 0 and "give --resume" in result.output
+
+
 def test_compare_flags_a_learning_regression_only_when_the_interval_is_wholly_worse() -> None:
     def document(times: list[float]) -> dict:
         runs = [fake_run("apex", s, solve_s=t) for s, t in enumerate(times)]
