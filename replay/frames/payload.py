@@ -174,9 +174,7 @@ def unpack(payload: FramePayload, layout: FrameStackSpec) -> dict[str, np.ndarra
         raise ProtocolError(f"whole frames must be {nbytes} bytes each")
     n, fields, column = len(index), {}, 0
     for name, per_item in layout.stack_fields:
-        shape = (n, k, *layout.frame_shape) if layout.steps is None else (
-            n, per_item, k, *layout.frame_shape)  # fmt: skip
-        fields[name] = np.empty(shape, dtype=layout.frame_dtype)
+        fields[name] = np.empty((n, *layout.transition_spec[name].shape), layout.frame_dtype)
         width = per_item * k
         columns = np.ascontiguousarray(index[:, column : column + width])
         _put_together(payload, columns, fields[name].reshape(n, width, nbytes).view(np.uint8))

@@ -71,7 +71,7 @@ class FrameStackReader:
         # its heads per item.
         work = []
         for name, heads in self._heads.items():
-            each = heads[0].size
+            each = int(np.prod(heads.shape[1:]))  # 1, or an unroll's T + 1
             target = out.fields[name].reshape(n * each, k, -1).view(np.uint8)
             work.append((heads[slots].reshape(-1), target, each))
 

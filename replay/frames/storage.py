@@ -156,10 +156,9 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         }
         # Per stack field, the slot of each item's head frames (an unroll's: one a step).
         self._heads = {
-            name: np.zeros((self._capacity,) if spec.steps is None else (self._capacity, count),
-                           dtype=np.int32)
-            for name, count in spec.stack_fields
-        }  # fmt: skip
+            name: np.zeros((self._capacity, *spec.record_spec[f"{name}_frame"].shape), np.int32)
+            for name, _ in spec.stack_fields
+        }
         self._generations = np.full(self._capacity, -1, dtype=np.int64)
         self._next_generation = 0
         self._live = 0
