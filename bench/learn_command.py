@@ -89,7 +89,7 @@ def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, k
     result = learn_suite.run(task, seeds=seeds or task.seeds, implementations=sides or
                              ("apex", "peer"), previous=previous, keep_training=keep_training,
                              apex_settings=apex_settings, progress=progress,
-                             on_run=saved_so_far)  # fmt: skip
+                             on_run=saved_so_far, warm_up=not quick)  # fmt: skip
     save(result)
     text = learn_report.markdown(document)
     if markdown_path:

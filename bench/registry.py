@@ -67,7 +67,7 @@ def run_suite(
 
         task = learn_tasks.TASKS["CartPole-v1"]
         task = learn_tasks.quick_task(task) if quick else task
-        return learn_suite.run(task, seeds=task.seeds, progress=progress)
+        return learn_suite.run(task, seeds=task.seeds, progress=progress, warm_up=not quick)
     if name == "frames":
         from bench import frames_suite
 

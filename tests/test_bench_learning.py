@@ -201,3 +201,28 @@ def test_the_lag_goal_compares_v_trace_iqms_at_k_20_and_the_least_k() -> None:
     assert goal["checked"] and goal["iqm_ratio"] == pytest.approx(10.5 / 9.5)
     assert not goal["met"] and 0 <= goal["p_lagged_sooner"] < 0.5
     assert _goal({(1, True): fresh}, 1, 90.0) == {"checked": False}
+
+
+def test_each_side_is_warmed_once_untimed_before_its_first_timed_run(monkeypatch) -> None:
+    calls = []
+
+    def fake(name):
+        def run(task, seed, keep, *rest):
+            calls.append((name, seed, task.budget_s, task.target))
+            return fake_run(name if name == "apex" else "sb3-dqn", seed, 5.0)
+
+        return run
+
+    monkeypatch.setattr(learn_suite, "run_apex", fake("apex"))
+    monkeypatch.setattr(learn_suite, "run_peer", fake("peer"))
+    previous = [fake_run("apex", 0, 10.0)]
+    result = learn_suite.run(TASK, seeds=(0, 1), previous=previous)
+    warm = (learn_suite.WARM_UP_S, None)  # a short budget and no target: it never solves
+    assert calls == [("apex", 1, *warm), ("apex", 1, TASK.budget_s, TASK.target),
+                     ("peer", 0, *warm), ("peer", 0, TASK.budget_s, TASK.target),
+                     ("peer", 1, TASK.budget_s, TASK.target)]  # fmt: skip
+    # Only timed runs are kept; a plumbing check runs without a warm-up.
+    assert len(result["config"]["runs"]) == 4 and result["config"]["warm_up_s"] > 0
+    calls.clear()
+    learn_suite.run(TASK, seeds=(5,), implementations=("apex",), warm_up=False)
+    assert calls == [("apex", 5, TASK.budget_s, TASK.target)]
