@@ -295,43 +295,6 @@ def latest_updates(run_dir: Path) -> int:
     return latest_progress(run_dir).get("updates", 0)
 
 
-@pytest.mark.slow
-def test_a_submitted_run_spans_three_hosts_and_completes(cluster, tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    job_id = submit(run_dir, "--shards", "2", "--actors-per-node", "2", "--max-updates", "800")
-    fields = wait_for_job_end(job_id, run_dir, timeout_s=180)
-    output = job_output(run_dir)
-    assert fields["JobState"] == "COMPLETED", output
-    assert "starts on learner" in output
-    end = end_record(run_dir)
-    assert end["reason"] == "max_updates" and end["updates"] == 800
-    delivery = end["delivery"]
-    assert delivery["actors_heard"] == 2 and delivery["actors_gone"] == []
-    for actor in delivery["actors"].values():
-        assert actor["transitions_received"] > 0
-    assert delivery["shards_answering"] == 2 and delivery["transitions_lost"] == 0
-    assert Path(end["checkpoint"]).exists()
-    # Shards bound on the shard host and were reached by name from the other two.
-    assert output.count('"ready": {"insert": "tcp://0.0.0.0:560') == 2
-    status = subprocess.run(
-        [*APEX, "slurm", "status", str(run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert status.returncode == 0 and "COMPLETED" in status.stdout
-    assert "ended: max_updates after 800 updates" in status.stdout
-    assert "actor processes" in status.stdout and "checkpoint: " in status.stdout
-    # The learner's task drew the run's curves before it ended the job.
-    assert (run_dir / "curves.png").stat().st_size > 10_000
-    # Compute-node ports are open to the cluster: submit made the run keys, secrets 0600.
-    config = json.loads((run_dir / "config.json").read_text())
-    assert config["security"]["keys"] == str(run_dir / "keys")
-    assert stat.S_IMODE((run_dir / "keys" / "server.key_secret").stat().st_mode) == 0o600
-    assert "security: curve" in status.stdout
-
-
 # Asks a shard for INFO from wherever it runs; prints "answered" or "refused".
 _INFO_PROBE = """
 import sys
@@ -351,12 +314,16 @@ context.destroy(linger=0)
 
 
 @pytest.mark.slow
-def test_a_dpg_run_s_shards_answer_its_keys_and_refuse_others_from_another_host(
+def test_a_dpg_run_spans_three_hosts_refuses_strangers_and_completes(
     cluster, tmp_path: Path
 ) -> None:
+    """One job for what every submitted run must do (the roles on three hosts, the shards
+    reached by name, CURVE keys made by submit, curves and status at the end) and for the
+    shards' refusals seen from another host. Pendulum: Ape-X DPG (Box actions) takes the
+    same Slurm path as DQN, which the other jobs here run."""
     run_dir = tmp_path / "run"
-    # Pendulum: Ape-X DPG (Box actions) takes the same Slurm path as DQN.
-    job_id = submit(run_dir, "--env", "Pendulum-v1", "--max-time", "30", "--target-return", "1e9")
+    job_id = submit(run_dir, "--env", "Pendulum-v1", "--shards", "2", "--actors-per-node", "2",
+                    "--max-time", "30")  # fmt: skip
     poll(lambda: latest_updates(run_dir) > 50, 120, "training to start")
     generate(tmp_path / "stranger")
     # A client pair the run never admitted, pinned to the run's real server key.
@@ -373,20 +340,46 @@ def test_a_dpg_run_s_shards_answer_its_keys_and_refuse_others_from_another_host(
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()
 
+    assert probe(str(run_dir / "keys")) == "answered"
     assert probe("") == "refused"  # no key
     assert probe(str(tmp_path / "stranger")) == "refused"  # another run's keys
     assert probe(str(tmp_path / "unadmitted")) == "refused"
-    assert probe(str(run_dir / "keys")) == "answered"
     fields = wait_for_job_end(job_id, run_dir, timeout_s=120)
-    assert fields["JobState"] == "COMPLETED", job_output(run_dir)
+    output = job_output(run_dir)
+    assert fields["JobState"] == "COMPLETED", output
+    assert "starts on learner" in output
     refused = [r["refused"] for r in read_metrics(run_dir) if r.get("event") == "progress"][-1]
     assert refused["no_key"] >= 1 and refused["wrong_key"] >= 1, refused
     assert refused["not_admitted"] >= 1, refused
     [start] = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
-    assert start["algorithm"] == "DDPG" and end_record(run_dir)["updates"] > 50
-    status = subprocess.run([*APEX, "status", str(run_dir)], capture_output=True, text=True,
-                            timeout=60, check=False)  # fmt: skip
+    assert start["algorithm"] == "DDPG"
+    end = end_record(run_dir)
+    assert end["reason"] == "max_time" and end["updates"] > 50
+    delivery = end["delivery"]
+    assert delivery["actors_heard"] == 2 and delivery["actors_gone"] == []
+    for actor in delivery["actors"].values():
+        assert actor["transitions_received"] > 0
+    assert delivery["shards_answering"] == 2 and delivery["transitions_lost"] == 0
+    assert Path(end["checkpoint"]).exists()
+    # Shards bound on the shard host and were reached by name from the other two.
+    assert output.count('"ready": {"insert": "tcp://0.0.0.0:560') == 2
+    status = subprocess.run(
+        [*APEX, "slurm", "status", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert status.returncode == 0 and "COMPLETED" in status.stdout
+    assert f"ended: max_time after {end['updates']} updates" in status.stdout, status.stdout
+    assert "actor processes" in status.stdout and "checkpoint: " in status.stdout
     assert "security: curve; refused connections: no_key" in status.stdout, status.stdout
+    # The learner's task drew the run's curves before it ended the job.
+    assert (run_dir / "curves.png").stat().st_size > 10_000
+    # Compute-node ports are open to the cluster: submit made the run keys, secrets 0600.
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["security"]["keys"] == str(run_dir / "keys")
+    assert stat.S_IMODE((run_dir / "keys" / "server.key_secret").stat().st_mode) == 0o600
 
 
 @pytest.mark.slow
