@@ -275,6 +275,9 @@ class Supervisor:
                 outcome = learner.process.read_line(WATCH_INTERVAL_S)
                 if outcome and "outcome" in outcome:
                     result = outcome["outcome"]
+                    # Nothing samples any more: the actors stop while the learner writes
+                    # its last checkpoint and stops its evaluator, not after.
+                    self._terminate([c for c in self._children if c.role == "actor"])
                     returncode, _ = learner.process.wait_or_kill(time.monotonic() + STOP_BUDGET_S)
                     code = EXIT_OK if returncode == 0 else EXIT_FAILED
                     return self._finish(code, result["reason"], result)

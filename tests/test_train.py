@@ -29,7 +29,7 @@ from replay.wire.security import REFUSAL_REASONS
 RANDOM_CARTPOLE_RETURN = 22.0
 
 
-CARTPOLE_RUN_SECONDS = 25
+CARTPOLE_RUN_SECONDS = 18
 
 
 @pytest.fixture(scope="module")
