@@ -388,7 +388,7 @@ def test_a_killed_actor_comes_back_and_a_cut_link_is_survived_and_reported(
 ) -> None:
     run_dir = tmp_path / "run"
     # Three actors, all on host "actor"; the run ends by time, well after both faults.
-    job_id = submit(run_dir, "--actors-per-node", "3", "--max-time", "40", "--target-return", "1e9")
+    job_id = submit(run_dir, "--actors-per-node", "3", "--max-time", "34", "--target-return", "1e9")
     # Training can start on two actors' data while the third still starts up; one the
     # learner first hears after the cut has no silence to show (seen once in CI: 1.01 s).
     poll(lambda: (p := latest_progress(run_dir)) and p["updates"] > 100 and p["actors_heard"] == 3,
