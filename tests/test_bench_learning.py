@@ -226,3 +226,24 @@ def test_each_side_is_warmed_once_untimed_before_its_first_timed_run(monkeypatch
     calls.clear()
     learn_suite.run(TASK, seeds=(5,), implementations=("apex",), warm_up=False)
     assert calls == [("apex", 5, TASK.budget_s, TASK.target)]
+
+
+@pytest.mark.parametrize(
+    ("env", "keep", "stops"),
+    [("CartPole-v1", False, "true"), ("CartPole-v1", True, "false"),
+     ("HalfCheetah-v5", False, "false")],
+)  # fmt: skip
+def test_apex_stops_at_a_solve_only_where_the_task_has_a_target(monkeypatch, env, keep, stops):
+    """A task without a target compares returns at checkpoints: its runs go on to the
+    budget, past the env's own threshold (HalfCheetah-v5's 4,800)."""
+    from bench import learn_runs
+
+    commands = []
+    monkeypatch.setattr(
+        learn_runs, "_spawned", lambda c, task: (commands.append(c), (0.0, None))[1]
+    )
+    run = learn_runs.run_apex(TASKS[env], 0, keep)
+    assert "error" in run  # the stand-in ran past its budget
+    [command] = commands
+    assert f"learner.stop_when_solved={stops}" in command
+    assert ("--target-return" in command) == (TASKS[env].target is not None)
