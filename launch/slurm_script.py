@@ -143,8 +143,19 @@ def _body(config: RunConfig, run_dir: Path) -> str:
             "srun --het-group=2 --distribution=block --kill-on-bad-exit=0 --label "
             + task.format(role="actor")
             + " &",
+            "actors=$!",
             "srun --het-group=0 " + task.format(role="learner") + " &",
             "learner=$!",
+        ]
+        # Actors before shards: stopped at once, each actor waited its whole final flush
+        # (5 s) for shards that had already written their last snapshot and gone. srun
+        # passes the TERM on to its tasks; a minute at most, then everything is stopped.
+        stop_actors_first = [
+            'kill -TERM "$actors" 2>/dev/null',
+            "for _ in $(seq 120); do",
+            '  kill -0 "$actors" 2>/dev/null || break',
+            "  sleep 0.5",
+            "done",
         ]
     else:
         ranks = multi_prog_ranks(config)
@@ -163,12 +174,14 @@ def _body(config: RunConfig, run_dir: Path) -> str:
             + " &",
             "learner=$!",
         ]
+        stop_actors_first = []
     lines += [
         "# `wait` returns early when a trap runs: wait again while the learner lives.",
         "while :; do",
         '  wait "$learner"; code=$?',
         '  kill -0 "$learner" 2>/dev/null || break',
         "done",
+        *stop_actors_first,
         'scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null',
         "wait",
         'if [ "$requeue" = 1 ]; then',

@@ -75,8 +75,12 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-# Heterogeneous jobs start only from a backfill cycle: keep that cycle short.
-SchedulerParameters=bf_interval=1
+# Heterogeneous jobs start only from a backfill cycle: keep that cycle short. A requeued
+# job waits out its BeginTime (the credentials' expiry), then for the main scheduling loop
+# (every 60 s by default) to mark it eligible, then for the controller's next ping of the
+# nodes (a third of SlurmdTimeout, or so) before backfill takes it: 32 s from requeue to
+# start at sched_interval and SlurmdTimeout 60, 6.5 s with these.
+SchedulerParameters=bf_interval=1,sched_interval=1
 # Nodes advertise NODE_CPUS, more than this machine has (slurmd checks it otherwise).
 SlurmdParameters=config_overrides
 MpiDefault=none
@@ -88,7 +92,8 @@ MailProg=/bin/true
 ReturnToService=2
 KillWait=5
 MinJobAge=300
-SlurmdTimeout=60
+# Also sets how often the controller pings the nodes (see SchedulerParameters).
+SlurmdTimeout=15
 NodeName=DEFAULT CPUs=${NODE_CPUS} RealMemory=$2 State=UNKNOWN
 ${nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
