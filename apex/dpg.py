@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from apex.dqn import StepResult, adam, descend
+from apex.dqn import StepResult, adam, descend, soft_update
 from apex.exploration import gaussian_noise
 from apex.policy import NumpyActorCritic
 from replay.store.field_checks import checked, in_unit_interval, not_positive_integers
@@ -102,15 +102,6 @@ def build_learner(config: LearnerConfig, settings: Settings, shape: EnvShape, de
 
 def build_acting(config: ActorConfig, shape: EnvShape) -> DPGActing:
     return DPGActing(config, shape)
-
-
-def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """``target ← (1 − tau)·target + tau·online``, parameter by parameter."""
-    import torch
-
-    with torch.no_grad():
-        for kept, new in zip(target.parameters(), online.parameters(), strict=True):
-            kept.lerp_(new, tau)
 
 
 class DPG:

@@ -27,7 +27,7 @@ import numpy as np
 
 from apex.exploration import epsilon_greedy
 from apex.policy import build_policy
-from replay.store.field_checks import checked, not_positive_integers
+from replay.store.field_checks import checked, in_unit_interval, not_positive_integers
 
 if TYPE_CHECKING:
     import torch
@@ -44,13 +44,19 @@ class Settings:
 
     Attributes:
         target_update_period: updates between copies of the online network to the target.
+        policy_average: 0, or the Polyak rate of an average of the online network that
+            actors act with and evaluation plays (``average ← (1 − rate)·average +
+            rate·online`` after each update), where SGD's noise on a solved task flips the
+            online network's greedy actions from one update to the next.
     """
 
     target_update_period: int = 2500
+    policy_average: float = 0.0
 
     def problems(self, prefix: str = "learner.dqn.") -> list[str]:
         return checked(self, prefix, lambda: not_positive_integers(
-            {f"{prefix}target_update_period": self.target_update_period}))  # fmt: skip
+            {f"{prefix}target_update_period": self.target_update_period})
+            + in_unit_interval(f"{prefix}policy_average", self.policy_average))  # fmt: skip
 
 
 def shape_problems(shape: EnvShape, env: str) -> list[str]:
@@ -127,6 +133,16 @@ def descend(optimizer: torch.optim.Optimizer, loss: torch.Tensor, parameters, ma
     optimizer.step()
 
 
+def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """``target ← (1 − tau)·target + tau·online``, parameter by parameter (DPG's target
+    networks, DQN's averaged policy)."""
+    import torch
+
+    with torch.no_grad():
+        for kept, new in zip(target.parameters(), online.parameters(), strict=True):
+            kept.lerp_(new, tau)
+
+
 def adam(parameters, learning_rate: float, epsilon: float) -> torch.optim.Adam:
     """Fused Adam where this torch has it for the device (1.2 ms against 1.5 ms per update
     of a 128×128 MLP on one CPU thread), the plain one otherwise."""
@@ -172,6 +188,10 @@ class DoubleDQN:
         self.online = build_network(observation_shape, actions, config.hidden).to(device)
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
+        self.average = None
+        if settings.policy_average:
+            self.average = copy.deepcopy(self.online)
+            self.average.requires_grad_(False)
         self.optimizer = adam(self.online.parameters(), config.learning_rate, config.adam_epsilon)
         self.steps = 0
 
@@ -181,8 +201,9 @@ class DoubleDQN:
 
     @property
     def policy(self) -> nn.Module:
-        """The network actors act with and evaluation runs (the online one)."""
-        return self.online
+        """The network actors act with and evaluation runs: the online one, or its average
+        (``Settings.policy_average``)."""
+        return self.online if self.average is None else self.average
 
     def step(self, batch: DeviceBatch) -> StepResult:
         """One update on ``batch``; copies the online network to the target every
@@ -199,21 +220,29 @@ class DoubleDQN:
         self.steps += 1
         if self.steps % self.settings.target_update_period == 0:
             self.target.load_state_dict(self.online.state_dict())
+        if self.average is not None:
+            soft_update(self.average, self.online, self.settings.policy_average)
         return result
 
     def state_dict(self) -> dict:
         import torch
 
-        return {
+        state = {
             "online": self.online.state_dict(),
             "target": self.target.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "steps": torch.tensor(self.steps),
         }
+        if self.average is not None:
+            state["average"] = self.average.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
+        if self.average is not None:
+            # A checkpoint from a run without the average starts it from the online net.
+            self.average.load_state_dict(state.get("average", state["online"]))
         self.optimizer.load_state_dict(state["optimizer"])
         if "steps" in state:
             self.steps = int(state["steps"])

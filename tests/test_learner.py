@@ -126,11 +126,17 @@ def filled_store(rng: np.random.Generator) -> PrioritizedReplay:
     return store
 
 
-def make_learner(tmp_path: Path, store, resume_from: Path | None = None, **settings) -> Learner:
+def make_learner(
+    tmp_path: Path,
+    store,
+    resume_from: Path | None = None,
+    policy_average: float = 0.0,
+    **settings,
+) -> Learner:
+    dqn = DQNSettings(target_update_period=10, policy_average=policy_average)
     config = LearnerConfig(**{
         "batch_size": BATCH, "hidden": (32, 32), "publish_period": 5, "eval_every_steps": 0,
-        "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings,
-        "algorithms": {"dqn": DQNSettings(target_update_period=10)},
+        "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings, "algorithms": {"dqn": dqn},
     })  # fmt: skip
     device = torch.device("cpu")
     algorithm = build_algorithm(config, env_shape(config.env), device)
@@ -192,6 +198,34 @@ def test_resuming_restores_networks_counters_and_the_target_schedule(tmp_path: P
         assert torch.equal(value, saved[name])
     outcome = second.run()
     assert outcome.counters.updates == 25
+
+
+def test_an_averaged_policy_is_what_is_published_and_it_resumes(tmp_path: Path) -> None:
+    store = filled_store(np.random.default_rng(2))
+    learner = make_learner(tmp_path, store, policy_average=0.25, max_updates=1)
+    algorithm = learner.algorithm
+    assert algorithm.policy is algorithm.average and algorithm.policy is not algorithm.online
+    before = {k: v.clone() for k, v in algorithm.online.state_dict().items()}
+    algorithm.step(learner.source.next_batch())
+    for name, average in algorithm.average.state_dict().items():  # 3/4 old + 1/4 new
+        expected = 0.75 * before[name] + 0.25 * algorithm.online.state_dict()[name]
+        torch.testing.assert_close(average, expected)
+    assert not all(torch.equal(algorithm.average.state_dict()[k], v) for k, v in before.items())
+    learner.run()
+    checkpoint = next((tmp_path / "checkpoints").glob("*.pt"))
+    resumed = make_learner(tmp_path, store, resume_from=checkpoint, policy_average=0.25)
+    resumed.close()
+    for name, value in algorithm.average.state_dict().items():
+        assert torch.equal(resumed.algorithm.average.state_dict()[name], value)
+    # A run that turns the average on over a checkpoint made without it starts it from the
+    # online network.
+    plain = tmp_path / "plain"
+    make_learner(plain, store, max_updates=3).run()
+    turned_on = make_learner(plain, store, policy_average=0.25,
+                             resume_from=next((plain / "checkpoints").glob("*.pt")))  # fmt: skip
+    turned_on.close()
+    for name, value in turned_on.algorithm.online.state_dict().items():
+        assert torch.equal(turned_on.algorithm.average.state_dict()[name], value)
 
 
 def test_periodic_checkpoints_carry_the_training_time_so_far(tmp_path: Path) -> None:
