@@ -46,8 +46,9 @@ class Settings:
         target_update_period: updates between copies of the online network to the target.
         policy_average: 0, or the Polyak rate of an average of the online network that
             actors act with and evaluation plays (``average ← (1 − rate)·average +
-            rate·online`` after each update), where SGD's noise on a solved task flips the
-            online network's greedy actions from one update to the next.
+            rate·online`` after each update): it smooths the update-to-update noise in
+            the greedy actions, not a policy that stays wrong for hundreds of updates
+            (CartPole's stays-solved tries, bench/HISTORY.md).
     """
 
     target_update_period: int = 2500
