@@ -3,8 +3,10 @@
 Each phase is timed as a prefix of the update, synchronised with the device at its end, so
 its cost is the difference between two prefixes (milliseconds per update):
 
-    stage       a numpy replay batch onto the device (``apex.staging.DeviceStager``: pinned
-                memory and a non-blocking copy on CUDA, a shared view on the CPU)
+    stage       a replay batch onto the device (``apex.staging.DeviceStager``), from the
+                arrays the sampler writes it into: on CUDA the stager's pinned slots and a
+                non-blocking copy (the sampler decodes replies straight into the slot, so
+                staging is the transfer); on the CPU a shared view
     forward     Q(s, a) with its graph, and the double-DQN target under no_grad
     backward    the Huber loss's gradients
     optimizer   the global-norm clip and fused Adam
@@ -20,6 +22,7 @@ size took 3-6 ms an update, whatever the batch: the host launching kernels, not 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -31,6 +34,7 @@ from apex.networks import build_network
 from apex.staging import DeviceStager
 from bench.timing import measure_rate
 from replay.sampling.batch_math import ReplayBatch
+from replay.store.spec import TransitionSpec
 
 PHASES = ("stage", "forward", "backward", "optimizer", "read back")
 MAX_GRAD_NORM = 10.0
@@ -58,6 +62,19 @@ def numpy_batch(shape: tuple[int, ...], batch_size: int, seed: int = 0) -> Repla
                        zeros, zeros, np.ones(batch_size))  # fmt: skip
 
 
+def in_sampler_arrays(batch: ReplayBatch, stager: DeviceStager) -> ReplayBatch:
+    """``batch`` written into the arrays the sampler would have put it in for ``stager``."""
+    if stager.arrays is None:
+        return batch
+    spec = TransitionSpec.from_dict(
+        {name: (a.shape[1:], a.dtype) for name, a in batch.transitions.items()}
+    )
+    rows = stager.arrays.take(spec, len(batch.weights))
+    for name, array in batch.transitions.items():
+        np.copyto(rows[name], array)
+    return dataclasses.replace(batch, transitions=rows)
+
+
 def measure_phases(
     shape: tuple[int, ...],
     hidden: tuple[int, ...],
@@ -70,8 +87,8 @@ def measure_phases(
     online = build_network(shape, 6, hidden).to(device)
     target = copy.deepcopy(online)
     optimizer = adam(online.parameters(), 1e-4, 1.5e-4)
-    source = numpy_batch(shape, batch_size)
     stager = DeviceStager(device)
+    source = in_sampler_arrays(numpy_batch(shape, batch_size), stager)
     staged = stager(source)
     batch, weights = staged.transitions, staged.weights
 

@@ -180,7 +180,8 @@ def learner(
         start_timeout_s=LEARNER_START_TIMEOUT_S,
         security=config.security,
     )
-    source = make_sampler(sampler_config, transition_spec(config, shape), DeviceStager(device))
+    stager = DeviceStager(device)
+    source = make_sampler(sampler_config, transition_spec(config, shape), stager, stager.arrays)
     return Learner(
         settings,
         build_algorithm(settings, shape, device),

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay import PrioritizedReplay
-from replay.protocol.messages import SampleReply
+from replay.protocol.sample_reply import SampleReply
 from replay.sampling.batch_math import merge_parts, split_counts
 from tests.conftest import SMALL_SPEC, chi2_critical, make_batch
 

@@ -15,7 +15,8 @@ import torch
 from apex.dqn import adam, dqn_step
 from apex.networks import build_network
 from apex.staging import DeviceStager
-from bench.learner_phases import numpy_batch
+from bench.learner_phases import in_sampler_arrays, numpy_batch
+from replay.store.spec import TransitionSpec
 
 pytestmark = [
     pytest.mark.gpu,
@@ -30,6 +31,27 @@ def test_a_staged_batch_reaches_the_device_unchanged() -> None:
         assert staged.transitions[name].device.type == "cuda"
         np.testing.assert_array_equal(staged.transitions[name].cpu().numpy(), array)
     np.testing.assert_array_equal(staged.weights.cpu().numpy(), source.weights)
+
+
+def test_batches_in_pinned_slots_reach_the_device_and_each_slot_is_reused() -> None:
+    stager = DeviceStager("cuda")
+    for seed in range(5):
+        source = numpy_batch((4, 84, 84), 64, seed)
+        batch = in_sampler_arrays(source, stager)
+        assert torch.from_numpy(batch.transitions["obs"]).is_pinned()  # no copy to pin it
+        staged = stager(batch)
+        # The slot is another batch's once its copy has run: the source no longer holds it.
+        assert set(staged.source.transitions) == {"action", "reward", "discount"}
+        torch.cuda.synchronize()
+        for name, array in source.transitions.items():
+            np.testing.assert_array_equal(staged.transitions[name].cpu().numpy(), array)
+    assert stager.arrays.slots_made == 1
+    # Two batches assembling at once hold two slots; one dropped unused is taken again.
+    spec = TransitionSpec.from_dict({"obs": ((4, 84, 84), np.uint8)})
+    first, second = stager.arrays.take(spec, 64), stager.arrays.take(spec, 64)
+    assert first["obs"].ctypes.data != second["obs"].ctypes.data
+    assert stager.arrays.give_back(second) == {"obs"}
+    assert stager.arrays.take(spec, 64)["obs"].ctypes.data == second["obs"].ctypes.data
 
 
 @pytest.mark.parametrize("shape", [(4,), (4, 84, 84)])

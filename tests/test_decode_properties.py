@@ -23,6 +23,7 @@ from replay.errors import ProtocolError, ReplayError
 from replay.frames.payload import FrameInsert, FramePayload
 from replay.frames.spec import FrameStackSpec
 from replay.protocol import messages
+from replay.protocol.sample_reply import SampleReply
 from replay.server.config import ShardConfig
 from replay.server.ingest import Ingest
 from replay.store.spec import TransitionSpec
@@ -90,12 +91,12 @@ def templates() -> list[Message]:
     batch = make_batch(SMALL_SPEC, 4)
     slots = np.arange(4, dtype=np.int64)
     stats = np.array([4.0, 1.0, 4, 16])
-    reply = messages.SampleReply(4.0, 1.0, 4, 16, slots, slots, np.ones(4), np.ones(4, np.float32),
+    reply = SampleReply(4.0, 1.0, 4, 16, slots, slots, np.ones(4), np.ones(4, np.float32),
                                  batch)  # fmt: skip
     frame_scalars = {n: batch_field for n, batch_field in make_batch(SCALARS, 4).items()}
     payload = FramePayload(np.zeros((4, 4), np.int32), np.ones(36, np.uint8),
                            np.array([0, 36]), compressed=False)  # fmt: skip
-    frame_reply = messages.SampleReply(4.0, 1.0, 4, 16, slots, slots, np.ones(4),
+    frame_reply = SampleReply(4.0, 1.0, 4, 16, slots, slots, np.ones(4),
                                        np.ones(4, np.float32), frame_scalars, payload)  # fmt: skip
     weights = [text_array('["torso.0.weight", "torso.0.bias"]'), np.ones((8, 4), np.float32),
                np.ones(8, np.float32)]  # fmt: skip
@@ -129,8 +130,8 @@ def _readers(message: Message) -> list:
         lambda: messages.Insert.from_message(message, spec),
         lambda: FrameInsert.from_message(message, FRAMES),
         lambda: messages.SampleRequest.from_message(message),
-        lambda: messages.SampleReply.from_message(message, spec),
-        lambda: messages.SampleReply.from_message(message, frame_spec),
+        lambda: SampleReply.from_message(message, spec),
+        lambda: SampleReply.from_message(message, frame_spec),
         lambda: messages.PriorityUpdate.from_message(message),
         lambda: messages.CreditRequest.from_message(message),
         lambda: messages.CreditReply.from_message(message),

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replay import PrioritizedReplay, TransitionSpec
-from replay.errors import InvalidBatchError
+from replay.errors import InvalidBatchError, ProtocolError
 from replay.frames.spec import FrameStackSpec
 from replay.frames.storage import FrameStackStorage
 
@@ -375,7 +375,7 @@ def test_a_short_arena_drops_the_oldest_frames_and_their_transitions_first() -> 
 @pytest.mark.parametrize("compress", [True, False])
 def test_packed_samples_carry_each_frame_once_and_unpack_to_the_same_stacks(compress) -> None:
     from replay.frames.payload import unpack
-    from replay.protocol.messages import SampleReply
+    from replay.protocol.sample_reply import SampleReply
     from replay.wire.layout import decode, encode
 
     rng = np.random.default_rng(4)
@@ -399,6 +399,17 @@ def test_packed_samples_carry_each_frame_once_and_unpack_to_the_same_stacks(comp
     got = SampleReply.from_message(decode(frames), spec)
     assert list(got.fields) == list(spec)
     np.testing.assert_array_equal(got.fields["next_obs"], whole["next_obs"])
+    # Into the free rows of a larger batch, as the sampler assembles one: written there,
+    # the rows before and after left alone; too few rows is the shard's error, not a crash.
+    batch = {name: np.full((260, *f.shape), 7, f.dtype) for name, f in spec.items()}
+    free = {name: rows[50:] for name, rows in batch.items()}
+    placed = SampleReply.from_message(decode(frames), spec, free)
+    for name in spec:
+        assert np.shares_memory(placed.fields[name], batch[name])
+        np.testing.assert_array_equal(batch[name][50:250], whole[name])
+        assert (batch[name][:50] == 7).all() and (batch[name][250:] == 7).all()
+    with pytest.raises(ProtocolError, match="free rows"):
+        SampleReply.from_message(decode(frames), spec, {n: r[100:] for n, r in batch.items()})
 
 
 @pytest.mark.parametrize("compress", [True, False])

@@ -15,7 +15,7 @@ from apex.settings import ActorConfig
 from apex.vector_envs import AtariStacks
 from replay.errors import InvalidBatchError
 from replay.frames.spec import FrameStackSpec
-from replay.protocol.messages import SampleReply
+from replay.protocol.sample_reply import SampleReply
 from replay.server.config import ShardConfig
 from replay.server.ingest import Ingest
 from replay.server.snapshots import replay_state, restore_replay

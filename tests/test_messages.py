@@ -10,6 +10,7 @@ import pytest
 
 from replay.errors import ProtocolError
 from replay.protocol import messages
+from replay.protocol.sample_reply import SampleReply
 from replay.wire.layout import APPLICATION_KINDS, Kind, Message, decode, encode
 from replay.wire.text import text_array
 from tests.conftest import SMALL_SPEC, make_batch
@@ -22,9 +23,9 @@ def through_the_wire(message: Message, kinds: type[enum.IntEnum] = Kind) -> Mess
     return decode(frames, kinds)
 
 
-def sample_reply(count: int = 6) -> messages.SampleReply:
+def sample_reply(count: int = 6) -> SampleReply:
     rng = np.random.default_rng(3)
-    return messages.SampleReply(
+    return SampleReply(
         total_priority=12.5, min_priority=0.25, size=40, capacity=64,
         indices=rng.integers(0, 64, count), generations=rng.integers(0, 9, count),
         priorities=rng.random(count), weights=rng.random(count).astype(np.float32),
@@ -52,7 +53,7 @@ def test_an_insert_with_missing_fields_is_refused() -> None:
 
 def test_sample_reply_round_trips() -> None:
     sent = sample_reply()
-    got = messages.SampleReply.from_message(through_the_wire(sent.to_message(2, 9)), SMALL_SPEC)
+    got = SampleReply.from_message(through_the_wire(sent.to_message(2, 9)), SMALL_SPEC)
     assert (got.total_priority, got.min_priority, got.size, got.capacity) == (12.5, 0.25, 40, 64)
     for name in ("indices", "generations", "priorities", "weights"):
         np.testing.assert_array_equal(getattr(got, name), getattr(sent, name))
@@ -75,12 +76,10 @@ def test_a_sample_reply_that_does_not_fit_is_refused(
     arrays = list(sample_reply().to_message(0, 0).arrays)
     arrays[position] = array
     with pytest.raises(ProtocolError, match=pattern):
-        messages.SampleReply.from_message(
-            Message(Kind.SAMPLE_REPLY, arrays=tuple(arrays)), SMALL_SPEC
-        )
+        SampleReply.from_message(Message(Kind.SAMPLE_REPLY, arrays=tuple(arrays)), SMALL_SPEC)
     short = Message(Kind.SAMPLE_REPLY, arrays=tuple(arrays[:4]))
     with pytest.raises(ProtocolError, match="arrays, expected"):
-        messages.SampleReply.from_message(short, SMALL_SPEC)
+        SampleReply.from_message(short, SMALL_SPEC)
 
 
 @pytest.mark.parametrize(

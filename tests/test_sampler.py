@@ -15,6 +15,7 @@ import zmq
 from replay.errors import ReplayTimeout
 from replay.inserts.client import InsertClient
 from replay.protocol.requests import RequestClient
+from replay.sampling.assembly import BatchArrays, FreshArrays
 from replay.sampling.pump import SamplerConfig
 from replay.sampling.sampler import InlineSampler, ThreadedSampler
 from replay.sampling.sampler import make_sampler as sampler_for
@@ -65,12 +66,23 @@ def io_thread(request) -> bool:
 
 
 def make_sampler(
-    shards: list[ShardProcess], io_thread: bool, **overrides
+    shards: list[ShardProcess], io_thread: bool, arrays: BatchArrays | None = None, **overrides
 ) -> InlineSampler | ThreadedSampler:
     settings = {"batch_size": 512, "beta": BETA, "prefetch": 4, "sender": 9, "io_thread": io_thread}
     settings.update(overrides)
     config = SamplerConfig(endpoints=tuple(s.endpoints.request for s in shards), **settings)
-    return sampler_for(config, SMALL_SPEC)
+    return sampler_for(config, SMALL_SPEC, arrays=arrays)
+
+
+class TakenArrays(FreshArrays):
+    """Fresh arrays, each batch's kept to check that the batch was written into them."""
+
+    def __init__(self) -> None:
+        self.taken: list[dict[str, np.ndarray]] = []
+
+    def take(self, spec, rows: int) -> dict[str, np.ndarray]:
+        self.taken.append(super().take(spec, rows))
+        return self.taken[-1]
 
 
 @pytest.mark.slow
@@ -86,10 +98,13 @@ def test_sharded_sampling_matches_one_store_holding_everything(
     counts = np.zeros(3000)
     # A shard marked down (a busy machine, two seconds without an answer) has its parts
     # drawn elsewhere by design, which is not this distribution: give every answer time.
-    with make_sampler(shards, io_thread, shard_timeout_s=60.0) as sampler:
+    arrays = TakenArrays()
+    with make_sampler(shards, io_thread, arrays, shard_timeout_s=60.0) as sampler:
         for _ in range(200):
             batch = sampler.next_batch()
             ids = batch.transitions["action"]
+            # Each part was decoded into the batch's own rows (replay.sampling.assembly).
+            assert any(ids is taken["action"] for taken in arrays.taken)
             np.add.at(counts, ids, 1)
             np.testing.assert_array_equal(ids // 1000, batch.shards)
             # Weights: (N·P(i))^-β / max_j (N·P(j))^-β over every stored item.

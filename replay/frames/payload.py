@@ -144,10 +144,13 @@ class FramePayload:
     compressed: bool
 
 
-def unpack(payload: FramePayload, layout: FrameStackSpec) -> dict[str, np.ndarray]:
+def unpack(
+    payload: FramePayload, layout: FrameStackSpec, out: dict[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
     """The stack fields of ``layout`` put together (a transition's ``obs`` and
     ``next_obs``, ``(n, k, *frame_shape)`` each; an unroll's ``obs``, ``(n, T + 1, k,
-    *frame_shape)``).
+    *frame_shape)``), in new arrays or in ``out``'s (C-contiguous, ``n`` rows, the
+    fields' dtype: checked by the caller).
 
     Raises:
         ProtocolError: indices, offsets or frames that do not fit ``layout``.
@@ -174,7 +177,12 @@ def unpack(payload: FramePayload, layout: FrameStackSpec) -> dict[str, np.ndarra
         raise ProtocolError(f"whole frames must be {nbytes} bytes each")
     n, fields, column = len(index), {}, 0
     for name, per_item in layout.stack_fields:
-        fields[name] = np.empty((n, *layout.transition_spec[name].shape), layout.frame_dtype)
+        if out is None:
+            fields[name] = np.empty((n, *layout.transition_spec[name].shape), layout.frame_dtype)
+        else:
+            fields[name] = out[name]
+            if not fields[name].flags.c_contiguous:
+                raise ValueError(f"rows for {name} must be C-contiguous")
         width = per_item * k
         columns = np.ascontiguousarray(index[:, column : column + width])
         _put_together(payload, columns, fields[name].reshape(n, width, nbytes).view(np.uint8))

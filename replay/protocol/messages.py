@@ -1,7 +1,8 @@
 """Replay's messages, one class per kind: what each carries and how it is laid out.
 
 ``replay.wire.layout`` turns a :class:`~replay.wire.layout.Message` into frames and back
-and checks the frame layout; this module gives each kind its meaning. Every class has
+and checks the frame layout; this module gives each kind its meaning (SAMPLE_REPLY's, with
+its frame stacks, in ``replay.protocol.sample_reply``). Every class has
 ``to_message`` (for the sender) and ``from_message`` (for the receiver), and
 ``from_message`` checks the arrays' count, dtypes and lengths and raises
 :class:`ProtocolError`; field shapes and dtypes against a spec are checked where the
@@ -54,8 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.errors import ProtocolError
-from replay.frames.payload import FrameInsert, FramePayload, check_count, unpack
-from replay.frames.spec import FrameStackSpec
+from replay.frames.payload import FrameInsert, check_count
 from replay.store.spec import TransitionSpec
 from replay.wire.layout import (
     Kind,
@@ -73,7 +73,8 @@ MAX_CREDIT_WAIT_MS = 10_000
 MAX_EXACT_COUNT = 2.0**53
 
 
-def _expect(message: Message, kind: Kind) -> None:
+def expect_kind(message: Message, kind: Kind) -> None:
+    """Raises ProtocolError unless ``message`` is of ``kind``."""
     if message.kind != kind:
         raise ProtocolError(f"expected {kind.name}, got {message.kind.name}")
 
@@ -94,7 +95,7 @@ class Insert:
 
     @classmethod
     def from_message(cls, message: Message, spec: TransitionSpec) -> Insert:
-        _expect(message, Kind.INSERT)
+        expect_kind(message, Kind.INSERT)
         if len(message.arrays) != len(spec) + 1:
             raise ProtocolError(
                 f"{len(message.arrays)} arrays, expected {len(spec)} fields + priorities"
@@ -145,117 +146,13 @@ class SampleRequest:
 
     @classmethod
     def from_message(cls, message: Message) -> SampleRequest:
-        _expect(message, Kind.SAMPLE)
+        expect_kind(message, Kind.SAMPLE)
         if message.count <= 0 or not 0 <= message.scalar < math.inf:
             raise ProtocolError(
                 f"SAMPLE needs count > 0 and finite beta >= 0, got batch {message.count}, "
                 f"beta {message.scalar}"
             )
         return cls(message.count, message.scalar)
-
-
-@dataclass(frozen=True)
-class SampleReply:
-    """One shard's part of a batch, with the shard's priority statistics.
-
-    Attributes:
-        total_priority: the shard's sum of stored priorities ``Q_s``.
-        min_priority: its smallest positive stored priority ``q_s``.
-        size, capacity: transitions stored and storable.
-        indices, generations: the sampled slots and their generations.
-        priorities: their stored priorities ``p^α``.
-        weights: ``(q_s / q_i)^β``, weighed by this shard's own minimum.
-        fields: ``{name: array}`` in spec order (a frame shard's: without obs and
-            next_obs, which ``frames`` carries until :meth:`from_message` puts them
-            together).
-        frames: a frame shard's sampled frames, each once.
-    """
-
-    total_priority: float
-    min_priority: float
-    size: int
-    capacity: int
-    indices: np.ndarray
-    generations: np.ndarray
-    priorities: np.ndarray
-    weights: np.ndarray
-    fields: Mapping[str, np.ndarray]
-    frames: FramePayload | None = None
-
-    def to_message(self, sender: int, sequence: int) -> Message:
-        stats = np.array(
-            [self.total_priority, self.min_priority, self.size, self.capacity], dtype=np.float64
-        )
-        arrays = (
-            stats, self.indices, self.generations, self.priorities, self.weights,
-            *self.fields.values(),
-        )  # fmt: skip
-        scalar = 0.0
-        if self.frames is not None:
-            arrays += (self.frames.index, self.frames.data, self.frames.offsets)
-            scalar = 1.0 if self.frames.compressed else 2.0
-        return Message(
-            Kind.SAMPLE_REPLY, sender, sequence, count=len(self.indices), scalar=scalar,
-            arrays=arrays,
-        )  # fmt: skip
-
-    @classmethod
-    def from_message(cls, message: Message, spec: TransitionSpec) -> SampleReply:
-        """The reply, with a frame shard's stacks put together (``fields`` in spec order).
-
-        Raises:
-            ProtocolError: arrays that do not fit ``spec``.
-        """
-        _expect(message, Kind.SAMPLE_REPLY)
-        if message.scalar in (1.0, 2.0):
-            return cls._from_frames(message, spec)
-        if len(message.arrays) != 5 + len(spec):
-            raise ProtocolError(
-                f"SAMPLE_REPLY has {len(message.arrays)} arrays, expected {5 + len(spec)}"
-            )
-        stats, indices, generations, priorities, weights, *fields = message.arrays
-        if stats.shape != (4,) or stats.dtype != np.float64:
-            raise ProtocolError(f"SAMPLE_REPLY stats are {stats.dtype}{stats.shape}, not f64[4]")
-        count = indices.shape[0] if indices.ndim == 1 else -1
-        for name, array, dtype in (
-            ("generations", generations, np.int64),
-            ("priorities", priorities, np.float64),
-            ("weights", weights, np.float32),
-            ("indices", indices, np.int64),
-        ):
-            if array.dtype != dtype or array.shape != (count,):
-                raise ProtocolError(f"SAMPLE_REPLY {name} are {array.dtype}{array.shape}")
-        for name, array in zip(spec, fields, strict=True):
-            if array.shape[:1] != (count,):
-                rows = array.shape[0] if array.ndim else 0
-                raise ProtocolError(f"SAMPLE_REPLY field {name} has {rows} rows, not {count}")
-        total, smallest, size, capacity = stats.tolist()
-        return cls(
-            total, smallest, int(size), int(capacity), indices, generations, priorities, weights,
-            dict(zip(spec, fields, strict=True)),
-        )  # fmt: skip
-
-    @classmethod
-    def _from_frames(cls, message: Message, spec: TransitionSpec) -> SampleReply:
-        layout = FrameStackSpec.from_transition_spec(spec)
-        if layout is None:
-            raise ProtocolError(f"a frame reply for {spec}, which has no frame stacks")
-        stacks = [name for name, _ in layout.stack_fields]
-        scalars = [name for name in spec if name not in stacks]
-        if len(message.arrays) != 5 + len(scalars) + 3:
-            raise ProtocolError(
-                f"frame SAMPLE_REPLY has {len(message.arrays)} arrays, expected "
-                f"{5 + len(scalars) + 3}"
-            )
-        *head, index, data, offsets = message.arrays
-        payload = FramePayload(index, data, offsets, message.scalar == 1.0)
-        fields = unpack(payload, layout)
-        if fields["obs"].shape[:1] != head[1].shape[:1]:
-            raise ProtocolError(f"{len(fields['obs'])} frame stacks for indices {head[1].shape}")
-        fields.update(zip(scalars, head[5:], strict=True))
-        whole = Message(Kind.SAMPLE_REPLY, message.sender, message.sequence, arrays=(
-            *head[:5], *(fields[name] for name in spec)))  # fmt: skip
-        return cls.from_message(whole, spec)
 
 
 @dataclass(frozen=True)
@@ -276,7 +173,7 @@ class PriorityUpdate:
 
     @classmethod
     def from_message(cls, message: Message) -> PriorityUpdate:
-        _expect(message, Kind.UPDATE)
+        expect_kind(message, Kind.UPDATE)
         arrays = message.arrays
         if len(arrays) != 3 or arrays[0].dtype != np.int64 or arrays[1].dtype != np.int64:
             raise ProtocolError("UPDATE needs int64 indices, int64 generations, priorities")
@@ -298,7 +195,7 @@ class CreditRequest:
 
     @classmethod
     def from_message(cls, message: Message) -> CreditRequest:
-        _expect(message, Kind.CREDIT)
+        expect_kind(message, Kind.CREDIT)
         if not 0.0 <= message.scalar < MAX_EXACT_COUNT:  # also refuses NaN
             raise ProtocolError(f"CREDIT needs a count >= 0, got {message.scalar}")
         return cls(message.scalar, min(message.count, MAX_CREDIT_WAIT_MS))
@@ -329,7 +226,7 @@ class CreditReply:
 
     @classmethod
     def from_message(cls, message: Message) -> CreditReply:
-        _expect(message, Kind.CREDIT_REPLY)
+        expect_kind(message, Kind.CREDIT_REPLY)
         return cls(message.scalar, message.incarnation, bool(message.count & 1),
                    message.count >> 1, bool(message.held))  # fmt: skip
 
@@ -349,7 +246,7 @@ def read_info(message: Message) -> dict[str, object]:
     Raises:
         ProtocolError: another kind, or a payload that is not a JSON object.
     """
-    _expect(message, Kind.INFO_REPLY)
+    expect_kind(message, Kind.INFO_REPLY)
     if len(message.arrays) != 1:
         raise ProtocolError(f"INFO_REPLY has {len(message.arrays)} arrays, expected 1")
     info = array_json(message.arrays[0], "INFO_REPLY")
@@ -387,7 +284,7 @@ def read_frame_layout(message: Message) -> dict | None:
 
 
 def _spec_payload(message: Message) -> tuple[TransitionSpec, dict | None]:
-    _expect(message, Kind.SPEC_REPLY)
+    expect_kind(message, Kind.SPEC_REPLY)
     if len(message.arrays) != 1:
         raise ProtocolError(f"SPEC_REPLY has {len(message.arrays)} arrays, expected 1")
     payload = array_json(message.arrays[0], "spec payload")
@@ -412,7 +309,7 @@ def error(text: str, sender: int, sequence: int) -> Message:
 
 
 def read_error(message: Message) -> str:
-    _expect(message, Kind.ERROR)
+    expect_kind(message, Kind.ERROR)
     try:
         return array_text(message.arrays[0])
     except IndexError:

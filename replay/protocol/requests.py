@@ -20,6 +20,7 @@ import zmq
 
 from replay.errors import ProtocolError, ReplayTimeout, ShardError, SpecMismatchError
 from replay.protocol import messages
+from replay.protocol.sample_reply import SampleReply
 from replay.store.spec import TransitionSpec
 from replay.wire.layout import Kind, Message, decode, encode
 from replay.wire.transport import make_socket, send_frames
@@ -159,10 +160,10 @@ class RequestClient:
         and ``last_snapshot`` among them, come back at once."""
         return messages.read_info(self.call(Kind.SNAPSHOT, Kind.INFO_REPLY))
 
-    def sample(self, batch_size: int, beta: float, spec: TransitionSpec) -> messages.SampleReply:
+    def sample(self, batch_size: int, beta: float, spec: TransitionSpec) -> SampleReply:
         """One SAMPLE round trip."""
         reply = self.call(messages.SampleRequest(batch_size, beta), Kind.SAMPLE_REPLY)
-        return messages.SampleReply.from_message(reply, spec)
+        return SampleReply.from_message(reply, spec)
 
     def update(self, indices: np.ndarray, generations: np.ndarray, priorities: np.ndarray) -> None:
         """Sends new priorities; the shard does not reply (see its INFO counters)."""

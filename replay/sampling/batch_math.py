@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.protocol.messages import SampleReply
+from replay.protocol.sample_reply import SampleReply
 
 
 @dataclass
@@ -80,6 +80,7 @@ def merge_parts(
     live_minima: Iterable[float],
     beta: float,
     sequence: int = 0,
+    transitions: dict[str, np.ndarray] | None = None,
 ) -> ReplayBatch:
     """One batch from its parts, weighted against the smallest priority anywhere.
 
@@ -89,10 +90,16 @@ def merge_parts(
             (the sampled distribution spans them all, even those with no item here).
         beta: the importance-sampling exponent the parts were weighted with.
         sequence: the batch's number.
+        transitions: the parts' fields already in the batch's rows, in the parts' order
+            (``replay.sampling.assembly``); None: joined here from the replies.
     """
     replies = [reply for _, reply in parts]
     global_min = min([*live_minima, *(r.min_priority for r in replies)])
-    if len(parts) == 1 and all(a.flags.writeable for a in replies[0].fields.values()):
+    if (
+        transitions is None
+        and len(parts) == 1
+        and all(a.flags.writeable for a in replies[0].fields.values())
+    ):
         # One shard's part, already in arrays of its own (a frame shard's stacks, put
         # together on receipt): used as they are, not copied again (29 MB of Pong).
         ((shard, reply),) = parts
@@ -106,9 +113,11 @@ def merge_parts(
     weights = np.concatenate(
         [r.weights * np.float32((global_min / r.min_priority) ** beta) for r in replies]
     )
-    names = list(replies[0].fields)
+    if transitions is None:
+        names = list(replies[0].fields)
+        transitions = {name: np.concatenate([r.fields[name] for r in replies]) for name in names}
     return ReplayBatch(
-        transitions={name: np.concatenate([r.fields[name] for r in replies]) for name in names},
+        transitions=transitions,
         weights=weights,
         shards=np.concatenate(
             [np.full(len(r.indices), shard, dtype=np.int32) for shard, r in parts]

@@ -25,7 +25,9 @@ import zmq
 from replay.errors import ProtocolError
 from replay.protocol import messages
 from replay.protocol.requests import RequestClient, await_spec
-from replay.sampling.batch_math import ReplayBatch, merge_parts, split_counts
+from replay.protocol.sample_reply import SampleReply
+from replay.sampling.assembly import BatchArrays, BatchAssembly, FreshArrays
+from replay.sampling.batch_math import ReplayBatch, split_counts
 from replay.sampling.shard_health import ShardHealth
 from replay.store.spec import TransitionSpec
 from replay.wire.layout import Kind
@@ -97,13 +99,14 @@ class _Part:
     shard: int
     count: int
     sent_at: float
-    reply: messages.SampleReply | None = None
+    reply: SampleReply | None = None
 
 
 @dataclass
 class _PendingBatch:
     sequence: int
-    # keyed by (shard, request sequence); insertion order is the items' order
+    rows: BatchAssembly
+    # keyed by (shard, request sequence)
     parts: dict[tuple[int, int], _Part] = field(default_factory=dict)
 
 
@@ -118,6 +121,8 @@ class SamplerPump:
         ready: where finished batches go (``stage`` applied); the pump keeps
             ``len(pending) + ready.qsize() <= prefetch``.
         stage: turns a merged batch into what the learner takes (e.g. device tensors).
+        buffers: where each batch's arrays come from (``replay.sampling.assembly``);
+            new numpy arrays if None.
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class SamplerPump:
         context: zmq.Context,
         ready: queue.Queue,
         stage: Callable[[ReplayBatch], object] = lambda batch: batch,
+        buffers: BatchArrays | None = None,
     ) -> None:
         self.config = config
         self.spec = spec
@@ -138,6 +144,7 @@ class SamplerPump:
         self.updates_dropped = 0
         self._context = context
         self._stage = stage
+        self._buffers = buffers or FreshArrays()
         self._rng = np.random.default_rng(config.sender)
         self.health = [ShardHealth(i, e) for i, e in enumerate(config.endpoints)]
         self._clients = [
@@ -173,6 +180,9 @@ class SamplerPump:
         return True
 
     def close(self) -> None:
+        for batch in self._pending.values():
+            batch.rows.discard()
+        self._pending.clear()
         for client in self._clients:
             client.close()
         self._clients = []
@@ -283,7 +293,7 @@ class SamplerPump:
         counts = split_counts(self._masses(), size, self._rng.random(size))
         if counts is None:
             return False
-        batch = _PendingBatch(self._next_batch)
+        batch = _PendingBatch(self._next_batch, BatchAssembly(self.spec, size, self._buffers))
         self._next_batch += 1
         self._pending[batch.sequence] = batch
         for shard, count in enumerate(counts):
@@ -321,26 +331,25 @@ class SamplerPump:
             part = self._parts.pop((shard, reply.sequence), None)
             if part is None:  # an answer to a request already re-drawn elsewhere
                 continue
+            batch = self._pending[part.batch]  # a dropped batch's parts left _parts with it
             try:
                 if reply.kind == Kind.ERROR:
                     raise ProtocolError(messages.read_error(reply))
-                sample = messages.SampleReply.from_message(reply, self.spec)
+                if len(reply.arrays) > 1 and reply.arrays[1].shape != (part.count,):
+                    raise ProtocolError(f"{reply.arrays[1].shape} items for {part.count} asked")
+                sample = batch.rows.add(shard, reply)
             except ProtocolError as exc:
                 logger.warning("shard %d: %s; re-drawing its part", shard, exc)
                 self._redraw(part, now)
                 continue
             health.apply_sample(sample)
             part.reply = sample
-            batch = self._pending.get(part.batch)
-            if batch is not None and all(p.reply is not None for p in batch.parts.values()):
+            if all(p.reply is not None for p in batch.parts.values()):
                 del self._pending[part.batch]
-                self.ready.put_nowait(self._stage(self._merge(batch)))
+                minima = [h.min_positive for h in self.health if h.usable]
+                merged = batch.rows.finish(minima, self.beta, batch.sequence)
+                self.ready.put_nowait(self._stage(merged))
                 self.batches_delivered += 1
-
-    def _merge(self, batch: _PendingBatch) -> ReplayBatch:
-        parts = [(p.shard, p.reply) for p in batch.parts.values()]
-        minima = [h.min_positive for h in self.health if h.usable]
-        return merge_parts(parts, minima, self.beta, batch.sequence)
 
     def _expire(self, now: float) -> None:
         limit = self.config.shard_timeout_s
@@ -388,6 +397,7 @@ class SamplerPump:
             for key in batch.parts:
                 self._parts.pop(key, None)
             del self._pending[part.batch]
+            batch.rows.discard()
             return
         self.parts_redrawn += 1
         for shard, count in enumerate(counts):

@@ -30,6 +30,7 @@ import numpy as np
 import zmq
 
 from replay.errors import ConfigError, ReplayError, ReplayTimeout
+from replay.sampling.assembly import BatchArrays
 from replay.sampling.batch_math import ReplayBatch
 from replay.sampling.pump import SamplerConfig, SamplerPump
 from replay.store.spec import TransitionSpec
@@ -48,6 +49,7 @@ class _SamplerBase:
         config: SamplerConfig,
         spec: TransitionSpec,
         stage: Callable[[ReplayBatch], object] | None = None,
+        arrays: BatchArrays | None = None,
     ) -> None:
         problems = config.problems()
         if problems:
@@ -55,6 +57,7 @@ class _SamplerBase:
         self.config = config
         self.spec = spec
         self._stage = stage or (lambda batch: batch)
+        self._arrays = arrays
         self._ready: queue.Queue = queue.Queue(maxsize=config.prefetch)
         self._context: zmq.Context | None = None
         self._pump: SamplerPump | None = None
@@ -63,7 +66,9 @@ class _SamplerBase:
         self._poll_ms = max(1, int(config.poll_interval_s * 1000))
 
     def _new_pump(self) -> SamplerPump:
-        pump = SamplerPump(self.config, self.spec, self._context, self._ready, self._stage)
+        pump = SamplerPump(
+            self.config, self.spec, self._context, self._ready, self._stage, self._arrays
+        )
         pump.beta = self._beta
         return pump
 
@@ -105,6 +110,8 @@ class InlineSampler(_SamplerBase):
         config: endpoints and settings.
         spec: the fields the learner expects; every shard's spec is checked against it.
         stage: applied to each merged batch before :meth:`next_batch` returns it.
+        arrays: where each batch's arrays come from (``replay.sampling.assembly``; e.g.
+            the stager's pinned pool); new numpy arrays if None.
 
     Raises:
         ConfigError: the config is invalid.
@@ -211,8 +218,9 @@ class ThreadedSampler(_SamplerBase):
         config: SamplerConfig,
         spec: TransitionSpec,
         stage: Callable[[ReplayBatch], object] | None = None,
+        arrays: BatchArrays | None = None,
     ) -> None:
-        super().__init__(config, spec, stage)
+        super().__init__(config, spec, stage, arrays)
         self._updates: queue.Queue = queue.Queue(maxsize=MAX_QUEUED_UPDATES)
         self._stop = threading.Event()
         self._started = threading.Event()
@@ -364,7 +372,8 @@ def make_sampler(
     config: SamplerConfig,
     spec: TransitionSpec,
     stage: Callable[[ReplayBatch], object] | None = None,
+    arrays: BatchArrays | None = None,
 ) -> InlineSampler | ThreadedSampler:
     """The driver that ``config.io_thread`` asks for."""
     cls = ThreadedSampler if config.io_thread else InlineSampler
-    return cls(config, spec, stage)
+    return cls(config, spec, stage, arrays)

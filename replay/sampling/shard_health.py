@@ -17,7 +17,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from replay.protocol.messages import SampleReply
+from replay.protocol.sample_reply import SampleReply
 
 logger = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from replay.errors import ProtocolError, ReplayError
 from replay.protocol import messages
+from replay.protocol.sample_reply import SampleReply
 from replay.server.config import ShardConfig
 from replay.server.ingest import Ingest
 from replay.server.rate_limiter import QueueLimiter, RateLimiter
@@ -110,7 +111,7 @@ class SampleDesk:
         except ReplayError as exc:  # e.g. every stored priority is zero
             self._send(identity, messages.error(f"cannot sample: {exc}", index, sequence))
             return
-        reply = messages.SampleReply(
+        reply = SampleReply(
             replay.total_priority,
             replay.min_priority,
             replay.size,
