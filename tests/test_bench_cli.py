@@ -111,11 +111,11 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     out = tmp_path / "shard.json"
     # Windows of 0.25 s: in 0.1 s a loaded machine can show no insert at all, and a rate of
     # zero is refused by the report's validation.
-    # Small transitions and Pong frames: whole Atari stacks take the small ones' path with
-    # bigger arrays, and cost this test a fifth of its time.
-    # One round: each ingest window starts its own processes (the turns are tested apart).
+    # Small transitions only: whole Atari stacks take their path with bigger arrays, and
+    # Pong frames' cases are checked apart (below); each window starts its own processes.
+    # One round (the turns are tested apart).
     arguments = ["bench", "shard", "--quick", "--repeats", "1", "--seconds", "0.25", "--curve",
-                 "--kind", "small", "--kind", "atari-frames"]  # fmt: skip
+                 "--kind", "small"]  # fmt: skip
     result = CliRunner().invoke(main, [*arguments, "--ingest-rate", "20000", "--json", str(out)])
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
@@ -123,10 +123,6 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     measured = {(r["case"], r["implementation"], r["metric"]) for r in document["records"]}
     for implementation in ("apex", "raw-pyzmq", "raw-pyzmq-per-array"):
         assert ("ingest-small-1p", implementation, "ingest") in measured
-    # Frame shards: each Pong frame sent once, LZ4-compressed; no raw baseline.
-    assert ("ingest-atari-frames-1p", "apex", "ingest") in measured
-    frames = next(r for r in document["records"] if r["case"] == "ingest-atari-frames-1p")
-    assert frames["median"] > 0 and frames["params"]["transition_nbytes"] < 1000
     for shards in (1, 2):
         assert (f"sample-{shards}shard", "apex", "ready_batches") in measured
     # IMPALA's unrolls through a queue shard to the sampler.
@@ -138,9 +134,25 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     assert all(len(r["per_round"]) == 1 for r in ingest_ratios)  # a ratio per round
     # CURVE beside plain, in the same run: each kind's ingest and the sample service.
     curve = {r["case"]: r["ratio"] for r in document["ratios"] if r["numerator"] == "apex-curve"}
-    assert set(curve) == {"ingest-small-1p-curve", "ingest-atari-frames-1p-curve",
-                          "sample-1shard-curve", "weights-mlp-8sub-curve"}  # fmt: skip
+    assert set(curve) == {"ingest-small-1p-curve", "sample-1shard-curve",
+                          "weights-mlp-8sub-curve"}  # fmt: skip
     assert all(ratio > 0 for ratio in curve.values())
+
+
+@pytest.mark.slow
+def test_the_shard_suite_sends_pong_frames_once_compressed() -> None:
+    from bench import shard_suite
+
+    result = shard_suite.run(quick=True, repeats=1, seconds_per_repeat=0.25,
+                             kinds=("atari-frames",), shard_counts=(), queue=False)  # fmt: skip
+    frames = {(r["implementation"], r["metric"]): r for r in result["records"]
+              if r["case"] == "ingest-atari-frames-1p"}  # fmt: skip
+    # Each Pong frame sent once, LZ4-compressed: no raw baseline, and far fewer bytes a
+    # transition than a whole stack's 56 KB.
+    assert frames[("apex", "ingest")]["median"] > 0
+    assert frames[("apex", "ingest")]["params"]["transition_nbytes"] < 1000
+    assert ("apex-no-credit", "ingest") in frames
+    assert not [r for r in result["records"] if r["implementation"].startswith("raw")]
 
 
 def test_ingest_implementations_take_turns_a_window_each_round(monkeypatch) -> None:

@@ -130,7 +130,7 @@ def test_a_fleet_on_a_full_core_gets_what_the_shards_leave() -> None:
 def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path, quick_fleet: Path):
     fleet, runner = quick_fleet, CliRunner()
     out, plots = tmp_path / "model.json", tmp_path / "plots"
-    arguments = ["bench", "model", "--env", "CartPole-v1", "--seconds", "1", "--repeats", "1",
+    arguments = ["bench", "model", "--env", "CartPole-v1", "--seconds", "0.5", "--repeats", "1",
                  "--measured", str(fleet), "--plot", str(plots), "--json", str(out)]  # fmt: skip
     result = runner.invoke(main, arguments)
     assert result.exit_code == 0, result.output

@@ -323,7 +323,7 @@ def test_a_dpg_run_spans_three_hosts_refuses_strangers_and_completes(
     same Slurm path as DQN, which the other jobs here run."""
     run_dir = tmp_path / "run"
     job_id = submit(run_dir, "--env", "Pendulum-v1", "--shards", "2", "--actors-per-node", "2",
-                    "--max-time", "30")  # fmt: skip
+                    "--max-time", "24")  # fmt: skip
     poll(lambda: latest_updates(run_dir) > 50, 120, "training to start")
     generate(tmp_path / "stranger")
     # A client pair the run never admitted, pinned to the run's real server key.
@@ -332,18 +332,24 @@ def test_a_dpg_run_spans_three_hosts_refuses_strangers_and_completes(
     shutil.copy(run_dir / "keys" / "server.key", tmp_path / "unadmitted" / "server.key")
     endpoint = "tcp://shard:5601"  # shard 0's requests, on host "shard" (shard_port_base + 1)
 
-    def probe(keys: str) -> str:
-        result = subprocess.run(
-            ["ip", "netns", "exec", "actor", sys.executable, "-c", _INFO_PROBE, endpoint, keys],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        return result.stdout.strip()
-
-    assert probe(str(run_dir / "keys")) == "answered"
-    assert probe("") == "refused"  # no key
-    assert probe(str(tmp_path / "stranger")) == "refused"  # another run's keys
-    assert probe(str(tmp_path / "unadmitted")) == "refused"
+    # All four at once: a refused probe waits out its 3 s timeout, and the run is short.
+    key_dirs = (str(run_dir / "keys"), "", str(tmp_path / "stranger"), str(tmp_path / "unadmitted"))
+    command = ["ip", "netns", "exec", "actor", sys.executable, "-c", _INFO_PROBE, endpoint]
+    probes = {
+        keys: subprocess.Popen(
+            [*command, keys], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for keys in key_dirs
+    }
+    answers = {}
+    for keys, process in probes.items():
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        answers[keys] = out.strip()
+    assert answers[str(run_dir / "keys")] == "answered"
+    assert answers[""] == "refused"  # no key
+    assert answers[str(tmp_path / "stranger")] == "refused"  # another run's keys
+    assert answers[str(tmp_path / "unadmitted")] == "refused"
     fields = wait_for_job_end(job_id, run_dir, timeout_s=120)
     output = job_output(run_dir)
     assert fields["JobState"] == "COMPLETED", output
