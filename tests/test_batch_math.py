@@ -4,13 +4,17 @@ merging the parts' weights, against one store that holds everything."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay import PrioritizedReplay
+from replay.errors import ProtocolError
 from replay.protocol.sample_reply import SampleReply
+from replay.sampling.assembly import BatchAssembly, FreshArrays
 from replay.sampling.batch_math import merge_parts, split_counts
 from tests.conftest import SMALL_SPEC, chi2_critical, make_batch
+from tests.test_messages import through_the_wire
 
 ALPHA, BETA = 0.6, 0.4
 SHARD_ITEMS = (30, 20, 40)
@@ -54,23 +58,64 @@ def stores(rng: np.random.Generator):
 
 
 def sample_across(shards, rng: np.random.Generator, batch_size: int):
-    masses = np.array([s.total_priority for s in shards])
-    counts = split_counts(masses, batch_size, rng.random(batch_size))
-    parts = []
-    for index, (shard, count) in enumerate(zip(shards, counts, strict=True)):
-        if count:
-            sample = shard.sample(int(count), BETA)
-            parts.append(
-                (
-                    index,
-                    SampleReply(
-                        shard.total_priority, shard.min_priority, shard.size, shard.capacity,
-                        sample.indices, sample.generations, sample.priorities, sample.weights,
-                        sample.transitions,
-                    ),
-                )
-            )  # fmt: skip
+    parts = sampled_parts(shards, rng, batch_size)
     return merge_parts(parts, [s.min_priority for s in shards], BETA)
+
+
+def sampled_parts(shards, rng: np.random.Generator, batch_size: int):
+    """``(shard, SampleReply)`` parts of one batch, as the shards would answer them."""
+    masses = np.array([s.total_priority for s in shards])
+    parts = []
+    for index, count in enumerate(split_counts(masses, batch_size, rng.random(batch_size))):
+        if count:
+            shard, sample = shards[index], shards[index].sample(int(count), BETA)
+            reply = SampleReply(
+                shard.total_priority, shard.min_priority, shard.size, shard.capacity,
+                sample.indices, sample.generations, sample.priorities, sample.weights,
+                sample.transitions,
+            )  # fmt: skip
+            parts.append((index, reply))
+    return parts
+
+
+class KeptArrays(FreshArrays):
+    def __init__(self) -> None:
+        self.given_back: list[dict[str, np.ndarray]] = []
+
+    def give_back(self, arrays: dict[str, np.ndarray]) -> None:
+        self.given_back.append(arrays)
+
+
+def test_a_batch_assembled_part_by_part_is_the_merged_batch() -> None:
+    rng = np.random.default_rng(12)
+    shards, _ = stores(rng)
+    minima = [s.min_priority for s in shards]
+    parts = sampled_parts(shards, rng, 64)
+    assert len(parts) == 3
+    assembly = BatchAssembly(SMALL_SPEC, 64, KeptArrays())
+    for shard, reply in parts:
+        assembly.add(shard, through_the_wire(reply.to_message(shard, 1)))
+    assembled, merged = assembly.finish(minima, BETA, 5), merge_parts(parts, minima, BETA, 5)
+    for name in SMALL_SPEC:
+        np.testing.assert_array_equal(assembled.transitions[name], merged.transitions[name])
+    for name in ("weights", "shards", "indices", "generations", "priorities", "sequence"):
+        np.testing.assert_array_equal(getattr(assembled, name), getattr(merged, name))
+
+
+def test_a_part_that_does_not_fit_leaves_its_rows_free_and_a_dropped_batch_gives_back() -> None:
+    rng = np.random.default_rng(13)
+    shards, _ = stores(rng)
+    (first, reply), *_ = sampled_parts(shards, rng, 64)
+    arrays = KeptArrays()
+    assembly = BatchAssembly(SMALL_SPEC, len(reply.indices) + 2, arrays)
+    assembly.add(first, through_the_wire(reply.to_message(first, 1)))
+    with pytest.raises(ProtocolError, match="free rows"):
+        assembly.add(first, through_the_wire(reply.to_message(first, 2)))
+    assert assembly.filled == len(reply.indices)
+    with pytest.raises(RuntimeError, match="finished with"):
+        assembly.finish([s.min_priority for s in shards], BETA, 0)
+    assembly.discard()
+    assert len(arrays.given_back) == 1
 
 
 def test_merged_weights_are_the_weights_of_one_store_holding_everything() -> None:

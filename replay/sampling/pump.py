@@ -331,7 +331,9 @@ class SamplerPump:
             part = self._parts.pop((shard, reply.sequence), None)
             if part is None:  # an answer to a request already re-drawn elsewhere
                 continue
-            batch = self._pending[part.batch]  # a dropped batch's parts left _parts with it
+            batch = self._pending.get(part.batch)
+            if batch is None:  # a dropped batch takes its parts out of _parts: not expected
+                continue
             try:
                 if reply.kind == Kind.ERROR:
                     raise ProtocolError(messages.read_error(reply))
