@@ -52,12 +52,10 @@ def git_commit(directory: Path) -> dict[str, object]:
 
     ``APEX_GIT_COMMIT``, where set, names the commit instead: a copy of the tree sent to
     another machine (a lent GPU) may come without .git, or with another commit's, so the
-    copier says which commit it sent, and ``APEX_GIT_DIRTY`` (0 or 1) whether its tree
-    had changes git tracks (``scripts/gpu_check.sh`` says how); the record marks both as
-    stated, and keeps what git there said beside them.
+    copier says which commit it sent; the record marks it as stated, and keeps what git
+    there said beside it.
     """
     stated = os.environ.get("APEX_GIT_COMMIT")
-    stated_dirty = {"0": False, "1": True}.get(os.environ.get("APEX_GIT_DIRTY", ""))
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, check=True
@@ -73,7 +71,7 @@ def git_commit(directory: Path) -> dict[str, object]:
     except (OSError, subprocess.CalledProcessError):
         found = {"commit": None, "dirty": None}
     if stated:
-        return {"commit": stated, "dirty": stated_dirty, "stated": True, "git_says": found}
+        return {"commit": stated, "dirty": None, "stated": True, "git_says": found}
     return found
 
 

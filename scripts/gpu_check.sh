@@ -8,12 +8,8 @@
 #
 # Run from the repository root with the project importable (an installed .venv, or
 # PYTHONPATH holding the root and its dependencies). DEVICE=cpu runs the same steps on the
-# CPU, to try the script where no GPU is. On a machine that got the tree without its .git
-# (or with another commit's), set APEX_GIT_COMMIT to the commit sent and APEX_GIT_DIRTY to
-# whether the sender's tree had changes, so that the records name them (as stated):
-#   APEX_GIT_COMMIT=$(git rev-parse HEAD) \
-#   APEX_GIT_DIRTY=$(git status --porcelain --untracked-files=no | grep -q . && echo 1 || echo 0)
-# read where the tree is sent from.
+# CPU, to try the script where no GPU is. On a machine that got the tree without its .git,
+# set APEX_GIT_COMMIT to the commit sent, so that the records name it (as stated).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT_DIR:-/tmp/gpu-check}

@@ -59,17 +59,3 @@ def test_suffixed_figures_match_records_in_bytes_fractions_or_their_own_unit(
     [(_, value, decimals, suffix)] = quoted_numbers(f"**{shown}**")
     assert occurs(value, decimals, suffix, [recorded])
     assert not occurs(value * 1.1, decimals, suffix, [recorded])
-
-
-@pytest.mark.parametrize(("dirty", "recorded"), [("0", False), ("1", True), ("", None)])
-def test_a_stated_commit_is_clean_only_when_its_sender_says_so(
-    monkeypatch: pytest.MonkeyPatch, dirty: str, recorded: bool | None
-) -> None:
-    # A tree copied to a lent GPU machine: what git there says is kept, not trusted.
-    from bench.machine import git_commit
-
-    monkeypatch.setenv("APEX_GIT_COMMIT", "982bb66")
-    monkeypatch.setenv("APEX_GIT_DIRTY", dirty)
-    git = git_commit(ROOT)
-    assert (git["commit"], git["dirty"], git["stated"]) == ("982bb66", recorded, True)
-    assert set(git["git_says"]) == {"commit", "dirty"}
