@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from replay.errors import ConfigError
+from replay.sampling.assembly import BatchArrays
 from replay.sampling.batch_math import ReplayBatch
 from replay.store.spec import TransitionSpec
 
@@ -84,17 +85,17 @@ class DeviceStager:
 POOL_MIN_BYTES = 1 << 16
 
 
-class PinnedArrays:
-    """Pinned host memory for the sampler's batches, reused (``replay.sampling.assembly``'s
-    ``BatchArrays``). Fields of at least :data:`POOL_MIN_BYTES` a batch come from a pinned
-    slot; smaller ones are new numpy arrays. A slot given back after its batch's copies
-    were enqueued is taken again only once an event recorded after them has passed; a
-    slot given back unused (a dropped batch) at once. Slots are made as needed: about the
-    sampler's prefetch plus the copies in flight. Used from the thread that pumps the
-    sampler only.
+class PinnedArrays(BatchArrays):
+    """Pinned host memory for the sampler's batches, reused (``replay.sampling.assembly``).
+    Fields of at least :data:`POOL_MIN_BYTES` a batch come from a pinned slot; smaller
+    ones are new numpy arrays. A slot given back after its batch's copies were enqueued is
+    taken again only once an event recorded after them has passed; a slot given back
+    unused (a dropped batch) at once. Slots are made as needed: about the sampler's
+    prefetch plus the copies in flight. Used from the thread that pumps the sampler only.
     """
 
     def __init__(self, device: torch.device) -> None:
+        super().__init__()
         self.device = device
         self._free: list[_Slot] = []
         self._lent: dict[int, _Slot] = {}  # keyed by the address of the slot's memory

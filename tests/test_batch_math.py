@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from replay import PrioritizedReplay
 from replay.errors import ProtocolError
 from replay.protocol.sample_reply import SampleReply
-from replay.sampling.assembly import BatchAssembly, FreshArrays
+from replay.sampling.assembly import BatchArrays, BatchAssembly
 from replay.sampling.batch_math import merge_parts, split_counts
 from tests.conftest import SMALL_SPEC, chi2_critical, make_batch
 from tests.test_messages import through_the_wire
@@ -78,21 +78,13 @@ def sampled_parts(shards, rng: np.random.Generator, batch_size: int):
     return parts
 
 
-class KeptArrays(FreshArrays):
-    def __init__(self) -> None:
-        self.given_back: list[dict[str, np.ndarray]] = []
-
-    def give_back(self, arrays: dict[str, np.ndarray]) -> None:
-        self.given_back.append(arrays)
-
-
 def test_a_batch_assembled_part_by_part_is_the_merged_batch() -> None:
     rng = np.random.default_rng(12)
     shards, _ = stores(rng)
     minima = [s.min_priority for s in shards]
     parts = sampled_parts(shards, rng, 64)
     assert len(parts) == 3
-    assembly = BatchAssembly(SMALL_SPEC, 64, KeptArrays())
+    assembly = BatchAssembly(SMALL_SPEC, 64, BatchArrays())
     for shard, reply in parts:
         assembly.add(shard, through_the_wire(reply.to_message(shard, 1)))
     assembled, merged = assembly.finish(minima, BETA, 5), merge_parts(parts, minima, BETA, 5)
@@ -106,16 +98,20 @@ def test_a_part_that_does_not_fit_leaves_its_rows_free_and_a_dropped_batch_gives
     rng = np.random.default_rng(13)
     shards, _ = stores(rng)
     (first, reply), *_ = sampled_parts(shards, rng, 64)
-    arrays = KeptArrays()
+    arrays = BatchArrays()
     assembly = BatchAssembly(SMALL_SPEC, len(reply.indices) + 2, arrays)
-    assembly.add(first, through_the_wire(reply.to_message(first, 1)))
+    placed = assembly.add(first, through_the_wire(reply.to_message(first, 1))).fields
     with pytest.raises(ProtocolError, match="free rows"):
         assembly.add(first, through_the_wire(reply.to_message(first, 2)))
     assert assembly.filled == len(reply.indices)
     with pytest.raises(RuntimeError, match="finished with"):
         assembly.finish([s.min_priority for s in shards], BETA, 0)
     assembly.discard()
-    assert len(arrays.given_back) == 1
+    # A dropped batch's arrays are the next batch's (nothing else holds them), once.
+    again = arrays.take(SMALL_SPEC, len(reply.indices) + 2)
+    assert all(np.shares_memory(again[name], placed[name]) for name in SMALL_SPEC)
+    fresh = arrays.take(SMALL_SPEC, len(reply.indices) + 2)
+    assert not np.shares_memory(fresh["action"], placed["action"])
 
 
 def test_merged_weights_are_the_weights_of_one_store_holding_everything() -> None:

@@ -15,7 +15,7 @@ import zmq
 from replay.errors import ReplayTimeout
 from replay.inserts.client import InsertClient
 from replay.protocol.requests import RequestClient
-from replay.sampling.assembly import BatchArrays, FreshArrays
+from replay.sampling.assembly import BatchArrays
 from replay.sampling.pump import SamplerConfig
 from replay.sampling.sampler import InlineSampler, ThreadedSampler
 from replay.sampling.sampler import make_sampler as sampler_for
@@ -74,10 +74,11 @@ def make_sampler(
     return sampler_for(config, SMALL_SPEC, arrays=arrays)
 
 
-class TakenArrays(FreshArrays):
+class TakenArrays(BatchArrays):
     """Fresh arrays, each batch's kept to check that the batch was written into them."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.taken: list[dict[str, np.ndarray]] = []
 
     def take(self, spec, rows: int) -> dict[str, np.ndarray]:

@@ -15,8 +15,6 @@ Everything here runs on the thread that pumps the sampler.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
 from replay.protocol.sample_reply import SampleReply
@@ -25,27 +23,32 @@ from replay.store.spec import TransitionSpec
 from replay.wire.layout import Message
 
 
-class BatchArrays(Protocol):
-    """Where a batch's field arrays come from, and where they go back when the batch is
-    dropped before it is finished."""
+class BatchArrays:
+    """Where a batch's field arrays come from: new numpy arrays, except that the arrays of a
+    batch dropped before it was finished are taken again by the next (nothing else holds
+    them). ``apex.staging.PinnedArrays`` lends pinned ones instead.
+    """
+
+    def __init__(self) -> None:
+        self._spare: dict[str, np.ndarray] | None = None
 
     def take(self, spec: TransitionSpec, rows: int) -> dict[str, np.ndarray]:
         """Arrays ``(rows, *shape)`` of each field of ``spec``, C-contiguous."""
-        ...
-
-    def give_back(self, arrays: dict[str, np.ndarray]) -> None:
-        """Arrays from :meth:`take` that no batch will use."""
-        ...
-
-
-class FreshArrays:
-    """New numpy arrays for each batch: what a learner that keeps its batches gets."""
-
-    def take(self, spec: TransitionSpec, rows: int) -> dict[str, np.ndarray]:
+        spare, self._spare = self._spare, None
+        if (
+            spare is not None
+            and list(spare) == list(spec)
+            and all(
+                spare[name].shape == (rows, *f.shape) and spare[name].dtype == f.dtype
+                for name, f in spec.items()
+            )
+        ):
+            return spare
         return {name: np.empty((rows, *field.shape), field.dtype) for name, field in spec.items()}
 
     def give_back(self, arrays: dict[str, np.ndarray]) -> None:
-        pass
+        """Arrays from :meth:`take` that no batch will use."""
+        self._spare = arrays
 
 
 class BatchAssembly:

@@ -26,7 +26,7 @@ from replay.errors import ProtocolError
 from replay.protocol import messages
 from replay.protocol.requests import RequestClient, await_spec
 from replay.protocol.sample_reply import SampleReply
-from replay.sampling.assembly import BatchArrays, BatchAssembly, FreshArrays
+from replay.sampling.assembly import BatchArrays, BatchAssembly
 from replay.sampling.batch_math import ReplayBatch, split_counts
 from replay.sampling.shard_health import ShardHealth
 from replay.store.spec import TransitionSpec
@@ -144,7 +144,7 @@ class SamplerPump:
         self.updates_dropped = 0
         self._context = context
         self._stage = stage
-        self._buffers = buffers or FreshArrays()
+        self._buffers = buffers or BatchArrays()
         self._rng = np.random.default_rng(config.sender)
         self.health = [ShardHealth(i, e) for i, e in enumerate(config.endpoints)]
         self._clients = [
