@@ -96,6 +96,17 @@ def delivery_report(
     }
 
 
+def lost_by_actor(delivery: dict) -> dict[str, dict] | None:
+    """Each actor that :func:`delivery_report`'s account says lost transitions, with what
+    it knows of it (missing, in transit, gone or stopped, its longest silence), so that a
+    loss in a record says where it happened; None where none lost any."""
+    keys = ("missing", "in_transit", "gone", "stopped", "longest_silence_s")
+    losing = {index: {key: actor.get(key) for key in keys}
+              for index, actor in (delivery.get("actors") or {}).items()
+              if (actor.get("missing") or 0) > (actor.get("in_transit") or 0)}  # fmt: skip
+    return losing or None
+
+
 def describe(report: dict) -> str:
     """One line for a person."""
     parts = [f"{report['actors_heard']} actors heard"]

@@ -44,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from apex.checkpoint import every_checkpoint
+from apex.delivery import lost_by_actor
 from apex.metrics import read_metrics
 from bench.fault_names import FAULTS
 from bench.report import ok_record
@@ -260,6 +261,7 @@ def _measure(fault: str, hold_s: float, settle_records: int, open_run=_local_run
         "updates_per_period": rate * PERIOD_S,
         "transitions_per_period": ingest * PERIOD_S,
         "transitions_lost": delivery.get("transitions_lost"),
+        "lost_by_actor": lost_by_actor(delivery),
         "transitions_in_transit": delivery.get("transitions_in_transit"),
         "resent_batches": delivery.get("resent_batches"),
         "rerouted_batches": delivery.get("rerouted_batches"),
@@ -379,7 +381,8 @@ def run(
             result = _measure(fault, hold_s, settle, open_run)
             params = {**params, **{key: result.get(key) for key in (
                 "exit_code", "restarts", "error", "shards_given_up", "job_state",
-                "job_restarts")}, "shards": 2 if fault == "lose-shard" else 1}  # fmt: skip
+                "job_restarts", "lost_by_actor")},
+                "shards": 2 if fault == "lose-shard" else 1}  # fmt: skip
             for metric, unit in METRICS:
                 value = result.get(metric)
                 if value is not None:

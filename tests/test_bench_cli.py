@@ -307,7 +307,8 @@ def test_quick_fault_suite_measures_a_recovery_and_writes_a_valid_document(
     assert report.validate(document) == []
     figures = {(r["case"], r["metric"]): r.get("median") for r in document["records"]}
     assert figures[(fault, "recovered")] == 1, document["records"]
-    assert figures[(fault, "transitions_lost")] == 0
+    params = next(r["params"] for r in document["records"] if r["case"] == fault)
+    assert figures[(fault, "transitions_lost")] == 0, params["lost_by_actor"]
     if fault == "kill-actor":
         assert 0 < figures[(fault, "recovery_s")] < 60
         return

@@ -4,6 +4,7 @@ what a restarted shard or a broken connection lost (``replay.server.lanes``)."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -26,9 +27,17 @@ from replay.server.credit_desk import (
 )
 from replay.server.lanes import Verdict, admit, delivered
 from replay.server.senders import SenderBook, SenderStats
+from replay.store.snapshot import complete_snapshots, open_snapshot
 from replay.wire.layout import Kind, Message, encode
 from replay.wire.transport import make_socket
-from tests.conftest import SMALL_SPEC, ShardProcess, info, make_batch, wait_for
+from tests.conftest import (
+    SMALL_SPEC,
+    STOP_TIMEOUT_S,
+    ShardProcess,
+    info,
+    make_batch,
+    wait_for,
+)
 
 
 def test_the_admission_rule() -> None:
@@ -116,34 +125,90 @@ def test_the_last_batch_lost_with_a_broken_connection_is_sent_again(
         client.close(0)
 
 
-def test_a_flush_stops_waiting_for_a_shard_whose_limiter_holds_its_batches(
-    context: zmq.Context, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Nothing samples, so the limiter refuses inserts after about 600 transitions: the
-    batches sent past that are kept, not taken. The flush sees the shard answer, take
-    nothing and say its limiter holds inserts, and stops within a few seconds instead of
-    waiting out its deadline; what the shard holds counts as unconfirmed, not lost.
-    Meanwhile the lane sends nothing again: the answers say the limiter holds, so the
-    silence is not a broken connection's lost tail (a blocked actor once resent 12,000
-    transitions every STALLED_RESEND_S; here shortened to 0.2 s)."""
-    monkeypatch.setattr("replay.inserts.lane.STALLED_RESEND_S", 0.2)
+def held_back_batches(
+    context: zmq.Context, root: Path, batches: int = 16
+) -> tuple[ShardProcess, InsertClient]:
+    """A shard keeping snapshots in ``root`` whose limiter holds inserts (nothing samples,
+    so it refuses them after about 600 transitions), and a client that has sent it
+    ``batches`` batches of 50, within its credit: those past the limiter wait queued."""
     shard = ShardProcess("--capacity", "10000", "--min-size", "100", "--samples-per-insert",
-                         "1", "--error-buffer", "500")  # fmt: skip
+                         "1", "--error-buffer", "500", "--snapshot-dir", str(root))  # fmt: skip
     client = InsertClient(context, [shard.endpoints], sender=8, spec=SMALL_SPEC, timeout_s=2,
                           credit=32)  # fmt: skip
+    for i in range(batches):
+        client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
+    wait_for(lambda: info(context, shard)["inserts_waiting"], what="the limiter to hold")
+    return shard, client
+
+
+def final_snapshot_size(root: Path) -> int:
+    """The size a shard's newest snapshot in ``root`` records (its final one, once it
+    has stopped)."""
+    newest = complete_snapshots(root)[0][1]
+    return int(open_snapshot(newest).meta["shard"]["size"])
+
+
+def test_a_flush_stops_waiting_for_a_shard_whose_limiter_holds_its_batches(
+    context: zmq.Context, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A flush that is not final (as every flush was before the flag, and as any flush
+    to a shard older than it is) sees the shard answer, take nothing and say its limiter
+    holds inserts, and stops within a few seconds instead of waiting out its deadline;
+    what the shard holds counts as unconfirmed, not lost: the shard, told to stop, takes
+    it into its final snapshot. Meanwhile the lane sends nothing again: the answers say
+    the limiter holds, so the silence is not a broken connection's lost tail (a blocked
+    actor once resent 12,000 transitions every STALLED_RESEND_S; here shortened to 0.2 s)."""
+    monkeypatch.setattr("replay.inserts.lane.STALLED_RESEND_S", 0.2)
+    shard, client = held_back_batches(context, tmp_path)
     try:
-        for i in range(16):  # 800 transitions: past the limiter, within the credit
-            client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
-        wait_for(lambda: info(context, shard)["inserts_waiting"], what="the limiter to hold")
         started = time.monotonic()
-        assert not client.flush(30)
+        assert not client.flush(30, final=False)
         assert time.monotonic() - started < 10
         held = client.delivery()["unconfirmed"]
         assert held > 0 and held + info(context, shard)["size"] == 800
         assert client.delivery()["resent"] == 0
     finally:
+        assert shard.stop() == 0
+        client.close(0)
+    assert final_snapshot_size(tmp_path) == 800  # 650 before a stop took the queue
+
+
+def test_a_stopping_sender_s_flush_goes_past_the_shard_s_limiter(
+    context: zmq.Context, tmp_path: Path
+) -> None:
+    """A final flush (an actor stopping) asks the shard to take its batches past the
+    limiter: with the learner stopping too, nothing might ever sample them."""
+    shard, client = held_back_batches(context, tmp_path)
+    try:
+        assert info(context, shard)["size"] < 800
+        assert client.flush(30)
+        assert client.delivery()["unconfirmed"] == 0
+        assert info(context, shard)["size"] == 800
+    finally:
         client.close(0)
         assert shard.stop() == 0
+
+
+def test_a_shard_stopped_with_its_senders_takes_their_flush_before_it_goes(
+    context: zmq.Context, tmp_path: Path
+) -> None:
+    """Under Slurm a job's steps are signalled at once: the shard is told to stop while
+    an actor flushes batches its limiter held back (a flush that is not final, so only
+    the stop lifts the limiter). It serves on until no insert came for a moment, and its
+    final snapshot holds every batch (with no grace it held 650 of the 1,000)."""
+    shard, client = held_back_batches(context, tmp_path, batches=20)
+    try:
+        flushed: list[bool] = []
+        flushing = threading.Thread(target=lambda: flushed.append(client.flush(30, final=False)))
+        flushing.start()
+        shard.process.send_signal(signal.SIGTERM)
+        flushing.join(40)
+        assert flushed == [True], client.delivery()
+        assert shard.process.wait(STOP_TIMEOUT_S) == 0
+    finally:
+        shard.stop()
+        client.close(0)
+    assert final_snapshot_size(tmp_path) == 1000
 
 
 @pytest.mark.slow

@@ -107,6 +107,11 @@ def test_credit_request_caps_its_wait_and_refuses_non_counts() -> None:
     request = messages.CreditRequest(12.0, 10**9)
     got = messages.CreditRequest.from_message(through_the_wire(request.to_message(4, 0)))
     assert got == messages.CreditRequest(12.0, messages.MAX_CREDIT_WAIT_MS)
+    final = messages.CreditRequest(12.0, 10**9, final=True)
+    got = messages.CreditRequest.from_message(through_the_wire(final.to_message(4, 0)))
+    assert got == messages.CreditRequest(12.0, messages.MAX_CREDIT_WAIT_MS, final=True)
+    quick = messages.CreditRequest(3.0, 250, final=True)
+    assert messages.CreditRequest.from_message(through_the_wire(quick.to_message(4, 0))) == quick
     for wanted in (float("nan"), -1.0, 2.0**60):
         with pytest.raises(ProtocolError, match="CREDIT needs a count"):
             messages.CreditRequest.from_message(Message(Kind.CREDIT, scalar=wanted))

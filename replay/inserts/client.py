@@ -315,17 +315,20 @@ class InsertClient:
             credit.resent += 1
         credit.resend_at = None
 
-    def flush(self, timeout_s: float) -> bool:
+    def flush(self, timeout_s: float, final: bool = True) -> bool:
         """Waits until the shards have confirmed every message this client sent, sending
         again what a restarted shard or a broken connection lost; True if they did within
         ``timeout_s`` (always, without credit: nothing is counted then).
 
-        It stops early, False, once every shard that still holds messages of this client
-        has answered, taken none for :data:`IDLE_FLUSH_S`, and says its rate limiter
-        refuses inserts: with nobody sampling (a learner that has ended) it would take
-        them at no deadline. What they hold is reported in transit, not lost. A shard
-        that takes nothing without its limiter saying so (the tail of a broken connection
-        is missing) is waited for, and sent the tail again."""
+        ``final`` (a sender that stops): its questions ask the shards to take its batches
+        past their rate limiters, since nothing may sample them again. Without it, or
+        with shards older than that flag, it stops early, False, once every shard that
+        still holds messages of this client has answered, taken none for
+        :data:`IDLE_FLUSH_S`, and says its rate limiter refuses inserts: with nobody
+        sampling (a learner that has ended) it would take them at no deadline. What they
+        hold is reported in transit, not lost. A shard that takes nothing without its
+        limiter saying so (the tail of a broken connection is missing) is waited for, and
+        sent the tail again."""
         deadline = time.monotonic() + timeout_s
         progress_at, state = time.monotonic(), None
         while True:
@@ -348,7 +351,7 @@ class InsertClient:
             for index, credit in waiting:
                 if credit.resend_at is not None:
                     self._resend(index, credit)
-                credit.ask(wait_s, everything=True)
+                credit.ask(wait_s, everything=True, final=final)
                 poller.register(credit.socket, zmq.POLLIN)
             ready = dict(poller.poll(int(wait_s * 1000) + 1))
             for _, credit in waiting:

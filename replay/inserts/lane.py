@@ -67,6 +67,7 @@ class ShardCredit:
         self._asked_until: float | None = None
         self._asked_wanted = 0
         self._asked_sequence = -1
+        self._asked_final = False
         self._shard_incarnation: int | None = None
         self.restarts_seen = 0
         """Times the shard answered as a new process (it restarted)."""
@@ -135,10 +136,14 @@ class ShardCredit:
         self.retained_transitions += count
         self.sent += 1
 
-    def ask(self, wait_s: float, everything: bool = False, room: bool = False) -> None:
+    def ask(
+        self, wait_s: float, everything: bool = False, room: bool = False, final: bool = False
+    ) -> None:
         """Asks the shard to answer once the batches in flight fall to a quarter of the
         limit; with ``room`` (a sender that has none left), once it has taken any more;
-        with ``everything``, once they fall to none.
+        with ``everything``, once they fall to none. ``final``: this sender is stopping,
+        and the shard takes its batches past its rate limiter meanwhile
+        (``messages.CreditRequest``).
 
         A question asked at half the limit in flight is then held at the shard while it
         takes a quarter of the limit, and answered while a quarter is still queued: one
@@ -157,17 +162,18 @@ class ShardCredit:
         else:
             wanted = max(0, self.sent - self.limit // 4)
         out = self._asked_until is not None and now < self._asked_until
-        if out and wanted >= self._asked_wanted:
+        if out and wanted >= self._asked_wanted and final <= self._asked_final:
             return
         wait_ms = max(0, int(wait_s * 1000))
         if self._silent_since is None:
             self._silent_since = now
-        sequence = self._requests.send(messages.CreditRequest(wanted, wait_ms))
+        sequence = self._requests.send(messages.CreditRequest(wanted, wait_ms, final))
         if sequence is None:
             return
         # An answer that has not come a second after the shard's own deadline is lost.
         self._asked_until = now + wait_ms / 1000 + 1.0
         self._asked_wanted, self._asked_sequence = wanted, sequence
+        self._asked_final = final
 
     def read_replies(self) -> None:
         """Takes in every answer that has arrived.

@@ -69,6 +69,8 @@ __all__ = ["FrameInsert"]  # re-exported: writers build inserts from here
 
 # The longest a shard holds a CREDIT request, whatever the asker asked for.
 MAX_CREDIT_WAIT_MS = 10_000
+# A CREDIT question's count: the wait in its low 31 bits, ``final`` in the top one.
+FINAL_FLAG = 1 << 31
 # Counts travel as f64 scalars; beyond 2^53 they are no longer exact.
 MAX_EXACT_COUNT = 2.0**53
 
@@ -184,21 +186,29 @@ class PriorityUpdate:
 class CreditRequest:
     """Asks a shard to answer once it expects lane number ``wanted`` from the asker (see
     ``replay.server.lanes``), or after ``wait_ms`` (at most :data:`MAX_CREDIT_WAIT_MS`). The
-    asker's incarnation, in the header, names its lane."""
+    asker's incarnation, in the header, names its lane.
+
+    ``final``: the asker is stopping and flushes what it has sent. While such a question
+    is held, the shard takes inserts past its rate limiter (a queue shard keeps its room):
+    with the learner stopping too, nothing might sample again, and what the shard never
+    takes is lost with the actor. Sent as the count's top bit; an older shard reads a
+    wait over :data:`MAX_CREDIT_WAIT_MS`, capped, and holds its limiter as before."""
 
     wanted: float
     wait_ms: int
+    final: bool = False
 
     def to_message(self, sender: int, sequence: int) -> Message:
-        wait_ms = max(0, min(int(self.wait_ms), 2**32 - 1))
-        return Message(Kind.CREDIT, sender, sequence, count=wait_ms, scalar=float(self.wanted))
+        count = max(0, min(int(self.wait_ms), FINAL_FLAG - 1)) | (FINAL_FLAG if self.final else 0)
+        return Message(Kind.CREDIT, sender, sequence, count=count, scalar=float(self.wanted))
 
     @classmethod
     def from_message(cls, message: Message) -> CreditRequest:
         expect_kind(message, Kind.CREDIT)
         if not 0.0 <= message.scalar < MAX_EXACT_COUNT:  # also refuses NaN
             raise ProtocolError(f"CREDIT needs a count >= 0, got {message.scalar}")
-        return cls(message.scalar, min(message.count, MAX_CREDIT_WAIT_MS))
+        wait_ms = min(message.count & (FINAL_FLAG - 1), MAX_CREDIT_WAIT_MS)
+        return cls(message.scalar, wait_ms, bool(message.count & FINAL_FLAG))
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,10 @@ class ShardConfig:
         insert_batch_hint: transitions per insert message, usually; sizes the insert
             socket's kernel buffers (see replay.wire.transport.insert_buffer_bytes).
         poll_timeout_s: longest wait before the loop looks at the stop flag again.
+        stop_quiet_s: told to stop, the shard serves on (its rate limiter lifted) until
+            no insert came for this long, so senders stopping with it flush their last
+            batches into its final snapshot (``ShardServer._serve_stop_grace``).
+        stop_grace_s: the longest it serves on after a stop, whatever still arrives.
         frames: store frame-stacked transitions with each frame once
             (``replay.frames.storage``): ``spec`` must then be ``frames.transition_spec``,
             and writers send INSERT_FRAMES. None: whole transitions (INSERT).
@@ -84,6 +88,8 @@ class ShardConfig:
     max_message_bytes: int = 1 << 28
     insert_batch_hint: int = 50
     poll_timeout_s: float = 0.05
+    stop_quiet_s: float = 0.5
+    stop_grace_s: float = 10.0
     frames: FrameStackSpec | None = None
     compress_frames: bool = True
     gather_threads: int | None = None
@@ -128,6 +134,9 @@ class ShardConfig:
             problems.append("restore needs a snapshot_dir to restore from")
         if not self.poll_timeout_s > 0:
             problems.append(f"poll_timeout_s must be > 0, got {self.poll_timeout_s}")
+        for name in ("stop_quiet_s", "stop_grace_s"):
+            if not 0 <= getattr(self, name) < float("inf"):
+                problems.append(f"{name} must be finite and >= 0, got {getattr(self, name)}")
         if self.frames is not None and self.frames.transition_spec != self.spec:
             problems.append(
                 f"spec {self.spec} is not the frame layout's {self.frames.transition_spec}"

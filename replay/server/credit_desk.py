@@ -54,6 +54,7 @@ class HeldCredit:
     sequence: int
     wanted: float
     deadline: float
+    final: bool = False
 
 
 class CreditDesk:
@@ -95,6 +96,10 @@ class CreditDesk:
     def __bool__(self) -> bool:
         return bool(self._held)
 
+    def final_held(self) -> bool:
+        """A stopping sender's flush waits on this shard (a held ``final`` question)."""
+        return any(held.final for held in self._held.values())
+
     def ask(self, identity: bytes, message: Message) -> None:
         """Takes a CREDIT question; raises ``ProtocolError`` for a malformed one."""
         request = messages.CreditRequest.from_message(message)
@@ -103,7 +108,8 @@ class CreditDesk:
         if len(self._asked_at) < MAX_HELD_CREDIT_REQUESTS or message.sender in self._asked_at:
             self._asked_at[message.sender] = now
         held = HeldCredit(identity, message.sender, message.incarnation, message.sequence,
-                          request.wanted, now + request.wait_ms / 1000)  # fmt: skip
+                          request.wanted, now + request.wait_ms / 1000,
+                          request.final)  # fmt: skip
         earlier = self._held.pop(held.sender, None)
         if earlier is not None:
             self._answer(earlier)

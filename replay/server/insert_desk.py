@@ -43,7 +43,10 @@ class InsertDesk:
             longer than that).
         senders: the shard's per-sender counters.
         credit: the shard's credit desk, told of each message taken.
-        limiter: the shard's limiter: a round stops when it refuses inserts.
+        limiter: the shard's limiter, told of what is stored.
+        may_insert: ``may_insert(pending)``, whether the shard takes another message with
+            ``pending`` transitions taken this round: its limiter's word, lifted at a stop
+            (``ShardServer.may_insert``). A round stops when it says no.
         ingest: the shard's store and its way in (asked each round: a restore replaces it).
     """
 
@@ -54,6 +57,7 @@ class InsertDesk:
         senders: SenderBook,
         credit: CreditDesk,
         limiter: QueueLimiter | RateLimiter,
+        may_insert: Callable[[int], bool],
         ingest: Callable[[], Ingest],
     ) -> None:
         self._pull = pull
@@ -61,20 +65,22 @@ class InsertDesk:
         self._senders = senders
         self._credit = credit
         self._limiter = limiter
+        self._may_insert = may_insert
         self._ingest = ingest
 
-    def drain(self) -> None:
-        """Takes what is queued, up to a round's worth, and stores it."""
+    def drain(self) -> int:
+        """Takes what is queued, up to a round's worth, and stores it; the messages read."""
         ingest = self._ingest()
         group: list[Taken] = []
-        pending = 0
+        pending = read = 0
         for _ in range(self._max_per_round):
-            if not self._limiter.can_insert(pending):
+            if not self._may_insert(pending):
                 break
             try:
                 frames = recv_frames(self._pull)
             except zmq.Again:
                 break
+            read += 1
             taken = self._admit(frames)
             if taken is None:
                 continue
@@ -86,6 +92,7 @@ class InsertDesk:
                 group, pending = [], 0
                 self._store(ingest, [taken])
         self._store(ingest, group)
+        return read
 
     def _admit(self, frames: list) -> Taken | None:
         """Reads and counts one insert message's header; returns it, the frames and its

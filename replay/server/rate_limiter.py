@@ -79,6 +79,12 @@ class RateLimiter:
         ceiling = self.samples_per_insert * self.min_size + self.error_buffer
         return self.diff + pending * self.samples_per_insert <= ceiling
 
+    def can_insert_unpaced(self, pending: int = 0) -> bool:
+        """Whether an insert may be taken with the pacing lifted, as it is for the last
+        batches of a stopping sender or shard: always. The replay ratio only paces a
+        running learner; an insert refused at a stop is lost."""
+        return True
+
     def can_sample(self, size: int, batch_size: int = 1) -> bool:
         """Whether a SAMPLE may be answered now (a prioritized store may repeat items, so
         ``batch_size`` does not matter here)."""
@@ -115,6 +121,10 @@ class QueueLimiter:
 
     def can_insert(self, pending: int = 0) -> bool:
         return self.room() - pending >= self.insert_room
+
+    def can_insert_unpaced(self, pending: int = 0) -> bool:
+        """A queue has no pacing to lift: its room is a hard limit."""
+        return self.can_insert(pending)
 
     def can_sample(self, size: int, batch_size: int = 1) -> bool:
         return size >= max(self.min_size, self.fresh_needed(batch_size))

@@ -137,18 +137,31 @@ class ShardServer:
         self._replies_dropped = 0
         self._credit = CreditDesk(self._senders, self._send, config.shard_index,
                                   widen=not config.queue,
-                                  limiter_holds=lambda: not self.limiter.can_insert())  # fmt: skip
+                                  limiter_holds=lambda: not self.may_insert())  # fmt: skip
         self._inserts = InsertDesk(self._pull, config.max_inserts_per_round, self._senders,
-                                   self._credit, self.limiter, lambda: self._ingest)  # fmt: skip
-        self._started = time.monotonic()
+                                   self._credit, self.limiter, self.may_insert,
+                                   lambda: self._ingest)  # fmt: skip
+        self._stopping = False
+        self._started = self._inserted_at = time.monotonic()
 
     def _fresh_needed(self, batch_size: int) -> int:
         return self.replay.fresh_needed(batch_size)
 
     def stop(self) -> None:
-        """Asks :meth:`serve` to return after its current round (safe from any thread or
-        a signal handler)."""
+        """Asks :meth:`serve` to stop taking requests' time and return once its senders'
+        last batches are in (see :meth:`_serve_stop_grace`); safe from any thread or a
+        signal handler."""
         self._stop.set()
+
+    def may_insert(self, pending: int = 0) -> bool:
+        """Whether the shard takes another insert message now, ``pending`` transitions
+        taken this round: its limiter's word, lifted (``can_insert_unpaced``) while it
+        stops or a stopping sender flushes to it (a ``final`` CREDIT question), since
+        nothing may sample again and what it refuses then is lost."""
+        if self.limiter.can_insert(pending):
+            return True
+        lifted = self._stopping or self._credit.final_held()
+        return lifted and self.limiter.can_insert_unpaced(pending)
 
     def serve(self) -> None:
         """Runs the loop until :meth:`stop`; closes the sockets and context on return."""
@@ -162,24 +175,53 @@ class ShardServer:
         poll_ms = int(self.config.poll_timeout_s * 1000)
         try:
             while not self._stop.is_set():
-                # While inserts must wait, the PULL socket is not polled: its queue fills
-                # to the high-water mark and the actors feel the back-pressure.
-                self._poller.modify(self._pull, zmq.POLLIN if self.limiter.can_insert() else 0)
-                ready = dict(self._poller.poll(poll_ms))
-                if self._pull in ready:
-                    self._inserts.drain()
-                if self._router in ready:
-                    self._drain_requests()
-                self._samples.answer_waiting()
-                if self._credit:
-                    self._credit.expire()
+                self._serve_round(poll_ms)
                 if self._snapshots is not None:
                     self._snapshots.tick()
+            self._serve_stop_grace()
         finally:
             if self._snapshots is not None:
                 self._snapshots.final()
             self.close()
             logger.info("shard %d stopped: %s", self.config.shard_index, self.counters())
+
+    def _serve_round(self, poll_ms: int) -> None:
+        # While inserts must wait, the PULL socket is not polled: its queue fills to the
+        # high-water mark and the actors feel the back-pressure.
+        self._poller.modify(self._pull, zmq.POLLIN if self.may_insert() else 0)
+        ready = dict(self._poller.poll(poll_ms))
+        if self._pull in ready and self._inserts.drain():
+            self._inserted_at = time.monotonic()
+        if self._router in ready:
+            self._drain_requests()
+        self._samples.answer_waiting()
+        if self._credit:
+            self._credit.expire()
+
+    def _serve_stop_grace(self) -> None:
+        """Serves on, the limiter lifted, until no insert came for ``stop_quiet_s`` (at
+        most ``stop_grace_s``), so the final snapshot holds what the senders flush.
+
+        Under Slurm every step of a job is signalled at once (a requeue, a time limit):
+        actors still flush while their shards stop, and a shard that left at once lost
+        their last batches and everything its limiter held queued. A shard idle for
+        ``stop_quiet_s`` before the stop leaves after one round; one whose limiter held
+        inserts gives its blocked senders ``stop_quiet_s`` to send."""
+        self._stopping = True
+        started = time.monotonic()
+        held = not self.limiter.can_insert()
+        quiet_since = started if held else self._inserted_at
+        poll_ms = max(1, int(min(self.config.poll_timeout_s, self.config.stop_quiet_s) * 1000))
+        while True:
+            self._serve_round(poll_ms)
+            now = time.monotonic()
+            quiet_since = max(quiet_since, self._inserted_at)
+            if now - quiet_since >= self.config.stop_quiet_s:
+                break
+            if now - started >= self.config.stop_grace_s:
+                logger.warning("shard %d: senders still sending after a stop grace of %.1f s; "
+                               "stopping", self._index, self.config.stop_grace_s)  # fmt: skip
+                break
 
     def close(self) -> None:
         self._pull.close(linger=0)
@@ -293,7 +335,8 @@ class ShardServer:
             "refused": self._context.refusals(),
             "samples_per_insert": self.config.samples_per_insert,
             "rate_limiter_diff": self.limiter.diff,
-            "inserts_waiting": not self.limiter.can_insert(),
+            "inserts_waiting": not self.may_insert(),
+            "stopping": self._stopping,
             "samples_waiting": self._samples.waiting,
             "waiting_samples_dropped": self._samples.dropped,
             "replies_dropped": self._replies_dropped,
