@@ -260,7 +260,7 @@ def test_a_shard_that_never_comes_back_is_given_up_and_its_batches_go_to_another
     shards = ShardProcess.start_all(("--capacity", "10000"), ("--capacity", "10000"))
     context = zmq.Context()
     client = InsertClient(context, [s.endpoints for s in shards], sender=6, spec=SMALL_SPEC,
-                          timeout_s=0.5, credit=32, reroute_after_s=1.0)  # fmt: skip
+                          timeout_s=0.5, credit=32, reroute_after_s=3.0)  # fmt: skip
     try:
         for i in range(10):
             client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
