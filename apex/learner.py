@@ -314,9 +314,13 @@ class Learner:
                     # Name the wait that ran out, not the last short poll inside it.
                     raise ReplayTimeout(f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards "
                                         "down, empty or rate-limited)") from exc  # fmt: skip
-        if self.config.learning_rate_final is not None:
-            set_learning_rate(self.algorithm.optimizers,
-                              self.config.learning_rate_at(self.counters.updates))  # fmt: skip
+        config = self.config
+        solved = self.counters.solved_at_s is not None  # in this life or one before
+        if config.learning_rate_final is not None or (
+            solved and config.learning_rate_solved is not None
+        ):
+            rate = config.learning_rate_at(self.counters.updates, solved)
+            set_learning_rate(self.algorithm.optimizers, rate)
         result = self.algorithm.step(batch)
         if result.new_priorities is not None:
             self.source.update_priorities(batch.source, result.new_priorities.numpy())

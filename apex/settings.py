@@ -204,6 +204,11 @@ class LearnerConfig:
         learning_rate_final: with ``learning_rate_decay_updates``, the step size it
             decays to, linearly over that many updates, and keeps after (None: constant).
         learning_rate_decay_updates: the updates it decays over.
+        learning_rate_solved: the step size from the first confirmed solve on, in a run
+            that trains on past it (``stop_when_solved`` false), whatever the schedule
+            says (None: the schedule's). A solved policy trained on at the step size that
+            found it flips between perfect and poor; the training up to the solve is the
+            same either way.
         adam_epsilon: Adam ε.
         max_grad_norm: gradient clipping threshold (global norm).
         algorithm: "dqn", "dpg", "impala" or "auto" (from the action space; the run's
@@ -241,6 +246,7 @@ class LearnerConfig:
     learning_rate: float = 1e-4
     learning_rate_final: float | None = None
     learning_rate_decay_updates: int = 0
+    learning_rate_solved: float | None = None
     adam_epsilon: float = 1.5e-4
     max_grad_norm: float = 40.0
     algorithm: str = "auto"
@@ -267,8 +273,11 @@ class LearnerConfig:
         """Every problem with these settings (empty if none)."""
         return checked(self, prefix, lambda: self._range_problems(prefix))
 
-    def learning_rate_at(self, updates: int) -> float:
-        """The step size after ``updates`` updates (see ``learning_rate_final``)."""
+    def learning_rate_at(self, updates: int, solved: bool = False) -> float:
+        """The step size after ``updates`` updates (see ``learning_rate_final``), and once
+        ``solved`` (see ``learning_rate_solved``)."""
+        if solved and self.learning_rate_solved is not None:
+            return self.learning_rate_solved
         if self.learning_rate_final is None:
             return self.learning_rate
         done = min(updates / self.learning_rate_decay_updates, 1.0)
@@ -276,9 +285,14 @@ class LearnerConfig:
 
     def _decay_problems(self, prefix: str) -> list[str]:
         final, updates = self.learning_rate_final, self.learning_rate_decay_updates
-        if final is None:
-            return []
         problems = []
+        solved = self.learning_rate_solved
+        if solved is not None and not (
+            isinstance(solved, (int, float)) and math.isfinite(solved) and solved > 0
+        ):
+            problems.append(f"{prefix}learning_rate_solved must be > 0 or None, got {solved}")
+        if final is None:
+            return problems
         if not (isinstance(final, (int, float)) and math.isfinite(final) and final > 0):
             problems.append(f"{prefix}learning_rate_final must be > 0, got {final}")
         if not isinstance(updates, int) or isinstance(updates, bool) or updates < 1:

@@ -169,3 +169,15 @@ def test_a_learning_rate_schedule_is_checked() -> None:
     with pytest.raises(ConfigError, match="learning_rate_final must be > 0"):
         resolve({"learner": {"learning_rate_final": -1.0, "learning_rate_decay_updates": 10}})
     assert resolve({}).learner.learning_rate_at(10**6) == resolve({}).learner.learning_rate
+    with pytest.raises(ConfigError, match="learning_rate_solved must be > 0 or None"):
+        resolve({"learner": {"learning_rate_solved": 0.0}})
+
+
+def test_a_solved_run_trains_on_at_its_solved_step_size() -> None:
+    learner = resolve({"learner": {"learning_rate": 1e-3, "learning_rate_final": 5e-4,
+                                   "learning_rate_decay_updates": 100,
+                                   "learning_rate_solved": 1e-5}}).learner  # fmt: skip
+    assert learner.learning_rate_at(50) == pytest.approx(7.5e-4)
+    assert learner.learning_rate_at(50, solved=True) == 1e-5
+    plain = resolve({"learner": {"learning_rate": 1e-3}}).learner
+    assert plain.learning_rate_at(50, solved=True) == 1e-3  # no solved step size: unchanged

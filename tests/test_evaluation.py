@@ -238,3 +238,20 @@ def test_the_learner_stops_only_on_a_confirmed_solve(tmp_path: Path, confirmed: 
         assert outcome.reason == "max_updates" and not outcome.solved
     rejected = [r["episode_messages_rejected"] for r in records if r["event"] == "progress"]
     assert max(rejected) == 1
+
+
+def test_a_run_that_trains_on_past_its_solve_steps_at_its_solved_step_size(
+    tmp_path: Path,
+) -> None:
+    """``learning_rate_solved``: the step size from the confirmed solve on (the schedule
+    before it), in a run that trains on to its update limit."""
+    store = filled_store(np.random.default_rng(6))
+    learner = make_learner(tmp_path, store, max_updates=300, eval_every_steps=1000,
+                           target_return=475.0, stop_when_solved=False, learning_rate=1e-3,
+                           learning_rate_solved=1e-5)  # fmt: skip
+    periodic = Evaluation(1, 1000, np.full(20, 490.0), 0, False)
+    _send_evaluations(learner.episodes_endpoint,
+                      [periodic, Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
+    outcome = learner.run()
+    assert outcome.solved and outcome.reason == "max_updates"
+    assert {g["lr"] for o in learner.algorithm.optimizers for g in o.param_groups} == {1e-5}
