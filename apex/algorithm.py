@@ -65,6 +65,11 @@ class Algorithm(Protocol):
     def load_state_dict(self, state: dict) -> None:
         """Takes back what :meth:`state_dict` gave (older checkpoints may lack ``steps``)."""
 
+    def solved(self) -> None:
+        """The run is solved (a confirmed solve, in this life of the learner or one
+        before) and trains on: what changes from now on (DQN's averaged policy may start
+        here). Called at least once, at the first update after it; must be idempotent."""
+
 
 class ActingPolicy(Protocol):
     """What an actor acts with: its copy of the learner's network, as numpy arrays in and

@@ -229,6 +229,9 @@ class DPG:
             "steps": torch.tensor(self.steps),
         }
 
+    def solved(self) -> None:
+        """Nothing changes at a solve."""
+
     def load_state_dict(self, state: dict) -> None:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])

@@ -49,10 +49,15 @@ class Settings:
             rate·online`` after each update): it smooths the update-to-update noise in
             the greedy actions, not a policy that stays wrong for hundreds of updates
             (CartPole's stays-solved tries, bench/HISTORY.md).
+        average_from_solve: start that average at the run's first confirmed solve, from
+            the online network then (a run that trains on past it): until the solve the
+            actors act with the online network, so the average does not slow the
+            learning that finds the solve.
     """
 
     target_update_period: int = 2500
     policy_average: float = 0.0
+    average_from_solve: bool = False
 
     def problems(self, prefix: str = "learner.dqn.") -> list[str]:
         return checked(self, prefix, lambda: not_positive_integers(
@@ -190,11 +195,19 @@ class DoubleDQN:
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         self.average = None
-        if settings.policy_average:
-            self.average = copy.deepcopy(self.online)
-            self.average.requires_grad_(False)
+        if settings.policy_average and not settings.average_from_solve:
+            self._start_average()
         self.optimizer = adam(self.online.parameters(), config.learning_rate, config.adam_epsilon)
         self.steps = 0
+
+    def _start_average(self) -> None:
+        self.average = copy.deepcopy(self.online)
+        self.average.requires_grad_(False)
+
+    def solved(self) -> None:
+        """Starts the averaged policy now, if it waits for the solve."""
+        if self.settings.policy_average and self.average is None:
+            self._start_average()
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -241,6 +254,8 @@ class DoubleDQN:
     def load_state_dict(self, state: dict) -> None:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
+        if "average" in state and self.settings.policy_average and self.average is None:
+            self._start_average()  # it had started (at a solve) in the checkpointed life
         if self.average is not None:
             # A checkpoint from a run without the average starts it from the online net.
             self.average.load_state_dict(state.get("average", state["online"]))

@@ -316,6 +316,8 @@ class Learner:
                                         "down, empty or rate-limited)") from exc  # fmt: skip
         config = self.config
         solved = self.counters.solved_at_s is not None  # in this life or one before
+        if solved:
+            self.algorithm.solved()
         if config.learning_rate_final is not None or (
             solved and config.learning_rate_solved is not None
         ):

@@ -101,7 +101,8 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
     assert config.learner.algorithms["dpg"].tau == 0.01
     # The resolved config keeps each section under its name, and reads back the same.
     values = config.to_dict()
-    assert values["learner"]["dqn"] == {"target_update_period": 7, "policy_average": 0.0}
+    assert values["learner"]["dqn"] == {"target_update_period": 7, "policy_average": 0.0,
+                                        "average_from_solve": False}  # fmt: skip
     assert resolve(values) == config
     with pytest.raises(ConfigError) as refused:
         resolve({"learner": {"dqn": {"target_update_period": 0, "typo": 1}, "dpg": 3}})

@@ -131,9 +131,11 @@ def make_learner(
     store,
     resume_from: Path | None = None,
     policy_average: float = 0.0,
+    average_from_solve: bool = False,
     **settings,
 ) -> Learner:
-    dqn = DQNSettings(target_update_period=10, policy_average=policy_average)
+    dqn = DQNSettings(target_update_period=10, policy_average=policy_average,
+                      average_from_solve=average_from_solve)  # fmt: skip
     config = LearnerConfig(**{
         "batch_size": BATCH, "hidden": (32, 32), "publish_period": 5, "eval_every_steps": 0,
         "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings, "algorithms": {"dqn": dqn},
@@ -226,6 +228,32 @@ def test_an_averaged_policy_is_what_is_published_and_it_resumes(tmp_path: Path) 
     turned_on.close()
     for name, value in turned_on.algorithm.online.state_dict().items():
         assert torch.equal(turned_on.algorithm.average.state_dict()[name], value)
+
+
+def test_an_average_kept_from_the_solve_starts_there_and_resumes(tmp_path: Path) -> None:
+    """``average_from_solve``: the online network acts until the solve; from it, an average
+    that starts as the online network then; a checkpoint made after it resumes with it."""
+    store = filled_store(np.random.default_rng(3))
+    learner = make_learner(tmp_path, store, policy_average=0.25, average_from_solve=True,
+                           max_updates=2)  # fmt: skip
+    algorithm = learner.algorithm
+    assert algorithm.policy is algorithm.online and algorithm.average is None
+    algorithm.step(learner.source.next_batch())
+    algorithm.solved()
+    assert algorithm.policy is algorithm.average
+    for name, value in algorithm.online.state_dict().items():
+        assert torch.equal(algorithm.average.state_dict()[name], value)
+    started = algorithm.average
+    algorithm.solved()  # idempotent
+    assert algorithm.average is started
+    learner.run()
+    checkpoint = next((tmp_path / "checkpoints").glob("*.pt"))
+    resumed = make_learner(tmp_path, store, resume_from=checkpoint, policy_average=0.25,
+                           average_from_solve=True)  # fmt: skip
+    resumed.close()
+    assert resumed.algorithm.policy is resumed.algorithm.average
+    for name, value in algorithm.average.state_dict().items():
+        assert torch.equal(resumed.algorithm.average.state_dict()[name], value)
 
 
 def test_periodic_checkpoints_carry_the_training_time_so_far(tmp_path: Path) -> None:
