@@ -101,8 +101,9 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
     assert config.learner.algorithms["dpg"].tau == 0.01
     # The resolved config keeps each section under its name, and reads back the same.
     values = config.to_dict()
-    assert values["learner"]["dqn"] == {"target_update_period": 7, "policy_average": 0.0,
-                                        "average_from_solve": False}  # fmt: skip
+    # (CartPole's preset averages the policy from the solve on.)
+    assert values["learner"]["dqn"] == {"target_update_period": 7, "policy_average": 0.01,
+                                        "average_from_solve": True}  # fmt: skip
     assert resolve(values) == config
     with pytest.raises(ConfigError) as refused:
         resolve({"learner": {"dqn": {"target_update_period": 0, "typo": 1}, "dpg": 3}})
@@ -180,5 +181,5 @@ def test_a_solved_run_trains_on_at_its_solved_step_size() -> None:
                                    "learning_rate_solved": 1e-5}}).learner  # fmt: skip
     assert learner.learning_rate_at(50) == pytest.approx(7.5e-4)
     assert learner.learning_rate_at(50, solved=True) == 1e-5
-    plain = resolve({"learner": {"learning_rate": 1e-3}}).learner
+    plain = resolve({"env": "Acrobot-v1", "learner": {"learning_rate": 1e-3}}).learner
     assert plain.learning_rate_at(50, solved=True) == 1e-3  # no solved step size: unchanged
