@@ -65,10 +65,17 @@ class Algorithm(Protocol):
     def load_state_dict(self, state: dict) -> None:
         """Takes back what :meth:`state_dict` gave (older checkpoints may lack ``steps``)."""
 
-    def solved(self) -> None:
+    @property
+    def restarts_at_solve(self) -> bool:
+        """Whether :meth:`solved` takes the confirmed weights (the learner keeps its
+        newest publications' weights only then)."""
+
+    def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """The run is solved (a confirmed solve, in this life of the learner or one
         before) and trains on: what changes from now on (DQN's averaged policy may start
-        here). Called at least once, at the first update after it; must be idempotent."""
+        here). Called when the learner hears the solve, with ``confirmed``, the weights
+        the evaluation confirmed (a copy of the policy's parameters, when still kept),
+        and when a learner resumes a solved run, with None."""
 
 
 class ActingPolicy(Protocol):

@@ -229,7 +229,9 @@ class DPG:
             "steps": torch.tensor(self.steps),
         }
 
-    def solved(self) -> None:
+    restarts_at_solve = False
+
+    def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """Nothing changes at a solve."""
 
     def load_state_dict(self, state: dict) -> None:

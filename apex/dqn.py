@@ -53,11 +53,20 @@ class Settings:
             the online network then (a run that trains on past it): until the solve the
             actors act with the online network, so the average does not slow the
             learning that finds the solve.
+        restart_at_solve: at the run's first confirmed solve, the online, target and
+            averaged networks take the weights the evaluation confirmed, and training
+            goes on from them. By the time a 100-episode confirmation is in, the
+            learner has gone on past its weights, and early in a run that can be a much
+            worse policy (CartPole: 60-120 updates on, 330 against 494; bench/HISTORY.md,
+            stop 48). The learner keeps its newest publications' weights for it
+            (``apex.learner.CONFIRMED_WEIGHTS_KEPT_BYTES``); when the confirmed version
+            is no longer among them, training goes on as it was.
     """
 
     target_update_period: int = 2500
     policy_average: float = 0.0
     average_from_solve: bool = False
+    restart_at_solve: bool = False
 
     def problems(self, prefix: str = "learner.dqn.") -> list[str]:
         return checked(self, prefix, lambda: not_positive_integers(
@@ -204,8 +213,17 @@ class DoubleDQN:
         self.average = copy.deepcopy(self.online)
         self.average.requires_grad_(False)
 
-    def solved(self) -> None:
-        """Starts the averaged policy now, if it waits for the solve."""
+    @property
+    def restarts_at_solve(self) -> bool:
+        return self.settings.restart_at_solve
+
+    def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
+        """What waits for the solve: training goes on from the ``confirmed`` weights (if
+        it restarts there), and the averaged policy starts."""
+        if confirmed is not None and self.settings.restart_at_solve:
+            for network in (self.online, self.target, self.average):
+                if network is not None:
+                    network.load_state_dict(confirmed)
         if self.settings.policy_average and self.average is None:
             self._start_average()
 

@@ -13,7 +13,10 @@ memory and costs nothing.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -204,3 +207,27 @@ def uses_io_thread(replay_io: str, device: torch.device) -> bool:
     if replay_io == "auto":
         return device.type != "cpu"
     return replay_io == "thread"
+
+
+class BatchSource(Protocol):
+    """Where the learner's batches come from (``replay.sampling.sampler`` in a run)."""
+
+    def start(
+        self, cancelled: threading.Event | None = None, waiting: Callable[[], None] | None = None
+    ) -> bool:
+        """Waits until there is data to sample; False if ``cancelled`` was set first."""
+
+    def next_batch(self, timeout_s: float = 10.0) -> DeviceBatch:
+        """The next batch, staged on the learner's device."""
+
+    def update_priorities(self, batch: ReplayBatch, priorities: np.ndarray) -> None:
+        """New priorities for ``batch``'s items, one each."""
+
+    def shard_states(self) -> list[dict[str, object]]:
+        """Each shard as the source last saw it, with its latest INFO counters."""
+
+    def refresh_infos(self, timeout_s: float = 2.0) -> list[dict[str, object]]:
+        """:meth:`shard_states` after asking every shard for fresh counters."""
+
+    def close(self) -> None:
+        """Stops the source's I/O."""

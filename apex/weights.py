@@ -93,14 +93,23 @@ class Publications:
         publisher: the learner's PUB.
         resend_every_s: how often weights go again while nothing new is published.
         kept: publications remembered.
+        states_bytes: how many bytes of the newest publications' parameters to keep as
+            copies (0: none), so that the weights an evaluation confirmed, which the
+            learner has trained past by the time it hears of it, can be had back
+            (``state_of``).
     """
 
-    def __init__(self, publisher: WeightPublisher, resend_every_s: float, kept: int) -> None:
+    def __init__(
+        self, publisher: WeightPublisher, resend_every_s: float, kept: int, states_bytes: int = 0
+    ) -> None:
         self._publisher = publisher
         self._resend_every_s = resend_every_s
         self._published: deque[tuple[int, int]] = deque(maxlen=kept)
         self._resend_at = 0.0
         self._life_start_updates = 0
+        self._states_bytes = states_bytes
+        self._states: deque[tuple[int, dict[str, torch.Tensor], int]] = deque()
+        self._states_held = 0
 
     @property
     def endpoint(self) -> str:
@@ -114,7 +123,23 @@ class Publications:
     def publish(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
         """A new version, made after ``updates``."""
         self._published.append((version, updates))
+        if self._states_bytes:
+            self._keep_state(module, version)
         self.send(module, version, updates, env_steps)
+
+    def _keep_state(self, module: torch.nn.Module, version: int) -> None:
+        state = {name: tensor.detach().to("cpu", copy=True)
+                 for name, tensor in module.state_dict().items()}  # fmt: skip
+        size = sum(tensor.numel() * tensor.element_size() for tensor in state.values())
+        self._states.append((version, state, size))
+        self._states_held += size
+        while self._states_held > self._states_bytes and len(self._states) > 1:
+            self._states_held -= self._states.popleft()[2]
+
+    def state_of(self, version: int) -> dict[str, torch.Tensor] | None:
+        """A copy of the parameters published as ``version`` (None: not kept, or no
+        longer: the newest ``states_bytes`` are)."""
+        return next((state for v, state, _ in reversed(self._states) if v == version), None)
 
     def send(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
         """Sends ``version`` (again, if it was published before)."""

@@ -103,7 +103,8 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
     values = config.to_dict()
     # (CartPole's preset averages the policy from the solve on.)
     assert values["learner"]["dqn"] == {"target_update_period": 7, "policy_average": 0.01,
-                                        "average_from_solve": True}  # fmt: skip
+                                        "average_from_solve": True,
+                                        "restart_at_solve": False}  # fmt: skip
     assert resolve(values) == config
     with pytest.raises(ConfigError) as refused:
         resolve({"learner": {"dqn": {"target_update_period": 0, "typo": 1}, "dpg": 3}})

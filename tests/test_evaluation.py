@@ -255,3 +255,34 @@ def test_a_run_that_trains_on_past_its_solve_steps_at_its_solved_step_size(
     outcome = learner.run()
     assert outcome.solved and outcome.reason == "max_updates"
     assert {g["lr"] for o in learner.algorithm.optimizers for g in o.param_groups} == {1e-5}
+
+
+def test_a_run_that_restarts_at_its_solve_goes_on_from_the_confirmed_weights(
+    tmp_path: Path,
+) -> None:
+    """``restart_at_solve``: the learner has trained past the weights a confirmation is
+    about when it hears of it; at the solve its networks take those weights back, and
+    training goes on from them (here at a step size too small to move them)."""
+    store = filled_store(np.random.default_rng(7))
+    learner = make_learner(tmp_path, store, max_updates=400, eval_every_steps=1000,
+                           target_return=475.0, stop_when_solved=False, learning_rate=1e-2,
+                           learning_rate_solved=1e-12, restart_at_solve=True)  # fmt: skip
+    algorithm = learner.algorithm
+    first = {name: value.clone() for name, value in algorithm.online.state_dict().items()}
+
+    def confirm_version_1_later() -> None:  # weights published before the first update
+        wait_for(lambda: learner.counters.updates >= 100, timeout_s=60, what="100 updates")
+        _send_evaluations(learner.episodes_endpoint,
+                          [Evaluation(1, 1000, np.full(20, 490.0), 0, False),
+                           Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
+
+    sender = threading.Thread(target=confirm_version_1_later, daemon=True)
+    sender.start()
+    outcome = learner.run()
+    sender.join(timeout=10)
+    assert outcome.solved and outcome.reason == "max_updates"
+    [confirmation] = [r for r in read_metrics(tmp_path) if r["event"] == "confirmation"]
+    assert confirmation["updates"] >= 100  # heard after training had moved the weights on
+    for network in (algorithm.online, algorithm.target):
+        for name, value in network.state_dict().items():
+            torch.testing.assert_close(value, first[name], rtol=0, atol=1e-6)

@@ -132,10 +132,12 @@ def make_learner(
     resume_from: Path | None = None,
     policy_average: float = 0.0,
     average_from_solve: bool = False,
+    restart_at_solve: bool = False,
     **settings,
 ) -> Learner:
     dqn = DQNSettings(target_update_period=10, policy_average=policy_average,
-                      average_from_solve=average_from_solve)  # fmt: skip
+                      average_from_solve=average_from_solve,
+                      restart_at_solve=restart_at_solve)  # fmt: skip
     config = LearnerConfig(**{
         "batch_size": BATCH, "hidden": (32, 32), "publish_period": 5, "eval_every_steps": 0,
         "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings, "algorithms": {"dqn": dqn},
@@ -254,6 +256,36 @@ def test_an_average_kept_from_the_solve_starts_there_and_resumes(tmp_path: Path)
     assert resumed.algorithm.policy is resumed.algorithm.average
     for name, value in algorithm.average.state_dict().items():
         assert torch.equal(resumed.algorithm.average.state_dict()[name], value)
+
+
+def test_publications_keep_copies_of_their_newest_weights_up_to_their_bytes() -> None:
+    """A learner that restarts from confirmed weights has them back from its publications:
+    copies taken at each publication, the oldest dropped past the bytes they may hold."""
+    from apex.weights import Publications, WeightPublisher
+
+    network = torch.nn.Linear(4, 2)  # 40 bytes of weights, 8 of bias
+    context = zmq.Context()
+    publications = Publications(WeightPublisher(context), 1.0, kept=100, states_bytes=3 * 48)
+    try:
+        published = {}
+        for version in range(1, 6):
+            with torch.no_grad():
+                network.weight.fill_(float(version))
+            publications.publish(network, version, updates=10 * version, env_steps=0)
+            published[version] = network.weight.clone()
+        with torch.no_grad():
+            network.weight.fill_(-1.0)  # the copies are not views
+        assert [publications.state_of(v) is None for v in range(1, 6)] == [True, True] + [False] * 3
+        for version in (3, 4, 5):
+            assert torch.equal(publications.state_of(version)["weight"], published[version])
+        assert publications.state_of(6) is None
+        plain = Publications(WeightPublisher(context), 1.0, kept=100)
+        plain.publish(network, 1, updates=0, env_steps=0)
+        assert plain.state_of(1) is None and plain.updates_behind(1) == 0
+        plain.close()
+    finally:
+        publications.close()
+        context.destroy(linger=0)
 
 
 def test_periodic_checkpoints_carry_the_training_time_so_far(tmp_path: Path) -> None:
