@@ -18,6 +18,8 @@ from bench.shard_processes import (
 )
 from launch.role_process import stop_all
 
+INFO_TIMEOUT_S = 30.0
+
 
 def fill_shards(kind: str, context, endpoints, spec, transitions: int) -> None:
     """Puts ``transitions`` into the shards, as an actor would (frames for frame shards)."""
@@ -71,7 +73,10 @@ def measure_sampling(
     try:
         endpoints = [ShardEndpoints(r["insert"], r["request"]) for r in readies]
         fill_shards(kind, context, endpoints, spec, fill * shard_count)
-        clients = [RequestClient(context, r["request"], sender=97) for r in readies]
+        # A shard busy filling or serving samples on a loaded machine (the suite's two
+        # workers beside a Slurm job) has taken over 5 s, the default, to answer INFO.
+        clients = [RequestClient(context, r["request"], sender=97, timeout_s=INFO_TIMEOUT_S)
+                   for r in readies]  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
         while sum(c.info()["size"] for c in clients) < fill * shard_count * 0.95:
             if time.monotonic() > deadline:
