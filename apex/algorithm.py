@@ -66,8 +66,8 @@ class Algorithm(Protocol):
         """Takes back what :meth:`state_dict` gave (older checkpoints may lack ``steps``)."""
 
     @property
-    def restarts_at_solve(self) -> bool:
-        """Whether :meth:`solved` takes the confirmed weights (the learner keeps its
+    def keeps_confirmed_weights(self) -> bool:
+        """Whether :meth:`solved` uses the confirmed weights (the learner keeps its
         newest publications' weights only then)."""
 
     def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:

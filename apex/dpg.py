@@ -229,7 +229,7 @@ class DPG:
             "steps": torch.tensor(self.steps),
         }
 
-    restarts_at_solve = False
+    keeps_confirmed_weights = False
 
     def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """Nothing changes at a solve."""

@@ -27,7 +27,12 @@ import numpy as np
 
 from apex.exploration import epsilon_greedy
 from apex.policy import build_policy
-from replay.store.field_checks import checked, in_unit_interval, not_positive_integers
+from replay.store.field_checks import (
+    checked,
+    in_unit_interval,
+    not_negative,
+    not_positive_integers,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -61,17 +66,28 @@ class Settings:
             stop 48). The learner keeps its newest publications' weights for it
             (``apex.learner.CONFIRMED_WEIGHTS_KEPT_BYTES``); when the confirmed version
             is no longer among them, training goes on as it was.
+        anchor_margin: 0, or from the run's first confirmed solve on, a large-margin loss
+            (DQfD's, Hester et al. 2018) holds the online network's greedy actions on the
+            sampled states to the confirmed policy's: ``max_a [Q(s, a) + m·[a ≠ a_c]] −
+            Q(s, a_c)``, with ``a_c`` the confirmed network's greedy action and ``m`` this
+            margin. TD learning goes on beside it; an early solve's greedy choices sit on
+            action gaps so small that a few hundred updates of it alone lose them.
+        anchor_weight: the margin loss's weight beside the TD loss.
     """
 
     target_update_period: int = 2500
     policy_average: float = 0.0
     average_from_solve: bool = False
     restart_at_solve: bool = False
+    anchor_margin: float = 0.0
+    anchor_weight: float = 1.0
 
     def problems(self, prefix: str = "learner.dqn.") -> list[str]:
         return checked(self, prefix, lambda: not_positive_integers(
             {f"{prefix}target_update_period": self.target_update_period})
-            + in_unit_interval(f"{prefix}policy_average", self.policy_average))  # fmt: skip
+            + in_unit_interval(f"{prefix}policy_average", self.policy_average)
+            + not_negative({f"{prefix}anchor_margin": self.anchor_margin,
+                            f"{prefix}anchor_weight": self.anchor_weight}))  # fmt: skip
 
 
 def shape_problems(shape: EnvShape, env: str) -> list[str]:
@@ -113,6 +129,7 @@ def dqn_step(
     weights: torch.Tensor,
     max_grad_norm: float,
     priority_epsilon: float,
+    anchor: Anchor | None = None,
 ) -> StepResult:
     """One gradient step on one batch; returns the loss and the new priorities."""
     import torch
@@ -120,7 +137,8 @@ def dqn_step(
 
     observations = transitions["obs"]
     actions = transitions["action"].long().unsqueeze(1)
-    q_taken = online(observations).gather(1, actions).squeeze(1)
+    q_all = online(observations)
+    q_taken = q_all.gather(1, actions).squeeze(1)
     with torch.no_grad():
         next_observations = transitions["next_obs"]
         best_next = online(next_observations).argmax(dim=1, keepdim=True)
@@ -128,6 +146,8 @@ def dqn_step(
         targets = transitions["reward"] + transitions["discount"] * next_value
     td = targets - q_taken
     loss = (weights * nn.functional.huber_loss(q_taken, targets, reduction="none")).mean()
+    if anchor is not None:
+        loss = loss + anchor.weight * anchor.margin_loss(observations, q_all)
     descend(optimizer, loss, online.parameters(), max_grad_norm)
     magnitude = td.detach().abs()
     return StepResult(
@@ -135,6 +155,24 @@ def dqn_step(
         mean_abs_td=float(magnitude.mean()),
         new_priorities=(magnitude + priority_epsilon).double().cpu(),
     )
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The confirmed policy's network, and its large-margin loss (``Settings.anchor_margin``)."""
+
+    network: nn.Module
+    margin: float
+    weight: float
+
+    def margin_loss(self, observations: torch.Tensor, q_all: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        with torch.no_grad():
+            confirmed = self.network(observations).argmax(dim=1, keepdim=True)
+        margins = torch.full_like(q_all, self.margin).scatter_(1, confirmed, 0.0)
+        held = q_all.gather(1, confirmed).squeeze(1)
+        return ((q_all + margins).max(dim=1).values - held).mean()
 
 
 def descend(optimizer: torch.optim.Optimizer, loss: torch.Tensor, parameters, max_norm: float):
@@ -204,6 +242,7 @@ class DoubleDQN:
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         self.average = None
+        self.anchor: Anchor | None = None
         if settings.policy_average and not settings.average_from_solve:
             self._start_average()
         self.optimizer = adam(self.online.parameters(), config.learning_rate, config.adam_epsilon)
@@ -213,17 +252,27 @@ class DoubleDQN:
         self.average = copy.deepcopy(self.online)
         self.average.requires_grad_(False)
 
+    def _start_anchor(self, weights: dict[str, torch.Tensor] | None) -> None:
+        network = copy.deepcopy(self.policy)
+        if weights is not None:
+            network.load_state_dict(weights)
+        network.requires_grad_(False)
+        self.anchor = Anchor(network, self.settings.anchor_margin, self.settings.anchor_weight)
+
     @property
-    def restarts_at_solve(self) -> bool:
-        return self.settings.restart_at_solve
+    def keeps_confirmed_weights(self) -> bool:
+        return self.settings.restart_at_solve or self.settings.anchor_margin > 0
 
     def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """What waits for the solve: training goes on from the ``confirmed`` weights (if
-        it restarts there), and the averaged policy starts."""
+        it restarts there), held to their greedy actions (if anchored; without them, to
+        the policy's now), and the averaged policy starts."""
         if confirmed is not None and self.settings.restart_at_solve:
             for network in (self.online, self.target, self.average):
                 if network is not None:
                     network.load_state_dict(confirmed)
+        if self.settings.anchor_margin and self.anchor is None:
+            self._start_anchor(confirmed)
         if self.settings.policy_average and self.average is None:
             self._start_average()
 
@@ -248,6 +297,7 @@ class DoubleDQN:
             batch.weights,
             self.config.max_grad_norm,
             self.config.priority_epsilon,
+            self.anchor,
         )
         self.steps += 1
         if self.steps % self.settings.target_update_period == 0:
@@ -267,6 +317,8 @@ class DoubleDQN:
         }
         if self.average is not None:
             state["average"] = self.average.state_dict()
+        if self.anchor is not None:
+            state["anchor"] = self.anchor.network.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -277,6 +329,8 @@ class DoubleDQN:
         if self.average is not None:
             # A checkpoint from a run without the average starts it from the online net.
             self.average.load_state_dict(state.get("average", state["online"]))
+        if "anchor" in state and self.settings.anchor_margin:
+            self._start_anchor(state["anchor"])
         self.optimizer.load_state_dict(state["optimizer"])
         if "steps" in state:
             self.steps = int(state["steps"])

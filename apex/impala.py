@@ -290,7 +290,7 @@ class Impala:
             "steps": torch.tensor(self.steps),
         }
 
-    restarts_at_solve = False
+    keeps_confirmed_weights = False
 
     def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """Nothing changes at a solve."""

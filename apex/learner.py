@@ -120,7 +120,7 @@ class Learner:
             self._restore(resume_from)
         self._context = make_context(security)
         try:
-            kept_bytes = CONFIRMED_WEIGHTS_KEPT_BYTES if algorithm.restarts_at_solve else 0
+            kept_bytes = CONFIRMED_WEIGHTS_KEPT_BYTES if algorithm.keeps_confirmed_weights else 0
             self._weights = Publications(WeightPublisher(self._context, host, weights_port),
                                          PUBLISH_AT_LEAST_EVERY_S, PUBLICATIONS_KEPT,
                                          kept_bytes)  # fmt: skip
@@ -362,9 +362,9 @@ class Learner:
 
     def _solve(self, version: int) -> None:
         confirmed = self._weights.state_of(version)
-        if self.algorithm.restarts_at_solve:
+        if self.algorithm.keeps_confirmed_weights:
             gone = "" if confirmed is not None else ": no longer kept, from the newest"
-            logger.info("training goes on from the confirmed weights %d%s", version, gone)
+            logger.info("training goes on with the confirmed weights %d%s", version, gone)
         self.algorithm.solved(confirmed)
 
     def _write_progress(self) -> None:

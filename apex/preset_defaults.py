@@ -135,7 +135,20 @@ DEFAULTS: dict[str, dict] = {
             # share of evaluations at 475 or more after the solve: 0.94 and 1.00, against
             # 0.81 and 0.88 without (bench/HISTORY.md, stop 47). Nothing changes before
             # the solve, so the time to it is the same.
-            "dqn": {"target_update_period": 32, "policy_average": 0.01, "average_from_solve": True},
+            # Early solvers (under about 1,200 updates) still lost their policy under any
+            # step size (ten seeds: the three earliest stayed 0.44-0.49). From the solve,
+            # training goes on from the confirmed weights, held to their greedy actions
+            # by a margin loss of weight 0.1 (seed 102, solved at 720 updates: 0.977,
+            # against 0.547 without; seed 105, solved at 2,980: 0.919; at weight 1 the
+            # anchor held seed 105's marginal 478 policy: 0.778; stop 49).
+            "dqn": {
+                "target_update_period": 32,
+                "policy_average": 0.01,
+                "average_from_solve": True,
+                "restart_at_solve": True,
+                "anchor_margin": 0.8,
+                "anchor_weight": 0.1,
+            },
             "learning_rate_solved": 1e-4,
             "publish_period": 20,
             "eval_every_steps": 2_000,

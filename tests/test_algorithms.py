@@ -101,14 +101,18 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
     assert config.learner.algorithms["dpg"].tau == 0.01
     # The resolved config keeps each section under its name, and reads back the same.
     values = config.to_dict()
-    # (CartPole's preset averages the policy from the solve on.)
+    # (CartPole's preset averages the policy from the solve on, from the confirmed weights,
+    # held to their greedy actions.)
     assert values["learner"]["dqn"] == {"target_update_period": 7, "policy_average": 0.01,
                                         "average_from_solve": True,
-                                        "restart_at_solve": False}  # fmt: skip
+                                        "restart_at_solve": True, "anchor_margin": 0.8,
+                                        "anchor_weight": 0.1}  # fmt: skip
     assert resolve(values) == config
     with pytest.raises(ConfigError) as refused:
-        resolve({"learner": {"dqn": {"target_update_period": 0, "typo": 1}, "dpg": 3}})
+        resolve({"learner": {"dqn": {"target_update_period": 0, "typo": 1,
+                                     "anchor_margin": -0.5}, "dpg": 3}})  # fmt: skip
     said = str(refused.value)
+    assert "learner.dqn.anchor_margin must be a finite number >= 0, got -0.5" in said
     assert "learner.dqn.target_update_period must be a positive integer, got 0" in said
     assert "learner.dqn: unknown setting 'typo'" in said
     assert "learner.dpg must be a table of settings, got 3" in said
@@ -184,3 +188,42 @@ def test_a_solved_run_trains_on_at_its_solved_step_size() -> None:
     assert learner.learning_rate_at(50, solved=True) == 1e-5
     plain = resolve({"env": "Acrobot-v1", "learner": {"learning_rate": 1e-3}}).learner
     assert plain.learning_rate_at(50, solved=True) == 1e-3  # no solved step size: unchanged
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.8])
+def test_an_anchored_dqn_holds_the_confirmed_greedy_actions_while_td_learning_goes_on(
+    margin: float,
+) -> None:
+    """``learner.dqn.anchor_margin``: from the solve, the online network's greedy actions
+    on sampled states are held to the confirmed weights' while TD targets that want
+    others pull at them; without it (0) TD learning alone moves them away."""
+    from apex.staging import DeviceBatch
+
+    config = resolve({"env": "CartPole-v1", "actor": {"hidden": [32]}, "learner": {
+        "hidden": [32], "learning_rate": 3e-3, "max_grad_norm": 100.0,
+        "dqn": {"anchor_margin": margin, "anchor_weight": 1.0, "target_update_period": 10,
+                "restart_at_solve": False}}})  # fmt: skip
+    learner = build_algorithm(config.learner, env_shape("CartPole-v1"), torch.device("cpu"))
+    assert learner.keeps_confirmed_weights == (margin > 0)
+    confirmed = build_algorithm(config.learner, env_shape("CartPole-v1"), torch.device("cpu"))
+    generator = torch.Generator().manual_seed(3)
+    observations = torch.randn(256, 4, generator=generator)
+    held = confirmed.online(observations).argmax(dim=1)
+    learner.solved({k: v.clone() for k, v in confirmed.online.state_dict().items()})
+    # Every transition rewards the action the confirmed network would not take, and ends.
+    other = 1 - held
+    batch = {"obs": observations, "action": other, "reward": torch.full((256,), 10.0),
+             "discount": torch.zeros(256), "next_obs": observations}  # fmt: skip
+    for _ in range(300):
+        learner.step(DeviceBatch(batch, torch.ones(256), None))
+    agreement = float((learner.online(observations).argmax(dim=1) == held).float().mean())
+    if margin:
+        assert agreement >= 0.95, agreement
+        state = learner.state_dict()
+        resumed = build_algorithm(config.learner, env_shape("CartPole-v1"), torch.device("cpu"))
+        resumed.load_state_dict(state)
+        resumed.solved(None)  # a resumed solved run: its anchor is the checkpointed one
+        torch.testing.assert_close(resumed.anchor.network.state_dict(),
+                                   confirmed.online.state_dict())  # fmt: skip
+    else:
+        assert agreement <= 0.5, agreement

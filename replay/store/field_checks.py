@@ -99,10 +99,18 @@ def alpha_problems(alpha: object, name: str = "alpha") -> list[str]:
     """The priority exponent's rule, shared by the store (``PrioritizedReplay``) and every
     config that sets it, so a run is refused before it starts for what a shard would
     refuse."""
-    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and (
-            math.isfinite(alpha) and alpha >= 0):  # fmt: skip
-        return []
-    return [f"{name} must be a finite number >= 0, got {alpha!r}"]
+    return not_negative({name: alpha})
+
+
+def not_negative(named: dict[str, object]) -> list[str]:
+    """A problem for each value that is not a finite number >= 0 (bools are not numbers)."""
+    return [
+        f"{name} must be a finite number >= 0, got {value!r}"
+        for name, value in named.items()
+        if not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not (math.isfinite(value) and value >= 0)
+    ]
 
 
 def not_positive_integers(named: dict[str, object]) -> list[str]:
