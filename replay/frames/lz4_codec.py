@@ -12,8 +12,10 @@ ctypes, so numba calls them with no Python in between. ``LZ4_decompress_safe`` n
 writes past its output and returns a negative number on malformed input, so a frame sent by
 a peer is checked by decoding it once when it arrives.
 
-Kernels that call these are compiled per process (``cache=False``): a ctypes function's
-address is not the same from one process to the next.
+The kernels call them by symbol name (numba's ``ExternalFunction``, the library loaded
+into LLVM's symbol search first), not through a ctypes function's address, which differs
+from one process to the next: so they are cached on disk like the other kernels, and a
+shard or an actor no longer spends about a second compiling each one at start.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 from replay.errors import ReplayError
 from replay.frames.kernels import chain_slots
@@ -57,7 +59,19 @@ def _library() -> ctypes.CDLL:
             function.argtypes = argtypes
     except AttributeError as exc:
         raise CodecUnavailable(f"the lz4 package does not export {exc}") from exc
+    import llvmlite.binding
+
+    # Where the kernels' calls (by symbol name, below) are resolved, compiled or cached.
+    llvmlite.binding.load_library_permanently(str(paths[0]))
     return library
+
+
+# int LZ4_compress_default(const char* src, char* dst, int srcSize, int dstCapacity) and
+# int LZ4_decompress_safe(const char* src, char* dst, int compressedSize, int dstCapacity):
+# the pointers are passed as addresses (``array.ctypes.data``), the same register either way.
+_CODEC_SIGNATURE = types.int32(types.intp, types.intp, types.int32, types.int32)
+_compress = types.ExternalFunction("LZ4_compress_default", _CODEC_SIGNATURE)
+_decompress = types.ExternalFunction("LZ4_decompress_safe", _CODEC_SIGNATURE)
 
 
 def compress_bound(nbytes: int) -> int:
@@ -66,7 +80,8 @@ def compress_bound(nbytes: int) -> int:
 
 
 class Lz4Kernels(NamedTuple):
-    """Numba kernels bound to the C codec (each documented where it is made)."""
+    """Numba kernels bound to the C codec (each documented where it is defined; only
+    :func:`kernels` hands them out, once the codec is loaded for their calls)."""
 
     compress_rows: Any
     compress_into: Any
@@ -75,94 +90,96 @@ class Lz4Kernels(NamedTuple):
     decode_stacks: Any
 
 
+@njit(cache=True, nogil=True)
+def _compress_rows(rows: np.ndarray, scratch: np.ndarray, lengths: np.ndarray) -> None:
+    """Compresses each row of ``rows`` into ``scratch[i]``; its size into ``lengths``."""
+    for i in range(rows.shape[0]):
+        lengths[i] = _compress(
+            rows[i].ctypes.data, scratch[i].ctypes.data, rows.shape[1], scratch.shape[1]
+        )
+
+
+@njit(cache=True, nogil=True)
+def _compress_into(rows: np.ndarray, blobs: np.ndarray, slots: np.ndarray,
+                   lengths: np.ndarray) -> None:  # fmt: skip
+    """Compresses row ``i`` into ``blobs[slots[i]]``; its size into ``lengths[slots[i]]``."""
+    for i in range(rows.shape[0]):
+        slot = slots[i]
+        lengths[slot] = _compress(
+            rows[i].ctypes.data, blobs[slot].ctypes.data, rows.shape[1], blobs.shape[1]
+        )
+
+
+@njit(cache=True, nogil=True)
+def _decompress_check(data: np.ndarray, offsets: np.ndarray, nbytes: int,
+                      scratch: np.ndarray) -> int:  # fmt: skip
+    """Index of the first blob ``data[offsets[i]:offsets[i+1]]`` that does not decode
+    to exactly ``nbytes`` bytes, or -1 if all do."""
+    for i in range(offsets.size - 1):
+        start, end = offsets[i], offsets[i + 1]
+        if end <= start or end > data.size:
+            return i
+        got = _decompress(data[start:].ctypes.data, scratch.ctypes.data, end - start, nbytes)
+        if got != nbytes:
+            return i
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _gather_compressed(arena: np.ndarray, positions: np.ndarray, lengths: np.ndarray,
+                       prev: np.ndarray, heads: np.ndarray, stack: int,
+                       out: np.ndarray) -> None:  # fmt: skip
+    """As ``frame_kernels.gather_stacks``, decoding each frame from ``arena``."""
+    capacity = arena.size
+    nbytes = out.shape[2]
+    total = heads.size * stack
+    chains = np.empty((heads.size, stack), dtype=np.int64)
+    chain_slots(prev, heads, stack, chains, 0)
+    frames = chains.reshape(-1)
+    base = arena.ctypes.data
+    for i in range(total):
+        if i + FRAMES_AHEAD < total:
+            ahead = frames[i + FRAMES_AHEAD]
+            prefetch_range(base, positions[ahead] % capacity, lengths[ahead])
+        frame = frames[i]
+        start = positions[frame] % capacity
+        _decompress(arena[start:].ctypes.data, out[i // stack, i % stack].ctypes.data,
+                    lengths[frame], nbytes)  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _decode_stacks(data: np.ndarray, offsets: np.ndarray, index: np.ndarray,
+                   out: np.ndarray) -> int:  # fmt: skip
+    """``out[b, j]`` = blob ``index[b, j]`` decoded: stacks straight from a packed
+    payload (no buffer of distinct frames between). The first blob that does not
+    decode to one frame, or -1."""
+    width, nbytes = index.shape[1], out.shape[2]
+    base = data.ctypes.data
+    total = index.shape[0] * width
+    for i in range(total):
+        if i + FRAMES_AHEAD < total:
+            ahead = index[(i + FRAMES_AHEAD) // width, (i + FRAMES_AHEAD) % width]
+            prefetch_range(base, offsets[ahead], offsets[ahead + 1] - offsets[ahead])
+        b, j = i // width, i % width
+        blob = index[b, j]
+        start, end = offsets[blob], offsets[blob + 1]
+        if end <= start or end > data.size:
+            return blob
+        got = _decompress(data[start:].ctypes.data, out[b, j].ctypes.data, end - start,
+                          nbytes)  # fmt: skip
+        if got != nbytes:
+            return blob
+    return -1
+
+
 @functools.lru_cache(maxsize=1)
 def kernels() -> Lz4Kernels:
-    """The numba kernels bound to the C codec, compiled on first use in this process.
+    """The numba kernels bound to the C codec (loaded first, so that their calls resolve).
 
     Raises:
         CodecUnavailable: lz4 is not installed.
     """
-    library = _library()
-    compress = library.LZ4_compress_default
-    decompress = library.LZ4_decompress_safe
-
-    @njit(nogil=True)
-    def compress_rows(rows: np.ndarray, scratch: np.ndarray, lengths: np.ndarray) -> None:
-        """Compresses each row of ``rows`` into ``scratch[i]``; its size into ``lengths``."""
-        for i in range(rows.shape[0]):
-            lengths[i] = compress(
-                rows[i].ctypes.data, scratch[i].ctypes.data, rows.shape[1], scratch.shape[1]
-            )
-
-    @njit(nogil=True)
-    def compress_into(rows: np.ndarray, blobs: np.ndarray, slots: np.ndarray,
-                      lengths: np.ndarray) -> None:  # fmt: skip
-        """Compresses row ``i`` into ``blobs[slots[i]]``; its size into ``lengths[slots[i]]``."""
-        for i in range(rows.shape[0]):
-            slot = slots[i]
-            lengths[slot] = compress(
-                rows[i].ctypes.data, blobs[slot].ctypes.data, rows.shape[1], blobs.shape[1]
-            )
-
-    @njit(nogil=True)
-    def decompress_check(data: np.ndarray, offsets: np.ndarray, nbytes: int,
-                         scratch: np.ndarray) -> int:  # fmt: skip
-        """Index of the first blob ``data[offsets[i]:offsets[i+1]]`` that does not decode
-        to exactly ``nbytes`` bytes, or -1 if all do."""
-        for i in range(offsets.size - 1):
-            start, end = offsets[i], offsets[i + 1]
-            if end <= start or end > data.size:
-                return i
-            got = decompress(data[start:].ctypes.data, scratch.ctypes.data, end - start, nbytes)
-            if got != nbytes:
-                return i
-        return -1
-
-    @njit(nogil=True)
-    def gather_compressed(arena: np.ndarray, positions: np.ndarray, lengths: np.ndarray,
-                          prev: np.ndarray, heads: np.ndarray, stack: int,
-                          out: np.ndarray) -> None:  # fmt: skip
-        """As ``frame_kernels.gather_stacks``, decoding each frame from ``arena``."""
-        capacity = arena.size
-        nbytes = out.shape[2]
-        total = heads.size * stack
-        chains = np.empty((heads.size, stack), dtype=np.int64)
-        chain_slots(prev, heads, stack, chains, 0)
-        frames = chains.reshape(-1)
-        base = arena.ctypes.data
-        for i in range(total):
-            if i + FRAMES_AHEAD < total:
-                ahead = frames[i + FRAMES_AHEAD]
-                prefetch_range(base, positions[ahead] % capacity, lengths[ahead])
-            frame = frames[i]
-            start = positions[frame] % capacity
-            decompress(arena[start:].ctypes.data, out[i // stack, i % stack].ctypes.data,
-                       lengths[frame], nbytes)  # fmt: skip
-
-    @njit(nogil=True)
-    def decode_stacks(data: np.ndarray, offsets: np.ndarray, index: np.ndarray,
-                      out: np.ndarray) -> int:  # fmt: skip
-        """``out[b, j]`` = blob ``index[b, j]`` decoded: stacks straight from a packed
-        payload (no buffer of distinct frames between). The first blob that does not
-        decode to one frame, or -1."""
-        width, nbytes = index.shape[1], out.shape[2]
-        base = data.ctypes.data
-        total = index.shape[0] * width
-        for i in range(total):
-            if i + FRAMES_AHEAD < total:
-                ahead = index[(i + FRAMES_AHEAD) // width, (i + FRAMES_AHEAD) % width]
-                prefetch_range(base, offsets[ahead], offsets[ahead + 1] - offsets[ahead])
-            b, j = i // width, i % width
-            blob = index[b, j]
-            start, end = offsets[blob], offsets[blob + 1]
-            if end <= start or end > data.size:
-                return blob
-            got = decompress(data[start:].ctypes.data, out[b, j].ctypes.data, end - start,
-                             nbytes)  # fmt: skip
-            if got != nbytes:
-                return blob
-        return -1
-
+    _library()
     return Lz4Kernels(
-        compress_rows, compress_into, decompress_check, gather_compressed, decode_stacks
-    )  # fmt: skip
+        _compress_rows, _compress_into, _decompress_check, _gather_compressed, _decode_stacks
+    )
