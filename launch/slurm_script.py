@@ -140,6 +140,7 @@ def _body(config: RunConfig, run_dir: Path) -> str:
             "srun --het-group=1 --distribution=block --kill-on-bad-exit=0 --label "
             + task.format(role="shard")
             + " &",
+            "shards=$!",
             "srun --het-group=2 --distribution=block --kill-on-bad-exit=0 --label "
             + task.format(role="actor")
             + " &",
@@ -157,6 +158,19 @@ def _body(config: RunConfig, run_dir: Path) -> str:
             "  sleep 0.5",
             "done",
         ]
+        # Each component is a step of its own, and the job's exit is the learner's: a
+        # shard that ended unclean (its last snapshot not written) would go unseen, where
+        # one srun over every role (multi-prog) ends with its worst task's code.
+        # (The actors' step is stopped with its srun above, which ends it as killed.)
+        other_steps = [
+            "learner_code=$code",
+            "while :; do",
+            '  wait "$shards"; shards_code=$?',
+            '  kill -0 "$shards" 2>/dev/null || break',
+            "done",
+            '[ "$code" != 0 ] || code=$shards_code',
+        ]
+        codes = " (learner $learner_code, shards $shards_code)"
     else:
         ranks = multi_prog_ranks(config)
         conf_lines = []
@@ -174,7 +188,7 @@ def _body(config: RunConfig, run_dir: Path) -> str:
             + " &",
             "learner=$!",
         ]
-        stop_actors_first = []
+        stop_actors_first, other_steps, codes = [], [], ""
     lines += [
         "# `wait` returns early when a trap runs: wait again while the learner lives.",
         "while :; do",
@@ -183,13 +197,14 @@ def _body(config: RunConfig, run_dir: Path) -> str:
         "done",
         *stop_actors_first,
         'scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null',
+        *other_steps,
         "wait",
         'if [ "$requeue" = 1 ]; then',
         '  echo "apex: requeueing job $SLURM_JOB_ID"',
         '  scontrol requeue "$SLURM_JOB_ID"',
         "  exit 0",
         "fi",
-        'echo "apex: job $SLURM_JOB_ID ends at $(date -Is) with exit code $code"',
+        f'echo "apex: job $SLURM_JOB_ID ends at $(date -Is) with exit code $code{codes}"',
         'exit "$code"',
         "",
     ]

@@ -501,6 +501,9 @@ def test_a_killed_impala_learner_comes_back_inside_the_job(cluster, tmp_path: Pa
     output = job_output(run_dir)
     assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "0", output
     assert "learner died (exit code -9); restarting" in output
+    # The learner's and the shards' steps ended clean, and the job says so (a hetjob's
+    # exit is the learner's step's, or the shards' when theirs ended unclean).
+    assert "with exit code 0 (learner 0, shards 0)" in output
     starts = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
     assert len(starts) == 2 and starts[1]["updates"] > 0, output  # from its checkpoint
     assert starts[1]["algorithm"] == "Impala"
