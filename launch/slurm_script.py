@@ -149,28 +149,31 @@ def _body(config: RunConfig, run_dir: Path) -> str:
             "learner=$!",
         ]
         # Actors before shards: stopped at once, each actor waited its whole final flush
-        # (5 s) for shards that had already written their last snapshot and gone. srun
-        # passes the TERM on to its tasks; a minute at most, then everything is stopped.
+        # (5 s) for shards that had already written their last snapshot and gone. The TERM
+        # goes to the actors' component (its tasks), not to its srun, which takes a TERM
+        # as "kill the step" and ends the actors as killed, their last flush cut; a minute
+        # at most, then everything is stopped.
         stop_actors_first = [
-            'kill -TERM "$actors" 2>/dev/null',
+            'scancel --signal=TERM "${SLURM_JOB_ID}+2" 2>/dev/null',
             "for _ in $(seq 120); do",
             '  kill -0 "$actors" 2>/dev/null || break',
             "  sleep 0.5",
             "done",
         ]
-        # Each component is a step of its own, and the job's exit is the learner's: a
-        # shard that ended unclean (its last snapshot not written) would go unseen, where
-        # one srun over every role (multi-prog) ends with its worst task's code.
-        # (The actors' step is stopped with its srun above, which ends it as killed.)
+        # Each component is a step of its own, and the job's exit was the learner's: a
+        # shard that ended unclean (its last snapshot not written) or an actor task that
+        # died went unseen, where one srun over every role (multi-prog) ends with its
+        # worst task's code.
         other_steps = [
             "learner_code=$code",
-            "while :; do",
-            '  wait "$shards"; shards_code=$?',
-            '  kill -0 "$shards" 2>/dev/null || break',
-            "done",
-            '[ "$code" != 0 ] || code=$shards_code',
+            *_step_code("shards"),
+            *_step_code("actors"),
+            'if [ "$code" = 0 ]; then',
+            '  [ "$shards_code" = 0 ] || code=$shards_code',
+            '  [ "$actors_code" = 0 ] || code=$actors_code',
+            "fi",
         ]
-        codes = " (learner $learner_code, shards $shards_code)"
+        codes = " (learner $learner_code, shards $shards_code, actors $actors_code)"
     else:
         ranks = multi_prog_ranks(config)
         conf_lines = []
@@ -209,3 +212,14 @@ def _body(config: RunConfig, run_dir: Path) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _step_code(step: str) -> list[str]:
+    """Waits for the background step whose PID is in ``$step`` (again when a trap cut the
+    wait short) and keeps its exit code in ``$step_code``."""
+    return [
+        "while :; do",
+        f'  wait "${step}"; {step}_code=$?',
+        f'  kill -0 "${step}" 2>/dev/null || break',
+        "done",
+    ]

@@ -461,6 +461,8 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes(cluster, tmp_path: Pat
     assert starts[1]["weight_version"] == ends[0]["weight_version"] + 1
     assert ends[1]["reason"] == "max_updates" and ends[1]["updates"] == 600
     assert "requeueing job" in output and "restart 1" in output
+    # The actor stopped on its TERM at the end of each life, its last flush taken.
+    assert output.count("actor 0 stopping") == 2 and "Killed" not in output, output
     # The shard wrote its replay at the signal, and the requeued job's shard started from it.
     final = [int(n) for n in re.findall(r"written \(final, [^)]*, (\d+) transitions\)", output)]
     restored = [int(n) for n in re.findall(r"restored \S+: (\d+) transitions", output)]
@@ -501,9 +503,9 @@ def test_a_killed_impala_learner_comes_back_inside_the_job(cluster, tmp_path: Pa
     output = job_output(run_dir)
     assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "0", output
     assert "learner died (exit code -9); restarting" in output
-    # The learner's and the shards' steps ended clean, and the job says so (a hetjob's
-    # exit is the learner's step's, or the shards' when theirs ended unclean).
-    assert "with exit code 0 (learner 0, shards 0)" in output
+    # Every component's step ended clean, and the job says so (a hetjob's exit is the
+    # learner's step's, or another's that ended unclean).
+    assert "with exit code 0 (learner 0, shards 0, actors 0)" in output
     starts = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
     assert len(starts) == 2 and starts[1]["updates"] > 0, output  # from its checkpoint
     assert starts[1]["algorithm"] == "Impala"
