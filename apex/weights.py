@@ -17,6 +17,7 @@ import logging
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -65,7 +66,12 @@ class WeightPublisher:
         """Sends ``module``'s parameters as ``version``; ``env_steps``: what the actors
         had reported (the evaluator's cadence); ``trained``: the updates the publishing
         learner has made since it started (0: none yet), in the header's count."""
-        state = module.state_dict()
+        self.publish_state(module.state_dict(), version, env_steps, trained)
+
+    def publish_state(
+        self, state: Mapping[str, torch.Tensor], version: int, env_steps: int = 0, trained: int = 0
+    ) -> None:
+        """:meth:`publish` of a module's ``state_dict`` (or a copy of it)."""
         arrays = [text_array(json.dumps(list(state)))]
         arrays += [np.ascontiguousarray(tensor.detach().cpu().numpy()) for tensor in state.values()]
         # One frame, never a multipart message: libzmq 4.3.5 aborts the sending process
@@ -123,18 +129,22 @@ class Publications:
     def publish(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
         """A new version, made after ``updates``."""
         self._published.append((version, updates))
+        state = module.state_dict()
         if self._states_bytes:
-            self._keep_state(module, version)
-        self.send(module, version, updates, env_steps)
+            state = self._keep_state(state, version)  # and sent from: one copy off a GPU
+        self._send_state(state, version, updates, env_steps)
 
-    def _keep_state(self, module: torch.nn.Module, version: int) -> None:
-        state = {name: tensor.detach().to("cpu", copy=True)
-                 for name, tensor in module.state_dict().items()}  # fmt: skip
-        size = sum(tensor.numel() * tensor.element_size() for tensor in state.values())
-        self._states.append((version, state, size))
+    def _keep_state(
+        self, state: Mapping[str, torch.Tensor], version: int
+    ) -> dict[str, torch.Tensor]:
+        """A CPU copy of ``state``, kept as ``version`` among the newest."""
+        kept = {name: tensor.detach().to("cpu", copy=True) for name, tensor in state.items()}
+        size = sum(tensor.numel() * tensor.element_size() for tensor in kept.values())
+        self._states.append((version, kept, size))
         self._states_held += size
         while self._states_held > self._states_bytes and len(self._states) > 1:
             self._states_held -= self._states.popleft()[2]
+        return kept
 
     def state_of(self, version: int) -> dict[str, torch.Tensor] | None:
         """A copy of the parameters published as ``version`` (None: not kept, or no
@@ -143,8 +153,13 @@ class Publications:
 
     def send(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
         """Sends ``version`` (again, if it was published before)."""
+        self._send_state(module.state_dict(), version, updates, env_steps)
+
+    def _send_state(
+        self, state: Mapping[str, torch.Tensor], version: int, updates: int, env_steps: int
+    ) -> None:
         trained = updates - self._life_start_updates  # 0: this life's first weights
-        self._publisher.publish(module, version, env_steps, trained)
+        self._publisher.publish_state(state, version, env_steps, trained)
         self._resend_at = time.monotonic() + self._resend_every_s
 
     def resend_due(self) -> bool:

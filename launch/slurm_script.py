@@ -166,8 +166,8 @@ def _body(config: RunConfig, run_dir: Path) -> str:
         # worst task's code.
         other_steps = [
             "learner_code=$code",
-            *_step_code("shards"),
-            *_step_code("actors"),
+            *_wait_step("shards", "shards_code"),
+            *_wait_step("actors", "actors_code"),
             'if [ "$code" = 0 ]; then',
             '  [ "$shards_code" = 0 ] || code=$shards_code',
             '  [ "$actors_code" = 0 ] || code=$actors_code',
@@ -194,10 +194,7 @@ def _body(config: RunConfig, run_dir: Path) -> str:
         stop_actors_first, other_steps, codes = [], [], ""
     lines += [
         "# `wait` returns early when a trap runs: wait again while the learner lives.",
-        "while :; do",
-        '  wait "$learner"; code=$?',
-        '  kill -0 "$learner" 2>/dev/null || break',
-        "done",
+        *_wait_step("learner", "code"),
         *stop_actors_first,
         'scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null',
         *other_steps,
@@ -214,12 +211,12 @@ def _body(config: RunConfig, run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def _step_code(step: str) -> list[str]:
+def _wait_step(step: str, code: str) -> list[str]:
     """Waits for the background step whose PID is in ``$step`` (again when a trap cut the
-    wait short) and keeps its exit code in ``$step_code``."""
+    wait short) and keeps its exit code in ``$code``."""
     return [
         "while :; do",
-        f'  wait "${step}"; {step}_code=$?',
+        f'  wait "${step}"; {code}=$?',
         f'  kill -0 "${step}" 2>/dev/null || break',
         "done",
     ]
