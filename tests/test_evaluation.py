@@ -187,7 +187,10 @@ def test_the_evaluator_keeps_its_cadence_skips_what_it_missed_and_confirms() -> 
         assert not got[3].confirmation and got[3].mean >= 475 and got[3].index == 2
         publisher.publish(Gain(1.0), 7, 6100)
         published_until(5, Gain(1.0), 8, 7100)
-        assert [e.confirmation for e in got] == [False, False, True, False, False]
+        # Version 7 may be taken before 8 replaces it, or not: five or six evaluations, and
+        # none confirmed after the first confirmation.
+        assert [e.confirmation for e in got[:3]] == [False, False, True]
+        assert len(got) in (5, 6) and not any(e.confirmation for e in got[3:])
     finally:
         evaluator.stop()
         thread.join(timeout=10)
