@@ -269,17 +269,30 @@ def _keep(role: str, run_dir: Path) -> int:
     if role == "actor":
         return run_restarting(command, what, sys.maxsize, restart_if=lambda code: code != 0)
     code = run_restarting(command, "learner", LEARNER_RESTART_BUDGET, restart_if=killed)
-    _draw_curves(run_dir)
+    # The learner's records are complete: the curves are drawn while the shards and the
+    # actors stop, not before they are told to (seconds of a whole job's cores).
+    drawing = _start_drawing_curves(run_dir)
     _end_job()
+    if drawing is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            drawing.wait(timeout=120)
+        if drawing.poll() is None:
+            drawing.kill()
     return code
 
 
-def _draw_curves(run_dir: Path) -> None:
+def _start_drawing_curves(run_dir: Path) -> subprocess.Popen | None:
     """``curves.png`` in the run directory, drawn by a child (this keeper stays light);
-    a failure is the child's to log, and never the run's outcome."""
-    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-        subprocess.run([sys.executable, "-m", "launch", "plot", str(run_dir)], timeout=120,
-                       check=False, stdout=subprocess.DEVNULL)  # fmt: skip
+    a failure is the child's to log, and never the run's outcome. The child ignores the
+    TERM that ends the job (``_end_job``): an ignored signal stays ignored across exec."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "launch", "plot", str(run_dir)],
+                                stdout=subprocess.DEVNULL)  # fmt: skip
+    except OSError:
+        return None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _restart_budget(config_path: Path, default: int) -> int:
