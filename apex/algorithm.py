@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from apex.dqn import StepResult
     from apex.envs import EnvShape
+    from apex.optimizer import Adam
     from apex.settings import ActorConfig, LearnerConfig
     from apex.staging import DeviceBatch
     from replay.store.spec import TransitionSpec
@@ -52,7 +53,7 @@ class Algorithm(Protocol):
         """The network published to the actors and evaluated greedily."""
 
     @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
+    def optimizers(self) -> list[Adam]:
         """Every optimizer it steps (a learning-rate schedule sets their rate)."""
 
     def step(self, batch: DeviceBatch) -> StepResult:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from apex.envs import EnvShape
+    from apex.optimizer import Adam
     from apex.settings import ActorConfig, LearnerConfig
     from apex.staging import DeviceBatch
 
@@ -156,7 +157,7 @@ class DPG:
         return {0: "DDPG", 3: "TD3"}.get(len(fixes), f"DPG ({', '.join(fixes)})")
 
     @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
+    def optimizers(self) -> list[Adam]:
         return [self.critic_optimizer, self.policy_optimizer]
 
     @property

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from apex.dqn import StepResult
     from apex.envs import EnvShape
+    from apex.optimizer import Adam
     from apex.settings import ActorConfig, LearnerConfig
     from apex.staging import DeviceBatch
 
@@ -264,7 +265,7 @@ class Impala:
         self.last: LossParts | None = None
 
     @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
+    def optimizers(self) -> list[Adam]:
         return [self.optimizer]
 
     @property
