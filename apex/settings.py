@@ -93,7 +93,8 @@ class ActorConfig:
             actions checked against the float network's (``apex.int8_policy``).
         max_steps: stop after this many vector steps (None: until stopped).
         insert_timeout_s: how long one insert attempt waits for a shard with room before
-            the actor checks its stop flag and tries again.
+            the actor checks its stop flag and tries again (so, how long a blocked actor
+            may take to notice a stop).
         shard_start_timeout_s: how long the actor waits at start for every shard to answer
             (roles of a Slurm job all start at once).
         insert_credit: insert batches sent and not yet taken by the shards, at most (the
@@ -126,7 +127,7 @@ class ActorConfig:
     env_groups: int = 1
     acting_precision: str = "float32"
     max_steps: int | None = None
-    insert_timeout_s: float = 1.0
+    insert_timeout_s: float = 0.25
     shard_start_timeout_s: float = 300.0
     insert_credit: int = 16
     reroute_after_s: float = REROUTE_AFTER_S

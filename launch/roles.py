@@ -108,19 +108,21 @@ def run_learner(
         evaluator.start()
     try:
         outcome = learner.run()
+        # Said before the evaluator stops (a second: its last results linger for a
+        # learner that has closed), so that the supervisor stops the actors meanwhile.
+        announce(
+            "outcome",
+            {
+                "reason": outcome.reason,
+                "solved": outcome.solved,
+                "last_eval_return": outcome.last_eval_return,
+                **dataclasses.asdict(outcome.counters),
+                "delivery": outcome.delivery,
+            },
+        )
     finally:
         if evaluator is not None:
             evaluator.stop()
-    announce(
-        "outcome",
-        {
-            "reason": outcome.reason,
-            "solved": outcome.solved,
-            "last_eval_return": outcome.last_eval_return,
-            **dataclasses.asdict(outcome.counters),
-            "delivery": outcome.delivery,
-        },
-    )
     return EXIT_OK if outcome.reason in NORMAL_ENDS else EXIT_FAILED
 
 

@@ -253,7 +253,6 @@ class Supervisor:
             if self._display is not None:
                 self._display.close()
             self._stop_all()
-            write_run_curves(self.run_dir)
         return self._account_stops(summary)
 
     def _account_stops(self, summary: RunSummary) -> RunSummary:
@@ -396,8 +395,15 @@ class Supervisor:
         self._wait(children, time.monotonic() + budget)
 
     def _stop_all(self) -> None:
-        for role in ("actor", "learner", "shard"):
+        """Stops the roles in order, and draws ``curves.png`` meanwhile: the learner's
+        records are complete once it has stopped, and the shards' final snapshots take
+        their time (the picture seconds of CPU)."""
+        for role in ("actor", "learner"):
             self._stop_role(role)
+        drawing = threading.Thread(target=write_run_curves, args=(self.run_dir,), name="curves")
+        drawing.start()
+        self._stop_role("shard")
+        drawing.join()
         for child in self._children:
             if child.process is not None:
                 child.process.close()
