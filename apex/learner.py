@@ -321,10 +321,18 @@ class Learner:
                               self.counters.updates, self._episodes.env_steps())  # fmt: skip
 
     def _resend_weights_if_due(self) -> None:
-        # While the learner waits for data (apex.weights.Publications).
-        if self._weights.resend_due():
-            self._weights.send(self.algorithm.policy, self.counters.weight_version,
-                               self.counters.updates, self._episodes.env_steps())  # fmt: skip
+        # While the learner waits for data (apex.weights.Publications). Weights trained
+        # past the last publication go as a new version, never under its number: a
+        # version names one set of parameters (an evaluation confirms a version, and a
+        # solve restores the copy kept of it).
+        if not self._weights.resend_due():
+            return
+        version, updates = self.counters.weight_version, self.counters.updates
+        if self._weights.updates_behind(version) == updates:
+            self._weights.send(self.algorithm.policy, version, updates,
+                               self._episodes.env_steps())  # fmt: skip
+        else:
+            self._publish()
 
     def _take_episodes(self) -> None:
         # Evaluations arrive on the same socket and are taken in the drain, in order.

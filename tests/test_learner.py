@@ -15,7 +15,7 @@ import torch
 import zmq
 
 from apex.algorithm import build_algorithm
-from apex.channels import EpisodeReporter
+from apex.channels import ApexKind, EpisodeReporter
 from apex.dqn import Settings as DQNSettings
 from apex.envs import env_shape
 from apex.learner import Learner
@@ -26,6 +26,7 @@ from apex.weights import WeightSubscriber
 from replay import PrioritizedReplay
 from replay.errors import ReplayTimeout
 from replay.sampling.batch_math import ReplayBatch
+from replay.wire.layout import decode
 
 BATCH = 32
 
@@ -375,6 +376,49 @@ def test_actors_are_heard_while_the_learner_waits_for_a_batch(tmp_path: Path) ->
     finally:
         reporter.close()
         context.destroy(linger=0)
+
+
+def test_weights_sent_again_while_waiting_carry_the_updates_of_their_version(
+    tmp_path: Path,
+) -> None:
+    """Held by the rate limiter two updates after its first publication (publishing every
+    5), the learner sends weights again each second. Those it has trained since go as a
+    new version: every message's version was published after the very updates the
+    message says (the header's count), so a version names one set of parameters."""
+    store = filled_store(np.random.default_rng(4))
+    learner = make_learner(tmp_path, store, max_updates=10)
+    context = zmq.Context()
+    reporter = EpisodeReporter(context, learner.episodes_endpoint, sender=7)
+    learner.source = StallingSource(store, learner.source.stage, reporter, 2.5)
+    subscriber = context.socket(zmq.SUB)
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+    subscriber.connect(learner.weights_endpoint)
+    heard: list[tuple[int, int]] = []
+    running = threading.Event()
+    running.set()
+
+    def listen() -> None:
+        while running.is_set():
+            if subscriber.poll(50):
+                message = decode(subscriber.recv_multipart(copy=False), ApexKind)
+                heard.append((message.policy_version, message.count))
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    try:
+        outcome = learner.run()
+    finally:
+        running.clear()
+        listener.join(timeout=10)
+        subscriber.close(linger=0)
+        reporter.close()
+        context.destroy(linger=0)
+    assert outcome.reason == "max_updates"
+    during_wait = [(version, count) for version, count in heard if count == 2]
+    assert len(during_wait) >= 2, heard  # sent, then sent again while held
+    assert {version for version, _ in during_wait} == {2}, heard
+    for version, count in heard:
+        assert learner._weights.updates_behind(version) == count, (version, count, heard)
 
 
 def test_a_held_back_subscriber_loads_weights_only_every_so_many_versions() -> None:
