@@ -10,6 +10,7 @@ a seeded numpy generator against live processes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 import pytest
@@ -160,6 +161,17 @@ def test_decode_and_every_reader_raise_only_protocol_errors(data: st.DataObject)
         for read in _readers(message):
             with contextlib.suppress(ProtocolError):
                 read()
+
+
+def test_a_frame_reply_with_a_rank_zero_frame_index_is_a_protocol_error() -> None:
+    """Found by the test above: a frame SAMPLE_REPLY whose frame-stack index (its ninth
+    array) has no dimension raised TypeError (the length of a 0-d array)."""
+    [template] = [m for m in TEMPLATES if m.kind == Kind.SAMPLE_REPLY and len(m.arrays) == 11]
+    arrays = list(template.arrays)
+    arrays[8] = np.asarray(arrays[8].flat[0])
+    message = dataclasses.replace(template, arrays=tuple(arrays))
+    with pytest.raises(ProtocolError, match="frame stacks of shape"):
+        SampleReply.from_message(message, FRAMES.transition_spec)
 
 
 @pytest.fixture(scope="module")

@@ -141,8 +141,11 @@ class SampleReply:
             )
         *head, index, data, offsets = message.arrays
         payload = FramePayload(index, data, offsets, message.scalar == 1.0)
-        if index.shape[:1] != head[1].shape[:1]:
-            raise ProtocolError(f"{len(index)} frame stacks for indices {head[1].shape}")
+        # A peer's array may have any rank, none included (a 0-d array has no length).
+        if index.ndim == 0 or head[1].ndim == 0 or index.shape[0] != head[1].shape[0]:
+            raise ProtocolError(
+                f"frame stacks of shape {index.shape} for indices of shape {head[1].shape}"
+            )
         rows = None if out is None else _rows_of(out, spec, len(index))
         fields = unpack(payload, layout, rows)
         fields.update(zip(scalars, head[5:], strict=True))
