@@ -19,9 +19,10 @@ from collections.abc import Iterable
 
 import torch
 
-# The group keys torch.optim.Adam writes, with the values this Adam always has.
+# The group keys torch.optim.Adam writes, with the values this Adam always has ("fused"
+# is set to the path taken).
 _FIXED_GROUP = {"weight_decay": 0.0, "amsgrad": False, "maximize": False, "foreach": None,
-                "capturable": False, "differentiable": False, "fused": True,
+                "capturable": False, "differentiable": False,
                 "decoupled_weight_decay": False}  # fmt: skip
 
 
@@ -46,8 +47,6 @@ class Adam:
         if lr < 0.0 or eps < 0.0 or not all(0.0 <= beta < 1.0 for beta in betas):
             raise ValueError(f"Adam needs lr >= 0, eps >= 0 and betas in [0, 1): {lr}, {eps}, "
                              f"{betas}")  # fmt: skip
-        self.param_groups = [{"params": self._parameters, "lr": lr, "betas": tuple(betas),
-                              "eps": eps, **_FIXED_GROUP}]  # fmt: skip
         self._exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format)
                           for p in self._parameters]  # fmt: skip
         self._exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -57,6 +56,8 @@ class Adam:
                        for p in self._parameters]  # fmt: skip
         on_kernel_devices = all(p.device.type in ("cpu", "cuda") for p in self._parameters)
         self._fused = on_kernel_devices if fused is None else fused
+        self.param_groups = [{"params": self._parameters, "lr": lr, "betas": tuple(betas),
+                              "eps": eps, **_FIXED_GROUP, "fused": self._fused}]  # fmt: skip
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for parameter in self._parameters:
@@ -124,7 +125,10 @@ class Adam:
             raise ValueError("the saved optimizer is not plain Adam (AMSGrad, decay or maximize)")
         position = {index: place for place, index in enumerate(saved["params"])}
         for index, entry in state_dict.get("state", {}).items():
-            place = position[int(index)]
+            place = position.get(int(index))
+            if place is None or not {"step", "exp_avg", "exp_avg_sq"} <= set(entry):
+                raise ValueError(f"the saved state of parameter {index} is not Adam's "
+                                 "(unknown index, or no step and moments)")  # fmt: skip
             parameter = self._parameters[place]
             for name, kept in (("exp_avg", self._exp_avgs), ("exp_avg_sq", self._exp_avg_sqs)):
                 value = entry[name]

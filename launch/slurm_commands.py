@@ -278,6 +278,7 @@ def _keep(role: str, run_dir: Path) -> int:
             drawing.wait(timeout=120)
         if drawing.poll() is None:
             drawing.kill()
+            drawing.wait()
     return code
 
 

@@ -57,6 +57,9 @@ def test_a_state_dict_loads_either_way_and_training_goes_on_alike() -> None:
     assert (
         swapped_ours.param_groups[0]["lr"] == 1e-2 and swapped_ours.param_groups[0]["eps"] == 1e-5
     )
+    # The group says which path steps (torch.optim's key): fused here, unless asked not.
+    assert swapped_ours.param_groups[0]["fused"]
+    assert not Adam(network().parameters(), lr=1e-2, fused=False).param_groups[0]["fused"]
     train(ours, swapped_ours, 10)
     train(theirs, swapped_theirs, 10)
     for mine, other in zip(ours.parameters(), theirs.parameters(), strict=True):
@@ -82,6 +85,13 @@ def test_bad_settings_and_a_state_dict_of_other_parameters_are_refused() -> None
     saved = torch.optim.Adam(other.parameters(), lr=1e-3).state_dict()
     with pytest.raises(ValueError, match="2 parameters, this one 4"):
         Adam(network().parameters(), lr=1e-3).load_state_dict(saved)
+    stepped = network()
+    reference = torch.optim.Adam(stepped.parameters(), lr=1e-3)
+    train(stepped, reference, 1)
+    no_moments = reference.state_dict()
+    del no_moments["state"][0]["exp_avg_sq"]
+    with pytest.raises(ValueError, match="parameter 0 is not Adam's"):
+        Adam(network().parameters(), lr=1e-3).load_state_dict(no_moments)
     amsgrad = torch.optim.Adam(network().parameters(), lr=1e-3, amsgrad=True).state_dict()
     with pytest.raises(ValueError, match="not plain Adam"):
         Adam(network().parameters(), lr=1e-3).load_state_dict(amsgrad)
