@@ -22,6 +22,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from launch.signals import on_stop_signal
+
 logger = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
@@ -46,12 +48,11 @@ def run_restarting(
     ``forward_after_s`` after the stop (the signal came to the keeper alone) gets it.
     """
     stopping = threading.Event()
-
-    def on_stop(signum, frame) -> None:
-        stopping.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, on_stop)
+    # As the roles take it (``launch.signals``): a repeated TERM is the same stop, also
+    # while this process shuts down, where a handler is back to the default and a job
+    # end's second TERM (the learner's task, then the batch script) killed an actor task
+    # that had stopped cleanly (exit 143, the job FAILED: seen in CI).
+    on_stop_signal(stopping.set)
     restarts = 0
     while True:
         child = subprocess.Popen(command)

@@ -121,3 +121,33 @@ def test_a_repeated_sigterm_asks_again_and_a_second_sigint_interrupts() -> None:
                             text=True, timeout=60, check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1", "True", "interrupted", "2"]
+
+
+# Exits 0 on its first TERM; the keeper then takes another TERM as the job's end sends it.
+KEEPER_AFTER_ITS_STOP = """
+import signal, sys
+from launch.keeper import run_restarting
+child = ("import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); "
+         "print('up', flush=True); signal.pause()")
+code = run_restarting([sys.executable, "-c", child], "child", budget=0, forward_after_s=0.1)
+ignored = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+signal.raise_signal(signal.SIGTERM)
+print("ignored" if ignored else "handled", code, flush=True)
+"""
+
+
+def test_the_keeper_survives_a_second_sigterm_after_its_stop() -> None:
+    """A job's end sends its steps more than one TERM: the keeper, its child stopped,
+    must not die of the second while it shuts down (its handler then back to the
+    default): an ignored signal stays ignored, so the task ends with its child's code."""
+    keeper = subprocess.Popen([sys.executable, "-c", KEEPER_AFTER_ITS_STOP],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert keeper.stdout.readline().strip() == "up"
+        keeper.send_signal(signal.SIGTERM)
+        assert keeper.wait(20) == 0
+        assert keeper.stdout.read().split() == ["ignored", "0"]
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+        keeper.stdout.close()
