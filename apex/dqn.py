@@ -19,6 +19,7 @@ or trained, so an actor on vector observations never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -42,6 +43,10 @@ if TYPE_CHECKING:
     from apex.optimizer import Adam
     from apex.settings import ActorConfig, LearnerConfig
     from apex.staging import DeviceBatch
+
+
+# The batch fields the update reads (the rest route priorities or count the lag).
+GRAPH_FIELDS = ("obs", "action", "reward", "discount", "next_obs")
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,25 @@ def dqn_step(
     anchor: Anchor | None = None,
 ) -> StepResult:
     """One gradient step on one batch; returns the loss and the new priorities."""
+    loss, magnitude = dqn_loss(online, target, transitions, weights, anchor)
+    descend(optimizer, loss, online.parameters(), max_grad_norm)
+    return StepResult(
+        loss=float(loss.detach()),
+        mean_abs_td=float(magnitude.mean()),
+        new_priorities=(magnitude + priority_epsilon).double().cpu(),
+    )
+
+
+def dqn_loss(
+    online: nn.Module,
+    target: nn.Module,
+    transitions: dict[str, torch.Tensor],
+    weights: torch.Tensor,
+    anchor: Anchor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's weighted loss, and ``|δ|`` per transition (detached); the module
+    docstring's formulas. Both the eager step and the CUDA graph's
+    (``apex.graphed_step``) compute it here."""
     import torch
     from torch import nn
 
@@ -149,13 +173,7 @@ def dqn_step(
     loss = (weights * nn.functional.huber_loss(q_taken, targets, reduction="none")).mean()
     if anchor is not None:
         loss = loss + anchor.weight * anchor.margin_loss(observations, q_all)
-    descend(optimizer, loss, online.parameters(), max_grad_norm)
-    magnitude = td.detach().abs()
-    return StepResult(
-        loss=float(loss.detach()),
-        mean_abs_td=float(magnitude.mean()),
-        new_priorities=(magnitude + priority_epsilon).double().cpu(),
-    )
+    return loss, td.detach().abs()
 
 
 @dataclass(frozen=True)
@@ -231,6 +249,8 @@ class DoubleDQN:
         actions: int,
         device: torch.device,
     ) -> None:
+        import torch
+
         from apex.networks import build_network
 
         self.config = config
@@ -244,6 +264,11 @@ class DoubleDQN:
             self._start_average()
         self.optimizer = adam(self.online.parameters(), config.learning_rate, config.adam_epsilon)
         self.steps = 0
+        self.graphed = None
+        if config.cuda_graph and torch.device(device).type == "cuda":
+            from apex.graphed_step import GraphedUpdate
+
+            self.graphed = GraphedUpdate(self._update, self.optimizer, config.priority_epsilon)
 
     def _start_average(self) -> None:
         self.average = copy.deepcopy(self.online)
@@ -286,22 +311,31 @@ class DoubleDQN:
     def step(self, batch: DeviceBatch) -> StepResult:
         """One update on ``batch``; copies the online network to the target every
         ``target_update_period`` steps."""
-        result = dqn_step(
-            self.online,
-            self.target,
-            self.optimizer,
-            batch.transitions,
-            batch.weights,
-            self.config.max_grad_norm,
-            self.config.priority_epsilon,
-            self.anchor,
-        )
+        replayed = None
+        if self.graphed is not None and self.anchor is None:  # the anchor's loss: eager
+            inputs = {name: batch.transitions[name] for name in GRAPH_FIELDS}
+            replayed = self.graphed({**inputs, "weights": batch.weights})
+        if replayed is not None:
+            result = StepResult(*replayed)
+        else:
+            where = self.graphed.eager_stream() if self.graphed else contextlib.nullcontext()
+            with where:
+                result = dqn_step(self.online, self.target, self.optimizer, batch.transitions,
+                                  batch.weights, self.config.max_grad_norm,
+                                  self.config.priority_epsilon, self.anchor)  # fmt: skip
         self.steps += 1
         if self.steps % self.settings.target_update_period == 0:
             self.target.load_state_dict(self.online.state_dict())
         if self.average is not None:
             soft_update(self.average, self.online, self.settings.policy_average)
         return result
+
+    def _update(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The update a CUDA graph records (``apex.graphed_step``): the eager step's
+        arithmetic, without its reads back to the host."""
+        loss, magnitude = dqn_loss(self.online, self.target, inputs, inputs["weights"])
+        descend(self.optimizer, loss, self.online.parameters(), self.config.max_grad_norm)
+        return loss.detach(), magnitude
 
     def state_dict(self) -> dict:
         import torch

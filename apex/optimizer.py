@@ -58,6 +58,27 @@ class Adam:
         self._fused = on_kernel_devices if fused is None else fused
         self.param_groups = [{"params": self._parameters, "lr": lr, "betas": tuple(betas),
                               "eps": eps, **_FIXED_GROUP, "fused": self._fused}]  # fmt: skip
+        self._device_lr: torch.Tensor | None = None
+        self._device_lr_value = lr
+
+    def keep_learning_rate_on_device(self) -> None:
+        """The step size in a tensor on the parameters' device, which the fused kernel
+        reads when it runs: a CUDA graph that captured :meth:`step` replays the group's
+        ``lr`` of the time, once :meth:`sync_learning_rate` has run before the replay (a
+        Python float would be fixed in the graph)."""
+        if not self._fused:
+            raise ValueError("a step size on the device needs the fused kernel")
+        self._device_lr_value = float(self.param_groups[0]["lr"])
+        self._device_lr = torch.tensor(self._device_lr_value, dtype=torch.float32,
+                                       device=self._parameters[0].device)  # fmt: skip
+
+    def sync_learning_rate(self) -> None:
+        """The device's step size set to the group's ``lr`` if a schedule changed it (one
+        small copy, ordered on the stream before the next step)."""
+        rate = float(self.param_groups[0]["lr"])
+        if self._device_lr is not None and rate != self._device_lr_value:
+            self._device_lr.fill_(rate)
+            self._device_lr_value = rate
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for parameter in self._parameters:
@@ -82,8 +103,11 @@ class Adam:
         (beta1, beta2), lr, eps = group["betas"], float(group["lr"]), float(group["eps"])
         torch._foreach_add_(steps, 1)
         if self._fused:
+            if self._device_lr is not None:
+                self.sync_learning_rate()
+            rate = lr if self._device_lr is None else self._device_lr
             torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
-                               lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps,
+                               lr=rate, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps,
                                maximize=False, grad_scale=None, found_inf=None)  # fmt: skip
             return
         # torch's multi-tensor Adam, for a device without the fused kernel.

@@ -7,13 +7,16 @@ count the unrolls' steps, B × T a batch).
 
 Each figure times ``apex.dqn.dqn_step`` (forward, double-DQN target, backward, clipping,
 fused Adam) on a fixed random batch already on the device, so it is the learner's compute
-ceiling, without replay or transport.
+ceiling, without replay or transport. On CUDA the DQN cases are timed a second time as the
+learner runs them there, captured in a CUDA graph (``mlp-graph``, ``nature-cnn-graph``;
+``apex.graphed_step``).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -21,8 +24,10 @@ import torch
 
 from apex.cpu_math import flush_denormals
 from apex.dpg import DPG
-from apex.dqn import adam, dqn_step
+from apex.dqn import DoubleDQN, adam, dqn_step
+from apex.dqn import Settings as DQNSettings
 from apex.networks import build_network
+from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch
 from bench.learner_phases import measure_phases
 from bench.timing import measure_rate
@@ -89,7 +94,11 @@ def run(
     records = []
     try:
         for device in devices:
-            for network, shape, hidden, batch_sizes in cases:
+            # On CUDA, DQN's update also as the learner runs it there: captured in a graph.
+            graphed = [(f"{network}-graph", *rest) for network, *rest in cases[:2]]
+            for network, shape, hidden, batch_sizes in cases + (
+                graphed if device.type == "cuda" else []
+            ):
                 for batch_size in batch_sizes:
                     case = f"{network}-{device.type}-b{batch_size}"
                     if progress:
@@ -188,14 +197,23 @@ def _measure(
     optimizer = adam(online.parameters(), 1e-4, 1.5e-4)
     batch = _batch(shape, batch_size, device)
     weights = torch.ones(batch_size, device=device)
+    update = functools.partial(dqn_step, online, target, optimizer, batch, weights, 10.0, 1e-3)
+    if network.endswith("-graph"):  # as the learner runs it on CUDA
+        config = LearnerConfig(hidden=hidden, learning_rate=1e-4, max_grad_norm=10.0)
+        algorithm = DoubleDQN(config, DQNSettings(), shape, 6, device)
+        update = functools.partial(algorithm.step, DeviceBatch(batch, weights, None))
 
     def step() -> None:
-        dqn_step(online, target, optimizer, batch, weights, 10.0, 1e-3)
+        update()
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    warmup = 3 if len(shape) == 3 else 20
-    return measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
+    # The graph's eager updates and its capture are not timed.
+    warmup = 3 if len(shape) == 3 and not network.endswith("-graph") else 20
+    record = measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
+    if network.endswith("-graph"):
+        record["graph_replays"] = algorithm.graphed.replays  # 0: not captured (logged)
+    return record
 
 
 def _phase_records(base: dict, params: dict, phases: dict[str, float]) -> list[dict]:

@@ -110,6 +110,9 @@ def test_each_section_validates_itself() -> None:
         "gamma must be in [0, 1], got 2.0",
     ]
     assert LearnerConfig(batch_size=True).problems()[0].startswith("learner.batch_size")
+    assert LearnerConfig(cuda_graph="yes").problems() == [
+        "learner.cuda_graph must be true or false, got 'yes'"
+    ]
     assert ReplayConfig(capacity=10, min_size=20).problems() == [
         "replay.min_size=20 must be in [1, capacity=10]: a shard never holds more than its "
         "capacity, so it would never sample"

@@ -75,3 +75,71 @@ def test_an_update_on_cuda_matches_the_same_update_on_the_cpu(shape) -> None:
     torch.testing.assert_close(cuda.new_priorities, cpu.new_priorities, rtol=2e-2, atol=2e-3)
     for a, b in zip(cpu_params, cuda_params, strict=True):
         torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3)
+
+
+def _double_dqn(shape, cuda_graph: bool, target_update_period: int = 4):
+    from apex.dqn import DoubleDQN, Settings
+    from apex.settings import LearnerConfig
+
+    torch.manual_seed(0)
+    hidden = (64, 64) if len(shape) == 1 else (256,)
+    config = LearnerConfig(hidden=hidden, learning_rate=1e-3, cuda_graph=cuda_graph)
+    settings = Settings(target_update_period=target_update_period)
+    return DoubleDQN(config, settings, shape, 6, torch.device("cuda"))
+
+
+def _staged(shape, batch_size: int, seed: int):
+    return DeviceStager("cuda")(numpy_batch(shape, batch_size, seed))
+
+
+@pytest.mark.parametrize("shape", [(4,), (4, 84, 84)])
+def test_the_graphed_update_trains_as_the_eager_one(shape) -> None:
+    """Warm-up, capture and replays (``apex.graphed_step``) against eager updates from the
+    same start on the same batches: the same losses, priorities and parameters, through
+    target copies, a schedule's change of step size, a batch of another size (eager, the
+    graph kept) and a checkpoint loaded in place."""
+    from apex.dqn import set_learning_rate
+
+    graphed, eager = _double_dqn(shape, True), _double_dqn(shape, False)
+    assert graphed.graphed is not None and eager.graphed is None
+
+    def both_step(batch) -> None:
+        ours, theirs = graphed.step(batch), eager.step(batch)
+        assert ours.loss == pytest.approx(theirs.loss, rel=1e-4, abs=1e-6)
+        assert ours.mean_abs_td == pytest.approx(theirs.mean_abs_td, rel=1e-4, abs=1e-6)
+        assert ours.new_priorities.device.type == "cpu"
+        assert ours.new_priorities.dtype == torch.float64
+        torch.testing.assert_close(ours.new_priorities, theirs.new_priorities, rtol=1e-4,
+                                   atol=1e-5)  # fmt: skip
+        for a, b in zip(graphed.online.parameters(), eager.online.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+    for seed in range(10):
+        if seed == 6:
+            set_learning_rate(graphed.optimizers + eager.optimizers, 2e-4)
+        both_step(_staged(shape, 32, seed))
+    assert graphed.graphed.captured and graphed.graphed.replays == 10 - 3
+    both_step(_staged(shape, 16, 10))  # another size: eager
+    assert graphed.graphed.replays == 7
+    saved = eager.state_dict()
+    for seed in range(11, 14):
+        both_step(_staged(shape, 32, seed))
+    for algorithm in (graphed, eager):
+        algorithm.load_state_dict(saved)
+    both_step(_staged(shape, 32, 14))
+    assert graphed.graphed.replays == 11 and not graphed.graphed.failed
+
+
+def test_the_anchor_takes_the_eager_update_and_the_graph_stays_for_after() -> None:
+    from apex.dqn import DoubleDQN, Settings
+    from apex.settings import LearnerConfig
+
+    config = LearnerConfig(hidden=(64, 64), cuda_graph=True)
+    settings = Settings(anchor_margin=0.5)
+    algorithm = DoubleDQN(config, settings, (4,), 6, torch.device("cuda"))
+    for seed in range(5):
+        algorithm.step(_staged((4,), 32, seed))
+    assert algorithm.graphed.replays == 2  # three eager, then captured
+    algorithm.solved()
+    result = algorithm.step(_staged((4,), 32, 5))
+    assert algorithm.graphed.replays == 2 and np.isfinite(result.loss)

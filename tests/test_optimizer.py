@@ -76,6 +76,24 @@ def test_a_schedule_sets_the_step_size_between_steps() -> None:
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
 
 
+def test_a_step_size_kept_on_the_device_follows_the_schedule() -> None:
+    """What a CUDA graph's replays read (``apex.graphed_step``): the group's lr, synced to
+    a tensor before each step, steps as the float does, also after a schedule's change."""
+    floats, on_device = network(), network()
+    by_float = Adam(floats.parameters(), lr=1e-2)
+    by_tensor = Adam(on_device.parameters(), lr=1e-2)
+    by_tensor.keep_learning_rate_on_device()
+    for rate in (1e-2, 3e-3, 0.0):
+        for optimizer in (by_float, by_tensor):
+            optimizer.param_groups[0]["lr"] = rate
+        train(floats, by_float, 2)
+        train(on_device, by_tensor, 2)
+        for a, b in zip(floats.parameters(), on_device.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="fused kernel"):
+        Adam(network().parameters(), lr=1e-3, fused=False).keep_learning_rate_on_device()
+
+
 def test_bad_settings_and_a_state_dict_of_other_parameters_are_refused() -> None:
     with pytest.raises(ValueError, match="no parameters"):
         Adam([], lr=1e-3)
