@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
 # The GPU checks a session with a lent CUDA machine runs, in one go (bench/RESULTS.md, "On a
-# GPU"): the learner suite on CUDA (updates/s and where each update's time goes), then a
-# real `apex train` on Pong with the CUDA learner (threaded replay I/O, pinned memory,
-# non-blocking copies) for PONG_SECONDS, its curve and metrics copied to OUT_DIR.
+# GPU"): the CUDA path's tests, the learner suite on CUDA (updates/s and where each
+# update's time goes), then real `apex train` runs on Pong with the CUDA learner (threaded
+# replay I/O, pinned memory, non-blocking copies): a short one with every update eager
+# (learner.cuda_graph=false, the baseline of the same call), then one of PONG_SECONDS with
+# the update in a CUDA graph, its curve and metrics packed into OUT_DIR/pong.tar.gz.
 #
-#   OUT_DIR=/tmp/gpu PONG_SECONDS=300 PONG_ACTORS=10 bash scripts/gpu_check.sh
+#   OUT_DIR=/tmp/gpu PONG_SECONDS=300 PONG_BASELINE_SECONDS=60 bash scripts/gpu_check.sh
 #
 # Run from the repository root with the project importable (an installed .venv, or
 # PYTHONPATH holding the root and its dependencies). DEVICE=cpu runs the same steps on the
-# CPU, to try the script where no GPU is. On a machine that got the tree without its .git,
-# set APEX_GIT_COMMIT to the commit sent, so that the records name it (as stated).
+# CPU, to try the script where no GPU is. On a machine that got the tree without its own
+# .git, set APEX_GIT_COMMIT to the commit sent and APEX_GIT_MANIFEST to its file list
+# (`git ls-tree -r <commit>`): the records then name the commit, clean if every file
+# matches (bench/machine.py). At most 8 files come back from a lent machine: the outputs
+# are learner.json, learner.md, pong.tar.gz and the log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT_DIR:-/tmp/gpu-check}
 DEVICE=${DEVICE:-cuda}
 PONG_SECONDS=${PONG_SECONDS:-300}
+PONG_BASELINE_SECONDS=${PONG_BASELINE_SECONDS:-60}  # 0: no eager baseline run
+# Seconds after this script's start by which the last run must be over (a lent machine's
+# call has a limit): the graph run is shortened to fit, with 45 s for its start and stop.
+PONG_UNTIL=${PONG_UNTIL:-0}  # 0: no limit
 PONG_ACTORS=${PONG_ACTORS:-10}
 PONG_SHARDS=${PONG_SHARDS:-2}
 LEARNER_REPEATS=${LEARNER_REPEATS:-3}
 LEARNER_OPTIONS=${LEARNER_OPTIONS:-}  # e.g. --quick, to try the script on a CPU
 PYTHON=${PYTHON:-python3}
-RUN_DIR=${RUN_DIR:-/tmp/gpu-check-pong}
+RUN_ROOT=${RUN_ROOT:-/tmp/gpu-check-runs}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 
@@ -30,29 +39,47 @@ nproc
 "$PYTHON" -c "import torch, zmq, gymnasium, ale_py, numba, lz4; print('torch', torch.__version__,
 'cuda', torch.version.cuda, torch.cuda.is_available(), 'zmq', zmq.__version__, 'numba',
 numba.__version__, 'gymnasium', gymnasium.__version__, 'ale_py', ale_py.__version__)" || exit 1
-git rev-parse HEAD 2>/dev/null
-git status --porcelain 2>/dev/null | head -5
+"$PYTHON" -c "from pathlib import Path; import os; from bench.machine import git_commit
+print('record git:', git_commit(Path('.')))"
 
-echo "== the CUDA path's tests"
-"$PYTHON" -m pytest -q -W default -p no:randomly tests/test_cuda.py 2>&1 | tail -15
+echo "== the CUDA path's tests $(date -u +%T)"
+"$PYTHON" -m pytest -q -W default -p no:randomly -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -25
 
-echo "== learner suite on $DEVICE"
+echo "== learner suite on $DEVICE $(date -u +%T)"
 "$PYTHON" -m launch bench learner --device "$DEVICE" --repeats "$LEARNER_REPEATS" $LEARNER_OPTIONS \
     --json "$OUT_DIR/learner.json" --markdown "$OUT_DIR/learner.md" || echo "learner suite failed: $?"
 
-echo "== Pong, $PONG_SECONDS s, learner on $DEVICE"
-rm -rf "$RUN_DIR"
-nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory,memory.used \
-    --format=csv -l 5 > "$OUT_DIR/pong-gpu-utilization.csv" 2>/dev/null &
-monitor=$!
-timeout $((PONG_SECONDS + 120)) "$PYTHON" -m launch train --env Pong --device "$DEVICE" \
-    --actors "$PONG_ACTORS" --shards "$PONG_SHARDS" --max-time "$PONG_SECONDS" --plain \
-    --run-dir "$RUN_DIR" --set learner.metrics_interval_s=5 2>&1 | tail -40
-echo "train exit: ${PIPESTATUS[0]}"
-kill "$monitor" 2>/dev/null
-"$PYTHON" -m launch status "$RUN_DIR" 2>&1 | tail -30
-for name in metrics.jsonl summary.json config.json curves.png; do
-    [ -f "$RUN_DIR/$name" ] && cp "$RUN_DIR/$name" "$OUT_DIR/pong-$name"
-done
-tail -n 60 "$RUN_DIR"/logs/learner*.log > "$OUT_DIR/pong-learner-log.txt" 2>/dev/null
+# One Pong run: NAME, SECONDS, then --set options.
+pong() {
+    local name=$1 seconds=$2
+    shift 2
+    local run_dir="$RUN_ROOT/$name"
+    echo "== Pong $name, $seconds s, learner on $DEVICE $(date -u +%T)"
+    rm -rf "$run_dir"
+    mkdir -p "$RUN_ROOT/out"
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory,memory.used \
+        --format=csv -l 5 > "$RUN_ROOT/out/$name-gpu.csv" 2>/dev/null &
+    local monitor=$!
+    timeout $((seconds + 120)) "$PYTHON" -m launch train --env Pong --device "$DEVICE" \
+        --actors "$PONG_ACTORS" --shards "$PONG_SHARDS" --max-time "$seconds" --plain \
+        --run-dir "$run_dir" --set learner.metrics_interval_s=5 "$@" 2>&1 | tail -25
+    echo "train exit: ${PIPESTATUS[0]} $(date -u +%T)"
+    kill "$monitor" 2>/dev/null
+    for file in metrics.jsonl summary.json config.json curves.png; do
+        [ -f "$run_dir/$file" ] && cp "$run_dir/$file" "$RUN_ROOT/out/$name-$file"
+    done
+    grep -h "CUDA graph\|captured" "$run_dir"/logs/learner*.log 2>/dev/null | head -3
+    tail -n 40 "$run_dir"/logs/learner*.log > "$RUN_ROOT/out/$name-learner-log.txt" 2>/dev/null
+    tar -czf "$OUT_DIR/pong.tar.gz" -C "$RUN_ROOT/out" .  # after each run: a cut call keeps it
+}
+
+if [ "$PONG_BASELINE_SECONDS" -gt 0 ]; then
+    pong eager "$PONG_BASELINE_SECONDS" --set learner.cuda_graph=false
+fi
+seconds=$PONG_SECONDS
+if [ "$PONG_UNTIL" -gt 0 ] && [ $((PONG_UNTIL - SECONDS - 45)) -lt "$seconds" ]; then
+    seconds=$((PONG_UNTIL - SECONDS - 45))
+fi
+[ "$seconds" -ge 30 ] && pong graph "$seconds"
+"$PYTHON" -m launch status "$RUN_ROOT/graph" 2>&1 | tail -30
 ls -la "$OUT_DIR"
