@@ -92,12 +92,24 @@ def _staged(shape, batch_size: int, seed: int):
     return DeviceStager("cuda")(numpy_batch(shape, batch_size, seed))
 
 
+@pytest.fixture
+def deterministic_cudnn():
+    """cuDNN's deterministic convolutions: its default ones sum gradients in any order,
+    and Adam's normalised step turns a last-bit difference in a near-zero gradient into a
+    sizeable one in the parameter (seen on an H200: 5e-5 in 1.7% of a layer's weights)."""
+    before = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    yield
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before
+
+
 @pytest.mark.parametrize("shape", [(4,), (4, 84, 84)])
-def test_the_graphed_update_trains_as_the_eager_one(shape) -> None:
+def test_the_graphed_update_trains_as_the_eager_one(shape, deterministic_cudnn) -> None:
     """Warm-up, capture and replays (``apex.graphed_step``) against eager updates from the
     same start on the same batches: the same losses, priorities and parameters, through
     target copies, a schedule's change of step size, a batch of another size (eager, the
-    graph kept) and a checkpoint loaded in place."""
+    graph kept) and a checkpoint loaded in place. A step missed, repeated or taken at a
+    stale step size would move most parameters by about the step size (1e-3, 2e-4)."""
     from apex.dqn import set_learning_rate
 
     graphed, eager = _double_dqn(shape, True), _double_dqn(shape, False)
@@ -112,7 +124,7 @@ def test_the_graphed_update_trains_as_the_eager_one(shape) -> None:
         torch.testing.assert_close(ours.new_priorities, theirs.new_priorities, rtol=1e-4,
                                    atol=1e-5)  # fmt: skip
         for a, b in zip(graphed.online.parameters(), eager.online.parameters(), strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)
 
     for seed in range(10):
         if seed == 6:
