@@ -12,11 +12,23 @@ This package imports nothing from the rest of the project (``apex`` and ``launch
 it), so a replay shard can run on a host that has only numpy, numba and pyzmq.
 """
 
-from replay.errors import EmptyReplayError, InvalidBatchError, InvalidPriorityError, ReplayError
-from replay.store.prioritized import PrioritizedReplay, SampledBatch
-from replay.store.spec import FieldSpec, TransitionSpec
-from replay.store.storage import RingStorage
-from replay.store.sum_tree import SumTree
+import importlib
+
+# Where each name the package offers lives. They are imported on first use (PEP 562), so
+# that ``from replay.errors import ...`` in a process with no store (a keeper, a CLI
+# command, ``apex plot``) does not import numba with the sum-tree (0.3 s of CPU each).
+_EXPORTS = {
+    "EmptyReplayError": "replay.errors",
+    "InvalidBatchError": "replay.errors",
+    "InvalidPriorityError": "replay.errors",
+    "ReplayError": "replay.errors",
+    "PrioritizedReplay": "replay.store.prioritized",
+    "SampledBatch": "replay.store.prioritized",
+    "FieldSpec": "replay.store.spec",
+    "TransitionSpec": "replay.store.spec",
+    "RingStorage": "replay.store.storage",
+    "SumTree": "replay.store.sum_tree",
+}
 
 __all__ = [
     "EmptyReplayError",
@@ -30,3 +42,10 @@ __all__ = [
     "SumTree",
     "TransitionSpec",
 ]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'replay' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
