@@ -31,7 +31,8 @@ from apex.frame_writer import FrameWriter
 from apex.settings import ActorConfig
 from apex.weights import WeightSubscriber
 from replay.errors import ReplayTimeout
-from replay.inserts.client import InsertClient, ShardEndpoints
+from replay.inserts.client import InsertClient
+from replay.inserts.endpoints import ShardEndpoints
 from replay.wire.security import SecurityConfig, make_context
 
 # At its end an actor waits this long for the shards to confirm what it sent.

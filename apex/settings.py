@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apex.algorithm import default_settings
-from replay.inserts.client import REROUTE_AFTER_S
+from replay.inserts.endpoints import REROUTE_AFTER_S
 from replay.store.field_checks import (
     checked,
     in_unit_interval,

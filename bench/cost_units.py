@@ -29,7 +29,8 @@ from bench.shard_worker import transition_spec
 from bench.workers import REPO_ROOT, worker_env
 from launch.processes import cpu_seconds
 from launch.role_process import stop_all
-from replay.inserts.client import InsertClient, ShardEndpoints
+from replay.inserts.client import InsertClient
+from replay.inserts.endpoints import ShardEndpoints
 from replay.protocol.requests import RequestClient
 
 # Per env: the acting loop's network, the shard kind that stores it, and two env counts

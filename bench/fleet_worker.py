@@ -22,7 +22,8 @@ import numpy as np
 import zmq
 
 from replay.errors import ReplayTimeout
-from replay.inserts.client import InsertClient, ShardEndpoints
+from replay.inserts.client import InsertClient
+from replay.inserts.endpoints import ShardEndpoints
 from replay.store.spec import TransitionSpec
 
 # A send with no shard room waits at most this long, then the actor tries again later (a

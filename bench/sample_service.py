@@ -57,7 +57,7 @@ def measure_sampling(
 ) -> tuple[list[float], list[float]]:
     from apex.staging import DeviceStager
     from bench.shard_worker import transition_spec
-    from replay.inserts.client import ShardEndpoints
+    from replay.inserts.endpoints import ShardEndpoints
     from replay.protocol.requests import RequestClient
     from replay.sampling.pump import SamplerConfig
     from replay.sampling.sampler import make_sampler

@@ -28,7 +28,8 @@ import zmq
 from bench.workers import random_batch
 from replay.errors import ReplayTimeout
 from replay.frames.payload import FrameInsert
-from replay.inserts.client import InsertClient, ShardEndpoints
+from replay.inserts.client import InsertClient
+from replay.inserts.endpoints import ShardEndpoints
 from replay.store.spec import TransitionSpec
 from replay.wire.layout import Kind, Message, encode
 from replay.wire.security import SecurityConfig, make_context

@@ -84,7 +84,7 @@ def measure_fill(kind: str, capacity: int, fraction: float) -> dict:
     import zmq
 
     from bench.shard_worker import transition_spec
-    from replay.inserts.client import ShardEndpoints
+    from replay.inserts.endpoints import ShardEndpoints
     from replay.protocol.requests import RequestClient
 
     spec = transition_spec("atari" if kind == "atari-frames" else kind)

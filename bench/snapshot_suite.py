@@ -64,7 +64,7 @@ def _case(kind: str, capacity: int, seconds: float, rate: float, progress) -> li
     import zmq
 
     from bench.shard_worker import transition_spec
-    from replay.inserts.client import ShardEndpoints
+    from replay.inserts.endpoints import ShardEndpoints
     from replay.protocol.requests import RequestClient
 
     spec = transition_spec("atari" if kind == "atari-frames" else kind)

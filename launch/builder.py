@@ -23,7 +23,7 @@ from apex.envs import EnvShape, env_shape
 from launch.config import ConfigError, RunConfig
 from replay.errors import InvalidBatchError
 from replay.frames.spec import FrameStackSpec
-from replay.inserts.client import ShardEndpoints
+from replay.inserts.endpoints import ShardEndpoints
 from replay.server.config import ShardConfig
 from replay.store.spec import TransitionSpec
 

@@ -37,7 +37,7 @@ class ShardParam(click.ParamType):
     name = "INSERT,REQUEST"
 
     def convert(self, value, param, ctx):
-        from replay.inserts.client import ShardEndpoints
+        from replay.inserts.endpoints import ShardEndpoints
 
         if isinstance(value, ShardEndpoints):
             return value

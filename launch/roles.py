@@ -18,11 +18,11 @@ from launch.config import RunConfig
 from launch.evaluator_process import EvaluatorProcess
 from launch.signals import on_stop_signal
 from replay.errors import ConfigError
-from replay.server.shard import ShardServer
 
 if TYPE_CHECKING:
     from apex.actor import Actor
     from apex.evaluator import Evaluator
+    from replay.server.shard import ShardServer
 
 logger = logging.getLogger(__name__)
 

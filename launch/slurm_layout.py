@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from launch.config import RunConfig
-from replay.inserts.client import ShardEndpoints
+from replay.inserts.endpoints import ShardEndpoints
 
 ROLES = ("learner", "shard", "actor")
 # Het-job component of each role, in the order the batch script declares them.

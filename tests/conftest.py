@@ -17,7 +17,7 @@ import zmq
 from launch.role_process import RoleProcess, RoleStartError
 from launch.role_process import stop_all as stop_roles
 from replay import TransitionSpec
-from replay.inserts.client import ShardEndpoints
+from replay.inserts.endpoints import ShardEndpoints
 from replay.protocol.requests import RequestClient
 
 SMALL_SPEC = TransitionSpec.from_dict(

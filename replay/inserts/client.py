@@ -13,13 +13,13 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import zmq
 
 from replay.errors import ReplayError, ReplayTimeout, SpecMismatchError
 from replay.frames.spec import FrameStackSpec
+from replay.inserts.endpoints import REROUTE_AFTER_S, ShardEndpoints
 from replay.inserts.lane import ShardCredit
 from replay.protocol import messages
 from replay.protocol.requests import await_spec
@@ -29,20 +29,9 @@ from replay.wire.transport import insert_buffer_bytes, make_socket, send_frames
 
 logger = logging.getLogger(__name__)
 
-REROUTE_AFTER_S = 60.0
-"""A shard silent this long while others answer is given up, and what the client kept for
-it goes to the others; longer than a supervisor takes to bring a shard back."""
 IDLE_FLUSH_S = 1.0
 """A flush gives up after this long with every shard answering, taking nothing, and held
 back by its rate limiter (see :meth:`InsertClient.flush`)."""
-
-
-@dataclass(frozen=True)
-class ShardEndpoints:
-    """Where one shard listens: ``insert`` (PULL) and ``request`` (ROUTER)."""
-
-    insert: str
-    request: str
 
 
 class InsertClient:
