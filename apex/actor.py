@@ -27,7 +27,6 @@ from apex.channels import EpisodeReporter
 from apex.env_group import make_groups
 from apex.envs import env_shape
 from apex.exploration import env_epsilons
-from apex.frame_writer import FrameWriter
 from apex.settings import ActorConfig
 from apex.weights import WeightSubscriber
 from replay.errors import ReplayTimeout
@@ -106,6 +105,8 @@ class Actor:
         )
         self._frames: FrameWriter | None = None
         if self._inserts.frames is not None:
+            from apex.frame_writer import FrameWriter  # numba's kernels: frame actors only
+
             layout, steps = self._inserts.frame_layout, self._inserts.frames.steps
             # Frames a stream makes between sends: a step's, or an unroll's (two a step
             # at worst, where every step ends an episode) for each round a send waits.

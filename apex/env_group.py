@@ -22,16 +22,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from apex.algorithm import ActingPolicy, AlgorithmEntry
 from apex.envs import EnvShape
 from apex.experience import ExperienceMaker
-from apex.frame_writer import FrameWriter
 from apex.settings import ActorConfig
 from apex.vector_envs import actor_envs
 from replay.store.spec import TransitionSpec
+
+if TYPE_CHECKING:
+    from apex.frame_writer import FrameWriter
 
 
 @dataclass

@@ -16,15 +16,18 @@ estimate either way. With frame shards the observations' own builder is not need
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from apex.algorithm import ActingPolicy, AlgorithmEntry
 from apex.envs import EnvShape
-from apex.frame_writer import FrameWriter
 from apex.nstep import NStepBuilder
 from apex.settings import ActorConfig
 from replay.store.spec import TransitionSpec
+
+if TYPE_CHECKING:
+    from apex.frame_writer import FrameWriter
 
 # What a batch carries for its priorities only, never sent.
 VALUE_FIELDS = ("values", "next_values")

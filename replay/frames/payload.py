@@ -16,12 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from replay.errors import InvalidBatchError, ProtocolError
 from replay.frames.spec import FrameStackSpec
 from replay.store.parts import default_threads, run_in_parts
-from replay.store.prefetch import FRAMES_AHEAD, prefetch_range
 from replay.wire.layout import Kind, Message
 
 
@@ -207,25 +205,11 @@ def _put_together(payload: FramePayload, index: np.ndarray, out: np.ndarray) -> 
         if bad:
             raise ProtocolError(f"frame {min(bad)} does not decode to {nbytes} bytes")
         return
+    from replay.frames.kernels import stack_rows
+
     frames = payload.data.reshape(-1, nbytes)
 
     def stack_part(start: int, stop: int) -> None:
         stack_rows(frames, index[start:stop], out[start:stop])
 
     run_in_parts(len(index), stack_part, default_threads())
-
-
-@njit(cache=True, nogil=True)
-def stack_rows(frames: np.ndarray, index: np.ndarray, out: np.ndarray):
-    """``out[b, j] = frames[index[b, j]]`` (rows of bytes): the stacks, one explicit copy
-    loop (numpy's fancy indexing of 7 KB rows measured slower)."""
-    width, nbytes = index.shape[1], frames.shape[1]
-    base, total = frames.ctypes.data, index.shape[0] * width
-    for i in range(total):
-        if i + FRAMES_AHEAD < total:
-            ahead = index[(i + FRAMES_AHEAD) // width, (i + FRAMES_AHEAD) % width]
-            prefetch_range(base, ahead * nbytes, nbytes)
-        source = frames[index[i // width, i % width]]
-        destination = out[i // width, i % width]
-        for x in range(nbytes):
-            destination[x] = source[x]
