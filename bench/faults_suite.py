@@ -77,6 +77,7 @@ class FaultRun:
         command = [
             sys.executable, "-m", "launch", "train", "--actors", "2", "--shards", str(shards),
             "--max-time", "900", "--target-return", "1e12", "--run-dir", str(self.run_dir),
+            "--no-curves",
             "--set", "learner.eval_every_steps=0", "--set", "learner.metrics_interval_s=0.5",
             "--set", f"learner.checkpoint_interval_s={PERIOD_S}",
             "--set", f"replay.snapshot_interval_s={PERIOD_S}",

@@ -71,7 +71,7 @@ def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float,
     run_dir = root / f"{env.replace('/', '-')}-k{lag}-{'vtrace' if correction else 'off'}-{seed}"
     command = [
         sys.executable, "-m", "launch", "train", "--env", env, "--seed", str(seed),
-        "--max-time", str(budget_s), "--run-dir", str(run_dir), "--plain",
+        "--max-time", str(budget_s), "--run-dir", str(run_dir), "--plain", "--no-curves",
         "--set", "algorithm=impala", "--set", "learner.publish_period=1",
         *(part for setting in lag_settings(lag) for part in ("--set", setting)),
         "--set", f"learner.impala.correction={'true' if correction else 'false'}",

@@ -80,7 +80,7 @@ def run_apex(
         run_dir = Path(directory) / "run"
         command = [
             sys.executable, "-m", "launch", "train", "--env", task.env, "--seed", str(seed),
-            "--max-time", str(task.budget_s), "--run-dir", str(run_dir), "--plain",
+            "--max-time", str(task.budget_s), "--run-dir", str(run_dir), "--plain", "--no-curves",
             "--set", f"learner.eval_every_steps={task.eval_every_steps}",
             "--set", f"learner.eval_episodes={task.eval_episodes}",
             "--set", f"learner.confirm_episodes={task.confirm_episodes}",

@@ -90,7 +90,7 @@ def _measure(actors: int, envs: int, shards: int, seconds: float, warmup_s: floa
             sys.executable, "-m", "launch", "train", "--actors", str(actors), "--shards",
             str(shards), "--envs-per-actor", str(envs),
             "--max-time", str(START_TIMEOUT_S + warmup_s + seconds + 30),
-            "--target-return", "1e12", "--set", "learner.eval_every_steps=0",
+            "--target-return", "1e12", "--set", "learner.eval_every_steps=0", "--no-curves",
             "--run-dir", str(run_dir),
         ]  # fmt: skip
         launched = time.time()

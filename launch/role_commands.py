@@ -325,9 +325,16 @@ def evaluator_role(config_path, weights, episodes, parent, keys, insecure) -> No
 @click.option(
     "--plain", is_flag=True, help="Progress as plain lines, even on a terminal (no live view)."
 )
+@click.option(
+    "--curves/--no-curves",
+    default=True,
+    show_default=True,
+    help="Draw curves.png at the end (about 2 s of CPU; a sweep of many runs may not want "
+    "it: apex plot draws it later from metrics.jsonl).",
+)
 def train(
     config_path, env, seed, actors, shards, envs_per_actor, device, target_return, max_updates,
-    max_time, run_dir, resume_dir, settings, keys, insecure, plain,
+    max_time, run_dir, resume_dir, settings, keys, insecure, plain, curves,
 ) -> None:  # fmt: skip
     """Train on this machine: shards, learner and actors as child processes.
 
@@ -368,7 +375,7 @@ def train(
         click.echo(f"WARNING: --insecure: the roles bind {config.host} without keys; anyone "
                    "who reaches their ports can read and write this run", err=True)  # fmt: skip
     live = sys.stdout.isatty() and not plain
-    supervisor = Supervisor(config, run_dir, resume_dir is not None, click.echo, live)
+    supervisor = Supervisor(config, run_dir, resume_dir is not None, click.echo, live, curves)
     on_stop_signal(supervisor.stop)
     summary = supervisor.run()
     click.echo(summary.line())

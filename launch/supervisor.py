@@ -158,16 +158,19 @@ class Supervisor:
         resume: continue from the newest checkpoint in ``run_dir``.
         echo: where messages go (the CLI passes ``click.echo``).
         live: show progress as a status redrawn in place (a terminal), not as lines.
+        curves: draw ``curves.png`` while the roles stop (``apex train --no-curves``: not).
     """
 
     def __init__(
-        self, config: RunConfig, run_dir: Path, resume: bool = False, echo=print, live=False
-    ) -> None:
+        self, config: RunConfig, run_dir: Path, resume: bool = False, echo=print, live=False,
+        curves: bool = True,
+    ) -> None:  # fmt: skip
         self.config = config
         self.run_dir = run_dir
         self.resume = resume
         self.echo = echo
         self._live = live
+        self._curves = curves
         self._display: ProgressDisplay | None = None
         self._stop = threading.Event()
         self._children: list[Child] = []
@@ -401,9 +404,11 @@ class Supervisor:
         for role in ("actor", "learner"):
             self._stop_role(role)
         drawing = threading.Thread(target=write_run_curves, args=(self.run_dir,), name="curves")
-        drawing.start()
+        if self._curves:
+            drawing.start()
         self._stop_role("shard")
-        drawing.join()
+        if self._curves:
+            drawing.join()
         for child in self._children:
             if child.process is not None:
                 child.process.close()

@@ -22,7 +22,7 @@ def test_an_impala_run_trains_on_queued_unrolls_and_learns(tmp_path) -> None:
     run_dir = tmp_path / "impala"
     command = [
         sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
-        "--shards", "2", "--seed", "3", "--max-time", str(RUN_SECONDS),
+        "--no-curves", "--shards", "2", "--seed", "3", "--max-time", str(RUN_SECONDS),
         "--set", "algorithm=impala", "--set", "learner.metrics_interval_s=0.5",
         "--target-return", "150",  # a confirmed 150 ends it sooner: the suite's time
     ]  # fmt: skip
@@ -60,7 +60,7 @@ def test_lockstep_actors_make_the_learner_train_on_its_own_policy(tmp_path) -> N
     run_dir = tmp_path / "lockstep"
     command = [
         sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
-        "--seed", "4", "--max-time", "6", "--set", "algorithm=impala",
+        "--no-curves", "--seed", "4", "--max-time", "6", "--set", "algorithm=impala",
         "--set", "actor.lockstep=true", "--set", "learner.publish_period=1",
         "--set", "replay.min_size=8", "--set", "learner.metrics_interval_s=0.5",
     ]  # fmt: skip

@@ -42,7 +42,8 @@ def cartpole_run(tmp_path_factory) -> tuple[Path, str]:
     # Progress records every 0.5 s: the run may solve CartPole within 2 s of training.
     command = [
         sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
-        "--actors", "2", "--shards", "2", "--seed", "3", "--max-time", str(CARTPOLE_RUN_SECONDS),
+        "--no-curves", "--actors", "2", "--shards", "2", "--seed", "3",
+        "--max-time", str(CARTPOLE_RUN_SECONDS),
         "--set", 'host="0.0.0.0"', "--set", "learner.metrics_interval_s=0.5",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True,
@@ -82,7 +83,9 @@ def wait_for_progress(process: subprocess.Popen, seen: list[str], run_dir: Path)
 
 
 def train(run_dir: Path, *arguments: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), *arguments]
+    # No curves.png: tests/test_live_views.py checks the picture, here it is seconds of CPU.
+    command = [sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--no-curves",
+               *arguments]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -97,6 +100,7 @@ def test_a_short_run_learns_far_beyond_random(cartpole_run) -> None:
     assert "reason: max_time" in output or "solved in" in output
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["exit_code"] == 0
+    assert not (run_dir / "curves.png").exists()  # --no-curves
     # The evaluator (a child of the learner's role, with the run's keys) kept the
     # preset's cadence in env steps, and only a confirmed solve ended the run.
     periodic = [r for r in records if r.get("event") == "evaluation"]
