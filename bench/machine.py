@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import platform
 import subprocess
@@ -54,9 +53,7 @@ def git_commit(directory: Path) -> dict[str, object]:
     ``APEX_GIT_COMMIT``, where set, names the commit instead: a copy of the tree sent to
     another machine (a lent GPU) may come without .git, or with another commit's, so the
     copier says which commit it sent; the record marks it as stated, and keeps what git
-    there said beside it. With ``APEX_GIT_MANIFEST`` too, the stated commit's file list
-    (``git ls-tree -r <commit>``, written where the commit is), the record is clean only if
-    every tracked file there has the blob hash that list names (:func:`tree_matches`).
+    there said beside it.
     """
     stated = os.environ.get("APEX_GIT_COMMIT")
     try:
@@ -73,42 +70,9 @@ def git_commit(directory: Path) -> dict[str, object]:
         found = {"commit": head, "dirty": bool(status.strip())}
     except (OSError, subprocess.CalledProcessError):
         found = {"commit": None, "dirty": None}
-    if not stated:
-        return found
-    record = {"commit": stated, "dirty": None, "stated": True, "git_says": found}
-    manifest = os.environ.get("APEX_GIT_MANIFEST")
-    if manifest:
-        differing = tree_matches(directory, Path(manifest))
-        record["dirty"] = differing != []
-        record["files_differing"] = differing[:20]
-    return record
-
-
-def tree_matches(directory: Path, manifest: Path) -> list[str]:
-    """The paths whose content differs from ``manifest`` (``git ls-tree -r`` lines: mode,
-    type, blob hash, path), by git's blob hash of each file; ["<manifest unreadable>"] if
-    the list cannot be read. Submodules are not checked."""
-    try:
-        lines = manifest.read_text().splitlines()
-    except OSError:
-        return ["<manifest unreadable>"]
-    differing = []
-    for line in lines:
-        meta, _, path = line.partition("\t")
-        fields = meta.split()
-        if len(fields) != 3 or fields[1] != "blob":
-            continue
-        mode, _, expected = fields
-        where = directory / path
-        try:
-            data = os.readlink(where).encode() if mode == "120000" else where.read_bytes()
-        except OSError:
-            differing.append(path)
-            continue
-        blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-        if blob != expected:
-            differing.append(path)
-    return differing if lines else ["<manifest empty>"]
+    if stated:
+        return {"commit": stated, "dirty": None, "stated": True, "git_says": found}
+    return found
 
 
 def machine_info() -> dict[str, object]:

@@ -10,11 +10,10 @@
 #
 # Run from the repository root with the project importable (an installed .venv, or
 # PYTHONPATH holding the root and its dependencies). DEVICE=cpu runs the same steps on the
-# CPU, to try the script where no GPU is. On a machine that got the tree without its own
-# .git, set APEX_GIT_COMMIT to the commit sent and APEX_GIT_MANIFEST to its file list
-# (`git ls-tree -r <commit>`): the records then name the commit, clean if every file
-# matches (bench/machine.py). At most 8 files come back from a lent machine: the outputs
-# are learner.json, learner.md, pong.tar.gz and the log.
+# CPU, to try the script where no GPU is. On a machine that got the tree without its .git,
+# set APEX_GIT_COMMIT to the commit sent, so that the records name it (as stated; such a
+# record is not one of a clean tree). At most 8 files come back from a lent machine: the
+# outputs are learner.json, learner.md, pong.tar.gz and the log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT_DIR:-/tmp/gpu-check}
@@ -39,8 +38,8 @@ nproc
 "$PYTHON" -c "import torch, zmq, gymnasium, ale_py, numba, lz4; print('torch', torch.__version__,
 'cuda', torch.version.cuda, torch.cuda.is_available(), 'zmq', zmq.__version__, 'numba',
 numba.__version__, 'gymnasium', gymnasium.__version__, 'ale_py', ale_py.__version__)" || exit 1
-"$PYTHON" -c "from pathlib import Path; import os; from bench.machine import git_commit
-print('record git:', git_commit(Path('.')))"
+git rev-parse HEAD 2>/dev/null
+git status --porcelain 2>/dev/null | head -5
 
 echo "== the CUDA path's tests $(date -u +%T)"
 "$PYTHON" -m pytest -q -W default -p no:randomly -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -25
