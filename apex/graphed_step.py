@@ -78,9 +78,9 @@ class GraphedUpdate:
         """One update on ``inputs``: the loss, the mean ``|δ|`` and the new priorities (on
         the CPU, float64); None if the caller is to run this one eagerly (warming up,
         another batch shape, a failed capture)."""
-        signature = tuple((name, tuple(t.shape), t.dtype, t.device) for name, t in inputs.items())
         if self.failed:
             return None
+        signature = tuple((name, tuple(t.shape), t.dtype, t.device) for name, t in inputs.items())
         if self._graph is None:
             if self._warmups < WARMUP_UPDATES:
                 self._warmups += 1

@@ -103,8 +103,7 @@ class Adam:
         (beta1, beta2), lr, eps = group["betas"], float(group["lr"]), float(group["eps"])
         torch._foreach_add_(steps, 1)
         if self._fused:
-            if self._device_lr is not None:
-                self.sync_learning_rate()
+            self.sync_learning_rate()
             rate = lr if self._device_lr is None else self._device_lr
             torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
                                lr=rate, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps,

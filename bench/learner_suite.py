@@ -192,16 +192,18 @@ def _measure(
         return _measure_dpg(network, shape, hidden, batch_size, device, timing)
     if network.startswith("impala"):
         return _measure_impala(shape, hidden, batch_size, device, timing)
-    online = build_network(shape, 6, hidden).to(device)
-    target = copy.deepcopy(online)
-    optimizer = adam(online.parameters(), 1e-4, 1.5e-4)
     batch = _batch(shape, batch_size, device)
     weights = torch.ones(batch_size, device=device)
-    update = functools.partial(dqn_step, online, target, optimizer, batch, weights, 10.0, 1e-3)
-    if network.endswith("-graph"):  # as the learner runs it on CUDA
+    graphed = network.endswith("-graph")
+    if graphed:  # as the learner runs it on CUDA
         config = LearnerConfig(hidden=hidden, learning_rate=1e-4, max_grad_norm=10.0)
         algorithm = DoubleDQN(config, DQNSettings(), shape, 6, device)
         update = functools.partial(algorithm.step, DeviceBatch(batch, weights, None))
+    else:
+        online = build_network(shape, 6, hidden).to(device)
+        optimizer = adam(online.parameters(), 1e-4, 1.5e-4)
+        update = functools.partial(dqn_step, online, copy.deepcopy(online), optimizer, batch,
+                                   weights, 10.0, 1e-3)  # fmt: skip
 
     def step() -> None:
         update()
@@ -209,9 +211,9 @@ def _measure(
             torch.cuda.synchronize()
 
     # The graph's eager updates and its capture are not timed.
-    warmup = 3 if len(shape) == 3 and not network.endswith("-graph") else 20
+    warmup = 3 if len(shape) == 3 and not graphed else 20
     record = measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
-    if network.endswith("-graph"):
+    if graphed:
         record["graph_replays"] = algorithm.graphed.replays  # 0: not captured (logged)
     return record
 

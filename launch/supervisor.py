@@ -403,11 +403,13 @@ class Supervisor:
         their time (the picture seconds of CPU)."""
         for role in ("actor", "learner"):
             self._stop_role(role)
-        drawing = threading.Thread(target=write_run_curves, args=(self.run_dir,), name="curves")
+        drawing = None
         if self._curves:
+            drawing = threading.Thread(target=write_run_curves, args=(self.run_dir,),
+                                       name="curves")  # fmt: skip
             drawing.start()
         self._stop_role("shard")
-        if self._curves:
+        if drawing is not None:
             drawing.join()
         for child in self._children:
             if child.process is not None:
