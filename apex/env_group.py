@@ -55,11 +55,15 @@ class EnvGroup:
         maker: its experience maker.
         scales: each of its envs' exploration scale.
         first_env: the actor's index of its first env (seeds, frame streams).
+        reward_scale: what the maker's rewards are multiplied by (``actor.reward_scale``);
+            the returns reported are the env's own.
     """
 
-    def __init__(self, envs, maker: ExperienceMaker, scales: np.ndarray, first_env: int) -> None:
+    def __init__(self, envs, maker: ExperienceMaker, scales: np.ndarray, first_env: int,
+                 reward_scale: float = 1.0) -> None:  # fmt: skip
         self.envs, self.maker, self.scales = envs, maker, scales
         self.first_env = first_env
+        self.reward_scale = reward_scale
         self.count = len(scales)
         self._plays_alone = hasattr(envs, "send") and hasattr(envs, "recv")
         self._observations: np.ndarray | None = None
@@ -94,7 +98,8 @@ class EnvGroup:
             final = following.copy()
             for env in np.flatnonzero(ended):
                 final[env] = info["final_obs"][env]
-        out = self.maker.step(self._observations, self._actions, rewards, following, final,
+        scaled = rewards if self.reward_scale == 1.0 else rewards * self.reward_scale
+        out = self.maker.step(self._observations, self._actions, scaled, following, final,
                               terminated, truncated)  # fmt: skip
         self._returns += rewards
         self._lengths += 1
@@ -138,6 +143,7 @@ def make_groups(
     groups = []
     for first in range(0, config.envs_per_actor, count):
         maker = ExperienceMaker(share, shape, spec, acting, frames, version, first_env=first)
-        groups.append(EnvGroup(make_envs(config.env, count), maker,
-                               scales[first:first + count], first))  # fmt: skip
+        group_scales = scales[first : first + count]
+        groups.append(EnvGroup(make_envs(config.env, count), maker, group_scales, first,
+                               config.reward_scale))  # fmt: skip
     return groups

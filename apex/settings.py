@@ -62,6 +62,12 @@ class ActorConfig:
         unroll_length: steps per unroll ``T`` (IMPALA's actors send unrolls, not n-step
             transitions; ``apex.unrolls``).
         gamma: discount.
+        reward_scale: rewards are multiplied by it before they enter what the actor
+            sends (n-step transitions, unrolls), so the learner's values and losses are
+            in scaled units; the returns the actors and evaluations report are the
+            env's own. A positive constant changes no optimal policy; it keeps an
+            actor-critic's value loss from swamping its policy loss where rewards are
+            large (LunarLander's ±100).
         epsilon: Ape-X base ε.
         epsilon_alpha: Ape-X α of the per-actor ε.
         noise_scale: DPG's base exploration noise σ, as a fraction of half the action
@@ -111,6 +117,7 @@ class ActorConfig:
     n_step: int = 3
     unroll_length: int = 20
     gamma: float = 0.99
+    reward_scale: float = 1.0
     epsilon: float = 0.4
     epsilon_alpha: float = 7.0
     noise_scale: float = 0.5
@@ -164,6 +171,9 @@ class ActorConfig:
             value = getattr(self, name)
             if not 0 <= value < math.inf:
                 problems.append(f"{prefix}{name} must be finite and >= 0, got {value}")
+        if not 0 < self.reward_scale < math.inf:
+            problems.append(f"{prefix}reward_scale must be finite and > 0, "
+                            f"got {self.reward_scale}")  # fmt: skip
         if self.acting_precision not in ACTING_PRECISIONS:
             problems.append(f"{prefix}acting_precision must be one of {ACTING_PRECISIONS}, "
                             f"got {self.acting_precision!r}")  # fmt: skip

@@ -158,6 +158,7 @@ def main() -> None:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.noise import NormalActionNoise
 
     env_id, seed = request["env"], request["seed"]
@@ -225,6 +226,8 @@ def main() -> None:
         extra = {"policy_kwargs": minatar_torso()} if source is not env_id else {}
         model = DQN("MlpPolicy", make_vec_env(source, n_envs=1, seed=seed), seed=seed,
                     verbose=0, **settings, **extra)  # fmt: skip
+    # SB3's default logger makes a folder in /tmp for every run, even with nothing to log.
+    model.set_logger(Logger(folder=None, output_formats=[]))
     callback = Protocol()
     model.learn(total_timesteps=zoo_steps, callback=callback)
     more_steps = request["max_steps"] - model.num_timesteps

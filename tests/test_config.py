@@ -166,7 +166,11 @@ def test_an_algorithm_s_settings_for_one_env_sit_over_its_own_and_under_the_user
     impala = resolve({"env": "CartPole-v1", "algorithm": "impala"})
     assert (impala.learner.batch_size, impala.learner.learning_rate) == (8, 4e-4)
     assert impala.replay.capacity == 1024  # IMPALA's own, for any env
-    elsewhere = resolve({"env": "LunarLander-v3", "algorithm": "impala"})
+    lander = resolve({"env": "LunarLander-v3", "algorithm": "impala"})
+    lander_impala = lander.learner.algorithms["impala"]
+    assert (lander.actor.reward_scale, lander_impala.entropy_cost) == (0.01, 0.001)
+    assert resolve({"env": "LunarLander-v3"}).actor.reward_scale == 1.0  # DQN's: its own
+    elsewhere = resolve({"env": "Acrobot-v1", "algorithm": "impala"})
     assert elsewhere.learner.batch_size == 32
     mine = resolve({"env": "CartPole-v1", "algorithm": "impala", "learner": {"batch_size": 16}})
     assert mine.learner.batch_size == 16

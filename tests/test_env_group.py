@@ -90,3 +90,50 @@ def test_env_groups_are_checked_against_the_env_and_the_env_count() -> None:
     [cartpole] = ActorConfig(env="CartPole-v1", envs_per_actor=4, env_groups=2).problems()
     assert "env_groups > 1 needs an ALE game" in cartpole
     assert "actor.env_groups" in ActorConfig(env_groups=0).problems()[0]
+
+
+class PoleAnglePolicy:
+    """Pushes toward the pole's lean: deterministic, so two runs of a seed match."""
+
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+        return (observations[:, 2] > 0).astype(np.int64)
+
+    def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        return np.zeros(len(batch["action"]))
+
+
+def cartpole_steps(reward_scale: float, rounds: int) -> tuple[dict[str, np.ndarray], list[float]]:
+    """Every n-step transition two CartPole envs make in ``rounds`` steps, and the ended
+    episodes' returns."""
+    config = ActorConfig(env="CartPole-v1", envs_per_actor=2, n_step=3, seed=3,
+                         reward_scale=reward_scale)  # fmt: skip
+    shape = env_shape("CartPole-v1")
+    _, algorithm = build_acting(config, shape)
+    [group] = make_groups(config, shape, transition_spec(algorithm, shape, config),
+                          (PoleAnglePolicy(), algorithm), None, lambda: 0, np.zeros(2))  # fmt: skip
+    parts: dict[str, list[np.ndarray]] = collections.defaultdict(list)
+    returns: list[float] = []
+    rng = np.random.default_rng(0)
+    try:
+        group.begin(config.actor_seed)
+        for _ in range(rounds):
+            group.act(rng)
+            done = group.finish()
+            returns += done.returns
+            for name, values in (done.experience or {}).items():
+                parts[name].append(values)
+    finally:
+        group.close()
+    return {name: np.concatenate(values) for name, values in parts.items()}, returns
+
+
+def test_a_reward_scale_scales_what_is_sent_and_not_the_returns_reported() -> None:
+    plain, plain_returns = cartpole_steps(1.0, 150)
+    scaled, scaled_returns = cartpole_steps(0.25, 150)
+    assert len(plain_returns) >= 2 and plain_returns == scaled_returns
+    assert len(plain["reward"]) > 100 and plain["reward"].min() > 0
+    np.testing.assert_allclose(scaled["reward"], 0.25 * plain["reward"], rtol=1e-6)
+    for name in plain.keys() - {"reward"}:
+        np.testing.assert_array_equal(scaled[name], plain[name], err_msg=name)
+    [problem] = ActorConfig(reward_scale=0.0).problems()
+    assert problem == "actor.reward_scale must be finite and > 0, got 0.0"
