@@ -37,11 +37,11 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from apex.dqn import StepResult
     from apex.envs import EnvShape
     from apex.optimizer import Adam
     from apex.settings import ActorConfig, LearnerConfig
     from apex.staging import DeviceBatch
+    from apex.updates import StepResult
     from replay.store.spec import TransitionSpec
 
 

@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from apex.dqn import StepResult, adam, descend, soft_update
 from apex.exploration import gaussian_noise
 from apex.policy import NumpyActorCritic
+from apex.updates import StepResult, adam, descend, soft_update
 from replay.store.field_checks import checked, in_unit_interval, not_positive_integers
 
 if TYPE_CHECKING:

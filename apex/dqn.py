@@ -28,6 +28,7 @@ import numpy as np
 
 from apex.exploration import epsilon_greedy
 from apex.policy import build_policy
+from apex.updates import StepResult, adam, descend, soft_update
 from replay.store.field_checks import (
     checked,
     in_unit_interval,
@@ -111,22 +112,6 @@ def build_acting(config: ActorConfig, shape: EnvShape) -> DQNActing:
     return DQNActing(config, shape)
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """What one update gives back.
-
-    Attributes:
-        loss: the weighted loss of the batch.
-        mean_abs_td: mean ``|δ|`` over the batch.
-        new_priorities: ``|δ| + ε`` per item, on the CPU, float64; None for an algorithm
-            whose replay has no priorities (IMPALA's queue).
-    """
-
-    loss: float
-    mean_abs_td: float
-    new_priorities: torch.Tensor | None
-
-
 def dqn_step(
     online: nn.Module,
     target: nn.Module,
@@ -192,42 +177,6 @@ class Anchor:
         margins = torch.full_like(q_all, self.margin).scatter_(1, confirmed, 0.0)
         held = q_all.gather(1, confirmed).squeeze(1)
         return ((q_all + margins).max(dim=1).values - held).mean()
-
-
-def descend(optimizer: Adam, loss: torch.Tensor, parameters, max_norm: float):
-    """One gradient step on ``loss``: gradients of ``parameters`` clipped to a global norm
-    of ``max_norm`` (every algorithm's update ends so)."""
-    from torch import nn
-
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    nn.utils.clip_grad_norm_(parameters, max_norm)
-    optimizer.step()
-
-
-def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """``target ← (1 − tau)·target + tau·online``, parameter by parameter (DPG's target
-    networks, DQN's averaged policy)."""
-    import torch
-
-    with torch.no_grad():
-        for kept, new in zip(target.parameters(), online.parameters(), strict=True):
-            kept.lerp_(new, tau)
-
-
-def adam(parameters, learning_rate: float, epsilon: float) -> Adam:
-    """Every algorithm's optimizer: Adam's fused kernel, without ``torch.optim`` (whose
-    first optimizer costs a learner 1.6 s of start, ``apex.optimizer``)."""
-    from apex.optimizer import Adam
-
-    return Adam(parameters, lr=learning_rate, eps=epsilon)
-
-
-def set_learning_rate(optimizers, rate: float) -> None:
-    """Every parameter group of ``optimizers`` at step size ``rate`` (a schedule's)."""
-    for optimizer in optimizers:
-        for group in optimizer.param_groups:
-            group["lr"] = rate
 
 
 class DoubleDQN:

@@ -36,11 +36,11 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from apex.dqn import StepResult
     from apex.envs import EnvShape
     from apex.optimizer import Adam
     from apex.settings import ActorConfig, LearnerConfig
     from apex.staging import DeviceBatch
+    from apex.updates import StepResult
 
 
 @dataclass(frozen=True)
@@ -254,8 +254,8 @@ class Impala:
         actions: int,
         device: torch.device,
     ) -> None:
-        from apex.dqn import adam
         from apex.networks import PolicyValueNet
+        from apex.updates import adam
 
         self.config = config
         self.settings = settings
@@ -274,7 +274,7 @@ class Impala:
 
     def step(self, batch: DeviceBatch) -> StepResult:
         """One update on a batch of unrolls (no priorities come back: a queue has none)."""
-        from apex.dqn import StepResult, descend
+        from apex.updates import StepResult, descend
 
         loss, parts = impala_loss(self.network, batch.transitions, self.settings)
         descend(self.optimizer, loss, self.network.parameters(), self.config.max_grad_norm)

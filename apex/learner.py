@@ -27,7 +27,6 @@ from apex import checkpoint
 from apex.algorithm import Algorithm
 from apex.channels import EpisodeCollector
 from apex.delivery import delivery_report, describe
-from apex.dqn import set_learning_rate
 from apex.envs import solved_return
 from apex.evaluation import read_evaluation
 from apex.exploration import run_actors
@@ -37,6 +36,7 @@ from apex.progress import LearnerCounters, ProgressWindow
 from apex.progress import describe as describe_progress
 from apex.settings import LearnerConfig
 from apex.staging import BatchSource
+from apex.updates import set_learning_rate
 from apex.weights import Publications, WeightPublisher
 from replay.errors import ConfigError, ReplayError, ReplayTimeout
 from replay.wire.layout import Message

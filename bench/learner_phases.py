@@ -29,9 +29,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from apex.dqn import adam, dqn_step
+from apex.dqn import dqn_step
 from apex.networks import build_network
 from apex.staging import DeviceStager
+from apex.updates import adam
 from bench.timing import measure_rate
 from replay.sampling.batch_math import ReplayBatch
 from replay.store.spec import TransitionSpec

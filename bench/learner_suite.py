@@ -24,11 +24,12 @@ import torch
 
 from apex.cpu_math import flush_denormals
 from apex.dpg import DPG
-from apex.dqn import DoubleDQN, adam, dqn_step
+from apex.dqn import DoubleDQN, dqn_step
 from apex.dqn import Settings as DQNSettings
 from apex.networks import build_network
 from apex.settings import LearnerConfig
 from apex.staging import DeviceBatch
+from apex.updates import adam
 from bench.learner_phases import measure_phases
 from bench.timing import measure_rate
 

@@ -155,7 +155,7 @@ def test_an_actor_takes_its_exploration_scale_from_its_algorithm_s_setting() -> 
 
 @pytest.mark.parametrize("name", ["dqn", "dpg", "impala"])
 def test_a_learning_rate_schedule_reaches_every_optimizer_of_an_algorithm(name: str) -> None:
-    from apex.dqn import set_learning_rate
+    from apex.updates import set_learning_rate
 
     env = ENVS.get(name) or BY_NAME_ONLY[name]
     config = resolve({"env": env, "algorithm": name, "learner": {

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from apex.dqn import adam, dqn_step
+from apex.dqn import dqn_step
 from apex.networks import build_network
 from apex.staging import DeviceStager
+from apex.updates import adam
 from bench.learner_phases import in_sampler_arrays, numpy_batch
 from replay.store.spec import TransitionSpec
 
@@ -110,7 +111,7 @@ def test_the_graphed_update_trains_as_the_eager_one(shape, deterministic_cudnn) 
     target copies, a schedule's change of step size, a batch of another size (eager, the
     graph kept) and a checkpoint loaded in place. A step missed, repeated or taken at a
     stale step size would move most parameters by about the step size (1e-3, 2e-4)."""
-    from apex.dqn import set_learning_rate
+    from apex.updates import set_learning_rate
 
     graphed, eager = _double_dqn(shape, True), _double_dqn(shape, False)
     assert graphed.graphed is not None and eager.graphed is None

@@ -1,0 +1,68 @@
+"""What every algorithm's update shares: its result, the clipped gradient step, the
+optimizer, soft target updates and the step size a schedule sets. DQN, DPG and IMPALA
+(``apex.algorithm.ALGORITHMS``) build on these; none imports another's module for them.
+torch is imported where each is called, so importing this module costs an actor nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from apex.optimizer import Adam
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one update gives back.
+
+    Attributes:
+        loss: the weighted loss of the batch.
+        mean_abs_td: mean ``|δ|`` over the batch.
+        new_priorities: ``|δ| + ε`` per item, on the CPU, float64; None for an algorithm
+            whose replay has no priorities (IMPALA's queue).
+    """
+
+    loss: float
+    mean_abs_td: float
+    new_priorities: torch.Tensor | None
+
+
+def descend(optimizer: Adam, loss: torch.Tensor, parameters, max_norm: float):
+    """One gradient step on ``loss``: gradients of ``parameters`` clipped to a global norm
+    of ``max_norm`` (every algorithm's update ends so)."""
+    from torch import nn
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(parameters, max_norm)
+    optimizer.step()
+
+
+def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """``target ← (1 − tau)·target + tau·online``, parameter by parameter (DPG's target
+    networks, DQN's averaged policy)."""
+    import torch
+
+    with torch.no_grad():
+        for kept, new in zip(target.parameters(), online.parameters(), strict=True):
+            kept.lerp_(new, tau)
+
+
+def adam(parameters, learning_rate: float, epsilon: float) -> Adam:
+    """Every algorithm's optimizer: Adam's fused kernel, without ``torch.optim`` (whose
+    first optimizer costs a learner 1.6 s of start, ``apex.optimizer``)."""
+    from apex.optimizer import Adam
+
+    return Adam(parameters, lr=learning_rate, eps=epsilon)
+
+
+def set_learning_rate(optimizers, rate: float) -> None:
+    """Every parameter group of ``optimizers`` at step size ``rate`` (a schedule's)."""
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = rate
