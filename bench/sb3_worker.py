@@ -129,6 +129,26 @@ EVAL_SEED_OFFSET = 10**6
 CONFIRM_SEED_OFFSET = 2 * 10**6
 
 
+def without_log_folder(model) -> None:
+    """Gives ``model`` a logger that writes nothing: SB3's default makes a folder in /tmp
+    for every model that learns, even with nothing to log."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+
+
+def gradient_steps(model) -> int:
+    """The gradient steps ``model`` has taken. SB3 counts them in ``_n_updates`` for DQN
+    and TD3, but PPO adds its epochs there (``n_epochs`` a rollout), each of which takes
+    a gradient step per minibatch: 256 on LunarLander (16 copies x 1,024 steps in 64s)."""
+    from stable_baselines3 import PPO
+
+    if not isinstance(model, PPO):
+        return int(model._n_updates)
+    rollout = model.n_steps * model.n_envs
+    return int(model._n_updates) * -(-rollout // model.batch_size)
+
+
 def minatar_torso():
     """The MinAtar paper's network below SB3's Q head: a 3x3 convolution of 16 channels
     and 128 units, over (10, 10, C) planes; with ``net_arch=[]`` the head is one linear
@@ -158,7 +178,6 @@ def main() -> None:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.noise import NormalActionNoise
 
     env_id, seed = request["env"], request["seed"]
@@ -196,7 +215,7 @@ def main() -> None:
             if self.num_timesteps < next_evaluation:
                 return True
             next_evaluation += every * ((self.num_timesteps - next_evaluation) // every + 1)
-            steps, updates = self.num_timesteps, int(self.model._n_updates)
+            steps, updates = self.num_timesteps, gradient_steps(self.model)
             mean = greedy_mean(self.model, periodic_env)
             result["evaluations"].append([time.time(), steps, updates, mean])
             if target is None or mean < target or not request["confirm_episodes"]:
@@ -226,8 +245,7 @@ def main() -> None:
         extra = {"policy_kwargs": minatar_torso()} if source is not env_id else {}
         model = DQN("MlpPolicy", make_vec_env(source, n_envs=1, seed=seed), seed=seed,
                     verbose=0, **settings, **extra)  # fmt: skip
-    # SB3's default logger makes a folder in /tmp for every run, even with nothing to log.
-    model.set_logger(Logger(folder=None, output_formats=[]))
+    without_log_folder(model)
     callback = Protocol()
     model.learn(total_timesteps=zoo_steps, callback=callback)
     more_steps = request["max_steps"] - model.num_timesteps
@@ -239,7 +257,7 @@ def main() -> None:
             model.exploration_schedule = lambda _progress_remaining: final_eps
         model.learn(total_timesteps=more_steps, callback=callback, reset_num_timesteps=False)
     result.update(ended_unix=time.time(), env_steps=model.num_timesteps,
-                  updates=int(model._n_updates))  # fmt: skip
+                  updates=gradient_steps(model))  # fmt: skip
     print(json.dumps(result), flush=True)
 
 

@@ -247,3 +247,22 @@ def test_apex_stops_at_a_solve_only_where_the_task_has_a_target(monkeypatch, env
     [command] = commands
     assert f"learner.stop_when_solved={stops}" in command
     assert ("--target-return" in command) == (TASKS[env].target is not None)
+
+
+def test_the_peer_s_updates_are_its_gradient_steps_for_ppo_too() -> None:
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from bench.sb3_worker import gradient_steps, without_log_folder
+
+    # One rollout of 2 x 32 steps, 3 epochs of minibatches of 16: 4 an epoch.
+    model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_steps=32,
+                batch_size=16, n_epochs=3, seed=0)  # fmt: skip
+    without_log_folder(model)
+    taken = []
+    step = model.policy.optimizer.step
+    model.policy.optimizer.step = lambda *args, **kwargs: taken.append(1) or step(*args, **kwargs)
+    model.learn(total_timesteps=64)
+    assert model._n_updates == 3  # SB3's own counter: epochs
+    assert gradient_steps(model) == len(taken) == 12
