@@ -98,9 +98,8 @@ class EnvGroup:
             final = following.copy()
             for env in np.flatnonzero(ended):
                 final[env] = info["final_obs"][env]
-        scaled = rewards if self.reward_scale == 1.0 else rewards * self.reward_scale
-        out = self.maker.step(self._observations, self._actions, scaled, following, final,
-                              terminated, truncated)  # fmt: skip
+        out = self.maker.step(self._observations, self._actions, rewards * self.reward_scale,
+                              following, final, terminated, truncated)  # fmt: skip
         self._returns += rewards
         self._lengths += 1
         finished = np.flatnonzero(ended)
