@@ -22,11 +22,15 @@ what it trained on (the median over the run's progress records of their
 the same correction's at the smallest K, where neither median is an unsolved run's
 budget. The config's ``goal``: V-trace's IQM at K = 20 over its IQM at the smallest K (the
 issue's bar, against lag 0: at most 1.10).
+
+The config keeps every run with its evaluations, so ``bench.lag_report`` draws the return
+curves of each K side by side (IQM with a 95% band, V-trace against no correction), and a
+sitting stopped midway resumes from its record (``--resume``): the runs it holds are not
+run again.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 import sys
@@ -36,8 +40,10 @@ from pathlib import Path
 
 from apex.metrics import read_metrics
 from bench.learning_stats import censored_iqm, probability_of_improvement, stratified_bootstrap_ci
+from bench.machine import git_commit
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
+from launch.run_status import read_config, target_return
 
 SUITE = "lag"
 DEFAULT_LAGS = (0, 1, 5, 20, 50)
@@ -66,8 +72,11 @@ def lag_settings(lag: int) -> list[str]:
 
 def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float,
              root: Path) -> dict:  # fmt: skip
-    """One ``apex train`` run; returns its seconds to a confirmed solve (None: unsolved)
-    and the median of its progress records' trained-unroll lag."""
+    """One ``apex train`` run, as the record keeps it: its confirmed solve (training
+    seconds; ``solve_s`` None: unsolved), its evaluations and confirmations as
+    ``[training s, env steps, updates behind the weights, mean]`` (the learning suite's
+    shape, so ``bench.learn_suite.return_at`` reads its curve), and the median of its
+    progress records' trained-unroll lag."""
     run_dir = root / f"{env.replace('/', '-')}-k{lag}-{'vtrace' if correction else 'off'}-{seed}"
     command = [
         sys.executable, "-m", "launch", "train", "--env", env, "--seed", str(seed),
@@ -85,9 +94,23 @@ def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float,
     records = read_metrics(run_dir)
     progress = [r for r in records if r.get("event") == "progress"]
     lags = [r["trained_lag_median"] for r in progress if r.get("trained_lag_median") is not None]
-    outcome = json.loads((run_dir / "summary.json").read_text())["outcome"]
-    seconds = outcome.get("solved_at_s") if outcome.get("solved") else None
-    return {"seconds": seconds, "trained_lag": statistics.median(lags) if lags else None}
+
+    def events(kind: str) -> list[list[float]]:
+        return [[r["time_s"], r["env_steps"], r.get("weights_updates"), r["eval_return_mean"]]
+                for r in records if r.get("event") == kind]  # fmt: skip
+
+    # The learner marks the confirmation that solves the run (the first at the target).
+    solves = [r["time_s"] for r in records if r.get("event") == "confirmation" and r.get("solved")]
+    solve_s = solves[0] if solves and solves[0] <= budget_s else None
+    return {"lag": lag, "correction": correction, "seed": seed, "budget_s": budget_s,
+            "git": git_commit(REPO_ROOT), "solved": solve_s is not None, "solve_s": solve_s,
+            "evaluations": events("evaluation"), "confirmations": events("confirmation"),
+            "target": target_return(read_config(run_dir)),
+            "trained_lag": statistics.median(lags) if lags else None}  # fmt: skip
+
+
+def case_name(env: str, lag: int, correction: bool) -> str:
+    return f"{env}-k{lag}-{'vtrace' if correction else 'no-correction'}"
 
 
 def run(
@@ -96,49 +119,70 @@ def run(
     lags: Sequence[int] = DEFAULT_LAGS,
     seeds: Sequence[int] = DEFAULT_SEEDS,
     budget_s: float = DEFAULT_BUDGET_S,
+    previous: Sequence[dict] = (),
+    on_run: Callable[[list[dict]], None] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, object]:
-    records, ratios = [], []
-    medians: dict[tuple[int, bool], float] = {}
-    scores: dict[tuple[int, bool], list[float]] = {}
+    """Every case's runs not in ``previous`` (runs of an earlier sitting of the same env
+    and budget, kept and not run again), ``on_run`` told the runs after each one; then
+    the records, ratios and goal over them all."""
+    runs = list(previous)
+    done = {(r["lag"], r["correction"], r["seed"]) for r in runs}
     with tempfile.TemporaryDirectory(prefix="apex-lag-") as scratch:
         for lag in lags:
             for correction in (True, False):
-                case = f"{env}-k{lag}-{'vtrace' if correction else 'no-correction'}"
-                times, measured = [], []
                 for seed in seeds:
+                    if (lag, correction, seed) in done:
+                        continue
                     if progress:
-                        progress(f"lag {case} seed {seed}")
-                    result = run_once(env, lag, correction, seed, budget_s, Path(scratch))
-                    times.append(budget_s if result["seconds"] is None else result["seconds"])
-                    if result["trained_lag"] is not None:
-                        measured.append(result["trained_lag"])
-                params = {"env": env, "refresh_versions": max(lag, 1), "lockstep": lag == 0,
-                          "correction": correction, "seeds": list(seeds), "budget_s": budget_s,
-                          "settings": ["learner.publish_period=1", *QUEUE_SETTINGS,
-                                       *lag_settings(lag)]}  # fmt: skip
-                record = ok_record(SUITE, case, "apex", "time_to_solve", "s", times, params)
-                record["unsolved"] = sum(t >= budget_s for t in times)
-                record["per_seed"] = times
-                record.update(_interval(times, budget_s))
-                records.append(record)
-                scores[(lag, correction)] = times
-                if measured:
-                    records.append(ok_record(SUITE, case, "apex", "trained_lag", "versions",
-                                             measured, params))  # fmt: skip
-                medians[(lag, correction)] = record["median"]
-    base = min(lags)
+                        progress(f"lag {case_name(env, lag, correction)} seed {seed}")
+                    runs.append(run_once(env, lag, correction, seed, budget_s, Path(scratch)))
+                    if on_run:
+                        on_run(runs)
+    return summarize(env, lags, seeds, budget_s, runs)
+
+
+def summarize(env: str, lags: Sequence[int], seeds: Sequence[int], budget_s: float,
+              runs: list[dict]) -> dict[str, object]:  # fmt: skip
+    """Per case: the times to a confirmed solve (an unsolved run at the budget) with their
+    IQM and interval, and the lag trained on; the ratios of medians to the least K; the
+    goal; the runs themselves (their curves) in the config."""
+    records, ratios = [], []
+    medians: dict[tuple[int, bool], float] = {}
+    scores: dict[tuple[int, bool], list[float]] = {}
+    for lag in lags:
+        for correction in (True, False):
+            case = case_name(env, lag, correction)
+            mine = sorted((r for r in runs if r["lag"] == lag and r["correction"] == correction
+                           and r["seed"] in seeds), key=lambda r: r["seed"])  # fmt: skip
+            if not mine:
+                continue
+            times = [r["solve_s"] if r["solved"] else budget_s for r in mine]
+            measured = [r["trained_lag"] for r in mine if r["trained_lag"] is not None]
+            settings = ["learner.publish_period=1", *QUEUE_SETTINGS, *lag_settings(lag)]
+            params = {"env": env, "refresh_versions": max(lag, 1), "lockstep": lag == 0,
+                      "correction": correction, "seeds": [r["seed"] for r in mine],
+                      "budget_s": budget_s, "settings": settings}  # fmt: skip
+            record = ok_record(SUITE, case, "apex", "time_to_solve", "s", times, params)
+            record["unsolved"] = sum(not r["solved"] for r in mine)
+            record["per_seed"] = times
+            record.update(_interval(times, budget_s))
+            records.append(record)
+            scores[(lag, correction)] = times
+            if measured:
+                records.append(ok_record(SUITE, case, "apex", "trained_lag", "versions",
+                                         measured, params))  # fmt: skip
+            medians[(lag, correction)] = record["median"]
+    base = min(lag for lag, _ in medians) if medians else min(lags)
     for (lag, correction), median in medians.items():
         # A median at the budget is a censored time: no ratio is made from it.
-        censored = median >= budget_s or medians[(base, correction)] >= budget_s
-        if lag != base and not censored:
-            ratios.append({"suite": SUITE, "case": f"{env}-k{lag}-"
-                           f"{'vtrace' if correction else 'no-correction'}",
+        fresh = medians.get((base, correction))
+        if lag != base and fresh is not None and max(median, fresh) < budget_s:
+            ratios.append({"suite": SUITE, "case": case_name(env, lag, correction),
                            "metric": "time_to_solve", "numerator": f"k{lag}",
-                           "denominator": f"k{base}",
-                           "ratio": float(median / medians[(base, correction)])})  # fmt: skip
+                           "denominator": f"k{base}", "ratio": float(median / fresh)})  # fmt: skip
     config = {"env": env, "lags": list(lags), "seeds": list(seeds), "budget_s": budget_s,
-              "goal": _goal(scores, base, budget_s)}  # fmt: skip
+              "goal": _goal(scores, base, budget_s), "runs": runs}  # fmt: skip
     return {"records": records, "ratios": ratios, "config": config}
 
 

@@ -191,28 +191,3 @@ def bench_frames(quick, json_path, markdown_path) -> None:
         return frames_suite.run(quick=quick, progress=progress)
 
     run_bench(frames_suite.SUITE, run_suite, json_path, markdown_path)
-
-
-@click.command("lag")
-@click.option("--env", default="CartPole-v1", show_default=True, help="A discrete-action env.")
-@click.option("--lag", "lags", type=click.IntRange(min=0), multiple=True,
-              help="actor.refresh_versions values (repeatable; 0: actors in lock-step) "
-                   "[0 1 5 20 50].")  # fmt: skip
-@click.option("--seed", "seeds", type=int, multiple=True, help="Seeds [0-9].")
-@click.option("--budget", type=click.FloatRange(min=1), default=90.0, show_default=True,
-              help="Training seconds a run may take to a confirmed solve.")  # fmt: skip
-@click.option("--quick", is_flag=True, help="Lags 0 and 5, seed 0, 20 s: plumbing only.")
-@report_options
-def bench_lag(env, lags, seeds, budget, quick, json_path, markdown_path) -> None:
-    """IMPALA with actors held back K weight versions: V-trace against no correction."""
-    from bench import lag_suite
-
-    if quick:
-        lags, seeds, budget = lags or (0, 5), seeds or (0,), 20.0
-
-    def run_suite(memory_bytes: int | None) -> dict:
-        return lag_suite.run(env=env, lags=tuple(lags) or lag_suite.DEFAULT_LAGS,
-                             seeds=tuple(seeds) or lag_suite.DEFAULT_SEEDS, budget_s=budget,
-                             progress=progress)  # fmt: skip
-
-    run_bench(lag_suite.SUITE, run_suite, json_path, markdown_path)

@@ -20,7 +20,7 @@ COMMANDS = {
     "fleet": "bench.system_commands:bench_fleet",
     "model": "bench.system_commands:bench_model",
     "learn": "bench.learn_command:bench_learn",
-    "lag": "bench.part_commands:bench_lag",
+    "lag": "bench.lag_command:bench_lag",
     "fuzz": "bench.fuzz_command:bench_fuzz",
     "compare": "bench.compare_command:bench_compare",
     "run": "bench.run_command:bench_run",

@@ -1,0 +1,113 @@
+"""The lag study (``apex bench lag``): a held-back IMPALA run end to end, how the cases
+are scored (times to a confirmed solve, the goal, returns at fixed times), the curves,
+and a sitting resumed from its record without running its runs again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bench import lag_report, lag_suite, report
+from launch.cli import main
+
+
+def fake_lag_run(lag: int, correction: bool, seed: int, solve_s: float | None) -> dict:
+    """A run that evaluates every 10 s of training from 5 s, at 100 + 10 s a second until
+    its confirmed solve (at 480) at ``solve_s``, which ends it."""
+    evaluations = [[float(t), 100 * t, 10 * t, 100.0 + 10 * t] for t in range(5, 90, 10)
+                   if solve_s is None or t < solve_s]  # fmt: skip
+    confirmations = [] if solve_s is None else [[solve_s, 100 * solve_s, 10 * solve_s, 480.0]]
+    return {"lag": lag, "correction": correction, "seed": seed, "budget_s": 90.0,
+            "git": "0" * 40, "solved": solve_s is not None, "solve_s": solve_s,
+            "evaluations": evaluations, "confirmations": confirmations, "target": 475.0,
+            "trained_lag": float(lag)}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_held_back_impala_run_reports_its_solve_its_curve_and_the_lag_it_trained_on(
+    tmp_path: Path,
+) -> None:
+    # Actors 5 versions behind, V-trace on, a short budget: the run ends either way.
+    result = lag_suite.run_once("CartPole-v1", 5, True, 0, 8.0, tmp_path)
+    assert result["solve_s"] is None or 0 < result["solve_s"] <= 8.0
+    assert result["solved"] == (result["solve_s"] is not None) and result["target"] == 475.0
+    # Its periodic evaluations, in training seconds, in order, make its curve.
+    times = [e[0] for e in result["evaluations"]]
+    assert times and times == sorted(times) and times[-1] <= 8.0 + 1.0
+    # The learner trained on unrolls made by held-back actors: some lag, bounded by K, the
+    # queue (4 batches) and what may be in flight (4 messages of a batch each), and more
+    # than about K / 2 on the median.
+    assert result["trained_lag"] is not None and 2 <= result["trained_lag"] <= 5 + 4 + 4 + 2
+
+
+def test_the_lag_goal_compares_v_trace_iqms_at_k_20_and_the_least_k() -> None:
+    fresh, lagged = [8.0, 9.0, 10.0, 11.0], [9.0, 10.0, 11.0, 90.0]  # one unsolved at 90
+    interval = lag_suite._interval(lagged, 90.0)
+    assert interval["iqm"] == pytest.approx(10.5) and not interval["iqm_lower_bound"]
+    assert interval["iqm_ci95"][0] <= interval["iqm"] <= interval["iqm_ci95"][1]
+    goal = lag_suite._goal({(1, True): fresh, (20, True): lagged, (20, False): [1.0] * 4}, 1, 90.0)
+    assert goal["checked"] and goal["iqm_ratio"] == pytest.approx(10.5 / 9.5)
+    assert not goal["met"] and 0 <= goal["p_lagged_sooner"] < 0.5
+    assert lag_suite._goal({(1, True): fresh}, 1, 90.0) == {"checked": False}
+
+
+def test_a_resumed_sitting_runs_only_the_missing_runs_and_scores_them_all(monkeypatch) -> None:
+    ran = []
+
+    def fake_run_once(env, lag, correction, seed, budget_s, root):
+        ran.append((lag, correction, seed))
+        return fake_lag_run(lag, correction, seed, None if (lag, seed) == (20, 2) else 10.0 + seed)
+
+    monkeypatch.setattr(lag_suite, "run_once", fake_run_once)
+    kept = [fake_lag_run(0, True, seed, 10.0 + seed) for seed in range(3)]
+    told = []
+    result = lag_suite.run(lags=(0, 20), seeds=(0, 1, 2), budget_s=90.0, previous=kept,
+                           on_run=lambda runs: told.append(len(runs)))  # fmt: skip
+    assert (0, True, 0) not in ran and len(ran) == 9 and told == list(range(4, 13))
+    records = {(r["case"], r["metric"]): r for r in result["records"]}
+    solve = records[("CartPole-v1-k20-vtrace", "time_to_solve")]
+    assert solve["per_seed"] == [10.0, 11.0, 90.0] and solve["unsolved"] == 1
+    assert records[("CartPole-v1-k20-vtrace", "trained_lag")]["median"] == 20.0
+    goal = result["config"]["goal"]
+    assert goal["checked"] and goal["base_k"] == 0 and goal["lag_k"] == 20
+    assert len(result["config"]["runs"]) == 12
+    # Each correction's median time at K = 20 over its own at K = 0.
+    assert {r["case"] for r in result["ratios"]} == {"CartPole-v1-k20-vtrace",
+                                                     "CartPole-v1-k20-no-correction"}  # fmt: skip
+
+
+def test_the_report_gives_returns_at_fixed_times_and_draws_each_k_side_by_side(
+    tmp_path: Path,
+) -> None:
+    runs = [fake_lag_run(lag, correction, seed, 20.0 if lag == 0 else None)
+            for lag in (0, 20) for correction in (True, False) for seed in range(4)]  # fmt: skip
+    document = report.new_document(Path("."))
+    report.add_suite(document, "lag", lag_suite.summarize("CartPole-v1", (0, 20), range(4),
+                                                          90.0, runs))  # fmt: skip
+    text = lag_report.markdown(document)
+    # At 30 s the lock-step runs have solved (their confirmation, 480); the lagged ones
+    # are at their newest evaluation (25 s: 350).
+    row0 = next(line for line in text.splitlines()
+                if line.startswith("| 0 (lock-step) | V-trace | 150"))  # fmt: skip
+    row20 = next(line for line in text.splitlines() if line.startswith("| 20 | off | 150"))
+    assert "at 30 s" in text and "| 480 [480, 480] |" in row0 and "| 350 [350, 350] |" in row20
+    assert "4 of 4 |" in text and "- K = 20, off: 0: —, 1: —" in text
+    (path,) = lag_report.plot(document, tmp_path)
+    assert path.name == "lag-CartPole-v1.png" and path.stat().st_size > 0
+
+
+def test_a_record_of_another_budget_or_env_is_refused_on_resume(tmp_path: Path) -> None:
+    document = report.new_document(Path("."))
+    report.add_suite(document, "lag", lag_suite.summarize(
+        "CartPole-v1", (0,), (0,), 90.0, [fake_lag_run(0, True, 0, 10.0)]))  # fmt: skip
+    record = tmp_path / "lag.json"
+    record.write_text(json.dumps(document))
+    for extra in (["--budget", "30"], ["--env", "Acrobot-v1"]):
+        result = CliRunner().invoke(main, ["bench", "lag", "--resume", str(record), *extra])
+        assert result.exit_code == 2 and "not " in result.output, result.output
+    (tmp_path / "other.json").write_text("{}")
+    result = CliRunner().invoke(main, ["bench", "lag", "--resume", str(tmp_path / "other.json")])
+    assert result.exit_code == 2 and "not a lag record" in result.output
