@@ -131,10 +131,16 @@ def side_records(task: Task, implementation: str, runs: list[dict]) -> list[dict
 
 def comparisons(task: Task, records: list[dict]) -> list[dict]:
     """apex against its peer: with a target, on time to a confirmed solve (the ratio of
-    IQMs peer/apex, above 1: apex faster; none when either side's IQM is only a lower
-    bound); without one, on the return at the last checkpoint (apex/peer, above 1: apex
-    ahead; meaningful where returns are positive, as the tasks without a target have).
-    Each with P(an apex run does better) and whether the 95% intervals overlap."""
+    IQMs peer/apex, above 1: apex faster); without one, on the return at the last
+    checkpoint (apex/peer, above 1: apex ahead; meaningful where returns are positive, as
+    the tasks without a target have). Each with P(an apex run does better) and whether
+    the 95% intervals overlap.
+
+    An unsolved run counts at the budget, below its true time. Where that makes the
+    peer's IQM a lower bound and apex's is not, the ratio, P and the gap between the
+    intervals are all lower bounds too, and the ratio is marked ``ratio_lower_bound``;
+    where apex's IQM is a lower bound the ratio could only be bounded from above, and
+    none is made."""
     solving = task.target is not None
     metric = "time_to_confirmed_solve" if solving else f"return_at_{task.checkpoints_s[-1]:g}s"
     figures = {r["implementation"]: r for r in records
@@ -142,7 +148,7 @@ def comparisons(task: Task, records: list[dict]) -> list[dict]:
     if {"apex", task.peer} - figures.keys():
         return []
     apex, peer = figures["apex"], figures[task.peer]
-    if apex.get("lower_bound") or peer.get("lower_bound"):
+    if apex.get("lower_bound") or (peer.get("lower_bound") and not solving):
         return []
     apex_values, peer_values = ({task.case: r["params"]["values"]} for r in (apex, peer))
     numerator, denominator = (peer, apex) if solving else (apex, peer)
@@ -156,6 +162,7 @@ def comparisons(task: Task, records: list[dict]) -> list[dict]:
             apex_values, peer_values, higher_is_better=not solving),
         "intervals_overlap": not (apex["ci_high"] < peer["ci_low"]
                                   or peer["ci_high"] < apex["ci_low"]),
+        "ratio_lower_bound": bool(peer.get("lower_bound")),
     }]  # fmt: skip
 
 

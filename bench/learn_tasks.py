@@ -78,6 +78,10 @@ TASKS = {
         Task("LunarLander-v3", "sb3-ppo", 200.0, 900.0, 10_000, 10, 100, TEN_SEEDS,
              (60.0, 120.0, 300.0, 600.0), 5_000_000, ("algorithm=impala",),
              "impala/LunarLander-v3"),
+        *(Task(env, "sb3-ppo", None, 1200.0, 50_000, 10, 0, (0, 1, 2),
+               (300.0, 600.0, 900.0, 1200.0), 10_000_000, ("algorithm=impala",),
+               f"impala/{env}")
+          for env in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")),
     )
 }  # fmt: skip
 

@@ -1,7 +1,7 @@
 """stable-baselines3 with the rl-zoo hyperparameters under the learning benchmark's
 protocol (``bench.learn_suite``): DQN on CartPole-v1, Acrobot-v1 and LunarLander-v3, TD3
 on Pendulum-v1 and the MuJoCo tasks, PPO (IMPALA's peer, ``"algorithm": "ppo"``) on
-CartPole-v1 and LunarLander-v3.
+CartPole-v1, LunarLander-v3 and MinAtar; DQN on MinAtar too.
 
 ``python -m bench.sb3_worker '<json>'`` prints one JSON line. Every ``eval_every_steps``
 env steps the greedy policy plays ``eval_episodes`` episodes on copies stepped together
@@ -109,7 +109,13 @@ def _linear(start: float):
 
 
 # rl-baselines3-zoo hyperparams/ppo.yml: CartPole-v1's tuned entry, LunarLander-v2's for
-# v3. env -> (PPO settings, env copies, the zoo's n_timesteps)
+# v3; MinAtar has no entry, so its Atari one (8 copies, 128 steps, 4 epochs of 256, Adam
+# and clip range decaying linearly from 2.5e-4 and 0.1) with the MinAtar paper's network
+# (``minatar_torso``) below both heads. env -> (PPO settings, env copies, the zoo's
+# n_timesteps)
+PPO_ATARI = {"n_steps": 128, "batch_size": 256, "n_epochs": 4, "vf_coef": 0.5,
+             "ent_coef": 0.01, "learning_rate": _linear(2.5e-4),
+             "clip_range": _linear(0.1)}  # fmt: skip
 PPO_ZOO = {
     "CartPole-v1": (
         {"n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20,
@@ -123,6 +129,8 @@ PPO_ZOO = {
         16,
         1_000_000,
     ),
+    **{env: (PPO_ATARI, 8, 10_000_000) for env in ("MinAtar/Breakout-v1",
+                                                   "MinAtar/SpaceInvaders-v1")},
 }  # fmt: skip
 # Evaluation copies are seeded apart from training's, confirmations apart from both.
 EVAL_SEED_OFFSET = 10**6
@@ -150,9 +158,9 @@ def gradient_steps(model) -> int:
 
 
 def minatar_torso():
-    """The MinAtar paper's network below SB3's Q head: a 3x3 convolution of 16 channels
-    and 128 units, over (10, 10, C) planes; with ``net_arch=[]`` the head is one linear
-    layer, as in the paper."""
+    """The MinAtar paper's network below SB3's heads (DQN's Q head, PPO's policy and
+    value heads): a 3x3 convolution of 16 channels and 128 units, over (10, 10, C)
+    planes; with ``net_arch=[]`` each head is one linear layer, as in the paper."""
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
     from torch import nn
 
@@ -230,10 +238,11 @@ def main() -> None:
                 return not request.get("stop_when_solved", True)
             return True
 
+    extra = {"policy_kwargs": minatar_torso()} if source is not env_id else {}
     if request.get("algorithm") == "ppo":
         settings, copies, zoo_steps = PPO_ZOO[env_id]
-        model = PPO("MlpPolicy", make_vec_env(env_id, n_envs=copies, seed=seed), seed=seed,
-                    verbose=0, **settings)  # fmt: skip
+        model = PPO("MlpPolicy", make_vec_env(source, n_envs=copies, seed=seed), seed=seed,
+                    verbose=0, **settings, **extra)  # fmt: skip
     elif env_id in TD3_ZOO:
         settings, zoo_steps = TD3_ZOO[env_id]
         env = make_vec_env(env_id, n_envs=1, seed=seed)
@@ -242,7 +251,6 @@ def main() -> None:
         model = TD3("MlpPolicy", env, seed=seed, verbose=0, action_noise=noise, **settings)
     else:
         settings, zoo_steps = MINATAR_DQN if source is not env_id else DQN_ZOO[env_id]
-        extra = {"policy_kwargs": minatar_torso()} if source is not env_id else {}
         model = DQN("MlpPolicy", make_vec_env(source, n_envs=1, seed=seed), seed=seed,
                     verbose=0, **settings, **extra)  # fmt: skip
     without_log_folder(model)
