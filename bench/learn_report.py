@@ -47,7 +47,8 @@ def markdown(document: dict) -> str:
             better = "solves sooner" if solve else "returns more"
             bound = "≥ " if ratio.get("ratio_lower_bound") else ""
             lines += ["", f"{ratio['numerator']}/{ratio['denominator']} IQM {what}: "
-                      f"**{bound}{ratio['ratio']:.2f}×**; P(apex {better}) {bound}"
+                      f"**{bound}{ratio['ratio']:.2f}×**; P(apex {better}) "
+                      f"{bound if ratio['probability_of_improvement'] < 1 else ''}"
                       f"{ratio['probability_of_improvement']:.2f}; the 95% intervals "
                       f"{overlap}."]  # fmt: skip
             if bound:
