@@ -68,10 +68,7 @@ def bench_lag(env, lags, seeds, budget, resume_paths, quick, json_path, markdown
     document = report.new_document(REPO_ROOT)
 
     def save(result: dict) -> None:
-        document["suites"], document["records"], document["ratios"] = {}, [], []
-        report.add_suite(document, lag_suite.SUITE, result)
-        if json_path:
-            report.write_json(document, json_path)
+        report.replace_suite(document, lag_suite.SUITE, result, json_path)
 
     def saved_so_far(runs: list[dict]) -> None:  # a sitting stopped midway resumes from it
         save(lag_suite.summarize(env, lags, seeds, budget, runs))

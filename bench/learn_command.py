@@ -77,10 +77,7 @@ def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, k
     document = report.new_document(REPO_ROOT)
 
     def save(result: dict) -> None:
-        document["suites"], document["records"], document["ratios"] = {}, [], []
-        report.add_suite(document, learn_suite.SUITE, result)
-        if json_path:
-            report.write_json(document, json_path)
+        report.replace_suite(document, learn_suite.SUITE, result, json_path)
 
     def saved_so_far(runs: list[dict]) -> None:
         if json_path:  # the runs alone: a sitting stopped midway resumes from them

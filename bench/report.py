@@ -119,6 +119,15 @@ def validate(document: dict) -> list[str]:
     return problems
 
 
+def replace_suite(document: dict, suite: str, result: dict, json_path: Path | None) -> None:
+    """Makes ``result`` the document's only suite and rewrites the JSON at ``json_path``
+    (if given): a record rewritten after every run of a long sitting."""
+    document["suites"], document["records"], document["ratios"] = {}, [], []
+    add_suite(document, suite, result)
+    if json_path:
+        write_json(document, json_path)
+
+
 def write_json(document: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(path.suffix + ".tmp")
