@@ -23,6 +23,10 @@ def _k(lag: int) -> str:
     return "0 (lock-step)" if lag == 0 else str(lag)
 
 
+def _correction(correction: bool) -> str:
+    return "V-trace" if correction else "off"
+
+
 def markdown(document: dict) -> str:
     """Time to a confirmed solve and return at fixed times per case, the goal, per seed."""
     config = document["suites"][SUITE]["config"]
@@ -39,7 +43,7 @@ def markdown(document: dict) -> str:
         low, high = solve["iqm_ci95"]
         bound = "≥ " if solve["iqm_lower_bound"] else ""
         measured = f"{lagged['median']:.0f}" if lagged else "—"
-        lines.append(f"| {_k(lag)} | {'V-trace' if correction else 'off'} | {measured} | "
+        lines.append(f"| {_k(lag)} | {_correction(correction)} | {measured} | "
                      f"{bound}{solve['iqm']:.1f} s [{low:.1f}, {high:.1f}] | "
                      f"{solve['unsolved']} of {solve['repeats']} |")  # fmt: skip
     times = [share * budget for share in RETURN_SHARES]
@@ -57,8 +61,7 @@ def markdown(document: dict) -> str:
                 continue
             point, low, high = stratified_bootstrap_ci({"t": values}, reps=1000)
             cells.append(f"{point:.0f} [{low:.0f}, {high:.0f}]")
-        lines.append(f"| {_k(lag)} | {'V-trace' if correction else 'off'} | "
-                     + " | ".join(cells) + " |")  # fmt: skip
+        lines.append(f"| {_k(lag)} | {_correction(correction)} | " + " | ".join(cells) + " |")
     goal = config["goal"]
     if goal.get("checked"):
         lines += ["", f"Goal: V-trace's IQM time at K = {goal['lag_k']} over K = "
@@ -70,7 +73,7 @@ def markdown(document: dict) -> str:
         runs = sorted(_case_runs(config, lag, correction), key=lambda r: r["seed"])
         seeds = ", ".join(f"{r['seed']}: {r['solve_s']:.1f}" if r["solved"] else
                           f"{r['seed']}: —" for r in runs)  # fmt: skip
-        lines.append(f"- K = {_k(lag)}, {'V-trace' if correction else 'off'}: {seeds}")
+        lines.append(f"- K = {_k(lag)}, {_correction(correction)}: {seeds}")
     return "\n".join(lines) + "\n"
 
 
@@ -90,10 +93,10 @@ def plot(document: dict, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(1, len(lags), figsize=(3.6 * len(lags), 3.8), sharey=True,
                                 squeeze=False)  # fmt: skip
+    targets = {r["target"] for r in config["runs"] if r.get("target") is not None}
     for axis, lag in zip(axes[0], lags, strict=True):
-        cases = {"V-trace": _case_runs(config, lag, True), "off": _case_runs(config, lag, False)}
+        cases = {_correction(c): _case_runs(config, lag, c) for c in (True, False)}
         draw_return_bands(axis, cases, config["budget_s"])
-        targets = {r["target"] for r in config["runs"] if r.get("target") is not None}
         for target in targets:
             axis.axhline(target, color="#888888", linestyle="--", linewidth=1)
         axis.set(title=f"K = {_k(lag)}", xlabel="training seconds")
