@@ -94,12 +94,18 @@ ALGORITHM_DEFAULTS: dict[str, dict] = {
 # entropy bonus at 0.001 (0.01 kept the trained policy near 70) and Adam at 4e-4:
 # confirmed solves at 51 and 145 s of training; 8e-4 solved seed 101 at 74 s and left
 # seed 100 unsolved at 200 s, falling to -555 twice.
+# IMPALA on MinAtar Breakout, tuned on seed 100 (`apex train --env MinAtar/Breakout-v1
+# --seed 100 --set algorithm=impala --max-time 180 --set ...`, bench/HISTORY.md, stop
+# 54): greedy return at about 150 s: batches of 32 at Adam 2e-4 (the defaults) 5.2, at
+# 6e-4 6.0; batches of 8 at 4e-4 6.7 (88 updates/s against 25); with the entropy bonus at
+# 0.001 5.2; half of each batch replayed (replay.replay_share 0.5) fell to 0 and stayed.
 ALGORITHM_ENV_DEFAULTS: dict[tuple[str, str], dict] = {
     ("impala", "CartPole-v1"): {"learner": {"batch_size": 8, "learning_rate": 4e-4}},
     ("impala", "LunarLander-v3"): {
         "actor": {"reward_scale": 0.01},
         "learner": {"batch_size": 8, "learning_rate": 4e-4, "impala": {"entropy_cost": 0.001}},
     },
+    ("impala", "MinAtar/Breakout-v1"): {"learner": {"batch_size": 8, "learning_rate": 4e-4}},
 }
 
 DEFAULTS: dict[str, dict] = {
