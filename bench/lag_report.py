@@ -34,7 +34,8 @@ def markdown(document: dict) -> str:
     records = {(r["case"], r["metric"]): r for r in document["records"] if r["suite"] == SUITE}
     lines = [f"### lag: {env}, {len(config['seeds'])} seeds, {budget:g} s of training", "",
              "| K | correction | lag trained on | time to confirmed solve, IQM [95%] | "
-             "unsolved |", "|---|---|---|---|---|"]  # fmt: skip
+             "unsolved | updates to it, IQM [95%] | updates/s |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     cases = [(lag, correction) for lag in config["lags"] for correction in (True, False)
              if _case_runs(config, lag, correction)]  # fmt: skip
     for lag, correction in cases:
@@ -45,7 +46,8 @@ def markdown(document: dict) -> str:
         measured = f"{lagged['median']:.0f}" if lagged else "—"
         lines.append(f"| {_k(lag)} | {_correction(correction)} | {measured} | "
                      f"{bound}{solve['iqm']:.1f} s [{low:.1f}, {high:.1f}] | "
-                     f"{solve['unsolved']} of {solve['repeats']} |")  # fmt: skip
+                     f"{solve['unsolved']} of {solve['repeats']} | "
+                     f"{_updates_cells(records, case)} |")  # fmt: skip
     times = [share * budget for share in RETURN_SHARES]
     lines += ["", "Greedy return, IQM [95%] over the seeds (after a confirmed solve that "
               "ended a run: its confirmation's mean):", "",
@@ -68,6 +70,12 @@ def markdown(document: dict) -> str:
                   f"{goal['base_k']}: **{goal['iqm_ratio']:.2f}×** (at most 1.10 asked: "
                   f"{'met' if goal['met'] else 'not met'}); P(lagged solves sooner) "
                   f"{goal['p_lagged_sooner']:.2f}."]  # fmt: skip
+        if "updates" in goal:
+            counted = goal["updates"]
+            bound = "≥ " if counted["lower_bound"] else ""
+            lines[-1] += (f" In updates to the solve: **{bound}{counted['iqm_ratio']:.2f}×** "
+                          f"({'met' if counted['met'] else 'not met'}); P(lagged solves in "
+                          f"fewer) {counted['p_lagged_fewer']:.2f}.")  # fmt: skip
     lines += ["", "Seconds to a confirmed solve per seed (— unsolved):", ""]
     for lag, correction in cases:
         runs = sorted(_case_runs(config, lag, correction), key=lambda r: r["seed"])
@@ -75,6 +83,18 @@ def markdown(document: dict) -> str:
                           f"{r['seed']}: —" for r in runs)  # fmt: skip
         lines.append(f"- K = {_k(lag)}, {_correction(correction)}: {seeds}")
     return "\n".join(lines) + "\n"
+
+
+def _updates_cells(records: dict, case: str) -> str:
+    """A case's updates to a confirmed solve and its median updates a second (— where
+    its runs were recorded before these counts)."""
+    counted, rate = records.get((case, "updates_to_solve")), records.get((case, "updates_per_s"))
+    if counted is None:
+        return "— | —"
+    low, high = counted["iqm_ci95"]
+    bound = "≥ " if counted["iqm_lower_bound"] else ""
+    speed = f"{rate['median']:.0f}" if rate else "—"
+    return f"{bound}{counted['iqm']:.0f} [{low:.0f}, {high:.0f}] | {speed}"
 
 
 def plot(document: dict, directory: Path) -> list[Path]:

@@ -18,10 +18,15 @@ seconds to the confirmed solve per seed (an unsolved run counts as the budget an
 counted in ``unsolved``), their IQM with its stratified-bootstrap 95% interval (a lower
 bound where an unsolved run sits in the middle half), and the lag the learner measured on
 what it trained on (the median over the run's progress records of their
-``trained_lag_median``, in versions, so in updates). Ratios: each case's median time over
+``trained_lag_median``, in versions, so in updates). Beside the time, the updates to the
+confirmed solve (an unsolved run at the updates it made) and the updates a second: in
+lock-step the actors and the learner take turns, held back they run side by side, so on
+a few cores the cases make different updates a second; a time to a solve mixes that
+throughput in, the updates to it measure what the lag costs learning alone. Ratios: each
+case's median time over
 the same correction's at the smallest K, where neither median is an unsolved run's
 budget. The config's ``goal``: V-trace's IQM at K = 20 over its IQM at the smallest K (the
-issue's bar, against lag 0: at most 1.10).
+issue's bar, against lag 0: at most 1.10), and the same in updates.
 
 The config keeps every run with its evaluations, so ``bench.lag_report`` draws the return
 curves of each K side by side (IQM with a 95% band, V-trace against no correction), and a
@@ -43,7 +48,7 @@ from bench.learning_stats import censored_iqm, probability_of_improvement, strat
 from bench.machine import git_commit
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
-from launch.run_status import read_config, target_return
+from launch.run_status import read_config, read_summary, target_return
 
 SUITE = "lag"
 DEFAULT_LAGS = (0, 1, 5, 20, 50)
@@ -75,8 +80,10 @@ def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float,
     """One ``apex train`` run, as the record keeps it: its confirmed solve (training
     seconds; ``solve_s`` None: unsolved), its evaluations and confirmations as
     ``[training s, env steps, updates behind the weights, mean]`` (the learning suite's
-    shape, so ``bench.learn_suite.return_at`` reads its curve), and the median of its
-    progress records' trained-unroll lag."""
+    shape, so ``bench.learn_suite.return_at`` reads its curve), the median of its
+    progress records' trained-unroll lag, and the updates it made in its training
+    seconds (``updates``, ``training_s``; at a solve, ``solve_updates``: those behind the
+    solving weights, and ``solve_env_steps``)."""
     run_dir = root / f"{env.replace('/', '-')}-k{lag}-{'vtrace' if correction else 'off'}-{seed}"
     command = [
         sys.executable, "-m", "launch", "train", "--env", env, "--seed", str(seed),
@@ -100,10 +107,15 @@ def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float,
                 for r in records if r.get("event") == kind]  # fmt: skip
 
     # The learner marks the confirmation that solves the run (the first at the target).
-    solves = [r["time_s"] for r in records if r.get("event") == "confirmation" and r.get("solved")]
-    solve_s = solves[0] if solves and solves[0] <= budget_s else None
+    solves = [r for r in records if r.get("event") == "confirmation" and r.get("solved")]
+    solve = solves[0] if solves and solves[0]["time_s"] <= budget_s else None
+    outcome = (read_summary(run_dir) or {}).get("outcome", {})
     return {"lag": lag, "correction": correction, "seed": seed, "budget_s": budget_s,
-            "git": git_commit(REPO_ROOT), "solved": solve_s is not None, "solve_s": solve_s,
+            "git": git_commit(REPO_ROOT), "solved": solve is not None,
+            "solve_s": solve["time_s"] if solve else None,
+            "solve_updates": solve.get("weights_updates") if solve else None,
+            "solve_env_steps": solve["env_steps"] if solve else None,
+            "updates": outcome.get("updates"), "training_s": outcome.get("train_seconds"),
             "evaluations": events("evaluation"), "confirmations": events("confirmation"),
             "target": target_return(read_config(run_dir)),
             "trained_lag": statistics.median(lags) if lags else None}  # fmt: skip
@@ -150,6 +162,7 @@ def summarize(env: str, lags: Sequence[int], seeds: Sequence[int], budget_s: flo
     records, ratios = [], []
     medians: dict[tuple[int, bool], float] = {}
     scores: dict[tuple[int, bool], list[float]] = {}
+    update_scores: dict[tuple[int, bool], tuple[list[float], list[bool]]] = {}
     for lag in lags:
         for correction in (True, False):
             case = case_name(env, lag, correction)
@@ -172,6 +185,11 @@ def summarize(env: str, lags: Sequence[int], seeds: Sequence[int], budget_s: flo
             if measured:
                 records.append(ok_record(SUITE, case, "apex", "trained_lag", "versions",
                                          measured, params))  # fmt: skip
+            counted = _updates_records(case, mine, params)
+            records += counted
+            if counted:
+                update_scores[(lag, correction)] = (counted[0]["per_seed"],
+                                                    [r["solved"] for r in mine])  # fmt: skip
             medians[(lag, correction)] = record["median"]
     base = min(lag for lag, _ in medians) if medians else min(lags)
     for (lag, correction), median in medians.items():
@@ -182,27 +200,63 @@ def summarize(env: str, lags: Sequence[int], seeds: Sequence[int], budget_s: flo
                            "metric": "time_to_solve", "numerator": f"k{lag}",
                            "denominator": f"k{base}", "ratio": float(median / fresh)})  # fmt: skip
     config = {"env": env, "lags": list(lags), "seeds": list(seeds), "budget_s": budget_s,
-              "goal": _goal(scores, base, budget_s), "runs": runs}  # fmt: skip
+              "goal": _goal(scores, update_scores, base, budget_s), "runs": runs}  # fmt: skip
     return {"records": records, "ratios": ratios, "config": config}
 
 
-def _interval(times: list[float], budget_s: float) -> dict:
+def _updates_records(case: str, runs: list[dict], params: dict) -> list[dict]:
+    """A case's updates to a confirmed solve (an unsolved run at the updates it made: a
+    lower bound) with their IQM and interval, and its updates per training second (see
+    the module's note on throughput). None for runs recorded before these counts."""
+    if any(r.get("updates") is None or (r["solved"] and r.get("solve_updates") is None)
+           for r in runs):  # fmt: skip
+        return []
+    counts = [r["solve_updates"] if r["solved"] else r["updates"] for r in runs]
+    solved = [r["solved"] for r in runs]
+    record = ok_record(SUITE, case, "apex", "updates_to_solve", "updates", counts, params)
+    record["per_seed"] = counts
+    record.update(_interval(counts, 0.0, solved))
+    rates = [r["updates"] / r["training_s"] for r in runs if r.get("training_s")]
+    rate = [ok_record(SUITE, case, "apex", "updates_per_s", "updates/s", rates, params)]
+    return [record, *(rate if rates else [])]
+
+
+def _interval(times: list[float], budget_s: float, solved: list[bool] | None = None) -> dict:
     """The IQM of a case's times to a confirmed solve (an unsolved run at the budget) and
-    its stratified-bootstrap 95% interval (``bench.learning_stats``)."""
-    censored = censored_iqm(times, [t < budget_s for t in times], budget_s)
+    its stratified-bootstrap 95% interval (``bench.learning_stats``); ``solved`` where
+    the values are not times (an unsolved run then counts at its own value)."""
+    flags = solved if solved is not None else [t < budget_s for t in times]
+    censored = censored_iqm(times, flags, budget_s)
     _, low, high = stratified_bootstrap_ci({"case": times})
     return {"iqm": censored["iqm"], "iqm_ci95": [low, high],
             "iqm_lower_bound": censored["lower_bound"]}  # fmt: skip
 
 
-def _goal(scores: dict[tuple[int, bool], list[float]], base: int, budget_s: float) -> dict:
+def _goal(scores: dict[tuple[int, bool], list[float]],
+          update_scores: dict[tuple[int, bool], tuple[list[float], list[bool]]], base: int,
+          budget_s: float) -> dict:  # fmt: skip
     """The issue's bar, where the runs hold both cases: V-trace's IQM at K = GOAL_LAG over
-    its IQM at the smallest K, at most GOAL_SHARE; with P(the lagged run solves sooner)."""
+    its IQM at the smallest K, at most GOAL_SHARE; with P(the lagged run solves sooner).
+    The same in updates to the solve where the runs count them (``updates``)."""
     lagged, fresh = scores.get((GOAL_LAG, True)), scores.get((base, True))
     if lagged is None or fresh is None or base == GOAL_LAG:
         return {"checked": False}
     ratio = _interval(lagged, budget_s)["iqm"] / _interval(fresh, budget_s)["iqm"]
-    return {"checked": True, "lag_k": GOAL_LAG, "base_k": base, "iqm_ratio": ratio,
+    goal = {"checked": True, "lag_k": GOAL_LAG, "base_k": base, "iqm_ratio": ratio,
             "met": ratio <= GOAL_SHARE,
             "p_lagged_sooner": probability_of_improvement({"t": lagged}, {"t": fresh},
                                                           higher_is_better=False)}  # fmt: skip
+    counted, counted_fresh = update_scores.get((GOAL_LAG, True)), update_scores.get((base, True))
+    fresh_iqm = _interval(counted_fresh[0], 0.0, counted_fresh[1]) if counted_fresh else None
+    # A lag-0 count that is a lower bound bounds the ratio from above only: none is made.
+    if counted and fresh_iqm and not fresh_iqm["iqm_lower_bound"]:
+        lagged_iqm = _interval(counted[0], 0.0, counted[1])
+        ratio = lagged_iqm["iqm"] / fresh_iqm["iqm"]
+        goal["updates"] = {
+            "iqm_ratio": ratio, "met": ratio <= GOAL_SHARE,
+            # An unsolved lagged run's count is a lower bound: so is the ratio.
+            "lower_bound": lagged_iqm["iqm_lower_bound"],
+            "p_lagged_fewer": probability_of_improvement({"u": counted[0]},
+                                                         {"u": counted_fresh[0]},
+                                                         higher_is_better=False)}  # fmt: skip
+    return goal

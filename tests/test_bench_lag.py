@@ -14,16 +14,25 @@ from bench import lag_report, lag_suite, report
 from launch.cli import main
 
 
-def fake_lag_run(lag: int, correction: bool, seed: int, solve_s: float | None) -> dict:
+def fake_lag_run(lag: int, correction: bool, seed: int, solve_s: float | None,
+                 updates_per_s: float | None = 10.0) -> dict:  # fmt: skip
     """A run that evaluates every 10 s of training from 5 s, at 100 + 10 s a second until
-    its confirmed solve (at 480) at ``solve_s``, which ends it."""
-    evaluations = [[float(t), 100 * t, 10 * t, 100.0 + 10 * t] for t in range(5, 90, 10)
+    its confirmed solve (at 480) at ``solve_s``, which ends it; ``updates_per_s`` None: a
+    run recorded before the suite counted updates."""
+    rate = updates_per_s or 10.0
+    evaluations = [[float(t), 100 * t, rate * t, 100.0 + 10 * t] for t in range(5, 90, 10)
                    if solve_s is None or t < solve_s]  # fmt: skip
-    confirmations = [] if solve_s is None else [[solve_s, 100 * solve_s, 10 * solve_s, 480.0]]
-    return {"lag": lag, "correction": correction, "seed": seed, "budget_s": 90.0,
-            "git": "0" * 40, "solved": solve_s is not None, "solve_s": solve_s,
-            "evaluations": evaluations, "confirmations": confirmations, "target": 475.0,
-            "trained_lag": float(lag)}  # fmt: skip
+    confirmations = [] if solve_s is None else [[solve_s, 100 * solve_s, rate * solve_s, 480.0]]
+    run = {"lag": lag, "correction": correction, "seed": seed, "budget_s": 90.0,
+           "git": "0" * 40, "solved": solve_s is not None, "solve_s": solve_s,
+           "evaluations": evaluations, "confirmations": confirmations, "target": 475.0,
+           "trained_lag": float(lag)}  # fmt: skip
+    if updates_per_s is not None:
+        training_s = solve_s or 90.0
+        run.update(solve_updates=rate * solve_s if solve_s else None,
+                   solve_env_steps=100 * solve_s if solve_s else None,
+                   updates=rate * training_s, training_s=training_s)  # fmt: skip
+    return run
 
 
 @pytest.mark.slow
@@ -41,6 +50,10 @@ def test_a_held_back_impala_run_reports_its_solve_its_curve_and_the_lag_it_train
     # queue (4 batches) and what may be in flight (4 messages of a batch each), and more
     # than about K / 2 on the median.
     assert result["trained_lag"] is not None and 2 <= result["trained_lag"] <= 5 + 4 + 4 + 2
+    # The updates it made in its training seconds, and those behind a solve's weights.
+    assert result["updates"] > 0 and 0 < result["training_s"] <= 8.0 + 1.0
+    if result["solved"]:
+        assert 0 < result["solve_updates"] <= result["updates"] and result["solve_env_steps"] > 0
 
 
 def test_the_lag_goal_compares_v_trace_iqms_at_k_20_and_the_least_k() -> None:
@@ -48,10 +61,27 @@ def test_the_lag_goal_compares_v_trace_iqms_at_k_20_and_the_least_k() -> None:
     interval = lag_suite._interval(lagged, 90.0)
     assert interval["iqm"] == pytest.approx(10.5) and not interval["iqm_lower_bound"]
     assert interval["iqm_ci95"][0] <= interval["iqm"] <= interval["iqm_ci95"][1]
-    goal = lag_suite._goal({(1, True): fresh, (20, True): lagged, (20, False): [1.0] * 4}, 1, 90.0)
+    goal = lag_suite._goal({(1, True): fresh, (20, True): lagged, (20, False): [1.0] * 4}, {},
+                           1, 90.0)  # fmt: skip
     assert goal["checked"] and goal["iqm_ratio"] == pytest.approx(10.5 / 9.5)
-    assert not goal["met"] and 0 <= goal["p_lagged_sooner"] < 0.5
-    assert lag_suite._goal({(1, True): fresh}, 1, 90.0) == {"checked": False}
+    assert not goal["met"] and 0 <= goal["p_lagged_sooner"] < 0.5 and "updates" not in goal
+    assert lag_suite._goal({(1, True): fresh}, {}, 1, 90.0) == {"checked": False}
+    # In updates: the lagged runs took as many (an unsolved one counts at what it made, so
+    # the ratio is a lower bound once it sits in the middle half).
+    counts = {
+        (1, True): ([80.0, 90.0, 100.0, 110.0], [True] * 4),
+        (20, True): ([85.0, 95.0, 100.0, 900.0], [True, True, True, False]),
+    }
+    goal = lag_suite._goal({(1, True): fresh, (20, True): lagged}, counts, 1, 90.0)
+    assert goal["updates"]["iqm_ratio"] == pytest.approx(97.5 / 95.0)
+    assert goal["updates"]["met"] and not goal["updates"]["lower_bound"]
+    counts[(20, True)] = ([85.0, 900.0, 900.0, 900.0], [True, False, False, False])
+    goal = lag_suite._goal({(1, True): fresh, (20, True): lagged}, counts, 1, 90.0)
+    assert goal["updates"]["lower_bound"] and not goal["updates"]["met"]
+    # Lag 0's own count a lower bound: no ratio.
+    counts[(1, True)] = ([80.0, 900.0, 900.0, 900.0], [True, False, False, False])
+    assert "updates" not in lag_suite._goal({(1, True): fresh, (20, True): lagged}, counts, 1,
+                                            90.0)  # fmt: skip
 
 
 def test_a_resumed_sitting_runs_only_the_missing_runs_and_scores_them_all(monkeypatch) -> None:
@@ -95,6 +125,13 @@ def test_the_report_gives_returns_at_fixed_times_and_draws_each_k_side_by_side(
     row20 = next(line for line in text.splitlines() if line.startswith("| 20 | off | 150"))
     assert "at 30 s" in text and "| 480 [480, 480] |" in row0 and "| 350 [350, 350] |" in row20
     assert "4 of 4 |" in text and "- K = 20, off: 0: —, 1: —" in text
+    # Updates to the solve: lock-step 200 at 10 a second; the lagged ones unsolved at the
+    # 900 they made, a lower bound.
+    lines = text.splitlines()
+    solve0 = next(line for line in lines if line.startswith("| 0 (lock-step) | V-trace | 0 |"))
+    solve20 = next(line for line in lines if line.startswith("| 20 | off | 20 |"))
+    assert solve0.endswith("| 200 [200, 200] | 10 |")
+    assert solve20.endswith("| ≥ 900 [900, 900] | 10 |")
     (path,) = lag_report.plot(document, tmp_path)
     assert path.name == "lag-CartPole-v1.png" and path.stat().st_size > 0
 
@@ -111,3 +148,22 @@ def test_a_record_of_another_budget_or_env_is_refused_on_resume(tmp_path: Path) 
     (tmp_path / "other.json").write_text("{}")
     result = CliRunner().invoke(main, ["bench", "lag", "--resume", str(tmp_path / "other.json")])
     assert result.exit_code == 2 and "not a lag record" in result.output
+
+
+def test_runs_recorded_before_the_updates_were_counted_are_scored_on_time_only() -> None:
+    runs = [fake_lag_run(lag, True, seed, 10.0 + seed, updates_per_s=None)
+            for lag in (0, 20) for seed in range(3)]  # fmt: skip
+    document = report.new_document(Path("."))
+    result = lag_suite.summarize("CartPole-v1", (0, 20), range(3), 90.0, runs)
+    report.add_suite(document, "lag", result)
+    assert not any(r["metric"] == "updates_to_solve" for r in result["records"])
+    assert result["config"]["goal"]["checked"] and "updates" not in result["config"]["goal"]
+    assert "| — | — |" in lag_report.markdown(document)
+    # A lagged run that solves in as many seconds with twice the updates a second: the goal
+    # is met on time and not in updates.
+    runs = [fake_lag_run(0, True, seed, 10.0 + seed) for seed in range(4)] + [
+        fake_lag_run(20, True, seed, 10.0 + seed, updates_per_s=20.0) for seed in range(4)
+    ]
+    goal = lag_suite.summarize("CartPole-v1", (0, 20), range(4), 90.0, runs)["config"]["goal"]
+    assert goal["met"] and goal["updates"]["iqm_ratio"] == pytest.approx(2.0)
+    assert not goal["updates"]["met"]
