@@ -96,9 +96,10 @@ ALGORITHM_DEFAULTS: dict[str, dict] = {
 # seed 100 unsolved at 200 s, falling to -555 twice.
 # IMPALA on MinAtar Breakout, tuned on seed 100 (`apex train --env MinAtar/Breakout-v1
 # --seed 100 --set algorithm=impala --max-time 180 --set ...`, bench/HISTORY.md, stop
-# 54): greedy return at about 150 s: batches of 32 at Adam 2e-4 (the defaults) 5.2, at
-# 6e-4 6.0; batches of 8 at 4e-4 6.7 (88 updates/s against 25); with the entropy bonus at
-# 0.001 5.2; half of each batch replayed (replay.replay_share 0.5) fell to 0 and stayed.
+# 54): the newest evaluation by 150 s of training: batches of 32 at Adam 2e-4 (the
+# defaults) 5.6, at 6e-4 5.7; batches of 8 at 4e-4 6.4 (88 updates/s against 25), and
+# 5.7 with the entropy bonus at 0.001; half of each batch replayed (replay.replay_share
+# 0.5) fell to 0 by 60 s (0.4 at 150 s).
 ALGORITHM_ENV_DEFAULTS: dict[tuple[str, str], dict] = {
     ("impala", "CartPole-v1"): {"learner": {"batch_size": 8, "learning_rate": 4e-4}},
     ("impala", "LunarLander-v3"): {
