@@ -23,9 +23,8 @@ confirmed solve (an unsolved run at the updates it made) and the updates a secon
 lock-step the actors and the learner take turns, held back they run side by side, so on
 a few cores the cases make different updates a second; a time to a solve mixes that
 throughput in, the updates to it measure what the lag costs learning alone. Ratios: each
-case's median time over
-the same correction's at the smallest K, where neither median is an unsolved run's
-budget. The config's ``goal``: V-trace's IQM at K = 20 over its IQM at the smallest K (the
+case's median time over the same correction's at the smallest K, where neither median is
+an unsolved run's budget. The config's ``goal``: V-trace's IQM at K = 20 over its IQM at the smallest K (the
 issue's bar, against lag 0: at most 1.10), and the same in updates.
 
 The config keeps every run with its evaluations, so ``bench.lag_report`` draws the return
