@@ -24,8 +24,9 @@ lock-step the actors and the learner take turns, held back they run side by side
 a few cores the cases make different updates a second; a time to a solve mixes that
 throughput in, the updates to it measure what the lag costs learning alone. Ratios: each
 case's median time over the same correction's at the smallest K, where neither median is
-an unsolved run's budget. The config's ``goal``: V-trace's IQM at K = 20 over its IQM at the smallest K (the
-issue's bar, against lag 0: at most 1.10), and the same in updates.
+an unsolved run's budget. The config's ``goal``: V-trace's IQM at K = 20 over its IQM
+at the smallest K (the issue's bar, against lag 0: at most 1.10), and the same in
+updates.
 
 The config keeps every run with its evaluations, so ``bench.lag_report`` draws the return
 curves of each K side by side (IQM with a 95% band, V-trace against no correction), and a
