@@ -67,14 +67,14 @@ def markdown(document: dict) -> str:
     goal = config["goal"]
     if goal.get("checked"):
         lines += ["", f"Goal: V-trace's IQM time at K = {goal['lag_k']} over K = "
-                  f"{goal['base_k']}: **{goal['iqm_ratio']:.2f}×** (at most 1.10 asked: "
-                  f"{'met' if goal['met'] else 'not met'}); P(lagged solves sooner) "
+                  f"{goal['base_k']}: **{goal['iqm_ratio']:.2f}×**{_ratio_ci(goal)} (at most "
+                  f"1.10 asked: {_verdict(goal)}); P(lagged solves sooner) "
                   f"{goal['p_lagged_sooner']:.2f}."]  # fmt: skip
         if "updates" in goal:
             counted = goal["updates"]
             bound = "≥ " if counted["lower_bound"] else ""
-            lines[-1] += (f" In updates to the solve: **{bound}{counted['iqm_ratio']:.2f}×** "
-                          f"({'met' if counted['met'] else 'not met'}); P(lagged solves in "
+            lines[-1] += (f" In updates to the solve: **{bound}{counted['iqm_ratio']:.2f}×**"
+                          f"{_ratio_ci(counted)} ({_verdict(counted)}); P(lagged solves in "
                           f"fewer) {counted['p_lagged_fewer']:.2f}.")  # fmt: skip
     lines += ["", "Seconds to a confirmed solve per seed (— unsolved):", ""]
     for lag, correction in cases:
@@ -83,6 +83,23 @@ def markdown(document: dict) -> str:
                           f"{r['seed']}: —" for r in runs)  # fmt: skip
         lines.append(f"- K = {_k(lag)}, {_correction(correction)}: {seeds}")
     return "\n".join(lines) + "\n"
+
+
+def _ratio_ci(goal: dict) -> str:
+    """`` [low, high]``: the ratio's 95% interval (empty for records made before it)."""
+    if "ratio_ci95" not in goal:
+        return ""
+    low, high = goal["ratio_ci95"]
+    return f" [{low:.2f}, {high:.2f}]"
+
+
+def _verdict(goal: dict) -> str:
+    """Met or not on the point ratio; "met with confidence" where the whole interval is."""
+    if not goal["met"]:
+        return "not met"
+    if goal.get("met_across_interval"):
+        return "met, across the whole interval"
+    return "met on the IQM, not across its interval" if "ratio_ci95" in goal else "met"
 
 
 def _updates_cells(records: dict, case: str) -> str:

@@ -65,7 +65,22 @@ def test_the_lag_goal_compares_v_trace_iqms_at_k_20_and_the_least_k() -> None:
                            1, 90.0)  # fmt: skip
     assert goal["checked"] and goal["iqm_ratio"] == pytest.approx(10.5 / 9.5)
     assert not goal["met"] and 0 <= goal["p_lagged_sooner"] < 0.5 and "updates" not in goal
+    low, high = goal["ratio_ci95"]
+    assert low <= goal["iqm_ratio"] <= high and not goal["met_across_interval"]
     assert lag_suite._goal({(1, True): fresh}, {}, 1, 90.0) == {"checked": False}
+    # Met across the interval only where its top is under the bar: tight, equal cases.
+    tight = [10.0, 10.1, 10.2, 10.3, 10.4, 10.5, 10.6, 10.7]
+    goal = lag_suite._goal({(1, True): tight, (20, True): tight}, {}, 1, 90.0)
+    assert goal["met"] and goal["met_across_interval"] and goal["ratio_ci95"][1] <= 1.10
+    # Spread cases meet the bar on the IQM and still not across the interval.
+    spread = [4.0, 5.0, 5.0, 6.0, 14.0, 15.0, 16.0, 17.0]
+    goal = lag_suite._goal({(1, True): spread, (20, True): spread}, {}, 1, 90.0)
+    assert goal["met"] and not goal["met_across_interval"] and goal["ratio_ci95"][1] > 1.10
+    # Unsolved lagged runs in the middle half make the ratio a lower bound: not met,
+    # though the point ratio is under the bar.
+    late, unsolved = [85.0, 86.0, 87.0, 88.0], [20.0, 90.0, 90.0, 90.0]
+    goal = lag_suite._goal({(1, True): late, (20, True): unsolved}, {}, 1, 90.0)
+    assert goal["iqm_ratio"] < 1.10 and not goal["met"] and not goal["met_across_interval"]
     # In updates: the lagged runs took as many (an unsolved one counts at what it made, so
     # the ratio is a lower bound once it sits in the middle half).
     counts = {
@@ -125,6 +140,9 @@ def test_the_report_gives_returns_at_fixed_times_and_draws_each_k_side_by_side(
     row20 = next(line for line in text.splitlines() if line.startswith("| 20 | off | 150"))
     assert "at 30 s" in text and "| 480 [480, 480] |" in row0 and "| 350 [350, 350] |" in row20
     assert "4 of 4 |" in text and "- K = 20, off: 0: —, 1: —" in text
+    # The goal's ratio with its interval: every lagged run unsolved at 90 s, lock-step's
+    # all at 20 s.
+    assert "**4.50×** [4.50, 4.50] (at most 1.10 asked: not met)" in text
     # Updates to the solve: lock-step 200 at 10 a second; the lagged ones unsolved at the
     # 900 they made, a lower bound.
     lines = text.splitlines()
