@@ -260,6 +260,10 @@ class RunConfig:
                             ("actor.env_groups", actor.env_groups)):  # fmt: skip
             if value != 1:
                 problems.append(f"actor.lockstep needs {name} = 1, got {value}")
+        if replay.replay_share:  # a preset's too (IMPALA's on CartPole)
+            problems.append(f"actor.lockstep trains on the learner's own policy; "
+                            f"replay.replay_share {replay.replay_share} would replay older "
+                            "unrolls: set replay.replay_share=0")  # fmt: skip
         counts = (self.actors, actor.envs_per_actor, replay.min_size, learner.batch_size)
         if not all(isinstance(n, int) for n in counts):
             return problems  # the type problems say what

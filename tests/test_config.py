@@ -177,7 +177,8 @@ def test_an_algorithm_s_settings_for_one_env_sit_over_its_own_and_under_the_user
 
 
 LOCKSTEP = {"algorithm": "impala", "actor": {"lockstep": True},
-            "learner": {"publish_period": 1}, "replay": {"min_size": 8}}  # fmt: skip
+            "learner": {"publish_period": 1},
+            "replay": {"min_size": 8, "replay_share": 0.0}}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -188,8 +189,9 @@ LOCKSTEP = {"algorithm": "impala", "actor": {"lockstep": True},
         ({"learner": {"publish_period": 10}}, "needs learner.publish_period = 1, got 10"),
         ({"actor": {"lockstep": True, "refresh_versions": 5}},
          "needs actor.refresh_versions = 1, got 5"),
-        ({"replay": {"min_size": 32}}, "a round is 8 unrolls (actors × actor.envs_per_actor), "
-         "less than the 32 the learner waits for"),
+        ({"replay": {"min_size": 32, "replay_share": 0.0}},
+         "a round is 8 unrolls (actors × actor.envs_per_actor), less than the 32 the learner "
+         "waits for"),
     ],
 )  # fmt: skip
 def test_lockstep_runs_that_could_wait_forever_are_refused(change, expected) -> None:
@@ -199,3 +201,14 @@ def test_lockstep_runs_that_could_wait_forever_are_refused(change, expected) -> 
     with pytest.raises(ConfigError) as raised:
         resolve({**LOCKSTEP, **change})
     assert any(expected in problem for problem in raised.value.problems), raised.value.problems
+
+
+def test_lockstep_refuses_a_replay_share_its_preset_s_too() -> None:
+    """Lock-step trains on the learner's own policy; a replayed unroll is older. IMPALA's
+    CartPole preset replays half of each batch: lock-step must turn it off by name."""
+    without = {**LOCKSTEP, "replay": {"min_size": 8}}
+    with pytest.raises(ConfigError) as raised:
+        resolve(without)
+    assert any("replay.replay_share 0.5 would replay older unrolls: set "
+               "replay.replay_share=0" in problem for problem in raised.value.problems)  # fmt: skip
+    assert resolve(LOCKSTEP).replay.replay_share == 0.0

@@ -63,6 +63,7 @@ def test_lockstep_actors_make_the_learner_train_on_its_own_policy(tmp_path) -> N
         "--no-curves", "--seed", "4", "--max-time", "6", "--set", "algorithm=impala",
         "--set", "actor.lockstep=true", "--set", "learner.publish_period=1",
         "--set", "replay.min_size=8", "--set", "learner.metrics_interval_s=0.5",
+        "--set", "replay.replay_share=0",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
