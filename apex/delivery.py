@@ -17,10 +17,43 @@ are counted stored twice. Frame batches cannot move, so an actor counts them aba
 
 from __future__ import annotations
 
-from apex.channels import HEARTBEAT_S, ActorStatus
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from apex.channels import HEARTBEAT_S, ActorStatus, EpisodeCollector
+from replay.errors import ReplayError
+
+if TYPE_CHECKING:
+    from apex.staging import BatchSource
+
+logger = logging.getLogger(__name__)
 
 # An actor not heard for this long counts as gone.
 SILENT_AFTER_S = 5 * HEARTBEAT_S
+# How long the end-of-run account waits for every shard's fresh INFO.
+FINAL_INFO_TIMEOUT_S = 2.0
+
+
+def final_account(source: BatchSource, episodes: EpisodeCollector) -> tuple[dict, int | None]:
+    """The learner's account at the end of a run: what the actors sent against what the
+    shards hold (:func:`delivery_report`), and the transitions the shards took in all
+    (None unless every shard answered)."""
+    episodes.drain()  # the newest heartbeats first
+    asked_at = time.monotonic()
+    try:
+        states = source.refresh_infos(FINAL_INFO_TIMEOUT_S)
+    except ReplayError as exc:
+        logger.warning("no shard counters for the delivery account: %s", exc)
+        states = source.shard_states()
+    # Only counters from after the question count: a shard that did not answer is
+    # unknown (None), not as it was a second ago. No states at all (the source never
+    # started): nothing is known.
+    fresh = [s["info"] if s["info_asked_at"] >= asked_at else None for s in states] or [None]
+    report = delivery_report(episodes.actors, fresh, states, time.monotonic())
+    logger.info("delivery: %s", describe(report))
+    added = None if None in fresh else sum(info["transitions_added"] for info in fresh)
+    return report, added
 
 
 def delivery_report(

@@ -26,7 +26,7 @@ import torch
 from apex import checkpoint
 from apex.algorithm import Algorithm
 from apex.channels import EpisodeCollector
-from apex.delivery import delivery_report, describe
+from apex.delivery import final_account
 from apex.envs import solved_return
 from apex.evaluation import read_evaluation
 from apex.exploration import run_actors
@@ -58,8 +58,6 @@ PUBLICATIONS_KEPT = 4096
 # and 9 Nature CNNs, where a longer confirmation may find its weights gone and training
 # goes on as it was.
 CONFIRMED_WEIGHTS_KEPT_BYTES = 64 << 20
-# How long the end-of-run account waits for every shard's fresh INFO.
-FINAL_INFO_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -252,7 +250,7 @@ class Learner:
             self._running = False
             outcome.last_eval_return = self._last_eval
             path = self._checkpoint_or_count()
-            outcome.delivery, transitions_added = self._account()
+            outcome.delivery, transitions_added = final_account(self.source, self._episodes)
             metrics.write(
                 {
                     "event": "end",
@@ -389,25 +387,6 @@ class Learner:
         record.update(self._episodes.brief())
         self._metrics.write(record)
         logger.info("%s", describe_progress(record))
-
-    def _account(self) -> tuple[dict, int | None]:
-        """What the actors sent against what the shards hold (see apex.delivery), and the
-        transitions the shards took in all (None unless every shard answered)."""
-        self._episodes.drain()  # the newest heartbeats first
-        asked_at = time.monotonic()
-        try:
-            states = self.source.refresh_infos(FINAL_INFO_TIMEOUT_S)
-        except ReplayError as exc:
-            logger.warning("no shard counters for the delivery account: %s", exc)
-            states = self.source.shard_states()
-        # Only counters from after the question count: a shard that did not answer is
-        # unknown (None), not as it was a second ago. No states at all (the source never
-        # started): nothing is known.
-        fresh = [s["info"] if s["info_asked_at"] >= asked_at else None for s in states] or [None]
-        report = delivery_report(self._episodes.actors, fresh, states, time.monotonic())
-        logger.info("delivery: %s", describe(report))
-        added = None if None in fresh else sum(info["transitions_added"] for info in fresh)
-        return report, added
 
     def close(self) -> None:
         self._weights.close()
