@@ -94,7 +94,8 @@ def _ratio_ci(goal: dict) -> str:
 
 
 def _verdict(goal: dict) -> str:
-    """Met or not on the point ratio; "met with confidence" where the whole interval is."""
+    """Met or not on the point ratio, and whether the whole interval is under the bar
+    (records made before the interval say only met or not)."""
     if not goal["met"]:
         return "not met"
     if goal.get("met_across_interval"):
