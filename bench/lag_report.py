@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.lag_suite import SUITE, case_name
+from bench.lag_suite import GOAL_SHARE, SUITE, case_name
 from bench.learn_report import draw_return_bands
 from bench.learn_suite import return_at
 from bench.learning_stats import stratified_bootstrap_ci
@@ -68,7 +68,7 @@ def markdown(document: dict) -> str:
     if goal.get("checked"):
         lines += ["", f"Goal: V-trace's IQM time at K = {goal['lag_k']} over K = "
                   f"{goal['base_k']}: **{goal['iqm_ratio']:.2f}×**{_ratio_ci(goal)} (at most "
-                  f"1.10 asked: {_verdict(goal)}); P(lagged solves sooner) "
+                  f"{GOAL_SHARE:.2f} asked: {_verdict(goal)}); P(lagged solves sooner) "
                   f"{goal['p_lagged_sooner']:.2f}."]  # fmt: skip
         if "updates" in goal:
             counted = goal["updates"]

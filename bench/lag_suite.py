@@ -250,25 +250,26 @@ def _goal(scores: dict[tuple[int, bool], list[float]],
     lagged, fresh = scores.get((GOAL_LAG, True)), scores.get((base, True))
     if lagged is None or fresh is None or base == GOAL_LAG:
         return {"checked": False}
-    lagged_iqm = _interval(lagged, budget_s)
-    ratio = lagged_iqm["iqm"] / _interval(fresh, budget_s)["iqm"]
+    # The IQMs alone (their intervals are the records'; the ratio's is made below).
+    lagged_iqm = censored_iqm(lagged, [t < budget_s for t in lagged], budget_s)
+    ratio = lagged_iqm["iqm"] / iqm(fresh)
     # An unsolved lagged run in the middle half makes the ratio a lower bound: not met.
-    met = ratio <= GOAL_SHARE and not lagged_iqm["iqm_lower_bound"]
+    met = ratio <= GOAL_SHARE and not lagged_iqm["lower_bound"]
     goal = {"checked": True, "lag_k": GOAL_LAG, "base_k": base, "iqm_ratio": ratio,
             "met": met, **_ratio_interval(lagged, fresh, met),
             "p_lagged_sooner": probability_of_improvement({"t": lagged}, {"t": fresh},
                                                           higher_is_better=False)}  # fmt: skip
     counted, counted_fresh = update_scores.get((GOAL_LAG, True)), update_scores.get((base, True))
-    fresh_iqm = _interval(counted_fresh[0], 0.0, counted_fresh[1]) if counted_fresh else None
+    fresh_iqm = censored_iqm(*counted_fresh, 0.0) if counted_fresh else None
     # A lag-0 count that is a lower bound bounds the ratio from above only: none is made.
-    if counted and fresh_iqm and not fresh_iqm["iqm_lower_bound"]:
-        lagged_iqm = _interval(counted[0], 0.0, counted[1])
+    if counted and fresh_iqm and not fresh_iqm["lower_bound"]:
+        lagged_iqm = censored_iqm(*counted, 0.0)
         ratio = lagged_iqm["iqm"] / fresh_iqm["iqm"]
         # An unsolved lagged run's count is a lower bound: so is the ratio.
-        met = ratio <= GOAL_SHARE and not lagged_iqm["iqm_lower_bound"]
+        met = ratio <= GOAL_SHARE and not lagged_iqm["lower_bound"]
         goal["updates"] = {
             "iqm_ratio": ratio, "met": met, **_ratio_interval(counted[0], counted_fresh[0], met),
-            "lower_bound": lagged_iqm["iqm_lower_bound"],
+            "lower_bound": lagged_iqm["lower_bound"],
             "p_lagged_fewer": probability_of_improvement({"u": counted[0]},
                                                          {"u": counted_fresh[0]},
                                                          higher_is_better=False)}  # fmt: skip
