@@ -71,12 +71,18 @@ class Algorithm(Protocol):
         """Whether :meth:`solved` uses the confirmed weights (the learner keeps its
         newest publications' weights only then)."""
 
+    @property
+    def follows_better_confirmations(self) -> bool:
+        """Whether later confirmations that beat the best confirmed mean are asked for
+        and passed to :meth:`solved` again."""
+
     def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """The run is solved (a confirmed solve, in this life of the learner or one
         before) and trains on: what changes from now on (DQN's averaged policy may start
         here). Called when the learner hears the solve, with ``confirmed``, the weights
         the evaluation confirmed (a copy of the policy's parameters, when still kept),
-        and when a learner resumes a solved run, with None."""
+        and when a learner resumes a solved run, with None; where it follows better
+        confirmations, again with each one's weights."""
 
 
 class ActingPolicy(Protocol):

@@ -231,6 +231,7 @@ class DPG:
         }
 
     keeps_confirmed_weights = False
+    follows_better_confirmations = False
 
     def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """Nothing changes at a solve."""

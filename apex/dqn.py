@@ -5,7 +5,7 @@ For a sampled transition ``(s, a, R, d, s')`` (``d`` is ``γ^n``, or 0 past a te
     a*  = argmax_a' Q_online(s', a')                 (double DQN: online net picks)
     y   = R + d · Q_target(s', a*)                   (target net evaluates)
     δ   = y − Q_online(s, a)
-    L   = mean_i  w_i · huber(δ_i)                   (w: prioritized-replay weights)
+    L   = mean_i  w_i · huber_κ(δ_i)                 (w: prioritized-replay weights)
 
 Gradients are clipped to a global norm, and the new priorities are ``|δ| + ε``.
 
@@ -34,6 +34,7 @@ from replay.store.field_checks import (
     in_unit_interval,
     not_negative,
     not_positive_integers,
+    positive_or_none,
 )
 
 if TYPE_CHECKING:
@@ -80,6 +81,16 @@ class Settings:
             margin. TD learning goes on beside it; an early solve's greedy choices sit on
             action gaps so small that a few hundred updates of it alone lose them.
         anchor_weight: the margin loss's weight beside the TD loss.
+        follow_better_confirmations: after the first confirmed solve, the evaluator
+            confirms each periodic evaluation above the best confirmed mean so far, and
+            a confirmation that beats it takes the first one's place: the anchor holds
+            its greedy actions, and training restarts from it (``restart_at_solve``). A
+            marginal first solve (CartPole: 475.4 over 100 episodes) otherwise holds the
+            policy near its own mean for the rest of the run.
+        huber_delta: the Huber loss's κ, where its gradient stops growing with ``|δ|``
+            (Acme's ``huber_loss_parameter``). The Nature DQN's 1 suits rewards clipped
+            to ±1; where returns reach the hundreds, a failure's error of 50 then moves
+            the network no more than an error of 1.
     """
 
     target_update_period: int = 2500
@@ -88,11 +99,21 @@ class Settings:
     restart_at_solve: bool = False
     anchor_margin: float = 0.0
     anchor_weight: float = 1.0
+    huber_delta: float = 1.0
+    follow_better_confirmations: bool = False
+
+    @property
+    def confirms_improvements(self) -> bool:
+        """Whether better confirmations are asked for: only where a solve restarts or
+        anchors training (``launch.builder.evaluator`` reads it)."""
+        held = self.restart_at_solve or self.anchor_margin > 0
+        return self.follow_better_confirmations and held
 
     def problems(self, prefix: str = "learner.dqn.") -> list[str]:
         return checked(self, prefix, lambda: not_positive_integers(
             {f"{prefix}target_update_period": self.target_update_period})
             + in_unit_interval(f"{prefix}policy_average", self.policy_average)
+            + positive_or_none({f"{prefix}huber_delta": self.huber_delta})
             + not_negative({f"{prefix}anchor_margin": self.anchor_margin,
                             f"{prefix}anchor_weight": self.anchor_weight}))  # fmt: skip
 
@@ -121,9 +142,10 @@ def dqn_step(
     max_grad_norm: float,
     priority_epsilon: float,
     anchor: Anchor | None = None,
+    huber_delta: float = 1.0,
 ) -> StepResult:
     """One gradient step on one batch; returns the loss and the new priorities."""
-    loss, magnitude = dqn_loss(online, target, transitions, weights, anchor)
+    loss, magnitude = dqn_loss(online, target, transitions, weights, anchor, huber_delta)
     descend(optimizer, loss, online.parameters(), max_grad_norm)
     return StepResult(
         loss=float(loss.detach()),
@@ -138,6 +160,7 @@ def dqn_loss(
     transitions: dict[str, torch.Tensor],
     weights: torch.Tensor,
     anchor: Anchor | None = None,
+    huber_delta: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's weighted loss, and ``|δ|`` per transition (detached); the module
     docstring's formulas. Both the eager step and the CUDA graph's
@@ -155,7 +178,8 @@ def dqn_loss(
         next_value = target(next_observations).gather(1, best_next).squeeze(1)
         targets = transitions["reward"] + transitions["discount"] * next_value
     td = targets - q_taken
-    loss = (weights * nn.functional.huber_loss(q_taken, targets, reduction="none")).mean()
+    huber = nn.functional.huber_loss(q_taken, targets, reduction="none", delta=huber_delta)
+    loss = (weights * huber).mean()
     if anchor is not None:
         loss = loss + anchor.weight * anchor.margin_loss(observations, q_all)
     return loss, td.detach().abs()
@@ -234,15 +258,20 @@ class DoubleDQN:
     def keeps_confirmed_weights(self) -> bool:
         return self.settings.restart_at_solve or self.settings.anchor_margin > 0
 
+    @property
+    def follows_better_confirmations(self) -> bool:
+        return self.settings.confirms_improvements
+
     def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """What waits for the solve: training goes on from the ``confirmed`` weights (if
         it restarts there), held to their greedy actions (if anchored; without them, to
-        the policy's now), and the averaged policy starts."""
+        the policy's now), and the averaged policy starts. Again with a better
+        confirmation's weights: the restart and the anchor move to them."""
         if confirmed is not None and self.settings.restart_at_solve:
             for network in (self.online, self.target, self.average):
                 if network is not None:
                     network.load_state_dict(confirmed)
-        if self.settings.anchor_margin and self.anchor is None:
+        if self.settings.anchor_margin and (self.anchor is None or confirmed is not None):
             self._start_anchor(confirmed)
         if self.settings.policy_average and self.average is None:
             self._start_average()
@@ -271,7 +300,8 @@ class DoubleDQN:
             with where:
                 result = dqn_step(self.online, self.target, self.optimizer, batch.transitions,
                                   batch.weights, self.config.max_grad_norm,
-                                  self.config.priority_epsilon, self.anchor)  # fmt: skip
+                                  self.config.priority_epsilon, self.anchor,
+                                  self.settings.huber_delta)  # fmt: skip
         self.steps += 1
         if self.steps % self.settings.target_update_period == 0:
             self.target.load_state_dict(self.online.state_dict())
@@ -282,7 +312,13 @@ class DoubleDQN:
     def _update(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The update a CUDA graph records (``apex.graphed_step``): the eager step's
         arithmetic, without its reads back to the host."""
-        loss, magnitude = dqn_loss(self.online, self.target, inputs, inputs["weights"])
+        loss, magnitude = dqn_loss(
+            self.online,
+            self.target,
+            inputs,
+            inputs["weights"],
+            huber_delta=self.settings.huber_delta,
+        )
         descend(self.optimizer, loss, self.online.parameters(), self.config.max_grad_norm)
         return loss.detach(), magnitude
 

@@ -12,7 +12,9 @@ mean reaches the target is confirmed at once: the same weights play ``confirm_ep
 more episodes on other seeds (gymnasium's definition of solving CartPole-v1 is a mean of
 475 over 100 consecutive episodes), and only a confirmed solve counts as one. After the
 first confirmed solve (a run that trains on) evaluations are periodic only: confirming
-every later one kept a CartPole evaluator busy on a core.
+every later one kept a CartPole evaluator busy on a core. Only where the learner follows
+better confirmations (DQN's ``follow_better_confirmations``) is a periodic evaluation
+above the best confirmed mean so far confirmed too.
 
 Results go to the learner's episodes socket as EVALUATION messages (``apex.evaluation``);
 the learner writes them to its metrics and stops on a confirmed solve. The evaluator
@@ -62,6 +64,8 @@ class EvaluatorConfig:
         confirm_episodes: episodes of a confirmation (0: none; a periodic evaluation at
             the target is then a solve by itself).
         target_return: the mean that asks for a confirmation (None: never).
+        confirm_improvements: after the first confirmed solve, confirm each periodic
+            evaluation above the best confirmed mean so far.
     """
 
     env: str
@@ -70,6 +74,7 @@ class EvaluatorConfig:
     episodes: int
     confirm_episodes: int
     target_return: float | None
+    confirm_improvements: bool = False
 
 
 class Evaluator:
@@ -104,6 +109,7 @@ class Evaluator:
         self._sequence = 0
         self.evaluations = 0
         self.confirmed = False
+        self.best_confirmed = -float("inf")
         # Made once and reset with new seeds: an Atari copy loads its ROM when made.
         self._envs: dict[int, gym.vector.VectorEnv] = {}
         self._next_at = config.every_steps
@@ -145,14 +151,18 @@ class Evaluator:
                     time.monotonic() - started)  # fmt: skip
         self.evaluations += 1
         target = config.target_return
-        if target is None or periodic.mean < target or not config.confirm_episodes or (
-                self.confirmed):  # fmt: skip
+        if target is None or periodic.mean < target or not config.confirm_episodes:
+            return
+        if self.confirmed and not (config.confirm_improvements
+                                   and periodic.mean > self.best_confirmed):  # fmt: skip
             return
         returns = self._play(config.confirm_episodes,
                              config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
         confirmation = Evaluation(version, steps, returns, index, True, skipped)
         self._send(confirmation)
-        self.confirmed = confirmation.mean >= target
+        if confirmation.mean >= target:
+            self.confirmed = True
+            self.best_confirmed = max(self.best_confirmed, confirmation.mean)
         logger.info("evaluation %d confirmed on %d episodes: mean %.1f (target %s)", index,
                     returns.size, confirmation.mean, target)  # fmt: skip
 

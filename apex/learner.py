@@ -133,6 +133,7 @@ class Learner:
         self._metrics: MetricsWriter | None = None
         self._last_eval: float | None = None
         self._solved = False
+        self._best_confirmed: float | None = None  # in this life
         self._started = time.monotonic()
         self._last_progress = self._started
         self._running = False
@@ -355,7 +356,13 @@ class Learner:
             self._solved = True
             if self.counters.solved_at_s is None:  # the run's first solve
                 self.counters.solved_at_s = self._elapsed_s()
+                self._best_confirmed = mean
                 self._solve(evaluation.weight_version)
+        elif solves and evaluation.confirmation and self._beats_best_confirmed(mean):
+            logger.info("confirmed mean %.1f beats %s: training follows weights %d", mean,
+                        self._best_confirmed, evaluation.weight_version)  # fmt: skip
+            self._best_confirmed = mean
+            self._solve(evaluation.weight_version)
         logger.info("%s %d (weights %d, %d env steps): greedy mean %.1f over %d episodes%s",
                     "confirmation of evaluation" if evaluation.confirmation else "evaluation",
                     evaluation.index, evaluation.weight_version, evaluation.env_steps, mean,
@@ -365,6 +372,10 @@ class Learner:
             # Timed when the learner heard it: a run is solved once its confirmation is in.
             self._metrics.write(evaluation.record(self._elapsed_s(), self.counters.updates,
                                                   weights_updates, solves))  # fmt: skip
+
+    def _beats_best_confirmed(self, mean: float) -> bool:
+        best = self._best_confirmed
+        return self.algorithm.follows_better_confirmations and (best is None or mean > best)
 
     def _solve(self, version: int) -> None:
         confirmed = self._weights.state_of(version)

@@ -227,7 +227,12 @@ def evaluator(
     from apex.envs import solved_return
     from apex.evaluator import Evaluator, EvaluatorConfig
 
+    # The learned policy as it is: in float, whatever precision the actors act in.
+    acting = dataclasses.replace(config.actor_config(0), acting_precision="float32")
+    policy, entry = build_acting(acting, env_shape(config.env))
     settings = config.learner
+    # Only DQN's settings have it (apex.dqn.Settings.confirms_improvements).
+    follows = getattr(settings.algorithms[entry.name], "confirms_improvements", False)
     evaluation = EvaluatorConfig(
         env=config.env,
         seed=settings.seed,
@@ -235,8 +240,6 @@ def evaluator(
         episodes=settings.eval_episodes,
         confirm_episodes=settings.confirm_episodes,
         target_return=solved_return(config.env, settings.target_return),
+        confirm_improvements=follows,
     )
-    # The learned policy as it is: in float, whatever precision the actors act in.
-    acting = dataclasses.replace(config.actor_config(0), acting_precision="float32")
-    policy, _ = build_acting(acting, env_shape(config.env))
     return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)

@@ -106,7 +106,8 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
     assert values["learner"]["dqn"] == {"target_update_period": 7, "policy_average": 0.01,
                                         "average_from_solve": True,
                                         "restart_at_solve": True, "anchor_margin": 0.8,
-                                        "anchor_weight": 0.1}  # fmt: skip
+                                        "anchor_weight": 0.1, "huber_delta": 1.0,
+                                        "follow_better_confirmations": False}  # fmt: skip
     assert resolve(values) == config
     with pytest.raises(ConfigError) as refused:
         resolve({"learner": {"dqn": {"target_update_period": 0, "typo": 1,
@@ -227,3 +228,32 @@ def test_an_anchored_dqn_holds_the_confirmed_greedy_actions_while_td_learning_go
                                    confirmed.online.state_dict())  # fmt: skip
     else:
         assert agreement <= 0.5, agreement
+
+
+@pytest.mark.parametrize("delta", [1.0, 10.0])
+def test_dqn_s_huber_loss_turns_linear_past_its_delta(delta: float) -> None:
+    """TD errors of about 5 and 50: past κ the loss grows linearly, under it as δ²/2."""
+    from apex.dqn import dqn_loss
+
+    torch.manual_seed(0)
+    online, target = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
+    observations = torch.randn(2, 4)
+    q_taken = online(observations).detach()[:, 0]
+    with torch.no_grad():
+        online_next = online(observations).argmax(dim=1, keepdim=True)
+        next_value = target(observations).gather(1, online_next).squeeze(1)
+    targets = q_taken + torch.tensor([5.0, 50.0])  # the rewards that make these errors
+    batch = {"obs": observations, "action": torch.zeros(2, dtype=torch.int64),
+             "reward": targets - 0.9 * next_value, "discount": torch.full((2,), 0.9),
+             "next_obs": observations}  # fmt: skip
+    weights = torch.tensor([1.0, 0.5])
+    loss, magnitude = dqn_loss(online, target, batch, weights, huber_delta=delta)
+    error = torch.tensor([5.0, 50.0])
+    huber = torch.where(error < delta, 0.5 * error**2, delta * (error - 0.5 * delta))
+    torch.testing.assert_close(magnitude, error, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(loss, (weights * huber).mean(), rtol=1e-5, atol=1e-4)
+
+
+def test_dqn_refuses_a_huber_delta_not_above_zero() -> None:
+    with pytest.raises(ConfigError, match=r"learner\.dqn\.huber_delta must be > 0, got 0"):
+        resolve({"learner": {"dqn": {"huber_delta": 0.0}}})

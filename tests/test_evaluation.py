@@ -200,6 +200,61 @@ def test_the_evaluator_keeps_its_cadence_skips_what_it_missed_and_confirms() -> 
     assert not thread.is_alive()
 
 
+class ShakyWhenConfirmed(ScriptedPolicy):
+    """Balances every copy at gain 1; at a gain under 1 it lets the first copy of a batch
+    of more than 8 (a confirmation, not a periodic evaluation) fall: about 484 over 30."""
+
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+        actions = super().explore(observations, scales, rng)
+        if self.gain < 1 and len(observations) > 8:
+            actions[0] = 0
+        return actions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("follow", [False, True])
+def test_better_confirmations_are_asked_for_only_where_followed(follow: bool) -> None:
+    """``confirm_improvements``: after a marginal confirmed solve, a periodic evaluation
+    above it is confirmed too, and one no better than the best confirmed is not."""
+    context = zmq.Context()
+    got: list[Evaluation] = []
+    collector = EpisodeCollector(context, on_evaluation=lambda m: got.append(read_evaluation(m)))
+    publisher = WeightPublisher(context)
+    config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=8,
+                             confirm_episodes=30, target_return=475.0,
+                             confirm_improvements=follow)  # fmt: skip
+    evaluator = Evaluator(config, ShakyWhenConfirmed(), publisher.endpoint, collector.endpoint)
+    thread = threading.Thread(target=evaluator.run, daemon=True)
+    thread.start()
+
+    def published_until(count: int, gain: float, version: int, steps: int) -> None:
+        def heard() -> bool:
+            publisher.publish(Gain(gain), version, steps)
+            collector.drain()
+            return len(got) >= count
+
+        wait_for(heard, timeout_s=30, what=f"{count} evaluations", interval_s=0.05)
+
+    try:
+        published_until(2, 0.5, 1, 1000)  # 500 periodic, then 484 confirmed: solved
+        assert got[1].confirmation and 475 <= got[1].mean < 500
+        published_until(3, 1.0, 2, 2000)  # 500 periodic: better than 484
+        if follow:
+            published_until(4, 1.0, 2, 2000)
+            assert got[3].confirmation and got[3].mean == 500 and got[3].weight_version == 2
+        published_until(len(got) + 1, 1.0, 3, 3000)  # 500 again: no better than 500
+        published_until(len(got) + 1, 1.0, 4, 4000)
+        assert [e.confirmation for e in got] == [False, True, False, *[True] * follow,
+                                                 False, False]  # fmt: skip
+    finally:
+        evaluator.stop()
+        thread.join(timeout=10)
+        publisher.close()
+        collector.close()
+        context.destroy(linger=0)
+    assert not thread.is_alive()
+
+
 def _send_evaluations(endpoint: str, evaluations: list[Evaluation | bytes]) -> None:
     context = zmq.Context()
     socket = make_socket(context, zmq.PUSH, 100)
@@ -274,7 +329,9 @@ def test_a_run_that_restarts_at_its_solve_goes_on_from_the_confirmed_weights(
     first = {name: value.clone() for name, value in algorithm.online.state_dict().items()}
 
     def confirm_version_1_later() -> None:  # weights published before the first update
-        wait_for(lambda: learner.counters.updates >= 100, timeout_s=60, what="100 updates")
+        # Paced: a busy poll holds the GIL the learner's thread trains with.
+        wait_for(lambda: learner.counters.updates >= 100, timeout_s=60, what="100 updates",
+                 interval_s=0.01)  # fmt: skip
         _send_evaluations(learner.episodes_endpoint,
                           [Evaluation(1, 1000, np.full(20, 490.0), 0, False),
                            Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
@@ -289,3 +346,48 @@ def test_a_run_that_restarts_at_its_solve_goes_on_from_the_confirmed_weights(
     for network in (algorithm.online, algorithm.target):
         for name, value in network.state_dict().items():
             torch.testing.assert_close(value, first[name], rtol=0, atol=1e-6)
+
+
+def test_a_better_confirmation_takes_the_first_one_s_place(tmp_path: Path) -> None:
+    """``follow_better_confirmations``: after the solve, a confirmation above the best
+    confirmed mean moves the anchor to its weights; one under it leaves the anchor."""
+    store = filled_store(np.random.default_rng(8))
+    learner = make_learner(tmp_path, store, max_updates=100_000, eval_every_steps=1000,
+                           target_return=475.0, stop_when_solved=False, learning_rate=1e-2,
+                           dqn_settings={"anchor_margin": 0.5,
+                                         "follow_better_confirmations": True})  # fmt: skip
+    algorithm = learner.algorithm
+    assert algorithm.follows_better_confirmations
+    kept: dict[str, torch.Tensor] = {}
+
+    def confirmations() -> list[dict]:
+        return [r for r in read_metrics(tmp_path) if r["event"] == "confirmation"]
+
+    def confirm_then_better_then_worse() -> None:
+        try:
+            wait_for(lambda: learner.counters.updates >= 50, timeout_s=60, what="50 updates",
+                     interval_s=0.01)  # fmt: skip
+            _send_evaluations(learner.episodes_endpoint,
+                              [Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
+            wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the solve",
+                     interval_s=0.01)  # fmt: skip
+            later = learner.counters.weight_version  # published, and trained past version 1
+            kept.update(learner._weights.state_of(later))
+            _send_evaluations(learner.episodes_endpoint,
+                              [Evaluation(later, 2000, np.full(100, 490.0), 1, True),
+                               Evaluation(1, 3000, np.full(100, 485.0), 2, True)])  # fmt: skip
+            wait_for(lambda: len(confirmations()) == 3, timeout_s=30, what="3 confirmations",
+                     interval_s=0.01)  # fmt: skip
+        finally:
+            learner.stop()
+
+    sender = threading.Thread(target=confirm_then_better_then_worse, daemon=True)
+    sender.start()
+    outcome = learner.run()
+    sender.join(timeout=10)
+    assert outcome.solved and outcome.reason == "stopped"
+    assert [r["eval_return_mean"] for r in confirmations()] == [480.0, 490.0, 485.0]
+    anchored = algorithm.anchor.network.state_dict()
+    assert kept and anchored.keys() == kept.keys()
+    for name, value in kept.items():
+        torch.testing.assert_close(anchored[name], value, rtol=0, atol=0)

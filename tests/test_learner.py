@@ -134,11 +134,12 @@ def make_learner(
     policy_average: float = 0.0,
     average_from_solve: bool = False,
     restart_at_solve: bool = False,
+    dqn_settings: dict | None = None,
     **settings,
 ) -> Learner:
     dqn = DQNSettings(target_update_period=10, policy_average=policy_average,
                       average_from_solve=average_from_solve,
-                      restart_at_solve=restart_at_solve)  # fmt: skip
+                      restart_at_solve=restart_at_solve, **(dqn_settings or {}))  # fmt: skip
     config = LearnerConfig(**{
         "batch_size": BATCH, "hidden": (32, 32), "publish_period": 5, "eval_every_steps": 0,
         "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings, "algorithms": {"dqn": dqn},
