@@ -4,6 +4,7 @@ the learner stopping on a confirmed solve only."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -146,18 +147,16 @@ def test_a_malformed_evaluation_is_refused(mangle, match: str) -> None:
         read_evaluation(_wire(replace(base, arrays=arrays)))
 
 
-@pytest.mark.slow
-def test_the_evaluator_keeps_its_cadence_skips_what_it_missed_and_confirms() -> None:
-    """Over real sockets: weights below the first cadence point are not evaluated; weights
-    past three points are evaluated once, with two points skipped; weights at the target
-    are confirmed on their own number of episodes."""
+@contextlib.contextmanager
+def evaluator_on_sockets(config: EvaluatorConfig, policy: ScriptedPolicy):
+    """An evaluator on a thread between a real weight publisher and episode collector.
+    Yields the evaluations heard, ``published_until(count, module, version, steps)`` (which
+    publishes until ``count`` evaluations are in) and the publisher."""
     context = zmq.Context()
     got: list[Evaluation] = []
     collector = EpisodeCollector(context, on_evaluation=lambda m: got.append(read_evaluation(m)))
     publisher = WeightPublisher(context)
-    config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=8,
-                             confirm_episodes=30, target_return=475.0)  # fmt: skip
-    evaluator = Evaluator(config, ScriptedPolicy(), publisher.endpoint, collector.endpoint)
+    evaluator = Evaluator(config, policy, publisher.endpoint, collector.endpoint)
     thread = threading.Thread(target=evaluator.run, daemon=True)
     thread.start()
 
@@ -170,6 +169,24 @@ def test_the_evaluator_keeps_its_cadence_skips_what_it_missed_and_confirms() -> 
         wait_for(heard, timeout_s=30, what=f"{count} evaluations", interval_s=0.05)
 
     try:
+        yield got, published_until, publisher
+    finally:
+        evaluator.stop()
+        thread.join(timeout=10)
+        publisher.close()
+        collector.close()
+        context.destroy(linger=0)
+    assert not thread.is_alive()
+
+
+@pytest.mark.slow
+def test_the_evaluator_keeps_its_cadence_skips_what_it_missed_and_confirms() -> None:
+    """Over real sockets: weights below the first cadence point are not evaluated; weights
+    past three points are evaluated once, with two points skipped; weights at the target
+    are confirmed on their own number of episodes."""
+    config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=8,
+                             confirm_episodes=30, target_return=475.0)  # fmt: skip
+    with evaluator_on_sockets(config, ScriptedPolicy()) as (got, published_until, publisher):
         for version in (1, 2, 3):  # below the first point: never evaluated
             publisher.publish(Gain(1.0), version, 999)
         published_until(1, Gain(-1.0), 4, 3500)
@@ -191,13 +208,6 @@ def test_the_evaluator_keeps_its_cadence_skips_what_it_missed_and_confirms() -> 
         # none confirmed after the first confirmation.
         assert [e.confirmation for e in got[:3]] == [False, False, True]
         assert len(got) in (5, 6) and not any(e.confirmation for e in got[3:])
-    finally:
-        evaluator.stop()
-        thread.join(timeout=10)
-        publisher.close()
-        collector.close()
-        context.destroy(linger=0)
-    assert not thread.is_alive()
 
 
 class ShakyWhenConfirmed(ScriptedPolicy):
@@ -216,43 +226,20 @@ class ShakyWhenConfirmed(ScriptedPolicy):
 def test_better_confirmations_are_asked_for_only_where_followed(follow: bool) -> None:
     """``confirm_improvements``: after a marginal confirmed solve, a periodic evaluation
     above it is confirmed too, and one no better than the best confirmed is not."""
-    context = zmq.Context()
-    got: list[Evaluation] = []
-    collector = EpisodeCollector(context, on_evaluation=lambda m: got.append(read_evaluation(m)))
-    publisher = WeightPublisher(context)
     config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=8,
                              confirm_episodes=30, target_return=475.0,
                              confirm_improvements=follow)  # fmt: skip
-    evaluator = Evaluator(config, ShakyWhenConfirmed(), publisher.endpoint, collector.endpoint)
-    thread = threading.Thread(target=evaluator.run, daemon=True)
-    thread.start()
-
-    def published_until(count: int, gain: float, version: int, steps: int) -> None:
-        def heard() -> bool:
-            publisher.publish(Gain(gain), version, steps)
-            collector.drain()
-            return len(got) >= count
-
-        wait_for(heard, timeout_s=30, what=f"{count} evaluations", interval_s=0.05)
-
-    try:
-        published_until(2, 0.5, 1, 1000)  # 500 periodic, then 484 confirmed: solved
+    with evaluator_on_sockets(config, ShakyWhenConfirmed()) as (got, published_until, _):
+        published_until(2, Gain(0.5), 1, 1000)  # 500 periodic, then 484 confirmed: solved
         assert got[1].confirmation and 475 <= got[1].mean < 500
-        published_until(3, 1.0, 2, 2000)  # 500 periodic: better than 484
+        published_until(3, Gain(1.0), 2, 2000)  # 500 periodic: better than 484
         if follow:
-            published_until(4, 1.0, 2, 2000)
+            published_until(4, Gain(1.0), 2, 2000)
             assert got[3].confirmation and got[3].mean == 500 and got[3].weight_version == 2
-        published_until(len(got) + 1, 1.0, 3, 3000)  # 500 again: no better than 500
-        published_until(len(got) + 1, 1.0, 4, 4000)
+        published_until(len(got) + 1, Gain(1.0), 3, 3000)  # 500 again: no better than 500
+        published_until(len(got) + 1, Gain(1.0), 4, 4000)
         assert [e.confirmation for e in got] == [False, True, False, *[True] * follow,
                                                  False, False]  # fmt: skip
-    finally:
-        evaluator.stop()
-        thread.join(timeout=10)
-        publisher.close()
-        collector.close()
-        context.destroy(linger=0)
-    assert not thread.is_alive()
 
 
 def _send_evaluations(endpoint: str, evaluations: list[Evaluation | bytes]) -> None:
