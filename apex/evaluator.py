@@ -108,8 +108,7 @@ class Evaluator:
         self._stop = threading.Event()
         self._sequence = 0
         self.evaluations = 0
-        self.confirmed = False
-        self.best_confirmed = -float("inf")
+        self.best_confirmed: float | None = None  # the best confirmed mean at the target
         # Made once and reset with new seeds: an Atari copy loads its ROM when made.
         self._envs: dict[int, gym.vector.VectorEnv] = {}
         self._next_at = config.every_steps
@@ -153,16 +152,16 @@ class Evaluator:
         target = config.target_return
         if target is None or periodic.mean < target or not config.confirm_episodes:
             return
-        if self.confirmed and not (config.confirm_improvements
-                                   and periodic.mean > self.best_confirmed):  # fmt: skip
+        best = self.best_confirmed
+        if best is not None and not (config.confirm_improvements and periodic.mean > best):
             return
         returns = self._play(config.confirm_episodes,
                              config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
         confirmation = Evaluation(version, steps, returns, index, True, skipped)
         self._send(confirmation)
         if confirmation.mean >= target:
-            self.confirmed = True
-            self.best_confirmed = max(self.best_confirmed, confirmation.mean)
+            mean = confirmation.mean
+            self.best_confirmed = mean if best is None else max(best, mean)
         logger.info("evaluation %d confirmed on %d episodes: mean %.1f (target %s)", index,
                     returns.size, confirmation.mean, target)  # fmt: skip
 
