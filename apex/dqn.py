@@ -83,10 +83,12 @@ class Settings:
         anchor_weight: the margin loss's weight beside the TD loss.
         follow_better_confirmations: after the first confirmed solve, the evaluator
             confirms each periodic evaluation above the best confirmed mean so far, and
-            a confirmation that beats it takes the first one's place: the anchor holds
-            its greedy actions, and training restarts from it (``restart_at_solve``). A
-            marginal first solve (CartPole: 475.4 over 100 episodes) otherwise holds the
-            policy near its own mean for the rest of the run.
+            a confirmation that beats it takes the first one's place as the anchor.
+            Training goes on from where it is: the restart is the first solve's alone
+            (a restart at every better confirmation reset the networks a hundred times
+            in three minutes, and the policy dipped after them; bench/HISTORY.md, stop
+            57). A marginal first solve (CartPole: 475.4 over 100 episodes) otherwise
+            holds the policy near its own mean for the rest of the run.
         huber_delta: the Huber loss's κ, where its gradient stops growing with ``|δ|``
             (Acme's ``huber_loss_parameter``). The Nature DQN's 1 suits rewards clipped
             to ±1; where returns reach the hundreds, a failure's error of 50 then moves
@@ -104,10 +106,9 @@ class Settings:
 
     @property
     def confirms_improvements(self) -> bool:
-        """Whether better confirmations are asked for: only where a solve restarts or
-        anchors training (``launch.builder.evaluator`` reads it)."""
-        held = self.restart_at_solve or self.anchor_margin > 0
-        return self.follow_better_confirmations and held
+        """Whether better confirmations are asked for: only where a solve anchors
+        training (``launch.builder.evaluator`` reads it)."""
+        return self.follow_better_confirmations and self.anchor_margin > 0
 
     def problems(self, prefix: str = "learner.dqn.") -> list[str]:
         return checked(self, prefix, lambda: not_positive_integers(
@@ -266,8 +267,9 @@ class DoubleDQN:
         """What waits for the solve: training goes on from the ``confirmed`` weights (if
         it restarts there), held to their greedy actions (if anchored; without them, to
         the policy's now), and the averaged policy starts. Again with a better
-        confirmation's weights: the restart and the anchor move to them."""
-        if confirmed is not None and self.settings.restart_at_solve:
+        confirmation's weights: the anchor moves to them, and training goes on."""
+        first_solve = self.anchor is None  # a resumed solved run has its anchor back
+        if confirmed is not None and self.settings.restart_at_solve and first_solve:
             for network in (self.online, self.target, self.average):
                 if network is not None:
                     network.load_state_dict(confirmed)

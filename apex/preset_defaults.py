@@ -179,13 +179,19 @@ DEFAULTS: dict[str, dict] = {
             # by a margin loss of weight 0.1 (seed 102, solved at 720 updates: 0.977,
             # against 0.547 without; seed 105, solved at 2,980: 0.919; at weight 1 the
             # anchor held seed 105's marginal 478 policy: 0.778; stop 49).
+            # The anchor at weight 1, moved to each better confirmation (training going
+            # on, not restarted): tuning seeds 125, 129, 138, 152 at 0.979-1.00, against
+            # 0.602-0.998 at weight 0.1 (138 anchored at a confirmed 476 stayed 0.602);
+            # seeds 126, 131, 142, 149 (three solved in 720-780 updates) 0.999-1.00
+            # (bench/HISTORY.md, stop 57).
             "dqn": {
                 "target_update_period": 32,
                 "policy_average": 0.01,
                 "average_from_solve": True,
                 "restart_at_solve": True,
                 "anchor_margin": 0.8,
-                "anchor_weight": 0.1,
+                "anchor_weight": 1.0,
+                "follow_better_confirmations": True,
             },
             "learning_rate_solved": 1e-4,
             "publish_period": 20,

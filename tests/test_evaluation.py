@@ -378,3 +378,51 @@ def test_a_better_confirmation_takes_the_first_one_s_place(tmp_path: Path) -> No
     assert kept and anchored.keys() == kept.keys()
     for name, value in kept.items():
         torch.testing.assert_close(anchored[name], value, rtol=0, atol=0)
+
+
+def test_a_better_confirmation_moves_the_anchor_and_training_goes_on(tmp_path: Path) -> None:
+    """With ``restart_at_solve``, only the first solve restarts: a better confirmation
+    later moves the anchor to its weights and leaves the networks where training has them
+    (here frozen at the first confirmation's weights by a step size too small to move
+    them)."""
+    store = filled_store(np.random.default_rng(9))
+    learner = make_learner(tmp_path, store, max_updates=100_000, eval_every_steps=1000,
+                           target_return=475.0, stop_when_solved=False, learning_rate=1e-2,
+                           learning_rate_solved=1e-12, restart_at_solve=True,
+                           dqn_settings={"anchor_margin": 0.5,
+                                         "follow_better_confirmations": True})  # fmt: skip
+    algorithm = learner.algorithm
+    first = {name: value.clone() for name, value in algorithm.online.state_dict().items()}
+    later: dict[str, torch.Tensor] = {}
+
+    def confirm_then_better() -> None:
+        try:
+            wait_for(lambda: learner.counters.updates >= 50, timeout_s=60, what="50 updates",
+                     interval_s=0.01)  # fmt: skip
+            version = learner.counters.weight_version  # trained 50 updates past version 1
+            later.update(learner._weights.state_of(version))
+            _send_evaluations(learner.episodes_endpoint,
+                              [Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
+            wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the solve",
+                     interval_s=0.01)  # fmt: skip
+            _send_evaluations(
+                learner.episodes_endpoint, [Evaluation(version, 2000, np.full(100, 490.0), 1, True)]
+            )
+            wait_for(lambda: len([r for r in read_metrics(tmp_path)
+                                  if r["event"] == "confirmation"]) == 2,
+                     timeout_s=30, what="2 confirmations", interval_s=0.01)  # fmt: skip
+        finally:
+            learner.stop()
+
+    sender = threading.Thread(target=confirm_then_better, daemon=True)
+    sender.start()
+    outcome = learner.run()
+    sender.join(timeout=10)
+    assert outcome.solved and outcome.reason == "stopped"
+    assert later and any(not torch.equal(later[name], first[name]) for name in first)
+    anchored = algorithm.anchor.network.state_dict()
+    for name, value in later.items():
+        torch.testing.assert_close(anchored[name], value, rtol=0, atol=0)
+    for network in (algorithm.online, algorithm.target):  # the first solve's restart only
+        for name, value in network.state_dict().items():
+            torch.testing.assert_close(value, first[name], rtol=0, atol=1e-6)
