@@ -285,6 +285,26 @@ def test_the_learner_stops_only_on_a_confirmed_solve(tmp_path: Path, confirmed: 
     assert max(rejected) == 1
 
 
+def _run_beside(learner, send) -> object:
+    """The learner's run, with ``send`` (what the evaluator would say) on a thread beside it."""
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    outcome = learner.run()
+    sender.join(timeout=10)
+    return outcome
+
+
+def _confirmations(run_dir: Path) -> list[dict]:
+    return [r for r in read_metrics(run_dir) if r["event"] == "confirmation"]
+
+
+def _confirm(learner, run_dir: Path, count: int, evaluations: list[Evaluation]) -> None:
+    """Sends ``evaluations``; returns once the learner has written ``count`` confirmations."""
+    _send_evaluations(learner.episodes_endpoint, evaluations)
+    wait_for(lambda: len(_confirmations(run_dir)) == count, timeout_s=30,
+             what=f"{count} confirmations", interval_s=0.01)  # fmt: skip
+
+
 def test_a_run_that_trains_on_past_its_solve_steps_at_its_solved_step_size(
     tmp_path: Path,
 ) -> None:
@@ -323,12 +343,9 @@ def test_a_run_that_restarts_at_its_solve_goes_on_from_the_confirmed_weights(
                           [Evaluation(1, 1000, np.full(20, 490.0), 0, False),
                            Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
 
-    sender = threading.Thread(target=confirm_version_1_later, daemon=True)
-    sender.start()
-    outcome = learner.run()
-    sender.join(timeout=10)
+    outcome = _run_beside(learner, confirm_version_1_later)
     assert outcome.solved and outcome.reason == "max_updates"
-    [confirmation] = [r for r in read_metrics(tmp_path) if r["event"] == "confirmation"]
+    [confirmation] = _confirmations(tmp_path)
     assert confirmation["updates"] >= 100  # heard after training had moved the weights on
     for network in (algorithm.online, algorithm.target):
         for name, value in network.state_dict().items():
@@ -347,9 +364,6 @@ def test_a_better_confirmation_takes_the_first_one_s_place(tmp_path: Path) -> No
     assert algorithm.follows_better_confirmations
     kept: dict[str, torch.Tensor] = {}
 
-    def confirmations() -> list[dict]:
-        return [r for r in read_metrics(tmp_path) if r["event"] == "confirmation"]
-
     def confirm_then_better_then_worse() -> None:
         try:
             wait_for(lambda: learner.counters.updates >= 50, timeout_s=60, what="50 updates",
@@ -360,20 +374,15 @@ def test_a_better_confirmation_takes_the_first_one_s_place(tmp_path: Path) -> No
                      interval_s=0.01)  # fmt: skip
             later = learner.counters.weight_version  # published, and trained past version 1
             kept.update(learner._weights.state_of(later))
-            _send_evaluations(learner.episodes_endpoint,
-                              [Evaluation(later, 2000, np.full(100, 490.0), 1, True),
-                               Evaluation(1, 3000, np.full(100, 485.0), 2, True)])  # fmt: skip
-            wait_for(lambda: len(confirmations()) == 3, timeout_s=30, what="3 confirmations",
-                     interval_s=0.01)  # fmt: skip
+            better = Evaluation(later, 2000, np.full(100, 490.0), 1, True)
+            worse = Evaluation(1, 3000, np.full(100, 485.0), 2, True)
+            _confirm(learner, tmp_path, 3, [better, worse])
         finally:
             learner.stop()
 
-    sender = threading.Thread(target=confirm_then_better_then_worse, daemon=True)
-    sender.start()
-    outcome = learner.run()
-    sender.join(timeout=10)
+    outcome = _run_beside(learner, confirm_then_better_then_worse)
     assert outcome.solved and outcome.reason == "stopped"
-    assert [r["eval_return_mean"] for r in confirmations()] == [480.0, 490.0, 485.0]
+    assert [r["eval_return_mean"] for r in _confirmations(tmp_path)] == [480.0, 490.0, 485.0]
     anchored = algorithm.anchor.network.state_dict()
     assert kept and anchored.keys() == kept.keys()
     for name, value in kept.items():
@@ -405,19 +414,13 @@ def test_a_better_confirmation_moves_the_anchor_and_training_goes_on(tmp_path: P
                               [Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
             wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the solve",
                      interval_s=0.01)  # fmt: skip
-            _send_evaluations(
-                learner.episodes_endpoint, [Evaluation(version, 2000, np.full(100, 490.0), 1, True)]
+            _confirm(
+                learner, tmp_path, 2, [Evaluation(version, 2000, np.full(100, 490.0), 1, True)]
             )
-            wait_for(lambda: len([r for r in read_metrics(tmp_path)
-                                  if r["event"] == "confirmation"]) == 2,
-                     timeout_s=30, what="2 confirmations", interval_s=0.01)  # fmt: skip
         finally:
             learner.stop()
 
-    sender = threading.Thread(target=confirm_then_better, daemon=True)
-    sender.start()
-    outcome = learner.run()
-    sender.join(timeout=10)
+    outcome = _run_beside(learner, confirm_then_better)
     assert outcome.solved and outcome.reason == "stopped"
     assert later and any(not torch.equal(later[name], first[name]) for name in first)
     anchored = algorithm.anchor.network.state_dict()
