@@ -84,11 +84,11 @@ class Settings:
         follow_better_confirmations: after the first confirmed solve, the evaluator
             confirms each periodic evaluation above the best confirmed mean so far, and
             a confirmation that beats it takes the first one's place as the anchor.
-            Training goes on from where it is: the restart is the first solve's alone
-            (a restart at every better confirmation reset the networks a hundred times
-            in three minutes, and the policy dipped after them; bench/HISTORY.md, stop
-            57). A marginal first solve (CartPole: 475.4 over 100 episodes) otherwise
-            holds the policy near its own mean for the rest of the run.
+            Training goes on from where it is: the restart is the first solve's alone,
+            where it undoes the updates made while the confirmation ran; later, the
+            anchor already holds the greedy actions (bench/HISTORY.md, stop 57). A
+            marginal first solve (CartPole: 475.4 over 100 episodes) otherwise holds the
+            policy near its own mean for the rest of the run.
         huber_delta: the Huber loss's κ, where its gradient stops growing with ``|δ|``
             (Acme's ``huber_loss_parameter``). The Nature DQN's 1 suits rewards clipped
             to ±1; where returns reach the hundreds, a failure's error of 50 then moves
