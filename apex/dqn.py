@@ -89,6 +89,11 @@ class Settings:
             anchor already holds the greedy actions (bench/HISTORY.md, stop 57). A
             marginal first solve (CartPole: 475.4 over 100 episodes) otherwise holds the
             policy near its own mean for the rest of the run.
+        follow_margin: by how much a periodic evaluation must beat the best confirmed
+            mean to be confirmed (``follow_better_confirmations``). A 20-episode mean
+            beats a 100-episode one by chance once the policy is near it, and each
+            confirmation plays 100 episodes on the run's cores (CartPole: 79-183 of them
+            in 3 minutes, bench/HISTORY.md, stop 58).
         huber_delta: the Huber loss's κ, where its gradient stops growing with ``|δ|``
             (Acme's ``huber_loss_parameter``). The Nature DQN's 1 suits rewards clipped
             to ±1; where returns reach the hundreds, a failure's error of 50 then moves
@@ -103,6 +108,7 @@ class Settings:
     anchor_weight: float = 1.0
     huber_delta: float = 1.0
     follow_better_confirmations: bool = False
+    follow_margin: float = 0.0
 
     @property
     def confirms_improvements(self) -> bool:
@@ -116,7 +122,8 @@ class Settings:
             + in_unit_interval(f"{prefix}policy_average", self.policy_average)
             + positive_or_none({f"{prefix}huber_delta": self.huber_delta})
             + not_negative({f"{prefix}anchor_margin": self.anchor_margin,
-                            f"{prefix}anchor_weight": self.anchor_weight}))  # fmt: skip
+                            f"{prefix}anchor_weight": self.anchor_weight,
+                            f"{prefix}follow_margin": self.follow_margin}))  # fmt: skip
 
 
 def shape_problems(shape: EnvShape, env: str) -> list[str]:

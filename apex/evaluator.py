@@ -66,6 +66,8 @@ class EvaluatorConfig:
         target_return: the mean that asks for a confirmation (None: never).
         confirm_improvements: after the first confirmed solve, confirm each periodic
             evaluation above the best confirmed mean so far.
+        improvement_margin: by how much a periodic evaluation must beat the best
+            confirmed mean to be confirmed (``confirm_improvements``).
     """
 
     env: str
@@ -75,6 +77,7 @@ class EvaluatorConfig:
     confirm_episodes: int
     target_return: float | None
     confirm_improvements: bool = False
+    improvement_margin: float = 0.0
 
 
 class Evaluator:
@@ -153,7 +156,8 @@ class Evaluator:
         if target is None or periodic.mean < target or not config.confirm_episodes:
             return
         best = self.best_confirmed
-        if best is not None and not (config.confirm_improvements and periodic.mean > best):
+        bar = None if best is None else best + config.improvement_margin
+        if bar is not None and not (config.confirm_improvements and periodic.mean > bar):
             return
         returns = self._play(config.confirm_episodes,
                              config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip

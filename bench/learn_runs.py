@@ -8,7 +8,8 @@ A run is a plain dict, what the record keeps per seed::
      "solved", "solve_s", "solve_env_steps", "solve_updates",    # None when unsolved
      "evaluations": [[s, env steps, updates, mean], ...],        # periodic, in order
      "confirmations": [[s, env steps, updates, mean], ...],
-     "end_s", "error" (only when it failed)}
+     "end_s", "error" (only when it failed),
+     "updates"}                                 # apex only: the learner's at its end
 
 Times are seconds since spawning; updates are the learner's (SB3: gradient steps) behind
 the weights evaluated.
@@ -105,6 +106,8 @@ def run_apex(
         return [[r["unix_s"], r["env_steps"], r.get("weights_updates"), r["eval_return_mean"]]
                 for r in records if r.get("event") == kind]  # fmt: skip
 
+    end = next((r for r in records if r.get("event") == "end"), {})
+    base["updates"] = end.get("updates")
     return _run(base, task, spawned, events("evaluation"), events("confirmation"), ended)
 
 

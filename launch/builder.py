@@ -232,7 +232,8 @@ def evaluator(
     policy, entry = build_acting(acting, env_shape(config.env))
     settings = config.learner
     # Only DQN's settings have it (apex.dqn.Settings.confirms_improvements).
-    follows = getattr(settings.algorithms[entry.name], "confirms_improvements", False)
+    algorithm_settings = settings.algorithms[entry.name]
+    follows = getattr(algorithm_settings, "confirms_improvements", False)
     evaluation = EvaluatorConfig(
         env=config.env,
         seed=settings.seed,
@@ -241,5 +242,6 @@ def evaluator(
         confirm_episodes=settings.confirm_episodes,
         target_return=solved_return(config.env, settings.target_return),
         confirm_improvements=follows,
+        improvement_margin=getattr(algorithm_settings, "follow_margin", 0.0),
     )
     return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)

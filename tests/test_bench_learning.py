@@ -177,6 +177,8 @@ def test_quick_learn_runs_both_sides_and_resumes_without_running_again(tmp_path:
         assert "error" not in run, run
         assert 0 < run["end_s"] < quick_task(TASKS["CartPole-v1"]).budget_s + 60
         assert all(e[0] <= run["budget_s"] for e in run["evaluations"])
+    [apex] = [r for r in runs if r["implementation"] == "apex"]
+    assert apex["updates"] >= max(e[2] for e in apex["evaluations"])
     assert {r["implementation"] for r in document["records"]} == {"apex", "sb3-dqn"}
     assert (plots / "learn-CartPole-v1.png").stat().st_size > 0
     assert "### learn: CartPole-v1" in learn_report.markdown(document)

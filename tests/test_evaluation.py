@@ -222,23 +222,27 @@ class ShakyWhenConfirmed(ScriptedPolicy):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("follow", [False, True])
-def test_better_confirmations_are_asked_for_only_where_followed(follow: bool) -> None:
+@pytest.mark.parametrize("follow, margin", [(False, 0.0), (True, 0.0), (True, 20.0)])
+def test_better_confirmations_are_asked_for_only_where_followed(
+    follow: bool, margin: float
+) -> None:
     """``confirm_improvements``: after a marginal confirmed solve, a periodic evaluation
-    above it is confirmed too, and one no better than the best confirmed is not."""
+    above it (by more than ``improvement_margin``) is confirmed too, and one no better
+    than the best confirmed is not."""
     config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=8,
                              confirm_episodes=30, target_return=475.0,
-                             confirm_improvements=follow)  # fmt: skip
+                             confirm_improvements=follow, improvement_margin=margin)  # fmt: skip
+    confirms = follow and margin == 0  # 500 is not 20 better than the 484 confirmed
     with evaluator_on_sockets(config, ShakyWhenConfirmed()) as (got, published_until, _):
         published_until(2, Gain(0.5), 1, 1000)  # 500 periodic, then 484 confirmed: solved
         assert got[1].confirmation and 475 <= got[1].mean < 500
         published_until(3, Gain(1.0), 2, 2000)  # 500 periodic: better than 484
-        if follow:
+        if confirms:
             published_until(4, Gain(1.0), 2, 2000)
             assert got[3].confirmation and got[3].mean == 500 and got[3].weight_version == 2
         published_until(len(got) + 1, Gain(1.0), 3, 3000)  # 500 again: no better than 500
         published_until(len(got) + 1, Gain(1.0), 4, 4000)
-        assert [e.confirmation for e in got] == [False, True, False, *[True] * follow,
+        assert [e.confirmation for e in got] == [False, True, False, *[True] * confirms,
                                                  False, False]  # fmt: skip
 
 
