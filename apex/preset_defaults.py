@@ -184,6 +184,9 @@ DEFAULTS: dict[str, dict] = {
             # 0.602-0.998 at weight 0.1 (138 anchored at a confirmed 476 stayed 0.602);
             # seeds 126, 131, 142, 149 (three solved in 720-780 updates) 0.999-1.00
             # (bench/HISTORY.md, stop 57).
+            # A better confirmation asked for only 2 past the best confirmed mean: seeds
+            # 156-157 asked for 79 and 18 without it; seeds 158-163 with it 1-59, and
+            # stayed at 0.967-1.00 (bench/HISTORY.md, stop 58).
             "dqn": {
                 "target_update_period": 32,
                 "policy_average": 0.01,
@@ -192,6 +195,7 @@ DEFAULTS: dict[str, dict] = {
                 "anchor_margin": 0.8,
                 "anchor_weight": 1.0,
                 "follow_better_confirmations": True,
+                "follow_margin": 2.0,
             },
             "learning_rate_solved": 1e-4,
             "publish_period": 20,
