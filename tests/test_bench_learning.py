@@ -178,7 +178,8 @@ def test_quick_learn_runs_both_sides_and_resumes_without_running_again(tmp_path:
         assert 0 < run["end_s"] < quick_task(TASKS["CartPole-v1"]).budget_s + 60
         assert all(e[0] <= run["budget_s"] for e in run["evaluations"])
     [apex] = [r for r in runs if r["implementation"] == "apex"]
-    assert apex["updates"] >= max(e[2] for e in apex["evaluations"])
+    assert isinstance(apex["updates"], int)  # the learner's at its end: past every evaluation's
+    assert all(e[2] <= apex["updates"] for e in apex["evaluations"])
     assert {r["implementation"] for r in document["records"]} == {"apex", "sb3-dqn"}
     assert (plots / "learn-CartPole-v1.png").stat().st_size > 0
     assert "### learn: CartPole-v1" in learn_report.markdown(document)
@@ -196,10 +197,14 @@ def test_impala_and_the_peer_s_ppo_both_learn_minatar_with_its_network() -> None
 
     # The plumbing of the pixel task on both sides: the MinAtar network under IMPALA's
     # heads and under PPO's (the zoo's Atari settings), evaluated as in the benchmark.
-    # apex's evaluator acts in torch for images and, on 2 busy cores, took 10 s to start.
+    # apex's evaluator acts in torch for images and, on 2 busy cores, took 10 s to start;
+    # the peer's first evaluation came 19 s after its spawn on a slower machine of the
+    # kind with both cores busy, where the quick budget (8 s) held none.
     task = dataclasses.replace(quick_task(TASKS["impala/MinAtar/Breakout-v1"]),
                                eval_every_steps=500, eval_episodes=2)  # fmt: skip
-    for run in (run_apex(dataclasses.replace(task, budget_s=40.0), 0), run_peer(task, 0)):
+    runs = (run_apex(dataclasses.replace(task, budget_s=40.0), 0),
+            run_peer(dataclasses.replace(task, budget_s=30.0), 0))  # fmt: skip
+    for run in runs:
         assert "error" not in run, run
         assert run["evaluations"] and all(e[0] <= run["budget_s"] for e in run["evaluations"])
         assert all(np.isfinite(e[3]) and e[3] >= 0 for e in run["evaluations"])
