@@ -156,8 +156,9 @@ class Evaluator:
         if target is None or periodic.mean < target or not config.confirm_episodes:
             return
         best = self.best_confirmed
-        bar = None if best is None else best + config.improvement_margin
-        if bar is not None and not (config.confirm_improvements and periodic.mean > bar):
+        if best is not None and not (
+            config.confirm_improvements and periodic.mean > best + config.improvement_margin
+        ):
             return
         returns = self._play(config.confirm_episodes,
                              config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
