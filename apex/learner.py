@@ -6,7 +6,8 @@ The loop knows neither the algorithm (an :class:`apex.algorithm.Algorithm`) nor 
 batches come from (a :class:`BatchSource`, the sharded sampler in a run, a local store in
 tests); both are handed in. Greedy evaluations come from the run's evaluator process
 (``apex.evaluator``), which takes the published weights: the learner writes each to its
-metrics as it arrives and never plays an episode itself. Stop conditions: a confirmed
+metrics as it arrives and never plays an episode itself; what one means for the run
+(solved, settled, followed) is ``apex.solving``'s. Stop conditions: a confirmed
 solve (an evaluation of ``confirm_episodes`` episodes at ``target_return``, when
 ``stop_when_solved``), ``max_updates``, ``max_time_s``, or a stop request (SIGINT/SIGTERM),
 which leaves a final checkpoint either way.
@@ -35,6 +36,7 @@ from apex.periodic import Periodic
 from apex.progress import LearnerCounters, ProgressWindow
 from apex.progress import describe as describe_progress
 from apex.settings import LearnerConfig
+from apex.solving import Solving
 from apex.staging import BatchSource
 from apex.updates import set_learning_rate
 from apex.weights import Publications, WeightPublisher
@@ -128,12 +130,10 @@ class Learner:
             self._context.destroy(linger=0)
             raise
         self._stop = threading.Event()
-        self._target_return = solved_return(config.env, config.target_return)
+        self._solving = Solving(config, algorithm, self._weights,
+                                solved_return(config.env, config.target_return))  # fmt: skip
         self._window = ProgressWindow()
         self._metrics: MetricsWriter | None = None
-        self._last_eval: float | None = None
-        self._solved = False
-        self._best_confirmed: float | None = None  # in this life
         self._started = time.monotonic()
         self._last_progress = self._started
         self._running = False
@@ -153,7 +153,10 @@ class Learner:
 
     def _restore(self, path: Path) -> None:
         state = checkpoint.load(path)
-        self.counters = LearnerCounters(**json.loads(state["counters"]))
+        counters = json.loads(state["counters"])
+        if "settled_at_s" not in counters:  # written before runs settled apart from solving
+            counters["settled_at_s"] = counters.get("solved_at_s")
+        self.counters = LearnerCounters(**counters)
         self.algorithm.load_state_dict({"steps": self.counters.updates, **state})
         logger.info(
             "resumed from %s at update %d, weights version %d",
@@ -204,7 +207,7 @@ class Learner:
                 **run_actors(self._resolved_config),
             }
         )
-        if self.counters.solved_at_s is not None:  # solved in a life before this one
+        if self.counters.settled_at_s is not None:  # settled in a life before this one
             self.algorithm.solved(None)
         self._started = self._last_progress = time.monotonic()
         self._running = True
@@ -238,7 +241,7 @@ class Learner:
                                    "time_s": self._elapsed_s()})  # fmt: skip
                     first_update = False
                 tasks.run_due(self.counters.updates)
-                if self._solved and not outcome.solved:
+                if self._solving.solved and not outcome.solved:
                     outcome.solved = True
                     if config.stop_when_solved:
                         outcome.reason = "solved"
@@ -249,7 +252,7 @@ class Learner:
         finally:
             self.counters.train_seconds = self._elapsed_s()
             self._running = False
-            outcome.last_eval_return = self._last_eval
+            outcome.last_eval_return = self._solving.last_eval
             path = self._checkpoint_or_count()
             outcome.delivery, transitions_added = final_account(self.source, self._episodes)
             metrics.write(
@@ -264,7 +267,7 @@ class Learner:
                     "updates": self.counters.updates,
                     "weight_version": self.counters.weight_version,
                     "train_seconds": self.counters.train_seconds,
-                    "last_eval_return": self._last_eval,
+                    "last_eval_return": self._solving.last_eval,
                     "checkpoint": str(path) if path else None,
                     "checkpoints_failed": self.checkpoints_failed,
                     "metrics_dropped": metrics.dropped,
@@ -296,11 +299,11 @@ class Learner:
                     raise ReplayTimeout(f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards "
                                         "down, empty or rate-limited)") from exc  # fmt: skip
         config = self.config
-        solved = self.counters.solved_at_s is not None  # in this life or one before
+        settled = self.counters.settled_at_s is not None  # in this life or one before
         if config.learning_rate_final is not None or (
-            solved and config.learning_rate_solved is not None
+            settled and config.learning_rate_solved is not None
         ):
-            rate = config.learning_rate_at(self.counters.updates, solved)
+            rate = config.learning_rate_at(self.counters.updates, settled)
             set_learning_rate(self.algorithm.optimizers, rate)
         result = self.algorithm.step(batch)
         if result.new_priorities is not None:
@@ -344,45 +347,17 @@ class Learner:
         """An EVALUATION from the evaluator: written to the metrics; a confirmed one at
         the target marks the run solved (``ProtocolError``: refused, counted)."""
         evaluation = read_evaluation(message)
-        config = self.config
-        mean = evaluation.mean
-        if not evaluation.confirmation:
-            self._last_eval = mean
-            best = self.counters.best_eval_return
-            self.counters.best_eval_return = mean if best is None else max(best, mean)
-        reached = self._target_return is not None and mean >= self._target_return
-        solves = reached and (evaluation.confirmation or config.confirm_episodes == 0)
-        if solves and not self._solved:
-            self._solved = True
-            if self.counters.solved_at_s is None:  # the run's first solve
-                self.counters.solved_at_s = self._elapsed_s()
-                self._best_confirmed = mean
-                self._solve(evaluation.weight_version)
-        elif solves and evaluation.confirmation and self._beats_best_confirmed(mean):
-            logger.info("confirmed mean %.1f beats %s: training follows weights %d", mean,
-                        self._best_confirmed, evaluation.weight_version)  # fmt: skip
-            self._best_confirmed = mean
-            self._solve(evaluation.weight_version)
+        solves = self._solving.take(evaluation, self.counters, self._elapsed_s())
         logger.info("%s %d (weights %d, %d env steps): greedy mean %.1f over %d episodes%s",
                     "confirmation of evaluation" if evaluation.confirmation else "evaluation",
-                    evaluation.index, evaluation.weight_version, evaluation.env_steps, mean,
-                    evaluation.returns.size, ": solved" if solves else "")  # fmt: skip
+                    evaluation.index, evaluation.weight_version, evaluation.env_steps,
+                    evaluation.mean, evaluation.returns.size,
+                    ": solved" if solves else "")  # fmt: skip
         if self._metrics is not None:
             weights_updates = self._weights.updates_behind(evaluation.weight_version)
             # Timed when the learner heard it: a run is solved once its confirmation is in.
             self._metrics.write(evaluation.record(self._elapsed_s(), self.counters.updates,
                                                   weights_updates, solves))  # fmt: skip
-
-    def _beats_best_confirmed(self, mean: float) -> bool:
-        best = self._best_confirmed
-        return self.algorithm.follows_better_confirmations and (best is None or mean > best)
-
-    def _solve(self, version: int) -> None:
-        confirmed = self._weights.state_of(version)
-        if self.algorithm.keeps_confirmed_weights:
-            gone = "" if confirmed is not None else ": no longer kept, from the newest"
-            logger.info("training goes on with the confirmed weights %d%s", version, gone)
-        self.algorithm.solved(confirmed)
 
     def _write_progress(self) -> None:
         now = time.monotonic()

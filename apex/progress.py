@@ -30,6 +30,7 @@ class LearnerCounters:
     episodes_seen: int = 0
     best_eval_return: float | None = None
     solved_at_s: float | None = None
+    settled_at_s: float | None = None  # LearnerConfig.settle_return
 
 
 @dataclass

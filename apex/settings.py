@@ -220,6 +220,15 @@ class LearnerConfig:
             says (None: the schedule's). A solved policy trained on at the step size that
             found it flips between perfect and poor; the training up to the solve is the
             same either way.
+        settle_return: in a run that trains on past its solve, the confirmed mean from
+            which it settles: ``learning_rate_solved`` and the algorithm's solve (its
+            restart, anchor and averaged policy) start at the first confirmation at or
+            above it. A solve under it stops the clock, and training goes on as before
+            it, asking for better confirmations (where the algorithm follows them; where
+            not, a bar above the target is never reached). None: at the first confirmed
+            solve. An anchor on a marginal solve (CartPole: 477-488 over 100 episodes)
+            holds the policy under its own mean at the solved step size for the rest of
+            the run (bench/HISTORY.md, stop 59).
         adam_epsilon: Adam ε.
         max_grad_norm: gradient clipping threshold (global norm).
         algorithm: "dqn", "dpg", "impala" or "auto" (from the action space; the run's
@@ -261,6 +270,7 @@ class LearnerConfig:
     learning_rate_final: float | None = None
     learning_rate_decay_updates: int = 0
     learning_rate_solved: float | None = None
+    settle_return: float | None = None
     adam_epsilon: float = 1.5e-4
     max_grad_norm: float = 40.0
     algorithm: str = "auto"
@@ -349,6 +359,8 @@ class LearnerConfig:
                             f"{self.stop_when_solved!r}")  # fmt: skip
         if self.target_return is not None and not math.isfinite(self.target_return):
             problems.append(f"{prefix}target_return must be finite, got {self.target_return}")
+        if self.settle_return is not None and not math.isfinite(self.settle_return):
+            problems.append(f"{prefix}settle_return must be finite, got {self.settle_return}")
         for name, section in self.algorithms.items():
             problems += section.problems(f"{prefix}{name}.")
         if not (isinstance(self.beta, (int, float)) and 0 <= self.beta < math.inf):

@@ -180,6 +180,9 @@ def test_a_learning_rate_schedule_is_checked() -> None:
     assert resolve({}).learner.learning_rate_at(10**6) == resolve({}).learner.learning_rate
     with pytest.raises(ConfigError, match="learning_rate_solved must be > 0 or None"):
         resolve({"learner": {"learning_rate_solved": 0.0}})
+    for bad in (float("nan"), float("inf"), "high"):
+        with pytest.raises(ConfigError, match="settle_return must be"):
+            resolve({"learner": {"settle_return": bad}})
 
 
 def test_a_solved_run_trains_on_at_its_solved_step_size() -> None:

@@ -433,3 +433,70 @@ def test_a_better_confirmation_moves_the_anchor_and_training_goes_on(tmp_path: P
     for network in (algorithm.online, algorithm.target):  # the first solve's restart only
         for name, value in network.state_dict().items():
             torch.testing.assert_close(value, first[name], rtol=0, atol=1e-6)
+
+
+def _step_sizes(learner) -> set[float]:
+    return {group["lr"] for o in learner.algorithm.optimizers for group in o.param_groups}
+
+
+def test_a_solve_under_the_settle_bar_stops_the_clock_and_training_settles_later(
+    tmp_path: Path,
+) -> None:
+    """``settle_return``: a confirmed solve under the bar is the run's solve, but the step
+    size and the anchor stay as before it, through a better confirmation still under the
+    bar; the first one at or above it settles the run, and a resumed run stays settled."""
+    store = filled_store(np.random.default_rng(10))
+    settings = {
+        "eval_every_steps": 1000,
+        "target_return": 475.0,
+        "stop_when_solved": False,
+        "learning_rate": 1e-3,
+        "learning_rate_solved": 1e-5,
+        "settle_return": 495.0,
+        "dqn_settings": {"anchor_margin": 0.5, "follow_better_confirmations": True},
+    }
+    learner = make_learner(tmp_path, store, max_updates=100_000, **settings)
+    algorithm = learner.algorithm
+    seen: dict[str, object] = {}
+
+    def updates_on(count: int) -> None:
+        start = learner.counters.updates
+        wait_for(lambda: learner.counters.updates >= start + count, timeout_s=60,
+                 what=f"{count} more updates", interval_s=0.01)  # fmt: skip
+
+    def solve_under_then_over_the_bar() -> None:
+        try:
+            updates_on(20)
+            _confirm(
+                learner,
+                tmp_path,
+                2,
+                [
+                    Evaluation(1, 1000, np.full(100, 480.0), 0, True),
+                    Evaluation(1, 2000, np.full(100, 490.0), 1, True),
+                ],
+            )
+            updates_on(10)
+            seen["unsettled"] = (learner.counters.solved_at_s, learner.counters.settled_at_s,
+                                 algorithm.anchor, _step_sizes(learner))  # fmt: skip
+            _confirm(learner, tmp_path, 3, [Evaluation(1, 3000, np.full(100, 496.0), 2, True)])
+            wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the settling",
+                     interval_s=0.01)  # fmt: skip
+            updates_on(10)
+            seen["settled"] = _step_sizes(learner)
+        finally:
+            learner.stop()
+
+    outcome = _run_beside(learner, solve_under_then_over_the_bar)
+    solved_at, settled_at, anchor, step_sizes = seen["unsettled"]
+    assert outcome.solved and solved_at is not None
+    assert settled_at is None and anchor is None and step_sizes == {1e-3}
+    assert seen["settled"] == {1e-5}
+    assert outcome.counters.settled_at_s >= outcome.counters.solved_at_s
+
+    checkpoint = max((tmp_path / "checkpoints").glob("*.pt"), key=lambda p: p.stat().st_mtime)
+    resumed = make_learner(tmp_path, store, resume_from=checkpoint,
+                           max_updates=outcome.counters.updates + 5, **settings)  # fmt: skip
+    assert resumed.counters.settled_at_s == outcome.counters.settled_at_s
+    resumed.run()
+    assert resumed.algorithm.anchor is not None and _step_sizes(resumed) == {1e-5}
