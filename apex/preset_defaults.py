@@ -198,6 +198,12 @@ DEFAULTS: dict[str, dict] = {
                 "follow_margin": 2.0,
             },
             "learning_rate_solved": 1e-4,
+            # Settled (the solved step size, the restart, the anchor and the average) only
+            # by a confirmation of 495 or more: an anchor on a marginal solve held the
+            # policy under its own mean for the rest of the run (confirmed at 477-493,
+            # never bettered by 2: stays 0.10-0.71; bench/HISTORY.md, stops 58-59). A
+            # marginal solve trains on at the step size that found it until a better one.
+            "settle_return": 495.0,
             "publish_period": 20,
             "eval_every_steps": 2_000,
             "hidden": [128, 128],
