@@ -23,11 +23,13 @@ logger = logging.getLogger(__name__)
 
 
 class Solving:
-    """Args:
-    config: the learner's settings (``confirm_episodes``, ``settle_return``).
-    algorithm: told of each solve it should train on from (``Algorithm.solved``).
-    weights: the learner's publications, which keep the confirmed weights.
-    target_return: the mean that solves the run (None: never).
+    """One learner's solve state; :meth:`take` each evaluation as it arrives.
+
+    Args:
+        config: the learner's settings (``confirm_episodes``, ``settle_return``).
+        algorithm: told of each solve it should train on from (``Algorithm.solved``).
+        weights: the learner's publications, which keep the confirmed weights.
+        target_return: the mean that solves the run (None: never).
     """
 
     def __init__(
