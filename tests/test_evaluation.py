@@ -302,6 +302,21 @@ def _confirmations(run_dir: Path) -> list[dict]:
     return [r for r in read_metrics(run_dir) if r["event"] == "confirmation"]
 
 
+def _newest_kept_weights(learner) -> tuple[int, dict[str, torch.Tensor]]:
+    """The newest weights version the learner keeps, and its state: read from beside the
+    training thread, a version is counted a moment before its weights are kept."""
+    found: list = []
+
+    def kept() -> bool:
+        version = learner.counters.weight_version
+        state = learner._weights.state_of(version)
+        found[:] = [version, state]
+        return state is not None
+
+    wait_for(kept, timeout_s=30, what="kept weights", interval_s=0.01)
+    return found[0], found[1]
+
+
 def _confirm(learner, run_dir: Path, count: int, evaluations: list[Evaluation]) -> None:
     """Sends ``evaluations``; returns once the learner has written ``count`` confirmations."""
     _send_evaluations(learner.episodes_endpoint, evaluations)
@@ -376,8 +391,8 @@ def test_a_better_confirmation_takes_the_first_one_s_place(tmp_path: Path) -> No
                               [Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
             wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the solve",
                      interval_s=0.01)  # fmt: skip
-            later = learner.counters.weight_version  # published, and trained past version 1
-            kept.update(learner._weights.state_of(later))
+            later, state = _newest_kept_weights(learner)  # trained past version 1
+            kept.update(state)
             better = Evaluation(later, 2000, np.full(100, 490.0), 1, True)
             worse = Evaluation(1, 3000, np.full(100, 485.0), 2, True)
             _confirm(learner, tmp_path, 3, [better, worse])
@@ -412,8 +427,8 @@ def test_a_better_confirmation_moves_the_anchor_and_training_goes_on(tmp_path: P
         try:
             wait_for(lambda: learner.counters.updates >= 50, timeout_s=60, what="50 updates",
                      interval_s=0.01)  # fmt: skip
-            version = learner.counters.weight_version  # trained 50 updates past version 1
-            later.update(learner._weights.state_of(version))
+            version, state = _newest_kept_weights(learner)  # trained 50 updates past 1
+            later.update(state)
             _send_evaluations(learner.episodes_endpoint,
                               [Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
             wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the solve",
