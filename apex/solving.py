@@ -59,10 +59,9 @@ class Solving:
         solves = reached and (evaluation.confirmation or self.config.confirm_episodes == 0)
         if solves and not self.solved:
             self.solved = True
-            first = counters.solved_at_s is None  # or solved in a life before this one
-            if first:
+            if counters.solved_at_s is None:  # else solved in a life before this one
                 counters.solved_at_s = elapsed_s
-            if first or counters.settled_at_s is None:
+            if counters.settled_at_s is None:  # never before the run's first solve
                 self.best_confirmed = mean
                 self._settle_or_follow(mean, evaluation.weight_version, counters, elapsed_s)
         elif solves and evaluation.confirmation and self._beats_best_confirmed(mean):
