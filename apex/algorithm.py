@@ -84,6 +84,11 @@ class Algorithm(Protocol):
         and when a learner resumes a solved run, with None; where it follows better
         confirmations, again with each one's weights."""
 
+    def back_to_anchor(self) -> bool:
+        """A settled run's periodic evaluation fell under the target: put the weights
+        training is held to back in place, where the algorithm keeps such weights;
+        whether it did (DQN's ``Settings.back_to_anchor``)."""
+
 
 class ActingPolicy(Protocol):
     """What an actor acts with: its copy of the learner's network, as numpy arrays in and

@@ -236,6 +236,10 @@ class DPG:
     def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """Nothing changes at a solve."""
 
+    def back_to_anchor(self) -> bool:
+        """No anchor to go back to."""
+        return False
+
     def load_state_dict(self, state: dict) -> None:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])

@@ -297,6 +297,10 @@ class Impala:
     def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
         """Nothing changes at a solve."""
 
+    def back_to_anchor(self) -> bool:
+        """No anchor to go back to."""
+        return False
+
     def load_state_dict(self, state: dict) -> None:
         self.network.load_state_dict(state["network"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -268,6 +268,7 @@ class Learner:
                     "weight_version": self.counters.weight_version,
                     "train_seconds": self.counters.train_seconds,
                     "last_eval_return": self._solving.last_eval,
+                    "back_to_anchor": self._solving.went_back,
                     "checkpoint": str(path) if path else None,
                     "checkpoints_failed": self.checkpoints_failed,
                     "metrics_dropped": metrics.dropped,

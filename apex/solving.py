@@ -1,12 +1,15 @@
 """What a learner makes of the evaluator's results: when the run is solved, when training
-settles (``LearnerConfig.settle_return``), and which confirmed weights it follows.
+settles (``LearnerConfig.settle_return``), which confirmed weights it follows, and when
+it goes back to them.
 
 A periodic evaluation at the target asks the evaluator for a confirmation; a confirmed one
 (or the periodic one itself, where ``confirm_episodes`` is 0) solves the run and stops its
 clock. A run that trains on past its solve settles at the first confirmation at or above
 the settle bar: the algorithm's ``solved`` (restart, anchor, averaged policy) and the
 solved step size start there. Once settled, an algorithm that follows better
-confirmations moves to each one above the best so far.
+confirmations moves to each one above the best so far; one that goes back to its anchor
+(DQN's ``back_to_anchor``) does so at a settled run's periodic evaluation under the
+target, once for each stretch of weights published since it last went back.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class Solving:
         self.solved = False  # in this life
         self.best_confirmed: float | None = None  # in this life
         self.last_eval: float | None = None
+        self.went_back = 0  # to the anchor, in this life
+        self._back_at_version = -1  # the weight version when it last went back
 
     def take(self, evaluation: Evaluation, counters: LearnerCounters, elapsed_s: float) -> bool:
         """Whether ``evaluation`` solves the run; keeps the counters' solve, settling and
@@ -69,7 +74,21 @@ class Solving:
                         self.best_confirmed, evaluation.weight_version)  # fmt: skip
             self.best_confirmed = mean
             self._settle_or_follow(mean, evaluation.weight_version, counters, elapsed_s)
+        elif not evaluation.confirmation and not reached:
+            self._back_to_anchor_if_settled(evaluation, counters)
         return solves
+
+    def _back_to_anchor_if_settled(self, evaluation: Evaluation, counters: LearnerCounters) -> None:
+        # Evaluations of weights published before the last return say nothing of the
+        # weights since: only a newer one sends training back again.
+        if counters.settled_at_s is None or evaluation.weight_version <= self._back_at_version:
+            return
+        if self.algorithm.back_to_anchor():
+            self.went_back += 1
+            self._back_at_version = counters.weight_version
+            logger.info("evaluation %.1f of weights %d is under the target: training "
+                        "goes back to its anchor", evaluation.mean,
+                        evaluation.weight_version)  # fmt: skip
 
     def _beats_best_confirmed(self, mean: float) -> bool:
         best = self.best_confirmed

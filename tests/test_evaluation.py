@@ -515,3 +515,63 @@ def test_a_solve_under_the_settle_bar_stops_the_clock_and_training_settles_later
     assert resumed.counters.settled_at_s == outcome.counters.settled_at_s
     resumed.run()
     assert resumed.algorithm.anchor is not None and _step_sizes(resumed) == {1e-5}
+
+
+def _evaluations(run_dir: Path) -> list[dict]:
+    return [r for r in read_metrics(run_dir) if r["event"] == "evaluation"]
+
+
+def test_a_settled_run_under_the_target_goes_back_to_its_anchor_once_per_new_weights(
+    tmp_path: Path,
+) -> None:
+    """``back_to_anchor``: a periodic evaluation under the target puts the anchor's weights
+    back into the online, target and averaged networks, but only once the run has
+    settled, and only for weights published since it last went back."""
+    store = filled_store(np.random.default_rng(11))
+    learner = make_learner(tmp_path, store, max_updates=100_000, eval_every_steps=1000,
+                           target_return=475.0, stop_when_solved=False, learning_rate=1e-2,
+                           learning_rate_solved=1e-12, settle_return=495.0,
+                           policy_average=0.01, average_from_solve=True,
+                           dqn_settings={"anchor_margin": 0.5,
+                                         "back_to_anchor": True})  # fmt: skip
+    algorithm = learner.algorithm
+    seen: dict[str, object] = {}
+
+    def evaluate(count: int, evaluation: Evaluation) -> None:
+        _send_evaluations(learner.episodes_endpoint, [evaluation])
+        wait_for(lambda: len(_evaluations(tmp_path)) == count, timeout_s=30,
+                 what=f"{count} evaluations", interval_s=0.01)  # fmt: skip
+
+    def low_then_settle_then_low_twice() -> None:
+        try:
+            evaluate(1, Evaluation(1, 500, np.full(20, 300.0), 0, False))  # not settled
+            seen["unsettled"] = learner._solving.went_back
+            version, state = _newest_kept_weights(learner)
+            seen["anchor"] = state
+            start = learner.counters.updates
+            wait_for(lambda: learner.counters.updates >= start + 30, timeout_s=60,
+                     what="30 more updates", interval_s=0.01)  # fmt: skip
+            _confirm(learner, tmp_path, 1, [Evaluation(version, 1000, np.full(100, 496.0),
+                                                       1, True)])  # fmt: skip
+            wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the settling",
+                     interval_s=0.01)  # fmt: skip
+            seen["before"] = {k: v.clone() for k, v in algorithm.online.state_dict().items()}
+            evaluate(2, Evaluation(learner.counters.weight_version, 2000, np.full(20, 300.0),
+                                   2, False))  # fmt: skip
+            seen["after"] = [{k: v.clone() for k, v in network.state_dict().items()}
+                             for network in (algorithm.online, algorithm.target,
+                                             algorithm.average)]  # fmt: skip
+            evaluate(3, Evaluation(version, 3000, np.full(20, 300.0), 3, False))  # older
+        finally:
+            learner.stop()
+
+    outcome = _run_beside(learner, low_then_settle_then_low_twice)
+    assert outcome.counters.settled_at_s is not None
+    assert seen["unsettled"] == 0 and learner._solving.went_back == 1
+    anchor = seen["anchor"]
+    assert any(not torch.equal(seen["before"][name], anchor[name]) for name in anchor)
+    for network in seen["after"]:
+        for name, value in anchor.items():
+            torch.testing.assert_close(network[name], value, rtol=0, atol=1e-6)
+    [end] = [r for r in read_metrics(tmp_path) if r["event"] == "end"]
+    assert end["back_to_anchor"] == 1
