@@ -108,6 +108,7 @@ def run_apex(
 
     end = next((r for r in records if r.get("event") == "end"), {})
     base["updates"] = end.get("updates")
+    base["back_to_anchor"] = end.get("back_to_anchor")  # times training went back to it
     return _run(base, task, spawned, events("evaluation"), events("confirmation"), ended)
 
 
