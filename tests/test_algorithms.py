@@ -108,7 +108,7 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
                                         "restart_at_solve": True, "anchor_margin": 0.8,
                                         "anchor_weight": 1.0, "huber_delta": 1.0,
                                         "follow_better_confirmations": True,
-                                        "follow_margin": 2.0, "back_to_anchor": False}  # fmt: skip
+                                        "follow_margin": 2.0, "back_to_anchor": True}  # fmt: skip
     assert resolve(values) == config
     with pytest.raises(ConfigError) as refused:
         resolve({"learner": {"dqn": {"target_update_period": 0, "typo": 1,
