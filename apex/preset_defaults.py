@@ -199,10 +199,10 @@ DEFAULTS: dict[str, dict] = {
                 # Once settled, an evaluation under 475 sends training back to the
                 # anchor: in stop 60's sitting seed 1, settled at a confirmed 500.0,
                 # drifted to 430-489 some 14K updates on. Tuning seeds 172-179 with it:
-                # 3 of 2,839 evaluations after a settle under 475 (the two record sittings
-                # without it, stops 59 and 60:
-                # 3 of 2,974 and 103 of 3,592); none drifted, so it went back at most
-                # three times (bench/HISTORY.md, stop 60).
+                # 3 of 2,839 evaluations after a settle under 475 (the two record
+                # sittings without it, stops 59 and 60: 3 of 2,974 and 103 of 3,592);
+                # none drifted, so it went back at most three times (bench/HISTORY.md,
+                # stop 60).
                 "back_to_anchor": True,
             },
             "learning_rate_solved": 1e-4,
