@@ -94,14 +94,12 @@ class Settings:
             beats a 100-episode one by chance once the policy is near it, and each
             confirmation plays 100 episodes on the run's cores (CartPole: 79-183 of them
             in 3 minutes, bench/HISTORY.md, stop 58).
-        back_to_anchor: once the run has settled, a periodic evaluation under the
-            target puts the anchor's weights back into the online, target and averaged
-            networks (population-based training's exploit step, a population of one).
-            The margin loss holds the greedy actions only on the states replay holds,
-            and a replay filled by a good policy holds few near a fall: a run anchored
-            at a confirmed 500.0 drifted to 430-489 some 14,000 updates later
-            (bench/HISTORY.md, stop 60). Only a settled anchor is gone back to: under a
-            marginal one (stop 58, 488.4) training went back 146 times and never past it.
+        back_to_anchor: once settled, a periodic evaluation under the target puts the
+            anchor's weights back into the online, target and averaged networks (PBT's
+            exploit step, a population of one). The margin loss holds greedy actions only
+            on replay's states, and a good policy's replay holds few near a fall: a run
+            settled at 500.0 drifted to 430-489 14K updates on (bench/HISTORY.md, stop
+            60). A marginal anchor sent training back 146 times (stop 58, 488.4).
         huber_delta: the Huber loss's κ, where its gradient stops growing with ``|δ|``
             (Acme's ``huber_loss_parameter``). The Nature DQN's 1 suits rewards clipped
             to ±1; where returns reach the hundreds, a failure's error of 50 then moves
@@ -295,8 +293,7 @@ class DoubleDQN:
             self._start_average()
 
     def back_to_anchor(self) -> bool:
-        """Puts the anchor's weights back into the online, target and averaged networks
-        (``Settings.back_to_anchor``); whether it did."""
+        """The anchor's weights back in every network (``back_to_anchor``); whether."""
         if not self.settings.back_to_anchor or self.anchor is None:
             return False
         anchored = self.anchor.network.state_dict()
