@@ -284,9 +284,7 @@ class DoubleDQN:
         confirmation's weights: the anchor moves to them, and training goes on."""
         first_solve = self.anchor is None  # a resumed solved run has its anchor back
         if confirmed is not None and self.settings.restart_at_solve and first_solve:
-            for network in (self.online, self.target, self.average):
-                if network is not None:
-                    network.load_state_dict(confirmed)
+            self._train_from(confirmed)
         if self.settings.anchor_margin and (self.anchor is None or confirmed is not None):
             self._start_anchor(confirmed)
         if self.settings.policy_average and self.average is None:
@@ -296,11 +294,13 @@ class DoubleDQN:
         """The anchor's weights back in every network (``back_to_anchor``); whether."""
         if not self.settings.back_to_anchor or self.anchor is None:
             return False
-        anchored = self.anchor.network.state_dict()
+        self._train_from(self.anchor.network.state_dict())
+        return True
+
+    def _train_from(self, weights: dict[str, torch.Tensor]) -> None:
         for network in (self.online, self.target, self.average):
             if network is not None:
-                network.load_state_dict(anchored)
-        return True
+                network.load_state_dict(weights)
 
     @property
     def optimizers(self) -> list[Adam]:
