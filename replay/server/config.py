@@ -46,9 +46,10 @@ class ShardConfig:
         insert_batch_hint: transitions per insert message, usually; sizes the insert
             socket's kernel buffers (see replay.wire.transport.insert_buffer_bytes).
         poll_timeout_s: longest wait before the loop looks at the stop flag again.
-        stop_quiet_s: told to stop, the shard serves on (its rate limiter lifted) until
-            no insert came for this long, so senders stopping with it flush their last
-            batches into its final snapshot (``ShardServer._serve_stop_grace``).
+        stop_quiet_s: told to stop, a shard that keeps snapshots serves on (its rate
+            limiter lifted) until no insert came for this long, so senders stopping with
+            it flush their last batches into its final snapshot
+            (``ShardServer._serve_stop_grace``); one without snapshots stops at once.
         stop_grace_s: the longest it serves on after a stop, whatever still arrives.
         frames: store frame-stacked transitions with each frame once
             (``replay.frames.storage``): ``spec`` must then be ``frames.transition_spec``,

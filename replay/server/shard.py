@@ -178,7 +178,10 @@ class ShardServer:
                 self._serve_round(poll_ms)
                 if self._snapshots is not None:
                     self._snapshots.tick()
-            self._serve_stop_grace()
+            # The grace exists for the final snapshot: without one, what the senders
+            # flush after the stop would be dropped at exit all the same.
+            if self._snapshots is not None:
+                self._serve_stop_grace()
         finally:
             if self._snapshots is not None:
                 self._snapshots.final()
