@@ -23,10 +23,11 @@ the share that agree and the largest Q-value difference, per case.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import operator
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import torch
@@ -45,6 +46,27 @@ def int8_available() -> bool:
     except ImportError:
         return False
     return "x86" in torch.backends.quantized.supported_engines
+
+
+@contextlib.contextmanager
+def _no_stack_traces() -> Iterator[None]:
+    """FX tracing without a Python stack trace kept on each graph node: the quantization
+    tracer records them for debugging, and the first trace in a process spent about 2.5 s
+    of an actor's start symbolizing them (a Nature CNN's trace: 0.26 s without)."""
+    try:
+        import torch.fx.config as fx_config
+    except ImportError:  # an older torch, which records none
+        yield
+        return
+    before = getattr(fx_config, "do_not_emit_stack_traces", None)
+    if before is None:
+        yield
+        return
+    fx_config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        fx_config.do_not_emit_stack_traces = before
 
 
 class Int8Policy:
@@ -71,8 +93,8 @@ class Int8Policy:
         self._weight_observer = mapping.global_qconfig.weight
         for arithmetic in (operator.add, operator.sub, torch.add, torch.sub, "mean"):
             mapping.set_object_type(arithmetic, None)
-        with warnings.catch_warnings():  # FX graph mode announces its successor, torchao
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(), _no_stack_traces():
+            warnings.simplefilter("ignore")  # FX graph mode announces its successor, torchao
             self._observed = prepare_fx(
                 copy.deepcopy(network), mapping, example_inputs=(torch.from_numpy(example),)
             )
