@@ -190,24 +190,28 @@ def test_quick_learn_runs_both_sides_and_resumes_without_running_again(tmp_path:
 
 
 @pytest.mark.slow
-def test_impala_and_the_peer_s_ppo_both_learn_minatar_with_its_network() -> None:
+def test_impala_and_the_peer_s_ppo_both_train_and_evaluate_minatar_with_its_network() -> None:
     pytest.importorskip("minatar")
     pytest.importorskip("stable_baselines3")
     from bench.learn_runs import run_apex, run_peer
 
     # The plumbing of the pixel task on both sides: the MinAtar network under IMPALA's
-    # heads and under PPO's (the zoo's Atari settings), evaluated as in the benchmark.
-    # apex's evaluator acts in torch for images and, on 2 busy cores, took 10 s to start;
-    # the peer's first evaluation came 19 s after its spawn on a slower machine of the
-    # kind with both cores busy, where the quick budget (8 s) held none.
+    # heads and under PPO's (the zoo's Atari settings), evaluated and confirmed as in the
+    # benchmark. A target of 0 (every Breakout return reaches it) makes the first
+    # evaluation a solve and its confirmation end the run, so neither side waits out its
+    # budget. apex's evaluator acts in torch for images and, on 2 busy cores, took 10 s
+    # to start; the peer's first evaluation came 19 s after its spawn on a slower machine
+    # of the kind with both cores busy, where the quick budget (8 s) held none.
     task = dataclasses.replace(quick_task(TASKS["impala/MinAtar/Breakout-v1"]),
-                               eval_every_steps=500, eval_episodes=2)  # fmt: skip
+                               eval_every_steps=500, eval_episodes=2, target=0.0,
+                               confirm_episodes=2)  # fmt: skip
     runs = (run_apex(dataclasses.replace(task, budget_s=40.0), 0),
             run_peer(dataclasses.replace(task, budget_s=30.0), 0))  # fmt: skip
     for run in runs:
         assert "error" not in run, run
         assert run["evaluations"] and all(e[0] <= run["budget_s"] for e in run["evaluations"])
         assert all(np.isfinite(e[3]) and e[3] >= 0 for e in run["evaluations"])
+        assert run["solved"]  # the confirmation ended it, not the budget
 
 
 def test_each_side_is_warmed_once_untimed_before_its_first_timed_run(monkeypatch) -> None:
