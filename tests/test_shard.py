@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 
 import numpy as np
@@ -16,9 +17,12 @@ from launch.cli import main
 from replay import TransitionSpec
 from replay.errors import ReplayTimeout, ShardError, SpecMismatchError
 from replay.inserts.client import InsertClient
+from replay.inserts.endpoints import ShardEndpoints
 from replay.protocol.messages import SampleRequest
 from replay.protocol.requests import RequestClient
+from replay.server.config import ShardConfig
 from replay.server.credit_desk import MAX_WINDOW
+from replay.server.shard import ShardServer
 from replay.wire.layout import Kind, Message, decode, encode
 from tests.conftest import SMALL_SPEC, STOP_TIMEOUT_S, ShardProcess, info, make_batch, wait_for
 
@@ -133,6 +137,31 @@ def test_sigterm_stops_a_shard_promptly_and_frees_its_ports() -> None:
             socket.bind(endpoint)  # raises EADDRINUSE if the shard left its socket behind
             socket.close(linger=0)
     finally:
+        context.term()
+
+
+def test_a_shard_without_snapshots_stops_at_once_right_after_an_insert() -> None:
+    """The stop grace serves on until the senders go quiet so that the final snapshot
+    holds their last flush; a shard that keeps no snapshots would drop those batches at
+    exit all the same, and leaves at once, even just after an insert and with a quiet
+    period far longer than the wait here."""
+    server = ShardServer(ShardConfig(spec=SMALL_SPEC, capacity=1000, stop_quiet_s=60.0,
+                                     stop_grace_s=120.0))  # fmt: skip
+    serving = threading.Thread(target=server.serve)
+    serving.start()
+    context = zmq.Context()
+    endpoints = ShardEndpoints(server.insert_endpoint, server.request_endpoint)
+    client = InsertClient(context, [endpoints], sender=3, spec=SMALL_SPEC, timeout_s=5)
+    try:
+        client.insert(make_batch(SMALL_SPEC, 50), np.ones(50))
+        assert client.flush(10)  # taken: the shard's last insert is now
+        server.stop()
+        serving.join(STOP_TIMEOUT_S)
+        assert not serving.is_alive()
+    finally:
+        client.close(0)
+        server.stop()
+        serving.join(130)
         context.term()
 
 
