@@ -6,7 +6,9 @@ templates of what it carries and from scratch:
 * a live shard's insert (PULL) and request (ROUTER) sockets, in its own process (the
   ``apex replay`` of ``bench.fuzz_suite``); the shard must stay up, and its counters must
   account for every message: taken, and then stored, refused as a duplicate or gap, or
-  rejected (inserts); counted as a request or rejected (requests);
+  rejected (inserts); counted as a request or rejected (requests). Its priority updates
+  reach the edges (``_updates_at_limits``), and afterwards every sampled row must be a
+  written one (``audit_store``);
 * the learner's episode socket (``apex.channels.EpisodeCollector`` on real TCP), where
   every message must be received and then taken or rejected;
 * an actor's weights subscription (``apex.weights.WeightSubscriber`` fed by a hostile
@@ -44,6 +46,7 @@ INSERT_KINDS = [int(Kind.INSERT), int(Kind.INSERT_FRAMES)]
 REQUEST_KINDS = [int(k) for k in (Kind.SAMPLE, Kind.UPDATE, Kind.INFO, Kind.SPEC, Kind.CREDIT,
                                   Kind.SNAPSHOT)]  # fmt: skip
 APEX_KINDS = [int(k) for k in ApexKind]
+AUDIT_SAMPLES, AUDIT_BATCH = 16, 1024
 
 
 def settle(client: RequestClient, condition: Callable[[dict], bool], what: str) -> dict:
@@ -84,9 +87,17 @@ def fuzz_shard(
     insert_templates = [replay_messages.Insert(batch, np.ones(4)).to_message(spec, sender, 0, 0)
                         for sender in (1, 2, 2**32 - 1)]  # fmt: skip
     slots = np.arange(4, dtype=np.int64)
+    start = client.info()
+    size, capacity = int(start["size"]), int(start["capacity"])
     request_templates = [
         replay_messages.SampleRequest(4, 0.4).to_message(3, 0),
+        replay_messages.SampleRequest(1, 0.0).to_message(3, 0),
+        replay_messages.SampleRequest(512, 1.0).to_message(3, 0),
         replay_messages.PriorityUpdate(slots, slots, np.ones(4)).to_message(3, 0),
+        *[
+            replay_messages.PriorityUpdate(*update).to_message(3, 0)
+            for update in _updates_at_limits(size, capacity)
+        ],
         replay_messages.CreditRequest(1, 10).to_message(3, 0),
         replay_messages.request(Kind.INFO, 3, 0),
         replay_messages.request(Kind.SPEC, 3, 0),
@@ -120,6 +131,7 @@ def fuzz_shard(
 
     end_info = settle(client, lambda i: counted(i) >= messages, "every request counted")
     request_seconds = time.monotonic() - started
+    rows_checked, bad_rows, total_is_size = audit_store(client, spec, end_info)
     for socket in (pusher, dealer):
         socket.close(linger=0)
     client.close()
@@ -135,13 +147,61 @@ def fuzz_shard(
         "requests_counted": counted(end_info),
         "request_messages_per_s": messages / request_seconds,
         "replies_read": replies,
+        "rows_checked": rows_checked,
+        "bad_rows_served": bad_rows,
         "checks": {
+            "descriptor_fuzz_serves_no_bad_row": bad_rows == 0 and rows_checked > 0,
+            "descriptor_fuzz_keeps_size": end_info["size"] == end_info["transitions_added"],
+            "descriptor_fuzz_leaves_no_priority_on_empty_slots": total_is_size,
             "descriptor_inserts_all_taken": middle["taken"] - before["taken"] == messages,
             "descriptor_inserts_all_accounted": inserts + refused == messages,
             "descriptor_requests_all_counted": counted(end_info) == messages,
             "shard_answers_after_descriptor_fuzz": end_info["size"] >= 0,
         },
     }
+
+
+def _updates_at_limits(size: int, capacity: int) -> list[tuple[np.ndarray, ...]]:
+    """UPDATE contents at the edges of what a shard holds: empty slots at generation -1
+    (their sentinel), slots past the capacity, generations past the newest item, and
+    priorities NaN, infinite, negative and zero on written slots."""
+    written = np.arange(min(size, 4), dtype=np.int64)
+    # The store's last slots: the descriptors' own inserts never reach them.
+    empty = np.arange(max(size, capacity - 64), capacity, dtype=np.int64)
+    beyond = np.arange(capacity, capacity + 4, dtype=np.int64)
+    edges = np.array([np.nan, np.inf, -1.0, 0.0])[: written.size]
+    return [
+        (empty, np.full(empty.size, -1, np.int64), np.full(empty.size, 1e6)),
+        (beyond, beyond.copy(), np.ones(beyond.size)),
+        (written, written + 10**9, np.full(written.size, 1e6)),
+        (written, written.copy(), edges),
+    ]
+
+
+def audit_store(client: RequestClient, spec: TransitionSpec, info: dict) -> tuple[int, int, bool]:
+    """Checks what a shard serves after a descriptor fuzz. Every written slot is first
+    given priority 1 again (the fuzz's own updates may have put one huge priority where
+    every draw lands): the total must then be the size exactly, or some slot that holds
+    nothing has priority. Then each sampled row is checked: a written slot (below the
+    size) at its own generation (the fuzzed store never wraps), finite fields and weights
+    in [0, 1]. Returns (rows checked, bad rows, whether the total was the size)."""
+    size = int(info["size"])
+    for first in range(0, size, AUDIT_BATCH):
+        slots = np.arange(first, min(first + AUDIT_BATCH, size), dtype=np.int64)
+        client.update(slots, slots, np.ones(slots.size))
+    total = client.info()["total_priority"]  # answered after the updates: one connection
+    checked = bad = 0
+    for _ in range(AUDIT_SAMPLES):
+        sample = client.sample(AUDIT_BATCH, 0.4, spec)
+        good = (sample.indices >= 0) & (sample.indices < size)
+        good &= sample.generations == sample.indices
+        good &= (sample.weights >= 0) & (sample.weights <= 1)
+        for name, field in spec.items():
+            if field.dtype.kind == "f":
+                good &= np.isfinite(sample.fields[name].reshape(AUDIT_BATCH, -1)).all(axis=1)
+        checked += AUDIT_BATCH
+        bad += int((~good).sum())
+    return checked, bad, abs(total - size) <= 1e-9 * size
 
 
 def fuzz_episode_socket(context: zmq.Context, rng: np.random.Generator, messages: int) -> dict:

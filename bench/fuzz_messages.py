@@ -6,7 +6,8 @@ counters against what was sent, exactly. The cases follow the wire format
 (``replay.wire.layout``): random frames, truncated and oversized headers, bad magic, versions,
 kinds, dtype codes, dimensions and reserved bytes, frame counts and declared sizes that
 do not match the bytes, arrays that do not match the spec, NaN/inf/negative priorities,
-absurd counts, and out-of-range, stale or mis-typed priority updates.
+absurd counts, and mis-shaped or mis-typed priority updates. Well-formed updates that name
+no stored item (``forged_update``) are not rejected but dropped, each counted by reason.
 
 Valid traffic is made here too: inserts whose every field encodes a transition id
 (``transition_ids`` reads it back), under real or invented sender ids.
@@ -32,7 +33,7 @@ _REQUEST_SOCKET_REFUSES = (
 _INSERT_SOCKET_REFUSES = [k for k in range(256) if k not in (Kind.INSERT, Kind.INSERT_FRAMES)]
 _VERSION_OFFSET, _KIND_OFFSET = 2, 3
 _ARRAY_COUNT_OFFSET = 28
-STALE_GENERATION = 10**9  # no slot is overwritten this often in a fuzz run
+STALE_GENERATION = 10**9  # past every item a fuzz run writes
 
 
 def _bytes(frames: list) -> list[bytes]:
@@ -186,7 +187,7 @@ class HostileMessages:
     def _insert_empty_message(self) -> list[bytes]:
         return [b""]
 
-    # -- hostile requests (rejected; ``stale_update`` is dropped as stale instead) --------
+    # -- hostile requests (rejected; ``forged_update``'s are dropped item by item) -------
 
     def _request(self, kind: int, count: int = 0, scalar: float = 0.0, arrays=()) -> list[bytes]:
         sender = int(self.rng.integers(0, 2**32))
@@ -217,29 +218,44 @@ class HostileMessages:
     def _request_bad_update(self, size: int) -> list[bytes]:
         n = 4
         indices = self.rng.integers(0, max(size, 1), n).astype(np.int64)
-        generations = np.zeros(n, np.int64)
+        generations = indices.copy()
         priorities = np.ones(n)
-        case = int(self.rng.integers(0, 6))
+        case = int(self.rng.integers(0, 5))
         if case == 0:
-            priorities[1] = self._one([np.nan, np.inf, -np.inf, -2.0])
-        elif case == 1:
-            indices[2] = self._one([-1, -(2**40), 2**40])
-        elif case == 2:
             priorities = priorities[:3]
-        elif case == 3:
+        elif case == 1:
             indices = indices.astype(np.int32)
-        elif case == 4:
+        elif case == 2:
             return self._request(Kind.UPDATE, n, 0.0, (indices, generations))
-        else:
+        elif case == 3:
             generations = generations.astype(np.float64)
+        else:
+            indices = indices.reshape(2, 2)
         return self._request(Kind.UPDATE, n, 0.0, (indices, generations, priorities))
 
-    def stale_update(self, size: int, n: int = 4) -> list[bytes]:
-        """A well-formed UPDATE of in-range slots with generations no slot has: dropped
-        as stale, ``n`` transitions, never applied."""
-        indices = self.rng.integers(0, max(size, 1), n).astype(np.int64)
-        generations = np.full(n, STALE_GENERATION, np.int64)
-        return self._request(Kind.UPDATE, n, 0.0, (indices, generations, np.full(n, 9.0)))
+    def forged_update(self, size: int, capacity: int, n: int = 4):
+        """A well-formed UPDATE that names no item the shard holds, and why it must be
+        dropped: ``(indices, generations, priorities, reason)``, every one of its ``n``
+        updates dropped for ``reason`` (``replay.store.prioritized.UPDATE_DROP_REASONS``).
+
+        The fuzzed store never wraps, so slot ``s < size`` holds item ``s`` and the
+        others hold nothing; a forged update that landed would change the total
+        priority, which the fuzz checks."""
+        written = self.rng.integers(0, max(size, 1), n).astype(np.int64)
+        case = int(self.rng.integers(0, 5))
+        if case == 0:  # empty slots at generation -1, their sentinel: the reviewer's case
+            indices = self.rng.integers(size, capacity, n).astype(np.int64)
+            return indices, np.full(n, -1, np.int64), np.full(n, 1e6), "never_written"
+        if case == 1:  # items not written yet, or never this slot's
+            shift = self._one([size, capacity, STALE_GENERATION])
+            return written, written + shift, np.full(n, 9.0), "never_written"
+        if case == 2:
+            return written, np.full(n, -1, np.int64), np.full(n, 9.0), "never_written"
+        if case == 3:
+            indices = np.array([self._one([-1, -(2**40), capacity, 2**40]) for _ in range(n)])
+            return indices.astype(np.int64), written, np.full(n, 9.0), "out_of_range"
+        priorities = np.array([self._one([np.nan, np.inf, -np.inf, -2.0]) for _ in range(n)])
+        return written, written.copy(), priorities, "bad_priority"
 
 
 def transition_ids(obs: np.ndarray) -> np.ndarray:

@@ -1,24 +1,31 @@
 """Fuzz suite: a live shard (a real ``apex replay`` process, real TCP) takes a stream of
 hostile messages on each of its two endpoints, mixed with valid traffic, and must come out
-alive, with every valid transition present and every hostile message counted.
+alive, with every valid transition present, every hostile message counted, and nothing
+served that was not inserted.
 
 Phase 1, the insert endpoint: one connection sends hostile inserts
 (``bench.fuzz_messages``), valid inserts under invented sender ids, and floods of valid
 inserts under one id; a real actor on its own connection inserts now and then. Phase 2,
-the request endpoint: one connection sends hostile requests and stale priority updates,
-reading the shard's replies as they come, while a learner samples.
+the request endpoint: one connection sends hostile requests, reading the shard's replies
+as they come, while the learner samples and sends well-formed priority updates that name
+no stored item (forged: empty slots at generation -1, generations past the newest,
+slots outside the store, priorities that are not finite), each followed on the same
+connection by a sample.
 
 The checks, exact where the shard keeps a count:
 
 * every message sent was taken (insert messages) or counted as a request;
-* the rejections rose by exactly the number of hostile messages, and stale updates by
-  exactly their transitions;
+* the rejections rose by exactly the number of hostile messages, and each reason's
+  dropped updates by exactly the forged updates of that reason;
+* every sampled row (``RowAudit``: after each forged update, every 250 requests and 500
+  inserts, and the whole store at the end) is one that was inserted: every field holds
+  its id, the id was sent, its slot and generation are written ones;
 * the transitions added are exactly the valid ones sent; sampling the whole store
   (uniform priorities, 20 draws per slot) returns only ids that were sent, and all of
   them;
 * the real actor keeps its own account (a connection inventing ids gets at most
   ``MAX_SENDERS_PER_PEER`` entries; its other ids are pooled);
-* no priority was rewritten by a hostile update;
+* no priority was rewritten by a hostile or forged update;
 * the shard's memory (RSS) grew by at most ``RSS_GROWTH_LIMIT_BYTES`` beyond what the
   valid transitions fill, and its log by at most ``LOG_LINES_LIMIT`` lines; it answered
   INFO afterwards and exited 0 on SIGTERM.
@@ -65,6 +72,7 @@ RSS_GROWTH_LIMIT_BYTES = 64 << 20
 STORED_BYTES_PER_TRANSITION = 256
 LOG_LINES_LIMIT = 200
 DRAWS_PER_SLOT = 20
+AUDIT_EVERY = 500  # insert-endpoint messages between audited samples
 START_TIMEOUT_S = 60.0
 
 
@@ -113,9 +121,33 @@ def _totals(info: dict) -> dict[str, int]:
         "requests": sum(s["requests"] for s in senders) - learner["requests"],
         "rejected": info["rejected_total"],
         "transitions": info["transitions_added"],
-        "stale": info["dropped_stale_updates"],
         "updates": info["updates_applied"],
+        **{f"dropped_{reason}": count for reason, count in info["updates_dropped"].items()},
     }
+
+
+class RowAudit:
+    """Checks every sampled row against what was inserted: each field of a valid row holds
+    its transition id (``HostileMessages.batch``), an id already sent, in a slot the store
+    has written (the fuzzed store never wraps: slot ``s`` holds item ``s``)."""
+
+    def __init__(self) -> None:
+        self.rows_checked = 0
+        self.bad_rows = 0
+
+    def check(self, sample, ids_sent: int, size: int) -> None:
+        n = len(sample.indices)
+        obs = sample.fields["obs"].reshape(n, -1)
+        ids = np.where(np.isfinite(obs[:, 0]), obs[:, 0], -1).astype(np.int64)
+        good = (ids >= 0) & (ids < ids_sent)
+        for name in SPEC:
+            field = sample.fields[name].reshape(n, -1)
+            good &= (field == ids[:, None].astype(field.dtype)).all(axis=1)
+        good &= (sample.indices >= 0) & (sample.indices < size)
+        good &= sample.generations == sample.indices
+        good &= (sample.weights >= 0) & (sample.weights <= 1)
+        self.rows_checked += n
+        self.bad_rows += int((~good).sum())
 
 
 def run_fuzz(messages: int, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict:
@@ -172,6 +204,8 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
     valid_messages = 0  # from here on: the fuzz's
     rss_start, log_start, before = rss_bytes(shard.process.pid), shard.log_lines(), _totals(start)
     names = sorted(make.insert_cases)
+    audit = RowAudit()
+    capacity = start["capacity"]
     progress(f"fuzz: {messages} messages on the insert endpoint")
     started = time.monotonic()
     hostile_inserts = 0
@@ -190,6 +224,8 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         if number % 100 == 0:
             valid(actor, REAL_ACTOR)
             actor_transitions += VALID_BATCH
+        if number % AUDIT_EVERY == 0:
+            audit.check(learner.sample(32, 0.4, SPEC), next_id, capacity)
     sent_pull = hostile_inserts + valid_messages
     after_inserts = settle(learner, lambda i: _totals(i)["taken"] - before["taken"] >= sent_pull,
                             "every insert message taken")  # fmt: skip
@@ -201,14 +237,19 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
     dealer = make_socket(context, zmq.DEALER, hwm=1024)
     dealer.connect(shard.request)
     names = sorted(make.request_cases)
-    hostile_requests, stale_transitions, replies, bad_samples = 0, 0, 0, 0
+    hostile_requests, forged_sent, replies, bad_samples = 0, 0, 0, 0
+    forged_drops: Counter[str] = Counter()
     sample_seconds: list[float] = []
-    valid_ids = np.arange(next_id)
     started = time.monotonic()
     for number in range(messages):
         if rng.random() < 0.1:
-            send_frames(dealer, make.stale_update(size))
-            stale_transitions += 4
+            # On the learner's own connection, so the sample after it is answered after
+            # it was applied: what the shard serves right after each forged update.
+            *update, reason = make.forged_update(size, capacity)
+            learner.update(*update)
+            forged_sent += 1
+            forged_drops[reason] += len(update[0])
+            audit.check(learner.sample(32, 0.4, SPEC), next_id, size)
         else:
             case = names[int(rng.integers(0, len(names)))]
             send_frames(dealer, make.request_cases[case](size))
@@ -222,9 +263,7 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
             try:
                 sample = learner.sample(32, 0.4, SPEC)
                 sample_seconds.append(time.monotonic() - asked)
-                bad_samples += int(
-                    not np.isin(transition_ids(sample.fields["obs"]), valid_ids).all()
-                )
+                audit.check(sample, next_id, size)
             except ReplayTimeout:
                 bad_samples += 1
     request_seconds = time.monotonic() - started
@@ -234,11 +273,12 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         protocol = info["rejected"].get("protocol", 0) - protocol_before
         return _totals(info)["requests"] - middle["requests"] + protocol
 
-    final = settle(learner, lambda i: counted_requests(i) >= messages, "every request counted")
+    final = settle(learner, lambda i: counted_requests(i) >= hostile_requests,
+                   "every request counted")  # fmt: skip
 
     end = _totals(final)
     rss_end, log_end = rss_bytes(shard.process.pid), shard.log_lines()
-    present = _sampled_ids(learner, final["size"])
+    present = _sampled_ids(learner, final["size"], audit, next_id)
     senders = final["senders"]
     forged = [s for s in senders if s.isdigit() and int(s) >= 10_000]
     checks = {
@@ -249,8 +289,12 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         "transitions_exactly_the_valid_ones": final["transitions_added"] == next_id,
         "store_never_full": next_id <= final["capacity"],
         "hostile_requests_all_rejected": end["rejected"] - middle["rejected"] == hostile_requests,
-        "stale_updates_all_dropped": end["stale"] - middle["stale"] == stale_transitions,
-        "every_request_counted": counted_requests(final) == messages,
+        "forged_updates_all_read": end["updates"] - middle["updates"] == forged_sent,
+        "forged_updates_dropped_by_reason": all(
+            end[f"dropped_{reason}"] - middle[f"dropped_{reason}"] == forged_drops[reason]
+            for reason in final["updates_dropped"]
+        ),
+        "every_request_counted": counted_requests(final) == hostile_requests,
         # Every valid transition went in with priority 1, so the total is the size.
         "no_priority_rewritten": abs(final["total_priority"] - final["size"]) < 1e-6 * size,
         "every_valid_transition_present": present == set(range(next_id)),
@@ -258,7 +302,8 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         == actor_transitions,
         # Two connections invent ids (hostile inserts, hostile requests).
         "invented_ids_capped": len(forged) <= 2 * MAX_SENDERS_PER_PEER,
-        "learner_samples_valid": bad_samples == 0,
+        "learner_samples_answered": bad_samples == 0,
+        "no_bad_row_served": audit.bad_rows == 0 and audit.rows_checked > 0,
         # The store's pages are touched as valid data fills it; beyond that, nothing.
         "memory_bounded": rss_end - rss_start
         <= RSS_GROWTH_LIMIT_BYTES + next_id * STORED_BYTES_PER_TRANSITION,
@@ -272,7 +317,10 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         "hostile_inserts": hostile_inserts,
         "valid_insert_messages": valid_messages,
         "hostile_requests": hostile_requests,
-        "stale_update_transitions": stale_transitions,
+        "forged_updates": forged_sent,
+        "forged_updates_dropped": dict(sorted(forged_drops.items())),
+        "rows_checked": audit.rows_checked,
+        "bad_rows_served": audit.bad_rows,
         "replies_read": replies,
         "cases": dict(sorted(sent_cases.items())),
         "rejected_by_reason": final["rejected"],
@@ -288,13 +336,16 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
     }
 
 
-def _sampled_ids(learner: RequestClient, size: int) -> set[int]:
-    """Every id a whole-store sample returns (``DRAWS_PER_SLOT`` draws per slot)."""
+def _sampled_ids(learner: RequestClient, size: int, audit: RowAudit, ids_sent: int) -> set[int]:
+    """Every id a whole-store sample returns (``DRAWS_PER_SLOT`` draws per slot), each
+    row audited."""
     seen: set[int] = set()
     draws = size * DRAWS_PER_SLOT
     batch = min(8192, max(size, 1))
     for _ in range(-(-draws // batch)):
-        seen.update(transition_ids(learner.sample(batch, 0.0, SPEC).fields["obs"]).tolist())
+        sample = learner.sample(batch, 0.0, SPEC)
+        audit.check(sample, ids_sent, size)
+        seen.update(transition_ids(sample.fields["obs"]).tolist())
     return seen
 
 
@@ -312,6 +363,10 @@ def run(messages: int, seed: int = 0, progress: Callable[[str], None] | None = N
         ("shard RSS growth", "bytes", max(outcome["rss_growth_bytes"], 0)),
         ("shard log lines", "lines", outcome["log_lines"]),
         ("checks passed", "checks", sum(outcome["checks"].values())),
+        ("sampled rows checked", "rows", outcome["rows_checked"]
+         + descriptor["shard"]["rows_checked"]),
+        ("bad rows served", "rows", outcome["bad_rows_served"]
+         + descriptor["shard"]["bad_rows_served"]),
         ("descriptor messages, shard insert", "messages", descriptor["shard"]["insert_messages"]),
         ("descriptor messages, shard request", "messages",
          descriptor["shard"]["request_messages"]),

@@ -80,7 +80,7 @@ def replay_state(replay: PrioritizedReplay | UnrollQueue) -> tuple[dict, dict]:
     arrays = {**prefixed("storage.", storage_arrays), **prefixed("tree.", tree_arrays)}
     meta = {"storage": storage_meta, "tree": tree_meta, "alpha": replay.alpha,
             "rng": replay.rng.bit_generator.state,
-            "dropped_updates": replay.dropped_updates}  # fmt: skip
+            "update_drops": replay.update_drops}  # fmt: skip
     return arrays, meta
 
 
@@ -104,8 +104,11 @@ def restore_replay(replay: PrioritizedReplay | UnrollQueue, read: Reader, meta: 
         replay.rng.bit_generator.state = meta.get("rng")
     except (TypeError, ValueError, KeyError) as exc:
         raise SnapshotError(f"the sampler's generator state is unusable: {exc}") from exc
-    dropped = meta.get("dropped_updates")
-    replay.dropped_updates = dropped if isinstance(dropped, int) else 0
+    drops = meta.get("update_drops")
+    if not isinstance(drops, dict):  # snapshots from before drops were told apart
+        stale = meta.get("dropped_updates")
+        drops = {"stale": stale if isinstance(stale, int) else 0}
+    replay.update_drops = {k: v for k, v in drops.items() if isinstance(v, int) and v >= 0}
 
 
 class ShardSnapshots:

@@ -11,8 +11,11 @@ priority exponent, ``β`` the importance-sampling exponent and ``N`` the current
   (``N`` and ``Σq`` cancel), which is what is computed, in float64.
 
 Items with priority 0 are stored but never sampled. A priority update names the slot and
-the generation it was sampled with; if the slot has been overwritten since, the update is
-dropped and counted instead of landing on the new occupant.
+the generation it was sampled with, and lands only if that slot holds that item now: an
+update for a slot overwritten since, never written, or outside the store, or with a
+priority that is not finite and non-negative, is dropped and counted by reason
+(``update_drops``), so no update can give an empty slot a share of the samples. A sample
+that would return a slot holding nothing raises instead of serving its sentinel row.
 
 Every public method validates all of its input before changing anything, so a rejected
 call leaves the store exactly as it was.
@@ -30,13 +33,15 @@ from numba import njit
 
 from replay.errors import (
     EmptyReplayError,
+    InvalidBatchError,
     InvalidIndexError,
     InvalidPriorityError,
+    ReplayError,
 )
 from replay.store.field_checks import alpha_problems
 from replay.store.spec import TransitionSpec
 from replay.store.storage import BatchBuffers, RingStorage, StorageView
-from replay.store.sum_tree import SumTree, first_out_of_range
+from replay.store.sum_tree import SumTree
 
 if TYPE_CHECKING:
     from replay.frames.payload import FramePayload
@@ -58,23 +63,55 @@ def power_priorities(priorities: np.ndarray, alpha: float, out: np.ndarray) -> i
     return -1
 
 
+# Why an update was dropped, as ``update_drops`` counts it: the slot is not one of the
+# store's; the item named was never written there (generation -1, past the newest, or of
+# another slot); it was, but has been overwritten or evicted since; the priority is NaN,
+# infinite, negative, or overflows after ``** alpha``.
+UPDATE_DROP_REASONS = ("out_of_range", "never_written", "stale", "bad_priority")
+_OUT_OF_RANGE, _NEVER_WRITTEN, _STALE, _BAD_PRIORITY = range(4)
+
+
 @njit(cache=True, nogil=True)
-def keep_current(
+def screen_updates(
     slots: np.ndarray,
     generations: np.ndarray,
+    priorities: np.ndarray,
+    alpha: float,
     slot_generations: np.ndarray,
-    powered: np.ndarray,
+    items_written: int,
     kept_slots: np.ndarray,
     kept_powered: np.ndarray,
+    drops: np.ndarray,
 ) -> int:
-    """Copies, in order, the updates whose generation still matches its slot; returns
-    how many were kept."""
+    """Copies, in order, the updates that name the item their slot holds now, with
+    ``p^α`` for each; counts the others into ``drops`` by reason (``UPDATE_DROP_REASONS``)
+    and returns how many were kept.
+
+    Item ``g`` only ever lives in slot ``g % capacity``, so an update is kept only when
+    ``0 <= g < items_written``, ``slot == g % capacity`` and the slot's generation is
+    ``g``: an empty slot (generation -1) or one freed early is never given priority."""
+    capacity = slot_generations.size
     kept = 0
     for i in range(slots.size):
-        if slot_generations[slots[i]] == generations[i]:
-            kept_slots[kept] = slots[i]
-            kept_powered[kept] = powered[i]
-            kept += 1
+        slot = slots[i]
+        generation = generations[i]
+        if slot < 0 or slot >= capacity:
+            drops[_OUT_OF_RANGE] += 1
+            continue
+        if generation < 0 or generation >= items_written or generation % capacity != slot:
+            drops[_NEVER_WRITTEN] += 1
+            continue
+        if slot_generations[slot] != generation:
+            drops[_STALE] += 1
+            continue
+        p = priorities[i]
+        q = p**alpha if p >= 0.0 and p < np.inf else np.inf
+        if not q < np.inf:
+            drops[_BAD_PRIORITY] += 1
+            continue
+        kept_slots[kept] = slot
+        kept_powered[kept] = q
+        kept += 1
     return kept
 
 
@@ -88,17 +125,22 @@ def read_sampled(
     out_priorities: np.ndarray,
     out_generations: np.ndarray,
     out_weights: np.ndarray,
-) -> None:
-    """Stored priorities, generations and importance weights ``(q_min / q_i)^β``.
+) -> int:
+    """Stored priorities, generations and importance weights ``(q_min / q_i)^β``;
+    returns the position of the first slot that holds nothing (generation -1), or -1.
 
     The loads run in a loop of their own: beside the ``pow`` calls the CPU could not run
     far enough ahead to overlap the generation array's cache misses (28 µs → 12 µs for 512
     at 2^20)."""
+    empty = -1
     for b in range(slots.size):
         out_priorities[b] = leaves[slots[b]]
         out_generations[b] = slot_generations[slots[b]]
     for b in range(slots.size):
         out_weights[b] = (min_priority / out_priorities[b]) ** beta
+        if out_generations[b] < 0 and empty < 0:
+            empty = b
+    return empty
 
 
 @dataclass(frozen=True)
@@ -166,8 +208,7 @@ class PrioritizedReplay(StorageView):
         self._powered = np.empty(0, dtype=np.float64)
         self._kept_slots = np.empty(0, dtype=np.int64)
         self._kept_powered = np.empty(0, dtype=np.float64)
-        self.dropped_updates = 0
-        """Priority updates ignored because their slot was overwritten after sampling."""
+        self._update_drops = np.zeros(len(UPDATE_DROP_REASONS), dtype=np.int64)
 
     @property
     def size(self) -> int:
@@ -177,6 +218,20 @@ class PrioritizedReplay(StorageView):
     @property
     def alpha(self) -> float:
         return self._alpha
+
+    @property
+    def update_drops(self) -> dict[str, int]:
+        """Priority updates dropped so far, by reason (``UPDATE_DROP_REASONS``)."""
+        return dict(zip(UPDATE_DROP_REASONS, self._update_drops.tolist(), strict=True))
+
+    @update_drops.setter
+    def update_drops(self, counts: Mapping[str, int]) -> None:
+        self._update_drops[:] = [int(counts.get(reason, 0)) for reason in UPDATE_DROP_REASONS]
+
+    @property
+    def dropped_updates(self) -> int:
+        """Priority updates dropped so far, for every reason."""
+        return int(self._update_drops.sum())
 
     @property
     def total_priority(self) -> float:
@@ -209,10 +264,15 @@ class PrioritizedReplay(StorageView):
             larger than the capacity).
 
         Raises:
-            InvalidBatchError: missing/unknown field, wrong dtype, shape or length.
+            InvalidBatchError: missing/unknown field, wrong dtype, shape or length, or a
+                float field holding NaN or an infinity (the learner would train on it).
             InvalidPriorityError: NaN, infinite or negative priority (or ``p^α`` overflow).
         """
-        count = self._storage.spec.check_batch(batch)
+        spec = self._storage.spec
+        count = spec.check_batch(batch)
+        for name in spec.float_fields:
+            if not np.isfinite(batch[name]).all():
+                raise InvalidBatchError(f"field {name!r} holds a value that is not finite")
         powered = self._powered_priorities(priorities, count)
         slots = self._storage.write(batch, count)
         self._tree.set_unchecked(slots, powered[count - slots.size : count])
@@ -255,6 +315,8 @@ class PrioritizedReplay(StorageView):
             EmptyReplayError: nothing with positive priority is stored.
             InvalidIndexError: ``batch_size`` is not a positive integer.
             InvalidPriorityError: ``beta`` is negative or not finite.
+            ReplayError: the draw reached a slot that holds nothing (the tree gave an
+                empty slot priority: a bug, refused rather than served).
         """
         if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta >= 0):
             raise InvalidPriorityError(f"beta must be a finite number >= 0, got {beta!r}")
@@ -264,7 +326,7 @@ class PrioritizedReplay(StorageView):
         priorities = np.empty(batch_size, dtype=np.float64)
         generations = np.empty(batch_size, dtype=np.int64)
         weights = np.empty(batch_size, dtype=np.float32)
-        read_sampled(
+        empty = read_sampled(
             slots,
             self._tree.leaves,
             self._slot_generations,
@@ -274,6 +336,11 @@ class PrioritizedReplay(StorageView):
             generations,
             weights,
         )
+        if empty >= 0:
+            raise ReplayError(
+                f"sampled slot {slots[empty]}, which holds nothing (priority "
+                f"{priorities[empty]!r}): refused rather than served"
+            )
         if packed:
             transitions, frames = self._storage.gather_packed(slots)
             return SampledBatch(transitions, slots, generations, priorities, weights, frames)
@@ -283,9 +350,12 @@ class PrioritizedReplay(StorageView):
     def update_priorities(
         self, indices: np.ndarray, generations: np.ndarray, priorities: np.ndarray
     ) -> int:
-        """Sets new priorities for sampled items, skipping any slot overwritten since.
+        """Sets new priorities for sampled items that their slots still hold.
 
-        Where a slot repeats, its last current update wins.
+        Each update lands only if its slot holds the item it names now (see
+        :func:`screen_updates`) and its priority is finite and non-negative; the others
+        are dropped and counted by reason in :attr:`update_drops`. Where a slot repeats,
+        its last kept update wins.
 
         Args:
             indices: int slots, as returned by :meth:`sample`.
@@ -293,46 +363,33 @@ class PrioritizedReplay(StorageView):
             priorities: non-negative finite priorities ``p`` (stored as ``p^α``).
 
         Returns:
-            The number of updates dropped as stale (also added to ``dropped_updates``).
+            The number of updates dropped, for any reason.
 
         Raises:
-            InvalidIndexError: non-integer or out-of-range slots, or lengths that differ.
-            InvalidPriorityError: NaN, infinite or negative priority. Nothing is changed.
+            InvalidIndexError: non-integer or non-vector indices or generations, or
+                lengths that differ. Nothing is changed.
+            InvalidPriorityError: priorities that are not a numeric vector of the indices'
+                length. Nothing is changed.
         """
         slots = _int64_vector(indices, "indices")
         stamps = _int64_vector(generations, "generations")
         if stamps.size != slots.size:
             raise InvalidIndexError(f"{slots.size} indices but {stamps.size} generations")
-        bad = first_out_of_range(slots, self._storage.capacity)
-        if bad >= 0:
-            raise InvalidIndexError(
-                f"slot index {slots[bad]} at position {bad} is outside "
-                f"[0, {self._storage.capacity})"
-            )
-        powered = self._powered_priorities(priorities, slots.size)
+        values = _float64_vector(priorities, slots.size)
         if self._kept_slots.size < slots.size:
             self._kept_slots = np.empty(slots.size, dtype=np.int64)
             self._kept_powered = np.empty(slots.size, dtype=np.float64)
-        kept = keep_current(
-            slots, stamps, self._slot_generations, powered, self._kept_slots, self._kept_powered
-        )
+        kept = screen_updates(
+            slots, stamps, values, self._alpha, self._slot_generations,
+            self._storage.items_written, self._kept_slots, self._kept_powered,
+            self._update_drops,
+        )  # fmt: skip
         self._tree.set_unchecked(self._kept_slots[:kept], self._kept_powered[:kept])
-        dropped = slots.size - kept
-        self.dropped_updates += dropped
-        return dropped
+        return slots.size - kept
 
     def _powered_priorities(self, priorities: np.ndarray, count: int) -> np.ndarray:
         """Validated ``p^α`` for ``count`` priorities, in a reused buffer."""
-        values = priorities
-        if not (type(values) is np.ndarray and values.dtype == np.float64):
-            values = np.asarray(priorities)
-        if values.dtype.kind not in "iuf" or values.shape != (count,):
-            raise InvalidPriorityError(
-                f"priorities must be a numeric vector of shape ({count},), "
-                f"got dtype {values.dtype} and shape {values.shape}"
-            )
-        if values.dtype != np.float64 or not values.flags.c_contiguous:
-            values = np.ascontiguousarray(values, dtype=np.float64)
+        values = _float64_vector(priorities, count)
         if self._powered.size < count:
             self._powered = np.empty(max(count, 2 * self._powered.size), dtype=np.float64)
         bad = power_priorities(values, self._alpha, self._powered)
@@ -342,6 +399,21 @@ class PrioritizedReplay(StorageView):
                 + ("" if not (0 <= values[bad] < math.inf) else f" after ** alpha={self._alpha}")
             )
         return self._powered[:count]
+
+
+def _float64_vector(priorities: np.ndarray, count: int) -> np.ndarray:
+    """``priorities`` as a contiguous float64 vector of ``count``; its values unchecked."""
+    values = priorities
+    if not (type(values) is np.ndarray and values.dtype == np.float64):
+        values = np.asarray(priorities)
+    if values.dtype.kind not in "iuf" or values.shape != (count,):
+        raise InvalidPriorityError(
+            f"priorities must be a numeric vector of shape ({count},), "
+            f"got dtype {values.dtype} and shape {values.shape}"
+        )
+    if values.dtype != np.float64 or not values.flags.c_contiguous:
+        values = np.ascontiguousarray(values, dtype=np.float64)
+    return values
 
 
 def _int64_vector(values: np.ndarray, name: str) -> np.ndarray:

@@ -105,8 +105,9 @@ class UnrollQueue(StorageView):
         self.replay_share = replay_share
         self._rng = np.random.default_rng(seed)
         self.replayed = 0
-        # What a shard's INFO reports of a prioritized store, for one shape of counters.
-        self.dropped_updates = 0
+        # What a shard's INFO reports of a prioritized store, for one shape of counters:
+        # a queue refuses every update whole, so it drops none.
+        self.update_drops: dict[str, int] = {}
 
     @property
     def handed(self) -> int:

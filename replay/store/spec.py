@@ -119,6 +119,11 @@ class TransitionSpec(Mapping[str, FieldSpec]):
         return {f.name: (f.shape, f.dtype.name) for f in self._fields.values()}
 
     @cached_property
+    def float_fields(self) -> tuple[str, ...]:
+        """The fields of a floating dtype: the ones a NaN or an infinity can hide in."""
+        return tuple(f.name for f in self._fields.values() if f.dtype.kind == "f")
+
+    @cached_property
     def item_nbytes(self) -> int:
         """Bytes of one whole transition (all fields, unpadded)."""
         return sum(f.item_nbytes for f in self._fields.values())
