@@ -195,27 +195,30 @@ class DPG:
             squared = squared + (targets - self.critic2(observations, actions)).square()
         critic_loss = (weights * squared).mean()
         critics = [*online.critic.parameters(), *self.critic2.parameters()]
-        descend(self.critic_optimizer, critic_loss, critics, config.max_grad_norm)
+        skipped = descend(self.critic_optimizer, critic_loss, critics, config.max_grad_norm)
         self.steps += 1
         if self.steps % settings.policy_delay == 0:
-            self._improve_policy(observations)
+            skipped = torch.maximum(skipped, self._improve_policy(observations))
         magnitude = td.detach().abs()
         return StepResult(
             loss=float(critic_loss.detach()),
             mean_abs_td=float(magnitude.mean()),
             new_priorities=(magnitude + config.priority_epsilon).double().cpu(),
+            skipped=bool(skipped),
         )
 
-    def _improve_policy(self, observations: torch.Tensor) -> None:
-
+    def _improve_policy(self, observations: torch.Tensor) -> torch.Tensor:
+        """The policy's step and the soft target updates; 1 on the device where a
+        non-finite loss or gradient skipped the policy's step (``descend``)."""
         online = self.online
         online.critic.requires_grad_(False)  # the policy's loss moves the policy only
         policy_loss = -online.critic(observations, online.policy(observations)).mean()
-        descend(self.policy_optimizer, policy_loss, online.policy.parameters(),
-                self.config.max_grad_norm)  # fmt: skip
+        skipped = descend(self.policy_optimizer, policy_loss, online.policy.parameters(),
+                          self.config.max_grad_norm)  # fmt: skip
         online.critic.requires_grad_(True)
         soft_update(self.target, online, self.settings.tau)
         soft_update(self.target_critic2, self.critic2, self.settings.tau)
+        return skipped
 
     def state_dict(self) -> dict:
         import torch

@@ -161,11 +161,12 @@ def dqn_step(
 ) -> StepResult:
     """One gradient step on one batch; returns the loss and the new priorities."""
     loss, magnitude = dqn_loss(online, target, transitions, weights, anchor, huber_delta)
-    descend(optimizer, loss, online.parameters(), max_grad_norm)
+    skipped = descend(optimizer, loss, online.parameters(), max_grad_norm)
     return StepResult(
         loss=float(loss.detach()),
         mean_abs_td=float(magnitude.mean()),
         new_priorities=(magnitude + priority_epsilon).double().cpu(),
+        skipped=bool(skipped),
     )
 
 
@@ -335,7 +336,7 @@ class DoubleDQN:
             soft_update(self.average, self.online, self.settings.policy_average)
         return result
 
-    def _update(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _update(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """The update a CUDA graph records (``apex.graphed_step``): the eager step's
         arithmetic, without its reads back to the host."""
         loss, magnitude = dqn_loss(
@@ -345,8 +346,8 @@ class DoubleDQN:
             inputs["weights"],
             huber_delta=self.settings.huber_delta,
         )
-        descend(self.optimizer, loss, self.online.parameters(), self.config.max_grad_norm)
-        return loss.detach(), magnitude
+        skipped = descend(self.optimizer, loss, self.online.parameters(), self.config.max_grad_norm)
+        return loss.detach(), magnitude, skipped
 
     def state_dict(self) -> dict:
         import torch

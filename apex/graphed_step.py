@@ -39,9 +39,9 @@ logger = logging.getLogger(__name__)
 
 WARMUP_UPDATES = 3
 
-# One update on static inputs: it steps the optimizer and returns the batch's loss and its
-# |δ| per item (``apex.dqn.DoubleDQN._update``).
-Update = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
+# One update on static inputs: it steps the optimizer and returns the batch's loss, its
+# |δ| per item and whether the step was skipped (``apex.dqn.DoubleDQN._update``).
+Update = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 class GraphedUpdate:
@@ -74,10 +74,13 @@ class GraphedUpdate:
     def captured(self) -> bool:
         return self._graph is not None
 
-    def __call__(self, inputs: dict[str, torch.Tensor]) -> tuple[float, float, torch.Tensor] | None:
-        """One update on ``inputs``: the loss, the mean ``|δ|`` and the new priorities (on
-        the CPU, float64); None if the caller is to run this one eagerly (warming up,
-        another batch shape, a failed capture)."""
+    def __call__(
+        self, inputs: dict[str, torch.Tensor]
+    ) -> tuple[float, float, torch.Tensor, bool] | None:
+        """One update on ``inputs``: the loss, the mean ``|δ|``, the new priorities (on
+        the CPU, float64) and whether a non-finite loss or gradient skipped the step;
+        None if the caller is to run this one eagerly (warming up, another batch shape, a
+        failed capture)."""
         if self.failed:
             return None
         signature = tuple((name, tuple(t.shape), t.dtype, t.device) for name, t in inputs.items())
@@ -96,8 +99,8 @@ class GraphedUpdate:
         self._graph.replay()
         self.replays += 1
         summary, priorities = self._outputs
-        loss, mean_abs_td = summary.tolist()
-        return loss, mean_abs_td, priorities.cpu()
+        loss, mean_abs_td, skipped = summary.tolist()
+        return loss, mean_abs_td, priorities.cpu(), bool(skipped)
 
     @contextlib.contextmanager
     def eager_stream(self) -> Iterator[None]:
@@ -121,8 +124,8 @@ class GraphedUpdate:
         try:
             # thread_local: the sampler thread keeps staging batches while this one records.
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                loss, magnitude = self._update(self._inputs)
-                summary = torch.stack([loss.detach(), magnitude.mean()])
+                loss, magnitude, skipped = self._update(self._inputs)
+                summary = torch.stack([loss.detach(), magnitude.mean(), skipped])
                 self._outputs = summary, (magnitude + self._priority_epsilon).double()
         except RuntimeError as exc:
             logger.warning("the update could not be captured in a CUDA graph (%s); training "

@@ -277,10 +277,11 @@ class Impala:
         from apex.updates import StepResult, descend
 
         loss, parts = impala_loss(self.network, batch.transitions, self.settings)
-        descend(self.optimizer, loss, self.network.parameters(), self.config.max_grad_norm)
+        skipped = descend(self.optimizer, loss, self.network.parameters(),
+                          self.config.max_grad_norm)  # fmt: skip
         self.steps += 1
         self.last = parts
-        return StepResult(parts.loss, parts.mean_abs_advantage, None)
+        return StepResult(parts.loss, parts.mean_abs_advantage, None, bool(skipped))
 
     def state_dict(self) -> dict:
         import torch

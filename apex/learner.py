@@ -62,6 +62,10 @@ PUBLICATIONS_KEPT = 4096
 CONFIRMED_WEIGHTS_KEPT_BYTES = 64 << 20
 
 
+class NonFiniteTraining(RuntimeError):
+    """Too many updates in a row had a loss or gradient that is not finite."""
+
+
 @dataclass
 class Outcome:
     """How a learner run ended."""
@@ -138,6 +142,7 @@ class Learner:
         self._last_progress = self._started
         self._running = False
         self.checkpoints_failed = 0
+        self._skipped_in_a_row = 0
 
     @property
     def weights_endpoint(self) -> str:
@@ -249,6 +254,9 @@ class Learner:
         except ReplayError as exc:
             outcome.reason = f"replay failed: {exc}"
             logger.error("learner stopping: %s", exc)
+        except NonFiniteTraining as exc:
+            outcome.reason = f"non-finite training: {exc}"
+            logger.error("learner stopping: %s", exc)
         finally:
             self.counters.train_seconds = self._elapsed_s()
             self._running = False
@@ -271,6 +279,7 @@ class Learner:
                     "back_to_anchor": self._solving.went_back,
                     "checkpoint": str(path) if path else None,
                     "checkpoints_failed": self.checkpoints_failed,
+                    "updates_skipped_nonfinite": self.counters.updates_skipped,
                     "metrics_dropped": metrics.dropped,
                     "delivery": outcome.delivery,
                 }
@@ -307,6 +316,10 @@ class Learner:
             rate = config.learning_rate_at(self.counters.updates, settled)
             set_learning_rate(self.algorithm.optimizers, rate)
         result = self.algorithm.step(batch)
+        if result.skipped:
+            self._skipped_update()
+            return True
+        self._skipped_in_a_row = 0
         if result.new_priorities is not None:
             self.source.update_priorities(batch.source, result.new_priorities.numpy())
         if (versions := batch.source.transitions.get("version")) is not None:
@@ -315,6 +328,22 @@ class Learner:
         self.counters.transitions_trained += batch.source.indices.size
         self._window.add_update(result.loss, result.mean_abs_td)
         return True
+
+    def _skipped_update(self) -> None:
+        """Counts an update a non-finite loss or gradient skipped; too many in a row end
+        the run (:class:`NonFiniteTraining`) rather than train on nothing."""
+        self.counters.updates_skipped += 1
+        self._skipped_in_a_row += 1
+        if self._skipped_in_a_row == 1:
+            logger.warning("update %d skipped: its loss or a gradient is not finite (%d "
+                           "skipped so far)", self.counters.updates,
+                           self.counters.updates_skipped)  # fmt: skip
+        if self._skipped_in_a_row >= self.config.max_skipped_updates:
+            raise NonFiniteTraining(
+                f"{self._skipped_in_a_row} updates in a row had a loss or gradient that is "
+                f"not finite (learner.max_skipped_updates = {self.config.max_skipped_updates})"
+                "; nothing of them was applied or published"
+            )
 
     # -- periodic tasks (apex.periodic) -------------------------------------------------
 

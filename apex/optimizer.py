@@ -88,9 +88,15 @@ class Adam:
                 parameter.grad.zero_()
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, found_inf: torch.Tensor | None = None) -> None:
         """One Adam step for every parameter that has a gradient (the others keep their
-        moments and count, as in torch.optim)."""
+        moments and count, as in torch.optim).
+
+        Args:
+            found_inf: a float scalar on the parameters' device; where it is 1 the step
+                is skipped whole (parameters, moments and counts stay), decided on the
+                device as torch's ``GradScaler`` has the fused kernel do, so a CUDA graph
+                can record it."""
         chosen = [i for i, p in enumerate(self._parameters) if p.grad is not None]
         if not chosen:
             return
@@ -101,14 +107,19 @@ class Adam:
         steps = [self._steps[i] for i in chosen]
         group = self.param_groups[0]
         (beta1, beta2), lr, eps = group["betas"], float(group["lr"]), float(group["eps"])
-        torch._foreach_add_(steps, 1)
         if self._fused:
+            torch._foreach_add_(steps, 1)
             self.sync_learning_rate()
             rate = lr if self._device_lr is None else self._device_lr
             torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
                                lr=rate, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps,
-                               maximize=False, grad_scale=None, found_inf=None)  # fmt: skip
+                               maximize=False, grad_scale=None, found_inf=found_inf)  # fmt: skip
+            if found_inf is not None:  # the kernel skipped the step; the counts go back
+                torch._foreach_sub_(steps, [found_inf] * len(steps))
             return
+        if found_inf is not None and bool(found_inf):
+            return
+        torch._foreach_add_(steps, 1)
         # torch's multi-tensor Adam, for a device without the fused kernel.
         torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)

@@ -31,6 +31,8 @@ class LearnerCounters:
     best_eval_return: float | None = None
     solved_at_s: float | None = None
     settled_at_s: float | None = None  # LearnerConfig.settle_return
+    # Updates whose loss or gradient was not finite: skipped, nothing changed or published.
+    updates_skipped: int = 0
 
 
 @dataclass
@@ -94,6 +96,7 @@ class ProgressWindow:
             "transitions_added": added,
             "replay_sizes": [i["size"] if i else None for i in infos],
             "dropped_stale_updates": sum(i["dropped_stale_updates"] for i in infos if i),
+            "updates_skipped_nonfinite": counters.updates_skipped,
             "priority_updates_applied": sum(i["updates_applied"] for i in infos if i),
             "actor_policy_versions": sorted(
                 {

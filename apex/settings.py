@@ -256,6 +256,8 @@ class LearnerConfig:
         stop_when_solved: end the run at its first confirmed solve (False: train on,
             and keep evaluating, to see whether it stays solved).
         max_updates: stop after this many updates (None: no limit).
+        max_skipped_updates: updates in a row whose loss or gradient is not finite (each
+            skipped and counted) after which the run stops, as "non-finite training".
         max_time_s: stop after this many seconds of training (None: no limit).
         checkpoint_interval_s: seconds between checkpoints.
         metrics_interval_s: seconds between metrics records.
@@ -288,6 +290,7 @@ class LearnerConfig:
     target_return: float | None = None
     stop_when_solved: bool = True
     max_updates: int | None = None
+    max_skipped_updates: int = 100
     max_time_s: float | None = None
     checkpoint_interval_s: float = 60.0
     metrics_interval_s: float = 2.0

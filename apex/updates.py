@@ -25,22 +25,37 @@ class StepResult:
         mean_abs_td: mean ``|δ|`` over the batch.
         new_priorities: ``|δ| + ε`` per item, on the CPU, float64; None for an algorithm
             whose replay has no priorities (IMPALA's queue).
+        skipped: the loss or a gradient was not finite, so no parameter changed
+            (:func:`descend`); the learner then sends no priorities and counts it.
     """
 
     loss: float
     mean_abs_td: float
     new_priorities: torch.Tensor | None
+    skipped: bool = False
 
 
-def descend(optimizer: Adam, loss: torch.Tensor, parameters, max_norm: float):
+def descend(optimizer: Adam, loss: torch.Tensor, parameters, max_norm: float) -> torch.Tensor:
     """One gradient step on ``loss``: gradients of ``parameters`` clipped to a global norm
-    of ``max_norm`` (every algorithm's update ends so)."""
+    of ``max_norm`` (every algorithm's update ends so).
+
+    A loss or a gradient that is not finite (a NaN or an infinity anywhere in the batch
+    reaches both) skips the step: the parameters and Adam's moments stay as they were,
+    so nothing non-finite is ever published. Decided on the device, without a read back
+    to the host (a CUDA graph records it too).
+
+    Returns:
+        A float scalar on the device: 1 where the step was skipped, else 0.
+    """
+    import torch
     from torch import nn
 
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    nn.utils.clip_grad_norm_(parameters, max_norm)
-    optimizer.step()
+    norm = nn.utils.clip_grad_norm_(parameters, max_norm)
+    skipped = torch.logical_not(torch.isfinite(norm + loss.detach())).float()
+    optimizer.step(found_inf=skipped)
+    return skipped
 
 
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:

@@ -171,9 +171,12 @@ def run_status(run_dir: Path) -> dict:
     if run.ends:
         end = run.ends[-1]
         status["ended"] = {k: end.get(k) for k in ("reason", "solved", "updates", "train_seconds")}
-        faults = {k: end[k] for k in ("checkpoints_failed", "metrics_dropped") if end.get(k)}
+        faults = {k: end[k] for k in ("checkpoints_failed", "metrics_dropped",
+                                      "updates_skipped_nonfinite") if end.get(k)}  # fmt: skip
         if end.get("delivery"):
             status["delivery"] = describe(end["delivery"])
+    elif run.progress and run.progress[-1].get("updates_skipped_nonfinite"):  # still running
+        faults["updates_skipped_nonfinite"] = run.progress[-1]["updates_skipped_nonfinite"]
     summary = read_summary(run_dir)
     if summary is not None:
         status["outcome"] = {

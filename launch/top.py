@@ -149,7 +149,8 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
     faults = (
         f"shards alive {progress.get('shards_alive', '?')}/{shard_count}, learner restarts "
         f"{max(watch.learner_starts - 1, 0)}, actor restarts {restarts}, stale priority "
-        f"updates dropped {progress.get('dropped_stale_updates') or 0}, rejected messages "
+        f"updates dropped {progress.get('dropped_stale_updates') or 0}, non-finite updates "
+        f"skipped {progress.get('updates_skipped_nonfinite') or 0}, rejected messages "
         f"{sum(s.get('rejected_total') or 0 for s in shard_rows)}, refused connections "
         f"{sum((progress.get('refused') or {}).values())}"
     )

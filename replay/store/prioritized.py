@@ -42,6 +42,12 @@ from replay.store.field_checks import alpha_problems
 from replay.store.spec import TransitionSpec
 from replay.store.storage import BatchBuffers, RingStorage, StorageView
 from replay.store.sum_tree import SumTree
+from replay.store.update_screen import (
+    UPDATE_DROP_REASONS,
+    float64_vector,
+    int64_vector,
+    screen_updates,
+)
 
 if TYPE_CHECKING:
     from replay.frames.payload import FramePayload
@@ -61,58 +67,6 @@ def power_priorities(priorities: np.ndarray, alpha: float, out: np.ndarray) -> i
             return i
         out[i] = q
     return -1
-
-
-# Why an update was dropped, as ``update_drops`` counts it: the slot is not one of the
-# store's; the item named was never written there (generation -1, past the newest, or of
-# another slot); it was, but has been overwritten or evicted since; the priority is NaN,
-# infinite, negative, or overflows after ``** alpha``.
-UPDATE_DROP_REASONS = ("out_of_range", "never_written", "stale", "bad_priority")
-_OUT_OF_RANGE, _NEVER_WRITTEN, _STALE, _BAD_PRIORITY = range(4)
-
-
-@njit(cache=True, nogil=True)
-def screen_updates(
-    slots: np.ndarray,
-    generations: np.ndarray,
-    priorities: np.ndarray,
-    alpha: float,
-    slot_generations: np.ndarray,
-    items_written: int,
-    kept_slots: np.ndarray,
-    kept_powered: np.ndarray,
-    drops: np.ndarray,
-) -> int:
-    """Copies, in order, the updates that name the item their slot holds now, with
-    ``p^α`` for each; counts the others into ``drops`` by reason (``UPDATE_DROP_REASONS``)
-    and returns how many were kept.
-
-    Item ``g`` only ever lives in slot ``g % capacity``, so an update is kept only when
-    ``0 <= g < items_written``, ``slot == g % capacity`` and the slot's generation is
-    ``g``: an empty slot (generation -1) or one freed early is never given priority."""
-    capacity = slot_generations.size
-    kept = 0
-    for i in range(slots.size):
-        slot = slots[i]
-        generation = generations[i]
-        if slot < 0 or slot >= capacity:
-            drops[_OUT_OF_RANGE] += 1
-            continue
-        if generation < 0 or generation >= items_written or generation % capacity != slot:
-            drops[_NEVER_WRITTEN] += 1
-            continue
-        if slot_generations[slot] != generation:
-            drops[_STALE] += 1
-            continue
-        p = priorities[i]
-        q = p**alpha if p >= 0.0 and p < np.inf else np.inf
-        if not q < np.inf:
-            drops[_BAD_PRIORITY] += 1
-            continue
-        kept_slots[kept] = slot
-        kept_powered[kept] = q
-        kept += 1
-    return kept
 
 
 @njit(cache=True, nogil=True)
@@ -371,11 +325,11 @@ class PrioritizedReplay(StorageView):
             InvalidPriorityError: priorities that are not a numeric vector of the indices'
                 length. Nothing is changed.
         """
-        slots = _int64_vector(indices, "indices")
-        stamps = _int64_vector(generations, "generations")
+        slots = int64_vector(indices, "indices")
+        stamps = int64_vector(generations, "generations")
         if stamps.size != slots.size:
             raise InvalidIndexError(f"{slots.size} indices but {stamps.size} generations")
-        values = _float64_vector(priorities, slots.size)
+        values = float64_vector(priorities, slots.size)
         if self._kept_slots.size < slots.size:
             self._kept_slots = np.empty(slots.size, dtype=np.int64)
             self._kept_powered = np.empty(slots.size, dtype=np.float64)
@@ -389,7 +343,7 @@ class PrioritizedReplay(StorageView):
 
     def _powered_priorities(self, priorities: np.ndarray, count: int) -> np.ndarray:
         """Validated ``p^α`` for ``count`` priorities, in a reused buffer."""
-        values = _float64_vector(priorities, count)
+        values = float64_vector(priorities, count)
         if self._powered.size < count:
             self._powered = np.empty(max(count, 2 * self._powered.size), dtype=np.float64)
         bad = power_priorities(values, self._alpha, self._powered)
@@ -399,27 +353,3 @@ class PrioritizedReplay(StorageView):
                 + ("" if not (0 <= values[bad] < math.inf) else f" after ** alpha={self._alpha}")
             )
         return self._powered[:count]
-
-
-def _float64_vector(priorities: np.ndarray, count: int) -> np.ndarray:
-    """``priorities`` as a contiguous float64 vector of ``count``; its values unchecked."""
-    values = priorities
-    if not (type(values) is np.ndarray and values.dtype == np.float64):
-        values = np.asarray(priorities)
-    if values.dtype.kind not in "iuf" or values.shape != (count,):
-        raise InvalidPriorityError(
-            f"priorities must be a numeric vector of shape ({count},), "
-            f"got dtype {values.dtype} and shape {values.shape}"
-        )
-    if values.dtype != np.float64 or not values.flags.c_contiguous:
-        values = np.ascontiguousarray(values, dtype=np.float64)
-    return values
-
-
-def _int64_vector(values: np.ndarray, name: str) -> np.ndarray:
-    array = np.asarray(values)
-    if array.dtype.kind not in "iu" or array.ndim != 1:
-        raise InvalidIndexError(
-            f"{name} must be a 1-D integer array, got dtype {array.dtype} and shape {array.shape}"
-        )
-    return np.ascontiguousarray(array, dtype=np.int64)
