@@ -103,6 +103,14 @@ def preset(name: str) -> EnvPreset:
     return PRESETS.get(name, EnvPreset(name, None, gym_id=name))
 
 
+def stacks_frames(name: str) -> bool:
+    """Whether ``name``'s observations are stacks of frames by construction (the ALE
+    pipeline's, ``make_atari``): what frame storage is chosen by when a run leaves
+    ``replay.frames`` unset. Any other observation is stored whole unless asked for, and
+    then proven (``apex.frame_check``)."""
+    return preset(name).atari
+
+
 def solved_return(name: str, target: float | None) -> float | None:
     """The greedy mean that solves ``name`` in a run: ``target`` (the run's
     ``learner.target_return``) if given, else the preset's threshold (None: none)."""

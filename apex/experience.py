@@ -22,6 +22,7 @@ import numpy as np
 
 from apex.algorithm import ActingPolicy, AlgorithmEntry
 from apex.envs import EnvShape
+from apex.frame_check import FrameStackCheck
 from apex.nstep import NStepBuilder
 from apex.settings import ActorConfig
 from replay.store.spec import TransitionSpec
@@ -68,6 +69,8 @@ class ExperienceMaker:
         self._first_env = first_env
         self._policy, algorithm = acting
         self._frames = frames
+        # Frame shards keep each observation's newest frame only: proven stacks first.
+        self._stacks = FrameStackCheck(config.env) if frames is not None else None
         self._envs = config.envs_per_actor
         own_builder = getattr(algorithm.load(), "build_experience", None)
         # The acting values serve the priorities where the policy can take them back.
@@ -131,6 +134,8 @@ class ExperienceMaker:
         ended); ``final_observations`` the transitions' (an ended episode's final one)."""
         ended = np.logical_or(terminated, truncated)
         pairs = None
+        if self._stacks is not None and not self._stacks.done:
+            self._stacks.step(observations, final_observations, ended)
         if self._frames is not None:
             # An episode's final frame first, then its successor's reset frame.
             final = self._number(final_observations, np.arange(self._envs), episode_start=False)

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from apex.envs import EnvShape, env_shape
+from apex.envs import EnvShape, env_shape, stacks_frames
 from launch.config import ConfigError, RunConfig
 from replay.errors import InvalidBatchError
 from replay.frames.spec import FrameStackSpec
@@ -110,7 +110,7 @@ def shard_config(
     spec = spec if spec is not None else transition_spec(config)
     queue = queues(config)
     frames = None
-    if replay.frames is not False:
+    if replay.frames or (replay.frames is None and stacks_frames(config.env)):
         frames = FrameStackSpec.from_transition_spec(spec)
     if replay.frames and frames is None:
         raise ConfigError(

@@ -96,7 +96,9 @@ class ReplayConfig:
         samples_per_insert: the replay ratio every shard holds (None: no limit).
         error_buffer: allowed deviation from ``samples_per_insert`` in all, in transitions.
         frames: keep each frame of image-stack observations once (``replay.frames.storage``);
-            None: yes exactly when ``obs`` is a stack of images (Atari), else whole.
+            None: yes where the env family stacks frames (the ALE pipeline's), else every
+            observation whole. True for another env: its observations are proven to be
+            stacks before the run starts and by each actor (``apex.frame_check``).
         compress_frames: keep (and send) those frames LZ4-compressed.
         gather_threads: threads a shard puts a sampled batch's stacks together with; 0:
             the cores it may use, at most 4.

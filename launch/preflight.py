@@ -37,6 +37,23 @@ def shard_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
     ]
 
 
+def frame_problems(config: RunConfig) -> list[str]:
+    """Frame storage asked for (``replay.frames = true``) on an env whose family does not
+    stack frames: one env played a few steps must show stacks that share frames
+    (``apex.frame_check``), or the run would keep each observation's last slice."""
+    from apex.envs import make_env, stacks_frames
+    from apex.frame_check import NotFrameStacks, prove_frame_stacks
+
+    if not config.replay.frames or stacks_frames(config.env):
+        return []
+    try:
+        prove_frame_stacks(lambda: make_env(config.env, training=True), config.env,
+                           config.seed)  # fmt: skip
+    except NotFrameStacks as exc:
+        return [str(exc)]
+    return []
+
+
 def host_problems(host: str) -> list[str]:
     """Whether the roles of a local run can bind ``host`` here (a mistyped address ends
     every role at its bind otherwise)."""
@@ -52,6 +69,7 @@ def host_problems(host: str) -> list[str]:
 def local_run_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
     """What refuses a run of every role on this machine (``apex train``)."""
     problems = host_problems(config.host) + shard_problems(config, spec)
+    problems += frame_problems(config) if not problems else []
     if config.learner.device not in ("auto", "cpu"):
         from apex.staging import device_problems  # torch: only when a device is named
 
@@ -62,6 +80,7 @@ def local_run_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
 def cluster_run_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
     """What refuses a Slurm run (``apex slurm submit``)."""
     problems = shard_problems(config, spec)
+    problems += frame_problems(config) if not problems else []
     if str(config.learner.device).startswith("cuda") and config.slurm.learner_gpus < 1:
         problems.append(
             f"learner.device {config.learner.device!r} needs slurm.learner_gpus >= 1, got "

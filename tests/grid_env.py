@@ -1,0 +1,41 @@
+"""A user's env with a 3-D observation that is not a stack of frames: a 10x10 grid of 4
+planes (channels last, as MinAtar's), each plane different, the agent's cell moving with
+its actions. Registered as ``tests.grid_env:Grid-v0`` (gymnasium's ``module:Id`` form)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+SIZE, PLANES = 10, 4
+
+
+class Grid(gym.Env):
+    """Walk to the far corner: +1 there, -0.01 a step, 50 steps at most."""
+
+    observation_space = gym.spaces.Box(0, 1, (SIZE, SIZE, PLANES), np.uint8)
+    action_space = gym.spaces.Discrete(4)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._cell = np.array([0, 0])
+        self._steps = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        moves = ((0, 1), (1, 0), (0, -1), (-1, 0))
+        self._cell = np.clip(self._cell + moves[int(action)], 0, SIZE - 1)
+        self._steps += 1
+        home = bool((self._cell == SIZE - 1).all())
+        return self._observe(), 1.0 if home else -0.01, home, self._steps >= 50, {}
+
+    def _observe(self) -> np.ndarray:
+        planes = np.zeros((SIZE, SIZE, PLANES), np.uint8)
+        planes[self._cell[0], self._cell[1], 0] = 1
+        planes[SIZE - 1, SIZE - 1, 1] = 1
+        planes[:, :, 2] = np.eye(SIZE, dtype=np.uint8)
+        planes[self._steps % SIZE, :, 3] = 1
+        return planes
+
+
+gym.register("Grid-v0", entry_point=Grid)
