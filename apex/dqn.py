@@ -60,8 +60,7 @@ class Settings:
         policy_average: 0, or the Polyak rate of an average of the online network that
             actors act with and evaluation plays (``average ← (1 − rate)·average +
             rate·online`` after each update): it smooths the update-to-update noise in
-            the greedy actions, not a policy that stays wrong for hundreds of updates
-            (CartPole's stays-solved tries, bench/HISTORY.md).
+            the greedy actions, not a policy that stays wrong for hundreds of updates.
         average_from_solve: start that average at the run's first confirmed solve, from
             the online network then (a run that trains on past it): until the solve the
             actors act with the online network, so the average does not slow the
@@ -70,8 +69,8 @@ class Settings:
             averaged networks take the weights the evaluation confirmed, and training
             goes on from them. By the time a 100-episode confirmation is in, the
             learner has gone on past its weights, and early in a run that can be a much
-            worse policy (CartPole: 60-120 updates on, 330 against 494; bench/HISTORY.md,
-            stop 48). The learner keeps its newest publications' weights for it
+            worse policy (tens of updates on). The learner keeps its newest publications'
+            weights for it
             (``apex.learner.CONFIRMED_WEIGHTS_KEPT_BYTES``); when the confirmed version
             is no longer among them, training goes on as it was.
         anchor_margin: 0, or from the run's first confirmed solve on, a large-margin loss
@@ -86,20 +85,19 @@ class Settings:
             a confirmation that beats it takes the first one's place as the anchor.
             Training goes on from where it is: the restart is the first solve's alone,
             where it undoes the updates made while the confirmation ran; later, the
-            anchor already holds the greedy actions (bench/HISTORY.md, stop 57). A
-            marginal first solve (CartPole: 475.4 over 100 episodes) otherwise holds the
-            policy near its own mean for the rest of the run.
+            anchor already holds the greedy actions. A marginal first solve (just over
+            the target) otherwise holds the policy near its own mean for the rest of the
+            run.
         follow_margin: by how much a periodic evaluation must beat the best confirmed
             mean to be confirmed (``follow_better_confirmations``). A 20-episode mean
             beats a 100-episode one by chance once the policy is near it, and each
-            confirmation plays 100 episodes on the run's cores (CartPole: 79-183 of them
-            in 3 minutes, bench/HISTORY.md, stop 58).
+            confirmation plays 100 episodes on the run's cores.
         back_to_anchor: once settled, a periodic evaluation under the target puts the
             anchor's weights back into the online, target and averaged networks (PBT's
             exploit step, a population of one). The margin loss holds greedy actions only
-            on replay's states, and a good policy's replay holds few near a fall: a run
-            settled at 500.0 drifted to 430-489 14K updates on (bench/HISTORY.md, stop
-            60). A marginal anchor sent training back 146 times (stop 58, 488.4).
+            on replay's states, and a good policy's replay holds few near a fall, so even
+            a settled run can drift. Only a settled anchor is gone back to: a marginal
+            one would send training back again and again.
         huber_delta: the Huber loss's κ, where its gradient stops growing with ``|δ|``
             (Acme's ``huber_loss_parameter``). The Nature DQN's 1 suits rewards clipped
             to ±1; where returns reach the hundreds, a failure's error of 50 then moves

@@ -54,11 +54,13 @@ class FrameStackCheck:
         if observations.ndim < 3 or observations.shape[1] < 2:
             raise NotFrameStacks(self._say(f"observations of shape {observations.shape[1:]} "
                                            "have no frames to share"))  # fmt: skip
-        for env in np.flatnonzero(~np.asarray(ended, dtype=bool)):
-            if not np.array_equal(following[env, :-1], observations[env, 1:]):
-                raise NotFrameStacks(self._say(
-                    f"env {env}'s observation after step {self._step} is not the one before "
-                    "it shifted by a frame (next[:-1] != obs[1:])"))  # fmt: skip
+        envs = len(observations)
+        shifted = (following[:, :-1] == observations[:, 1:]).reshape(envs, -1).all(axis=1)
+        broken = np.flatnonzero(~shifted & ~np.asarray(ended, dtype=bool))
+        if broken.size:
+            raise NotFrameStacks(self._say(
+                f"env {broken[0]}'s observation after step {self._step} is not the one "
+                "before it shifted by a frame (next[:-1] != obs[1:])"))  # fmt: skip
 
     def _say(self, what: str) -> str:
         return (f"{self._env}: frame storage needs observations that are stacks of frames, "

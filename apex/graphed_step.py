@@ -2,9 +2,8 @@
 
 Why: on a GPU, DQN's update is bound by the host launching its kernels, not by the device:
 4-6 ms of Python, autograd and launches for well under a millisecond of a Nature CNN's
-work at batch 512 (bench/HISTORY.md, the GPU sessions). A graph records the launches of
-the forward pass, the backward pass, the clipping and fused Adam once; a replay is one
-call.
+work at batch 512. A graph records the launches of the forward pass, the backward pass,
+the clipping and fused Adam once; a replay is one call.
 
 What a graph fixes, and how each is kept right:
 

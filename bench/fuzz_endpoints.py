@@ -178,13 +178,23 @@ def _updates_at_limits(size: int, capacity: int) -> list[tuple[np.ndarray, ...]]
     ]
 
 
+def written_rows(sample, size: int) -> np.ndarray:
+    """Per sampled row, whether it is a slot the fuzzed store has written (below
+    ``size``) at its own generation (the store never wraps: slot ``s`` holds item ``s``),
+    with an importance weight in [0, 1] (a huge priority a descriptor legitimately wrote
+    underflows the others' to 0)."""
+    good = (sample.indices >= 0) & (sample.indices < size)
+    good &= sample.generations == sample.indices
+    return good & (sample.weights >= 0) & (sample.weights <= 1)
+
+
 def audit_store(client: RequestClient, spec: TransitionSpec, info: dict) -> tuple[int, int, bool]:
     """Checks what a shard serves after a descriptor fuzz. Every written slot is first
     given priority 1 again (the fuzz's own updates may have put one huge priority where
     every draw lands): the total must then be the size exactly, or some slot that holds
-    nothing has priority. Then each sampled row is checked: a written slot (below the
-    size) at its own generation (the fuzzed store never wraps), finite fields and weights
-    in [0, 1]. Returns (rows checked, bad rows, whether the total was the size)."""
+    nothing has priority. Then each sampled row is checked: a written row
+    (:func:`written_rows`) with finite fields. Returns (rows checked, bad rows, whether
+    the total was the size)."""
     size = int(info["size"])
     for first in range(0, size, AUDIT_BATCH):
         slots = np.arange(first, min(first + AUDIT_BATCH, size), dtype=np.int64)
@@ -193,9 +203,7 @@ def audit_store(client: RequestClient, spec: TransitionSpec, info: dict) -> tupl
     checked = bad = 0
     for _ in range(AUDIT_SAMPLES):
         sample = client.sample(AUDIT_BATCH, 0.4, spec)
-        good = (sample.indices >= 0) & (sample.indices < size)
-        good &= sample.generations == sample.indices
-        good &= (sample.weights >= 0) & (sample.weights <= 1)
+        good = written_rows(sample, size)
         for name, field in spec.items():
             if field.dtype.kind == "f":
                 good &= np.isfinite(sample.fields[name].reshape(AUDIT_BATCH, -1)).all(axis=1)

@@ -47,6 +47,7 @@ from bench.fuzz_endpoints import (
     fuzz_shard,
     fuzz_weight_subscription,
     settle,
+    written_rows,
 )
 from bench.fuzz_messages import HostileMessages, transition_ids
 from launch.role_process import RoleProcess, RoleStartError
@@ -129,7 +130,7 @@ def _totals(info: dict) -> dict[str, int]:
 class RowAudit:
     """Checks every sampled row against what was inserted: each field of a valid row holds
     its transition id (``HostileMessages.batch``), an id already sent, in a slot the store
-    has written (the fuzzed store never wraps: slot ``s`` holds item ``s``)."""
+    has written (``bench.fuzz_endpoints.written_rows``)."""
 
     def __init__(self) -> None:
         self.rows_checked = 0
@@ -143,9 +144,7 @@ class RowAudit:
         for name in SPEC:
             field = sample.fields[name].reshape(n, -1)
             good &= (field == ids[:, None].astype(field.dtype)).all(axis=1)
-        good &= (sample.indices >= 0) & (sample.indices < size)
-        good &= sample.generations == sample.indices
-        good &= (sample.weights >= 0) & (sample.weights <= 1)
+        good &= written_rows(sample, size)
         self.rows_checked += n
         self.bad_rows += int((~good).sum())
 

@@ -33,7 +33,6 @@ from numba import njit
 
 from replay.errors import (
     EmptyReplayError,
-    InvalidBatchError,
     InvalidIndexError,
     InvalidPriorityError,
     ReplayError,
@@ -222,11 +221,8 @@ class PrioritizedReplay(StorageView):
                 float field holding NaN or an infinity (the learner would train on it).
             InvalidPriorityError: NaN, infinite or negative priority (or ``p^α`` overflow).
         """
-        spec = self._storage.spec
-        count = spec.check_batch(batch)
-        for name in spec.float_fields:
-            if not np.isfinite(batch[name]).all():
-                raise InvalidBatchError(f"field {name!r} holds a value that is not finite")
+        count = self._storage.spec.check_batch(batch)
+        self._storage.spec.check_finite(batch)
         powered = self._powered_priorities(priorities, count)
         slots = self._storage.write(batch, count)
         self._tree.set_unchecked(slots, powered[count - slots.size : count])

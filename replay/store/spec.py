@@ -123,6 +123,17 @@ class TransitionSpec(Mapping[str, FieldSpec]):
         """The fields of a floating dtype: the ones a NaN or an infinity can hide in."""
         return tuple(f.name for f in self._fields.values() if f.dtype.kind == "f")
 
+    def check_finite(self, batch: Mapping[str, np.ndarray]) -> None:
+        """Checks that no float field of a batch (checked by :meth:`check_batch`) holds a
+        NaN or an infinity: a learner would train on it.
+
+        Raises:
+            InvalidBatchError: naming the first field that does.
+        """
+        for name in self.float_fields:
+            if not np.isfinite(batch[name]).all():
+                raise InvalidBatchError(f"field {name!r} holds a value that is not finite")
+
     @cached_property
     def item_nbytes(self) -> int:
         """Bytes of one whole transition (all fields, unpadded)."""
