@@ -10,7 +10,7 @@ episode results in (here), and the message kinds of both.
   have not confirmed yet, batches resent, shard restarts seen, batches rerouted from
   shards given up and transitions abandoned with them, env steps taken, and whether this
   is its last word (sent after it waited for its shards' confirmations).
-* Evaluations: the run's evaluator (``apex.evaluator``) PUSHes EVALUATION messages to the
+* Evaluations: the run's evaluator (``apex.learning.evaluator``) PUSHes EVALUATION messages to the
   same PULL socket; the collector hands them, undecoded past the header, to the handler
   the learner gave it. A WEIGHTS header's scalar carries the env steps the actors had
   reported when the weights were published: the evaluator's cadence.

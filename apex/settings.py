@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from apex.algorithm import default_settings
+from apex.algorithms.registry import default_settings
 from replay.inserts.endpoints import REROUTE_AFTER_S
 from replay.store.field_checks import (
     checked,
@@ -60,7 +60,7 @@ class ActorConfig:
         envs_per_actor: environments stepped together ``k``.
         n_step: steps per transition.
         unroll_length: steps per unroll ``T`` (IMPALA's actors send unrolls, not n-step
-            transitions; ``apex.unrolls``).
+            transitions; ``apex.algorithms.impala.unrolls``).
         gamma: discount.
         reward_scale: rewards are multiplied by it before they enter what the actor
             sends (n-step transitions, unrolls), so the learner's values and losses are
@@ -91,12 +91,12 @@ class ActorConfig:
             observations; vector observations act in numpy, single-threaded).
         env_threads: emulator threads of an ALE game's C++ vector env (other envs step
             on the actor's own thread); per env group.
-        env_groups: groups the envs step in, taking turns (``apex.env_group``): with 2,
+        env_groups: groups the envs step in, taking turns (``apex.acting.env_group``): with 2,
             one group's emulators play while the actor acts on the other's (ALE games
             only; it must divide ``envs_per_actor``).
         acting_precision: "float32", or "int8" for the forward passes of a policy of
             84x84 frames (the Nature convolutions): about 3x faster on a CPU core, greedy
-            actions checked against the float network's (``apex.int8_policy``).
+            actions checked against the float network's (``apex.algorithms.int8_policy``).
         max_steps: stop after this many vector steps (None: until stopped).
         insert_timeout_s: how long one insert attempt waits for a shard with room before
             the actor checks its stop flag and tries again (so, how long a blocked actor
@@ -195,7 +195,7 @@ class ActorConfig:
         if self.envs_per_actor % groups:
             return [f"{prefix}env_groups ({groups}) must divide {prefix}envs_per_actor "
                     f"({self.envs_per_actor})"]  # fmt: skip
-        from apex.envs import preset  # gymnasium's registry: only when groups are asked
+        from apex.envs.families import preset  # gymnasium's registry: only when groups are asked
 
         if not preset(self.env).atari:
             return [f"{prefix}env_groups > 1 needs an ALE game, whose emulators play on "
@@ -234,7 +234,7 @@ class LearnerConfig:
         algorithm: "dqn", "dpg", "impala" or "auto" (from the action space; the run's
             setting).
         algorithms: each registered algorithm's own section by name, ``[learner.dqn]``,
-            ``[learner.dpg]`` (``apex.algorithm.ALGORITHMS``; each module's ``Settings``).
+            ``[learner.dpg]`` (``apex.algorithms.registry.ALGORITHMS``; each module's ``Settings``).
         publish_period: updates between weight publications.
         beta: importance-sampling exponent.
         priority_epsilon: added to |TD| for new priorities.
@@ -245,10 +245,10 @@ class LearnerConfig:
             the thread on CUDA, where it overlaps batch assembly with the device's work).
         device: "auto" (CUDA when present), "cpu" or "cuda".
         cuda_graph: on CUDA, DQN's update is captured in a CUDA graph and replayed
-            (``apex.graphed_step``; the host's kernel launches bound it there); False:
-            every update eager.
+            (``apex.algorithms.dqn.graphed_step``; the host's kernel launches bound it there);
+            False: every update eager.
         eval_every_steps: env steps (all actors together) between greedy evaluations,
-            each in the run's evaluator process (``apex.evaluator``); 0: none.
+            each in the run's evaluator process (``apex.learning.evaluator``); 0: none.
         eval_episodes: episodes per evaluation.
         confirm_episodes: episodes that confirm an evaluation at the target (0: an
             evaluation at the target is a solve by itself).

@@ -123,7 +123,7 @@ class Publications:
 
     def begin_life(self, updates: int) -> None:
         """The learner starts (or resumes at ``updates``): later weights carry the updates
-        of this life, which lock-step actors wait on (``apex.actor``)."""
+        of this life, which lock-step actors wait on (``apex.acting.actor``)."""
         self._life_start_updates = updates
 
     def publish(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
@@ -202,7 +202,7 @@ def read_weights(message: Message, shapes: dict[str, tuple[int, ...]]) -> dict[s
 
 
 class WeightTaker(Protocol):
-    """What takes published weights: an actor's policy (see apex.policy)."""
+    """What takes published weights: an actor's policy (see apex.algorithms.policy)."""
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         """Each parameter's name and shape, in the order the learner publishes them."""

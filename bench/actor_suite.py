@@ -1,8 +1,8 @@
 """Actor suite: env steps per second of one actor's loop, by env count, and for Pong where
 its time goes, before and after the C++ vector env, the reuse of acting values and int8.
 
-The loop is an actor's own per step (``apex.experience.ExperienceMaker`` as
-``apex.actor`` runs it): a batched forward pass and exploration, the vector env's step,
+The loop is an actor's own per step (``apex.acting.experience.ExperienceMaker`` as
+``apex.acting.actor`` runs it): a batched forward pass and exploration, the vector env's step,
 the n-step builder, per ``insert_batch`` transitions their initial priorities and, for
 Pong, the frame writer's message (frames LZ4-compressed, as for compressing frame
 shards), and every ``weight_refresh_steps`` of the env's preset a load of new weights
@@ -16,7 +16,7 @@ steps per second *per core*:
 * ``ale``: ale-py's ``AtariVectorEnv`` (one emulator thread), priorities from the values
   the actor acted on; ``ale-int8``: the same with the int8 network;
   ``ale-int8-halves``: that loop with the envs in two groups taking turns
-  (``apex.env_group``: one group's emulators play while the actor finishes and acts on
+  (``apex.acting.env_group``: one group's emulators play while the actor finishes and acts on
   the other's), per core and per process (wall time).
 
 And the parts alone: the env step with random actions (``env-gym``, ``env-ale``) and the
@@ -37,12 +37,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from apex.algorithm import build_acting, transition_spec
-from apex.env_group import make_groups
-from apex.envs import env_factories, env_shape, preset
-from apex.frame_writer import FrameWriter
+from apex.acting.env_group import make_groups
+from apex.acting.frame_writer import FrameWriter
+from apex.algorithms.registry import build_acting, transition_spec
+from apex.envs.families import env_factories, env_shape, preset
+from apex.envs.vector import actor_envs, rom_name
 from apex.settings import ActorConfig
-from apex.vector_envs import actor_envs, rom_name
 from bench.timing import measure_rate
 
 SUITE = "actor"
@@ -76,7 +76,7 @@ def _gymnasium_envs(env: str, count: int) -> gym.vector.VectorEnv:
 
 def acting_loop(env: str, count: int, hidden: tuple[int, ...], variant: str = "ale"):
     """One actor step of ``count`` envs of ``env`` (``variant``: before, ale, ale-int8, or
-    ale-int8-halves: two env groups taking turns, ``apex.env_group``), as the actor's loop
+    ale-int8-halves: two env groups taking turns, ``apex.acting.env_group``), as the actor's loop
     takes it."""
     shape = env_shape(env)
     precision = "int8" if "int8" in variant else "float32"

@@ -299,7 +299,7 @@ def _sample_costs(shard: _ShardWindow, spec, seconds: float, idle: float) -> dic
     learner takes them (the sampler, with prefetch, a training step apart: a shard that
     wakes for each request costs more per request than one serving a queue of them), and
     the reply's bytes per sampled transition."""
-    from apex.staging import DeviceStager
+    from apex.learning.staging import DeviceStager
     from replay.protocol.messages import SampleRequest
     from replay.sampling.pump import SamplerConfig
     from replay.sampling.sampler import make_sampler

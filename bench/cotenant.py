@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 def learner_network(env: str, hidden: tuple[int, ...]):
     """The torch network a learner of ``env`` with ``hidden`` widths trains and publishes."""
-    from apex.envs import env_shape
-    from apex.networks import build_network
+    from apex.algorithms.networks import build_network
+    from apex.envs.families import env_shape
 
     shape = env_shape(env)
     return build_network(shape.observation_shape, shape.actions, hidden)
@@ -29,7 +29,7 @@ def learner_network(env: str, hidden: tuple[int, ...]):
 def train_forever(env: str, hidden: tuple[int, ...]) -> None:
     import torch
 
-    from apex.envs import env_shape
+    from apex.envs.families import env_shape
     from launch.config import resolve
 
     torch.set_num_threads(1)

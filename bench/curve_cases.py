@@ -86,8 +86,8 @@ def measure_fanout(
     CURVE each subscriber's copy is encrypted on its own."""
     import torch
 
+    from apex.algorithms.networks import build_network
     from apex.channels import ApexKind
-    from apex.networks import build_network
     from apex.weights import WeightPublisher
     from replay.wire.layout import decode
     from replay.wire.security import SecurityConfig, make_context

@@ -43,9 +43,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from apex.checkpoint import every_checkpoint
-from apex.delivery import lost_by_actor
-from apex.metrics import read_metrics
+from apex.learning.checkpoint import every_checkpoint
+from apex.learning.delivery import lost_by_actor
+from apex.learning.metrics import read_metrics
 from bench.fault_names import FAULTS
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env

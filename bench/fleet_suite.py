@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from apex.metrics import read_metrics
+from apex.learning.metrics import read_metrics
 from bench.namespace_hosts import HOSTS, namespace_hosts
 from bench.recordings import record
 from bench.report import ok_record

@@ -34,7 +34,7 @@ STREAMS = 8
 
 def pong_frames(count: int, seed: int = 0) -> np.ndarray:
     """``count`` newest frames of Pong observations under random play."""
-    from apex.envs import make_env
+    from apex.envs.families import make_env
 
     env = make_env("Pong", training=True)
     rng = np.random.default_rng(seed)
@@ -88,7 +88,7 @@ def fill_whole(replay, frames: np.ndarray, transitions: int, chunk: int = 512) -
 
 
 def _stores(capacity: int):
-    from apex.envs import env_shape
+    from apex.envs.families import env_shape
     from replay import PrioritizedReplay
     from replay.frames.spec import FrameStackSpec
     from replay.frames.storage import FrameStackStorage

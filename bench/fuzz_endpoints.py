@@ -28,8 +28,8 @@ from collections.abc import Callable
 import numpy as np
 import zmq
 
+from apex.algorithms.policy import NumpyDuelingMLP
 from apex.channels import ApexKind, EpisodeCollector
-from apex.policy import NumpyDuelingMLP
 from apex.weights import WeightSubscriber
 from bench.fuzz_descriptors import RngDraws, descriptor_message
 from replay.protocol import messages as replay_messages

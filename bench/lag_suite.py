@@ -44,7 +44,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from apex.metrics import read_metrics
+from apex.learning.metrics import read_metrics
 from bench.learning_stats import (
     censored_iqm,
     iqm,

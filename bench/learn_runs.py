@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from apex.metrics import read_metrics
+from apex.learning.metrics import read_metrics
 from bench.learn_tasks import Task
 from bench.machine import git_commit
 from bench.workers import REPO_ROOT, worker_env

@@ -3,14 +3,15 @@
 Each phase is timed as a prefix of the update, synchronised with the device at its end, so
 its cost is the difference between two prefixes (milliseconds per update):
 
-    stage       a replay batch onto the device (``apex.staging.DeviceStager``), from the
+    stage       a replay batch onto the device (``apex.learning.staging.DeviceStager``), from the
                 arrays the sampler writes it into: on CUDA the stager's pinned slots and a
                 non-blocking copy (the sampler decodes replies straight into the slot, so
                 staging is the transfer); on the CPU a shared view
     forward     Q(s, a) with its graph, and the double-DQN target under no_grad
     backward    the Huber loss's gradients
     optimizer   the global-norm clip and fused Adam
-    read back   the rest of ``apex.dqn.dqn_step``: the loss, mean |δ| and new priorities
+    read back   the rest of ``apex.algorithms.dqn.learner.dqn_step``: the loss, mean |δ| and new
+    priorities
                 copied to the host (three waits for the device on CUDA)
 
 ``total`` is ``dqn_step`` itself, staging excluded. On CUDA a prefix that ends without a
@@ -29,10 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from apex.dqn import dqn_step
-from apex.networks import build_network
-from apex.staging import DeviceStager
-from apex.updates import adam
+from apex.algorithms.dqn.learner import dqn_step
+from apex.algorithms.networks import build_network
+from apex.algorithms.updates import adam
+from apex.learning.staging import DeviceStager
 from bench.timing import measure_rate
 from replay.sampling.batch_math import ReplayBatch
 from replay.store.spec import TransitionSpec

@@ -5,11 +5,11 @@ TD3's fixes (``td3-mlp``), and IMPALA's V-trace update on batches of unrolls of 
 (``impala-mlp`` at CartPole's sizes, ``impala-nature-cnn`` at Atari's; its ``samples``
 count the unrolls' steps, B × T a batch).
 
-Each figure times ``apex.dqn.dqn_step`` (forward, double-DQN target, backward, clipping,
-fused Adam) on a fixed random batch already on the device, so it is the learner's compute
+Each figure times ``apex.algorithms.dqn.learner.dqn_step`` (forward, double-DQN target, backward,
+clipping, fused Adam) on a fixed random batch already on the device, so it is the learner's compute
 ceiling, without replay or transport. On CUDA the DQN cases are timed a second time as the
 learner runs them there, captured in a CUDA graph (``mlp-graph``, ``nature-cnn-graph``;
-``apex.graphed_step``).
+``apex.algorithms.dqn.graphed_step``).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from apex.cpu_math import flush_denormals
-from apex.dpg import DPG
-from apex.dqn import DoubleDQN, dqn_step
-from apex.dqn import Settings as DQNSettings
-from apex.networks import build_network
+from apex.algorithms.cpu_math import flush_denormals
+from apex.algorithms.dpg.learner import DPG
+from apex.algorithms.dqn.learner import DoubleDQN, dqn_step
+from apex.algorithms.dqn.learner import Settings as DQNSettings
+from apex.algorithms.networks import build_network
+from apex.algorithms.updates import adam
+from apex.learning.staging import DeviceBatch
 from apex.settings import LearnerConfig
-from apex.staging import DeviceBatch
-from apex.updates import adam
 from bench.learner_phases import measure_phases
 from bench.timing import measure_rate
 
@@ -155,7 +155,7 @@ def _measure_dpg(
 
 
 def _measure_impala(shape, hidden, batch_size: int, device: torch.device, timing: dict) -> dict:
-    from apex.impala import Impala, Settings
+    from apex.algorithms.impala.learner import Impala, Settings
     from launch.config import resolve
 
     config = dataclasses.replace(resolve({"env": "CartPole-v1", "algorithm": "impala"}).learner,

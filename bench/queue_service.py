@@ -20,7 +20,7 @@ QUEUE_CAPACITY = 1024
 
 def measure_queue(timing: dict) -> tuple[list[float], list[float]]:
     """Per timed window: learner batches per second, and unrolls per second taken in."""
-    from apex.staging import DeviceStager
+    from apex.learning.staging import DeviceStager
     from bench.shard_worker import transition_spec
     from replay.protocol.requests import RequestClient
     from replay.sampling.pump import SamplerConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from apex.envs import env_shape, make_env
+from apex.envs.families import env_shape, make_env
 
 
 def record(env_name: str, count: int, path: Path) -> Path:

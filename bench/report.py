@@ -58,7 +58,7 @@ def unavailable_record(suite: str, case: str, implementation: str, reason: str,
 def missing_env(name: str) -> str | None:
     """Why environment ``name`` cannot be made here (a missing extra, with its install
     hint), or None when it can."""
-    from apex.envs import EnvUnavailable, check_env
+    from apex.envs.families import EnvUnavailable, check_env
 
     try:
         check_env(name)

@@ -25,7 +25,7 @@ from bench.workers import REPO_ROOT
 def bench_run(suites, quick, out, plots) -> None:
     """Run several suites (default: all but frames) into one directory, with a report and
     plots."""
-    from apex.envs import EnvUnavailable
+    from apex.envs.families import EnvUnavailable
     from bench import report
 
     chosen = suites or DEFAULT_RUN

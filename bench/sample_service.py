@@ -55,7 +55,7 @@ def measure_sampling(
     kind: str = "small",
     keys: str | None = None,
 ) -> tuple[list[float], list[float]]:
-    from apex.staging import DeviceStager
+    from apex.learning.staging import DeviceStager
     from bench.shard_worker import transition_spec
     from replay.inserts.endpoints import ShardEndpoints
     from replay.protocol.requests import RequestClient

@@ -191,7 +191,7 @@ def main() -> None:
     env_id, seed = request["env"], request["seed"]
     source = env_id
     if env_id.startswith("MinAtar/"):  # registered, and its planes made uint8, by apex
-        from apex.envs import make_env
+        from apex.envs.families import make_env
 
         def source():
             return make_env(env_id, training=True)

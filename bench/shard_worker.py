@@ -38,7 +38,7 @@ from replay.wire.security import SecurityConfig, make_context
 FRAME_ENVS, FRAME_N = 4, 3
 
 
-# IMPALA's unrolls at CartPole's sizes, T = 20 (``apex.impala.transition_spec``).
+# IMPALA's unrolls at CartPole's sizes, T = 20 (``apex.algorithms.impala.learner.transition_spec``).
 UNROLL_STEPS = 20
 
 
@@ -135,7 +135,7 @@ class FrameSource:
     recorded once) and the n-step records that now have their next frame."""
 
     def __init__(self, batch: int, compress: bool, seed: int) -> None:
-        from apex.frame_writer import FrameWriter
+        from apex.acting.frame_writer import FrameWriter
         from bench.frames_suite import pong_frames
 
         self.frames = pong_frames(512, seed=seed)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from apex.metrics import read_metrics
+from apex.learning.metrics import read_metrics
 from bench import faults_suite
 from bench.faults_suite import PERIOD_S, FaultRun
 from bench.workers import REPO_ROOT, worker_env

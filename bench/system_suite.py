@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from apex.metrics import read_metrics
+from apex.learning.metrics import read_metrics
 from bench.workers import REPO_ROOT, worker_env
 from launch.processes import cpu_seconds, resident_bytes, run_processes
 

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from apex.envs import EnvShape, env_shape, stacks_frames
+from apex.envs.families import EnvShape, env_shape, stacks_frames
 from launch.config import ConfigError, RunConfig
 from replay.errors import InvalidBatchError
 from replay.frames.spec import FrameStackSpec
@@ -28,9 +28,9 @@ from replay.server.config import ShardConfig
 from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
-    from apex.actor import Actor
-    from apex.evaluator import Evaluator
-    from apex.learner import Learner
+    from apex.acting.actor import Actor
+    from apex.learning.evaluator import Evaluator
+    from apex.learning.learner import Learner
 
 SPEC_FILE = "spec.json"
 # The learner's id on the shards' request sockets (actors use their index).
@@ -43,8 +43,8 @@ def transition_spec(config: RunConfig, shape: EnvShape | None = None) -> Transit
     """What the run's actors send and its shards keep: ``config.env``'s n-step transitions,
     or the algorithm's own items (IMPALA's unrolls). Without the env's ``shape``, builds
     the env once to learn it."""
-    from apex.algorithm import choose
-    from apex.algorithm import transition_spec as algorithm_spec
+    from apex.algorithms.registry import choose
+    from apex.algorithms.registry import transition_spec as algorithm_spec
 
     shape = shape if shape is not None else env_shape(config.env)
     return algorithm_spec(choose(config.algorithm, shape, config.env), shape, config.actor)
@@ -53,7 +53,7 @@ def transition_spec(config: RunConfig, shape: EnvShape | None = None) -> Transit
 def queues(config: RunConfig) -> bool:
     """Whether the run's shards are queues (``replay.store.queue``): its algorithm's
     replay is one (IMPALA)."""
-    from apex.algorithm import BY_NAME
+    from apex.algorithms.registry import BY_NAME
 
     entry = BY_NAME.get(config.algorithm)
     return entry is not None and entry.replay == "queue"
@@ -159,9 +159,9 @@ def learner(
     its device, and its channels to the actors."""
     import torch
 
-    from apex.algorithm import build_algorithm
-    from apex.learner import Learner
-    from apex.staging import DeviceStager, resolve_device, uses_io_thread
+    from apex.algorithms.registry import build_algorithm
+    from apex.learning.learner import Learner
+    from apex.learning.staging import DeviceStager, resolve_device, uses_io_thread
     from replay.sampling.pump import SamplerConfig
     from replay.sampling.sampler import make_sampler
 
@@ -207,8 +207,8 @@ def actor(
 ) -> Actor:
     """Actor ``index`` of the run: the acting policy of the run's algorithm, in the loop
     that every algorithm shares."""
-    from apex.actor import Actor, ActorEndpoints
-    from apex.algorithm import build_acting
+    from apex.acting.actor import Actor, ActorEndpoints
+    from apex.algorithms.registry import build_acting
 
     actor_config = config.actor_config(index)
     if max_steps is not None:
@@ -222,16 +222,16 @@ def evaluator(
     config: RunConfig, weights: str, episodes: str, parent_pid: int | None = None
 ) -> Evaluator:
     """The run's evaluator: the acting policy of the run's algorithm, played greedily on
-    the weights the learner at ``weights`` publishes (``apex.evaluator``)."""
-    from apex.algorithm import build_acting
-    from apex.envs import solved_return
-    from apex.evaluator import Evaluator, EvaluatorConfig
+    the weights the learner at ``weights`` publishes (``apex.learning.evaluator``)."""
+    from apex.algorithms.registry import build_acting
+    from apex.envs.families import solved_return
+    from apex.learning.evaluator import Evaluator, EvaluatorConfig
 
     # The learned policy as it is: in float, whatever precision the actors act in.
     acting = dataclasses.replace(config.actor_config(0), acting_precision="float32")
     policy, entry = build_acting(acting, env_shape(config.env))
     settings = config.learner
-    # Only DQN's settings have it (apex.dqn.Settings.confirms_improvements).
+    # Only DQN's settings have it (apex.algorithms.dqn.learner.Settings.confirms_improvements).
     algorithm_settings = settings.algorithms[entry.name]
     follows = getattr(algorithm_settings, "confirms_improvements", False)
     evaluation = EvaluatorConfig(

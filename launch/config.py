@@ -17,11 +17,11 @@ File layout (every key optional; defaults come from the environment preset)::
     [learner]       # apex.settings.LearnerConfig
     batch_size = 128
 
-    [learner.dqn]   # each algorithm's own section (apex.algorithm.ALGORITHMS): apex.dqn
-    target_update_period = 1000
+    [learner.dqn]   # each algorithm's own section (apex.algorithms.registry.ALGORITHMS):
+    apex.algorithms.dqn.learner target_update_period = 1000
 
-    [learner.dpg]   # apex.dpg.Settings: DDPG at the defaults, TD3 with its three fixes
-    twin_critics = true
+    [learner.dpg]   # apex.algorithms.dpg.learner.Settings: DDPG at the defaults, TD3 with its
+    three fixes twin_critics = true
 
     [slurm]         # launch.slurm_config.SlurmConfig: only `apex slurm submit` reads these
     partition = "gpu"
@@ -44,9 +44,9 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from apex.algorithm import ALGORITHMS, SETTINGS
-from apex.envs import preset
-from apex.preset_defaults import ALGORITHM_DEFAULTS, ALGORITHM_ENV_DEFAULTS
+from apex.algorithms.registry import ALGORITHMS, SETTINGS
+from apex.envs.families import preset
+from apex.envs.preset_defaults import ALGORITHM_DEFAULTS, ALGORITHM_ENV_DEFAULTS
 from apex.settings import ActorConfig, LearnerConfig
 from launch.keeper import SHARD_RESTART_BUDGET
 from launch.overrides import merge_overrides
@@ -98,7 +98,7 @@ class ReplayConfig:
         frames: keep each frame of image-stack observations once (``replay.frames.storage``);
             None: yes where the env family stacks frames (the ALE pipeline's), else every
             observation whole. True for another env: its observations are proven to be
-            stacks before the run starts and by each actor (``apex.frame_check``).
+            stacks before the run starts and by each actor (``apex.acting.frame_check``).
         compress_frames: keep (and send) those frames LZ4-compressed.
         gather_threads: threads a shard puts a sampled batch's stacks together with; 0:
             the cores it may use, at most 4.

@@ -40,9 +40,9 @@ def shard_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
 def frame_problems(config: RunConfig) -> list[str]:
     """Frame storage asked for (``replay.frames = true``) on an env whose family does not
     stack frames: one env played a few steps must show stacks that share frames
-    (``apex.frame_check``), or the run would keep each observation's last slice."""
-    from apex.envs import make_env, stacks_frames
-    from apex.frame_check import NotFrameStacks, prove_frame_stacks
+    (``apex.acting.frame_check``), or the run would keep each observation's last slice."""
+    from apex.acting.frame_check import NotFrameStacks, prove_frame_stacks
+    from apex.envs.families import make_env, stacks_frames
 
     if not config.replay.frames or stacks_frames(config.env):
         return []
@@ -71,7 +71,7 @@ def local_run_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
     problems = host_problems(config.host) + shard_problems(config, spec)
     problems += frame_problems(config) if not problems else []
     if config.learner.device not in ("auto", "cpu"):
-        from apex.staging import device_problems  # torch: only when a device is named
+        from apex.learning.staging import device_problems  # torch: only when a device is named
 
         problems += device_problems(config.learner.device)
     return problems

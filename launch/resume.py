@@ -23,7 +23,7 @@ class TrainedSoFar:
 
     @classmethod
     def read(cls, run_dir: Path) -> TrainedSoFar:
-        from apex import checkpoint
+        from apex.learning import checkpoint
 
         path, _ = checkpoint.latest_readable(run_dir / "checkpoints")
         if path is None:

@@ -20,8 +20,8 @@ from launch.signals import on_stop_signal
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
-    from apex.actor import Actor
-    from apex.evaluator import Evaluator
+    from apex.acting.actor import Actor
+    from apex.learning.evaluator import Evaluator
     from replay.server.shard import ShardServer
 
 logger = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ def run_learner(
     """
     # torch is imported here, not at the top: a shard process (and the supervisor) never
     # needs it, and its import costs a second of CPU while every role starts at once.
-    from apex import checkpoint
-    from apex.cpu_math import flush_denormals
+    from apex.algorithms.cpu_math import flush_denormals
+    from apex.learning import checkpoint
 
     flush_denormals()
 
@@ -137,7 +137,7 @@ def run_evaluator(evaluator: Evaluator) -> int:
 
 def run_actor(actor: Actor) -> int:
     """Runs an actor built by ``launch.builder.actor`` until SIGINT/SIGTERM or its step
-    limit. Not apex.cpu_math here: it imports torch, which a CartPole actor (numpy MLP)
+    limit. Not apex.algorithms.cpu_math here: it imports torch, which a CartPole actor (numpy MLP)
     never needs, and 32 actors importing it at once on 2 cores delayed training by 20 s."""
     on_stop_signal(actor.stop)
     announce("ready", {"actor": actor.config.actor_index})

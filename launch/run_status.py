@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from apex.metrics import read_metrics
+from apex.learning.metrics import read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def target_return(config: dict) -> float | None:
     target = config.get("learner", {}).get("target_return")
     if "env" not in config:
         return target
-    from apex.envs import solved_return
+    from apex.envs.families import solved_return
 
     return solved_return(config["env"], target)
 
@@ -124,8 +124,8 @@ def last_refused(run_dir: Path) -> dict[str, int]:
 def run_status(run_dir: Path) -> dict:
     """Everything known of a run from its directory: outcome (and earlier ones), updates,
     training time, evaluations against the target, restarts, faults, newest checkpoint."""
-    from apex import checkpoint
-    from apex.delivery import describe
+    from apex.learning import checkpoint
+    from apex.learning.delivery import describe
 
     run = RunRecords.read(run_dir)
     config = run.config

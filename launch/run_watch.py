@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from pathlib import Path
 
-from apex.metrics import MetricsTail
+from apex.learning.metrics import MetricsTail
 from launch.run_status import read_config, read_summary, target_return
 
 # Evaluation means kept for the dashboard's curve.

@@ -216,7 +216,7 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
     The batch script made by `apex slurm submit` runs this; it is not meant for hand use."""
     if not kept:
         sys.exit(_keep(role, run_dir))
-    from apex import checkpoint
+    from apex.learning import checkpoint
     from launch import builder, roles
     from launch.config import ConfigError, read_resolved
     from launch.slurm_layout import SlurmEnvironmentError, job_layout, role_index

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apex.exploration import run_actors
+from apex.algorithms.exploration import run_actors
 from launch import builder
 from launch.config import RunConfig, write_resolved
 from launch.curves import write_run_curves
@@ -78,7 +78,7 @@ class RunSummary:
     shards_given_up: int = 0
     actor_processes: int = 0
     ape_x_actors: int = 0
-    """Env copies, each an Ape-X actor with its own ε (``apex.exploration``)."""
+    """Env copies, each an Ape-X actor with its own ε (``apex.algorithms.exploration``)."""
     security: str = "loopback"
     """``launch.run_status.security_mode``: curve, insecure or loopback."""
     refused: dict = field(default_factory=dict)

@@ -49,8 +49,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def denormals_as_ieee_says():
     """A role run in-process (``apex learner`` through click's runner) flushes denormals
-    to zero for the whole process (``apex.cpu_math``); the tests after it, and hypothesis's
-    float strategies, need the default back."""
+    to zero for the whole process (``apex.algorithms.cpu_math``); the tests after it, and
+    hypothesis's float strategies, need the default back."""
     yield
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -108,8 +108,8 @@ def wait_for(
 def write_run_dir(run_dir: Path, updates: int = 1200, train_seconds: float = 30.0) -> None:
     """A run directory as a run leaves it: config (a 25 s limit), a checkpoint, metrics
     (start, two evaluations, progress, end)."""
-    from apex import checkpoint
-    from apex.metrics import MetricsWriter
+    from apex.learning import checkpoint
+    from apex.learning.metrics import MetricsWriter
     from launch.config import resolve, write_resolved
 
     write_resolved(resolve({}, {"learner": {"max_time_s": 25.0}}), run_dir)

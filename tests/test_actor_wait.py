@@ -9,10 +9,10 @@ import time
 import pytest
 import zmq
 
-from apex.actor import Actor, ActorEndpoints
-from apex.algorithm import build_acting
+from apex.acting.actor import Actor, ActorEndpoints
+from apex.algorithms.registry import build_acting
 from apex.channels import HEARTBEAT_S, ApexKind
-from apex.envs import env_shape
+from apex.envs.families import env_shape
 from apex.settings import ActorConfig
 from replay.wire.layout import decode
 from tests.conftest import ShardProcess, info, wait_for

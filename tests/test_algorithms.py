@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from apex.algorithm import ALGORITHMS, SETTINGS, build_acting, build_algorithm, choose
-from apex.envs import env_shape
+from apex.algorithms.registry import ALGORITHMS, SETTINGS, build_acting, build_algorithm, choose
+from apex.envs.families import env_shape
 from apex.settings import ActorConfig
 from launch.config import MOVED, ConfigError, resolve
 from launch.overrides import run_overrides
@@ -54,7 +54,7 @@ def test_an_algorithm_learns_and_acts_through_the_seam_alone(name: str) -> None:
              "discount": np.full(5, 0.9, np.float32), "next_obs": observations}  # fmt: skip
     td = acting.td_errors(batch)
     assert td.shape == (5,) and td.dtype == np.float64 and np.isfinite(td).all()
-    from apex.staging import DeviceBatch
+    from apex.learning.staging import DeviceBatch
 
     tensors = {key: torch.as_tensor(value) for key, value in batch.items()}
     result = learner.step(DeviceBatch(tensors, torch.ones(5), None))
@@ -65,9 +65,9 @@ def test_impala_learns_and_acts_through_the_seam_alone() -> None:
     """IMPALA through the same seam: its actors build unrolls of their steps with the
     log-probabilities they acted with, its shards are queues, and an update sends no
     priorities back."""
-    from apex.algorithm import transition_spec
-    from apex.impala import build_experience
-    from apex.staging import DeviceBatch
+    from apex.algorithms.impala.learner import build_experience
+    from apex.algorithms.registry import transition_spec
+    from apex.learning.staging import DeviceBatch
     from launch.builder import queues
 
     actor = {"hidden": [16], "unroll_length": 3, "envs_per_actor": 2}
@@ -157,7 +157,7 @@ def test_an_actor_takes_its_exploration_scale_from_its_algorithm_s_setting() -> 
 
 @pytest.mark.parametrize("name", ["dqn", "dpg", "impala"])
 def test_a_learning_rate_schedule_reaches_every_optimizer_of_an_algorithm(name: str) -> None:
-    from apex.updates import set_learning_rate
+    from apex.algorithms.updates import set_learning_rate
 
     env = ENVS.get(name) or BY_NAME_ONLY[name]
     config = resolve({"env": env, "algorithm": name, "learner": {
@@ -202,7 +202,7 @@ def test_an_anchored_dqn_holds_the_confirmed_greedy_actions_while_td_learning_go
     """``learner.dqn.anchor_margin``: from the solve, the online network's greedy actions
     on sampled states are held to the confirmed weights' while TD targets that want
     others pull at them; without it (0) TD learning alone moves them away."""
-    from apex.staging import DeviceBatch
+    from apex.learning.staging import DeviceBatch
 
     config = resolve({"env": "CartPole-v1", "actor": {"hidden": [32]}, "learner": {
         "hidden": [32], "learning_rate": 3e-3, "max_grad_norm": 100.0,
@@ -237,7 +237,7 @@ def test_an_anchored_dqn_holds_the_confirmed_greedy_actions_while_td_learning_go
 @pytest.mark.parametrize("delta", [1.0, 10.0])
 def test_dqn_s_huber_loss_turns_linear_past_its_delta(delta: float) -> None:
     """TD errors of about 5 and 50: past κ the loss grows linearly, under it as δ²/2."""
-    from apex.dqn import dqn_loss
+    from apex.algorithms.dqn.learner import dqn_loss
 
     torch.manual_seed(0)
     online, target = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)

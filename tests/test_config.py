@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from apex.envs import PRESETS, env_shape
+from apex.envs.families import PRESETS, env_shape
+from apex.learning.staging import uses_io_thread
 from apex.settings import ActorConfig, LearnerConfig
-from apex.staging import uses_io_thread
 from launch.builder import read_spec, shard_config, write_spec
 from launch.config import ConfigError, ReplayConfig, resolve
 from launch.slurm_config import SlurmConfig

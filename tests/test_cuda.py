@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from apex.dqn import dqn_step
-from apex.networks import build_network
-from apex.staging import DeviceStager
-from apex.updates import adam
+from apex.algorithms.dqn.learner import dqn_step
+from apex.algorithms.networks import build_network
+from apex.algorithms.updates import adam
+from apex.learning.staging import DeviceStager
 from bench.learner_phases import in_sampler_arrays, numpy_batch
 from replay.store.spec import TransitionSpec
 
@@ -79,7 +79,7 @@ def test_an_update_on_cuda_matches_the_same_update_on_the_cpu(shape) -> None:
 
 
 def _double_dqn(shape, cuda_graph: bool, target_update_period: int = 4):
-    from apex.dqn import DoubleDQN, Settings
+    from apex.algorithms.dqn.learner import DoubleDQN, Settings
     from apex.settings import LearnerConfig
 
     torch.manual_seed(0)
@@ -106,12 +106,12 @@ def deterministic_cudnn():
 
 @pytest.mark.parametrize("shape", [(4,), (4, 84, 84)])
 def test_the_graphed_update_trains_as_the_eager_one(shape, deterministic_cudnn) -> None:
-    """Warm-up, capture and replays (``apex.graphed_step``) against eager updates from the
-    same start on the same batches: the same losses, priorities and parameters, through
+    """Warm-up, capture and replays (``apex.algorithms.dqn.graphed_step``) against eager updates
+    from the same start on the same batches: the same losses, priorities and parameters, through
     target copies, a schedule's change of step size, a batch of another size (eager, the
     graph kept) and a checkpoint loaded in place. A step missed, repeated or taken at a
     stale step size would move most parameters by about the step size (1e-3, 2e-4)."""
-    from apex.updates import set_learning_rate
+    from apex.algorithms.updates import set_learning_rate
 
     graphed, eager = _double_dqn(shape, True), _double_dqn(shape, False)
     assert graphed.graphed is not None and eager.graphed is None
@@ -144,7 +144,7 @@ def test_the_graphed_update_trains_as_the_eager_one(shape, deterministic_cudnn) 
 
 
 def test_the_anchor_takes_the_eager_update_and_the_graph_stays_for_after() -> None:
-    from apex.dqn import DoubleDQN, Settings
+    from apex.algorithms.dqn.learner import DoubleDQN, Settings
     from apex.settings import LearnerConfig
 
     config = LearnerConfig(hidden=(64, 64), cuda_graph=True)

@@ -13,7 +13,7 @@ import pytest
 import zmq
 
 from apex.channels import ActorStatus, EpisodeCollector, EpisodeReporter
-from apex.delivery import delivery_report
+from apex.learning.delivery import delivery_report
 from replay.inserts.client import InsertClient
 from replay.inserts.lane import STALLED_RESEND_S
 from replay.protocol.messages import CreditReply, CreditRequest

@@ -14,16 +14,16 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from apex.algorithm import choose
-from apex.dpg import DPG, Settings
-from apex.envs import env_shape
-from apex.exploration import gaussian_noise
-from apex.metrics import read_metrics
-from apex.networks import ActorCritic
-from apex.nstep import NStepBuilder
-from apex.policy import NumpyActorCritic
+from apex.algorithms.dpg.learner import DPG, Settings
+from apex.algorithms.exploration import gaussian_noise
+from apex.algorithms.networks import ActorCritic
+from apex.algorithms.nstep import NStepBuilder
+from apex.algorithms.policy import NumpyActorCritic
+from apex.algorithms.registry import choose
+from apex.envs.families import env_shape
+from apex.learning.metrics import read_metrics
+from apex.learning.staging import DeviceBatch
 from apex.settings import LearnerConfig
-from apex.staging import DeviceBatch
 from launch.cli import main
 
 LOW, HIGH = (-2.0,), (2.0,)

@@ -1,4 +1,4 @@
-"""An actor's envs in groups that take turns (``apex.env_group``): the same transitions
+"""An actor's envs in groups that take turns (``apex.acting.env_group``): the same transitions
 as one group, every env its own seed, lane and episode ends."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import hashlib
 import numpy as np
 import pytest
 
-from apex.algorithm import build_acting, transition_spec
-from apex.env_group import make_groups
-from apex.envs import env_shape
+from apex.acting.env_group import make_groups
+from apex.algorithms.registry import build_acting, transition_spec
+from apex.envs.families import env_shape
+from apex.envs.vector import AtariStacks
 from apex.settings import ActorConfig
-from apex.vector_envs import AtariStacks
 
 pytest.importorskip("ale_py")
 

@@ -18,10 +18,10 @@ import zmq
 from torch import nn
 
 from apex.channels import ApexKind, EpisodeCollector
-from apex.evaluation import Evaluation, play_greedy, read_evaluation
-from apex.evaluator import Evaluator, EvaluatorConfig
-from apex.metrics import read_metrics
-from apex.vector_envs import evaluation_envs
+from apex.envs.vector import evaluation_envs
+from apex.learning.evaluation import Evaluation, play_greedy, read_evaluation
+from apex.learning.evaluator import Evaluator, EvaluatorConfig
+from apex.learning.metrics import read_metrics
 from apex.weights import WeightPublisher
 from replay.errors import ProtocolError
 from replay.wire.layout import Message, decode, encode
@@ -31,7 +31,7 @@ from tests.test_learner import filled_store, make_learner
 
 
 class ScriptedPolicy:
-    """An acting policy (``apex.algorithm.ActingPolicy``) with one published number,
+    """An acting policy (``apex.algorithms.registry.ActingPolicy``) with one published number,
     ``gain``: above 0 it balances CartPole (the classic hand-written controller, which
     keeps the pole up for all 500 steps from most starts), otherwise it always pushes
     with ``action``."""

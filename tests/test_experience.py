@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from apex.algorithm import build_acting, transition_spec
-from apex.envs import env_shape
-from apex.experience import VALUE_FIELDS, ExperienceMaker
+from apex.acting.experience import VALUE_FIELDS, ExperienceMaker
+from apex.algorithms.registry import build_acting, transition_spec
+from apex.envs.families import env_shape
+from apex.envs.vector import actor_envs
 from apex.settings import ActorConfig
-from apex.vector_envs import actor_envs
 
 
 def test_priorities_from_acting_values_equal_a_forward_pass_over_the_batch() -> None:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import zmq
 
-from apex.actor import Actor, ActorEndpoints
-from apex.algorithm import build_acting
-from apex.envs import env_shape
-from apex.nstep import NStepBuilder
+from apex.acting.actor import Actor, ActorEndpoints
+from apex.algorithms.nstep import NStepBuilder
+from apex.algorithms.registry import build_acting
+from apex.envs.families import env_shape
 from apex.settings import ActorConfig
 from replay.protocol.requests import RequestClient
 from tests.conftest import ShardProcess, wait_for
@@ -65,7 +65,7 @@ def record_truth(maker, reference: NStepBuilder, truth: dict[bytes, tuple[float,
 def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(
     frame_shards, env_groups: int
 ) -> None:
-    """Two env groups (``apex.env_group``) share the actor's frame writer, each env a
+    """Two env groups (``apex.acting.env_group``) share the actor's frame writer, each env a
     stream of it: what they send comes back as each env's own stacks too."""
     context = zmq.Context()
     episodes = context.socket(zmq.PULL)

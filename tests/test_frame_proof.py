@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import zmq
 
-from apex.algorithm import build_acting, transition_spec
-from apex.envs import env_shape, make_env
-from apex.experience import ExperienceMaker
-from apex.frame_check import FrameStackCheck, NotFrameStacks, prove_frame_stacks
-from apex.frame_writer import FrameWriter
+from apex.acting.experience import ExperienceMaker
+from apex.acting.frame_check import FrameStackCheck, NotFrameStacks, prove_frame_stacks
+from apex.acting.frame_writer import FrameWriter
+from apex.algorithms.registry import build_acting, transition_spec
+from apex.envs.families import env_shape, make_env
 from apex.settings import ActorConfig
 from launch.builder import shard_config
 from launch.config import resolve

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from apex.algorithm import build_acting, transition_spec
-from apex.env_group import make_groups
-from apex.envs import env_shape
-from apex.frame_writer import FrameWriter
+from apex.acting.env_group import make_groups
+from apex.acting.frame_writer import FrameWriter
+from apex.algorithms.registry import build_acting, transition_spec
+from apex.envs.families import env_shape
+from apex.envs.vector import AtariStacks
 from apex.settings import ActorConfig
-from apex.vector_envs import AtariStacks
 from replay.errors import InvalidBatchError
 from replay.frames.spec import FrameStackSpec
 from replay.protocol.sample_reply import SampleReply

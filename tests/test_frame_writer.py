@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from apex.frame_writer import FrameWriter
+from apex.acting.frame_writer import FrameWriter
 
 STACK, N, ENVS = 4, 3, 3
 SHAPE = (6, 5)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from apex.impala import Impala, Settings, impala_loss, sample_actions
-from apex.networks import PolicyValueNet
-from apex.policy import NumpyPolicyValueMLP
+from apex.algorithms.impala.learner import Impala, Settings, impala_loss, sample_actions
+from apex.algorithms.networks import PolicyValueNet
+from apex.algorithms.policy import NumpyPolicyValueMLP
+from apex.learning.staging import DeviceBatch
 from apex.settings import LearnerConfig
-from apex.staging import DeviceBatch
 
 
 def test_sampled_actions_follow_the_softmax_and_carry_its_log_probabilities():

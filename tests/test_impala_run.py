@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from apex import checkpoint
-from apex.metrics import read_metrics
+from apex.learning import checkpoint
+from apex.learning.metrics import read_metrics
 from launch.builder import read_spec
 
 RANDOM_CARTPOLE_RETURN = 22.0

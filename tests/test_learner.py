@@ -14,14 +14,14 @@ import pytest
 import torch
 import zmq
 
-from apex.algorithm import build_algorithm
+from apex.algorithms.dqn.learner import Settings as DQNSettings
+from apex.algorithms.registry import build_algorithm
 from apex.channels import ApexKind, EpisodeReporter
-from apex.dqn import Settings as DQNSettings
-from apex.envs import env_shape
-from apex.learner import Learner
-from apex.periodic import Periodic
+from apex.envs.families import env_shape
+from apex.learning.learner import Learner
+from apex.learning.periodic import Periodic
+from apex.learning.staging import DeviceBatch, DeviceStager
 from apex.settings import LearnerConfig
-from apex.staging import DeviceBatch, DeviceStager
 from apex.weights import WeightSubscriber
 from replay import PrioritizedReplay
 from replay.errors import ReplayTimeout
@@ -291,7 +291,7 @@ def test_publications_keep_copies_of_their_newest_weights_up_to_their_bytes() ->
 
 
 def test_periodic_checkpoints_carry_the_training_time_so_far(tmp_path: Path) -> None:
-    from apex import checkpoint
+    from apex.learning import checkpoint
 
     store = filled_store(np.random.default_rng(3))
     learner = make_learner(tmp_path, store, max_updates=60, checkpoint_interval_s=1e-6)
@@ -305,7 +305,7 @@ def test_periodic_checkpoints_carry_the_training_time_so_far(tmp_path: Path) -> 
 
 
 def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(tmp_path: Path) -> None:
-    from apex import checkpoint
+    from apex.learning import checkpoint
 
     store = filled_store(np.random.default_rng(4))
     make_learner(tmp_path, store, max_updates=30, checkpoint_interval_s=1e-6).run()
@@ -425,8 +425,8 @@ def test_weights_sent_again_while_waiting_carry_the_updates_of_their_version(
 def test_a_held_back_subscriber_loads_weights_only_every_so_many_versions() -> None:
     """actor.refresh_versions: weights at least K versions newer than those held, or none
     (the policy-lag study); the first weights to arrive always load."""
-    from apex.networks import DuelingMLP
-    from apex.policy import NumpyDuelingMLP
+    from apex.algorithms.networks import DuelingMLP
+    from apex.algorithms.policy import NumpyDuelingMLP
     from apex.weights import WeightPublisher
 
     context = zmq.Context()
@@ -455,8 +455,8 @@ def test_a_held_back_subscriber_loads_weights_only_every_so_many_versions() -> N
 def test_a_restarted_learner_s_weights_load_though_its_versions_resumed_lower() -> None:
     """A learner resumed from its checkpoint publishes versions from there, below those
     the actors may hold; its count of updates starts again at 0, which says so."""
-    from apex.networks import DuelingMLP
-    from apex.policy import NumpyDuelingMLP
+    from apex.algorithms.networks import DuelingMLP
+    from apex.algorithms.policy import NumpyDuelingMLP
     from apex.weights import WeightPublisher
 
     context = zmq.Context()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from apex.metrics import MetricsTail
+from apex.learning.metrics import MetricsTail
 from launch.cli import main
 from launch.top import sparkline
 from tests.conftest import wait_for, write_run_dir

@@ -12,8 +12,8 @@ import pytest
 import torch
 import zmq
 
-from apex.optimizer import Adam
-from apex.updates import descend
+from apex.algorithms.optimizer import Adam
+from apex.algorithms.updates import descend
 from apex.weights import WeightSubscriber
 from tests.test_learner import LocalSource, filled_store, make_learner
 

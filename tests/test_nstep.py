@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from apex.exploration import actor_epsilon, env_epsilons, epsilon_greedy
-from apex.networks import build_network
-from apex.nstep import NStepBuilder
+from apex.algorithms.exploration import actor_epsilon, env_epsilons, epsilon_greedy
+from apex.algorithms.networks import build_network
+from apex.algorithms.nstep import NStepBuilder
 
 GAMMA = 0.5  # powers of two keep every expected value exact
 

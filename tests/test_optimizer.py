@@ -1,4 +1,5 @@
-"""apex.optimizer.Adam: torch.optim.Adam's arithmetic and state dict, without torch.optim."""
+"""apex.algorithms.optimizer.Adam: torch.optim.Adam's arithmetic and state dict, without
+torch.optim."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from apex.optimizer import Adam
+from apex.algorithms.optimizer import Adam
 
 
 def network() -> torch.nn.Module:
@@ -77,8 +78,8 @@ def test_a_schedule_sets_the_step_size_between_steps() -> None:
 
 
 def test_a_step_size_kept_on_the_device_follows_the_schedule() -> None:
-    """What a CUDA graph's replays read (``apex.graphed_step``): the group's lr, synced to
-    a tensor before each step, steps as the float does, also after a schedule's change."""
+    """What a CUDA graph's replays read (``apex.algorithms.dqn.graphed_step``): the group's lr,
+    synced to a tensor before each step, steps as the float does, also after a schedule's change."""
     floats, on_device = network(), network()
     by_float = Adam(floats.parameters(), lr=1e-2)
     by_tensor = Adam(on_device.parameters(), lr=1e-2)
@@ -122,9 +123,9 @@ def test_a_learner_s_update_never_imports_the_torch_compiler() -> None:
 import sys
 import numpy as np
 import torch
-from apex.algorithm import build_algorithm
-from apex.envs import env_shape
-from apex.staging import DeviceBatch
+from apex.algorithms.registry import build_algorithm
+from apex.envs.families import env_shape
+from apex.learning.staging import DeviceBatch
 from launch.config import resolve
 for name, env in (("dqn", "CartPole-v1"), ("dpg", "Pendulum-v1"), ("impala", "CartPole-v1")):
     config = resolve({"env": env, "algorithm": name})

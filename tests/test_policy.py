@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from apex.networks import DuelingMLP
-from apex.policy import NumpyDuelingMLP, TorchPolicy, build_policy
+from apex.algorithms.networks import DuelingMLP
+from apex.algorithms.policy import NumpyDuelingMLP, TorchPolicy, build_policy
 
 
 @pytest.mark.parametrize("hidden", [(256, 256), (64,), (32, 48, 16)])
@@ -55,13 +55,13 @@ def test_a_vector_observation_actor_never_imports_torch() -> None:
     what the entry point and the policy import is under test."""
     code = (
         "import sys\n"
-        "import apex.actor\n"
+        "import apex.acting.actor\n"
         "class NoLoop:\n"
         "    def __init__(self, config, acting, endpoints, security): self.config = config\n"
         "    def run(self): pass\n"
         "    def stop(self): pass\n"
-        "apex.actor.Actor = NoLoop\n"
-        "from apex.policy import build_policy\n"
+        "apex.acting.actor.Actor = NoLoop\n"
+        "from apex.algorithms.policy import build_policy\n"
         "from launch.config import resolve\n"
         "from launch.builder import actor\n"
         "from launch.roles import run_actor\n"
@@ -79,7 +79,7 @@ def test_a_vector_observation_actor_never_imports_torch() -> None:
 def pong_frames() -> np.ndarray:
     """480 stacks of real Pong frames from random play."""
     pytest.importorskip("ale_py")
-    from apex.vector_envs import AtariStacks
+    from apex.envs.vector import AtariStacks
 
     envs = AtariStacks("Pong", 8, training=True, threads=1)
     rng = np.random.default_rng(0)
@@ -116,7 +116,7 @@ def test_int8_greedy_actions_are_the_float_ones_but_for_near_ties(pong_frames, s
 
 
 def test_int8_policy_requantizes_the_weights_it_takes(pong_frames, monkeypatch) -> None:
-    from apex import int8_policy
+    from apex.algorithms import int8_policy
 
     monkeypatch.setattr(int8_policy, "RECALIBRATE_SWAPS", 3)
     policy = build_policy((4, 84, 84), 6, (512,), seed=0, precision="int8")
@@ -140,7 +140,7 @@ def test_int8_policy_requantizes_the_weights_it_takes(pong_frames, monkeypatch) 
 
 
 def test_int8_policy_value_network_and_minatar_in_float(pong_frames) -> None:
-    from apex.policy import build_policy_value
+    from apex.algorithms.policy import build_policy_value
 
     float_policy = build_policy_value((4, 84, 84), 6, (512,), seed=0)
     int8_policy = build_policy_value((4, 84, 84), 6, (512,), seed=0, precision="int8")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from apex.envs import PRESETS, env_shape, make_env
-from apex.networks import ActorCritic, MinAtarCNN, build_network
+from apex.algorithms.networks import ActorCritic, MinAtarCNN, build_network
+from apex.envs.families import PRESETS, env_shape, make_env
 from replay import PrioritizedReplay
 
 

@@ -94,7 +94,7 @@ def test_a_summary_that_does_not_parse_starts_a_fresh_history(tmp_path: Path, da
 def test_status_and_curves_read_the_runs_end_and_a_resumed_runs_latest(tmp_path: Path) -> None:
     """The end record holds the run's last figures (a progress record is up to
     metrics_interval_s older); a resumed run's newer progress wins over an older end."""
-    from apex.metrics import MetricsWriter
+    from apex.learning.metrics import MetricsWriter
     from launch.run_status import RunRecords, run_status
 
     write_run_dir(tmp_path, updates=1200, train_seconds=30.0)
@@ -123,7 +123,7 @@ def test_status_and_curves_read_the_runs_end_and_a_resumed_runs_latest(tmp_path:
 
 
 def test_status_names_the_confirmed_solve_and_never_an_unconfirmed_one(tmp_path: Path) -> None:
-    from apex.metrics import MetricsWriter
+    from apex.learning.metrics import MetricsWriter
 
     write_run_dir(tmp_path)
     metrics = MetricsWriter(tmp_path)

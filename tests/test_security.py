@@ -16,8 +16,8 @@ import zmq
 import zmq.auth
 from click.testing import CliRunner
 
-from apex.networks import DuelingMLP
-from apex.policy import NumpyDuelingMLP
+from apex.algorithms.networks import DuelingMLP
+from apex.algorithms.policy import NumpyDuelingMLP
 from apex.weights import WeightPublisher, WeightSubscriber
 from launch.cli import main
 from replay.errors import ConfigError, ReplayTimeout

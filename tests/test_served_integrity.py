@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zmq
 
-from apex.frame_writer import FrameWriter
+from apex.acting.frame_writer import FrameWriter
 from replay.frames.spec import FrameStackSpec
 from replay.inserts.client import InsertClient
 from replay.inserts.endpoints import ShardEndpoints

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from apex.metrics import read_metrics
+from apex.learning.metrics import read_metrics
 from launch.cli import main
 from launch.config import ConfigError, resolve
 from launch.processes import run_processes

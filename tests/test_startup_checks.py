@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 from click.testing import CliRunner
 
-from apex.envs import EnvUnavailable, _install_hint, check_env
+from apex.envs.families import EnvUnavailable, _install_hint, check_env
 from launch.cli import main
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from apex.envs import env_shape
-from apex.metrics import read_metrics
+from apex.envs.families import env_shape
+from apex.learning.metrics import read_metrics
 from launch.builder import read_spec
 from launch.processes import run_processes
 from replay.store.snapshot import complete_snapshots, open_snapshot

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from apex.unrolls import UnrollBuilder
+from apex.algorithms.impala.unrolls import UnrollBuilder
 
 
 def _episodes(rng: np.random.Generator, envs: int, steps: int):

@@ -110,8 +110,10 @@ def test_the_error_line_of_a_log_is_the_roles_own_reason(tmp_path: Path) -> None
     assert last_error_line(log) == "ValueError: alpha must be >= 0, got -1"
     log.write_text("Usage: apex replay\nError: Invalid value for '--alpha'\n")
     assert last_error_line(log) == "Error: Invalid value for '--alpha'"
-    log.write_text("2026 INFO x: fine\n2026 ERROR apex.learner: stopping: no shard\n2026 INFO x\n")
-    assert last_error_line(log) == "2026 ERROR apex.learner: stopping: no shard"
+    log.write_text(
+        "2026 INFO x: fine\n2026 ERROR apex.learning.learner: stopping: no shard\n2026 INFO x\n"
+    )
+    assert last_error_line(log) == "2026 ERROR apex.learning.learner: stopping: no shard"
     assert role_failure("shard 0 did not start", tmp_path / "missing.log").endswith("missing.log")
 
 

@@ -1,5 +1,5 @@
 """ale-py's C++ vector env against gymnasium's wrapper path: the same seeds and actions
-give the same stacks, rewards and episode ends (``apex.vector_envs`` lists the two
+give the same stacks, rewards and episode ends (``apex.envs.vector`` lists the two
 differences, and the stacks' padding is made the same)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from apex.envs import make_atari
-from apex.vector_envs import AtariStacks, actor_envs, evaluation_envs, rom_name
+from apex.envs.families import make_atari
+from apex.envs.vector import AtariStacks, actor_envs, evaluation_envs, rom_name
 
 pytest.importorskip("ale_py")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from apex.vtrace import vtrace_targets
+from apex.algorithms.impala.vtrace import vtrace_targets
 
 
 def _reference(behaviour, target, rewards, discounts, values, bootstrap, rho_bar, c_bar):

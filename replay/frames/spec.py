@@ -19,7 +19,7 @@ TRANSITION_STACKS = ("obs", "next_obs")
 class FrameStackSpec:
     """What a frame-stacked item holds: a transition (``obs`` and ``next_obs`` stacks) or,
     with ``steps``, an unroll (``obs`` of ``steps`` stacks, one per step of the unroll and
-    its bootstrap observation: IMPALA's, ``apex.unrolls``).
+    its bootstrap observation: IMPALA's, ``apex.algorithms.impala.unrolls``).
 
     Each stack field ``f`` of the item is sent and stored as ``f_frame``: the number of
     the newest frame of each of its stacks (``()`` for one stack, ``(steps,)`` for an

@@ -11,7 +11,7 @@ Frames of a stream link to their predecessor (``prev``). A stack of ``k`` ending
 itself, so the stacks at an episode's start repeat its first frame, which is what
 gymnasium's ``FrameStackObservation`` (``padding_type="reset"``, its default) gives. A frame
 whose predecessor this shard never saw (the start of a stretch of a stream sent to this
-shard, see ``apex.frame_writer``) links to itself too but has no history (``depth``
+shard, see ``apex.acting.frame_writer``) links to itself too but has no history (``depth``
 0): a transition whose stack would reach past it is refused, never filled with a wrong
 frame.
 

@@ -173,7 +173,7 @@ class InsertClient:
 
         Each shard must hold every frame its records' stacks reach, so the message depends
         on the shard: ``build(index)`` makes it (the frames that shard lacks, see
-        ``apex.frame_writer``). The client stays on one shard for ``stretch`` messages
+        ``apex.acting.frame_writer``). The client stays on one shard for ``stretch`` messages
         when it has room, so a stream's frames are seldom repeated on another shard.
 
         Returns:

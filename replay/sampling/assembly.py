@@ -5,7 +5,7 @@ the batch, then copied into pinned memory for the GPU, it was written three time
 learner's host, and those copies held the learner to 55 updates/s on an H200 (bench/
 HISTORY.md, "The first GPU session"). Here the batch's arrays are taken from
 :class:`BatchArrays` when its first part arrives (pinned ones from a pool, on CUDA:
-``apex.staging.PinnedBuffers``), and each reply is decoded or copied into the next free
+``apex.learning.staging.PinnedBuffers``), and each reply is decoded or copied into the next free
 rows as it arrives (:meth:`SampleReply.from_message` with ``out``). The items appear in
 the order their parts arrived; the shards, indices and generations that route priorities
 back follow the same order.
@@ -26,7 +26,7 @@ from replay.wire.layout import Message
 class BatchArrays:
     """Where a batch's field arrays come from: new numpy arrays, except that the arrays of a
     batch dropped before it was finished are taken again by the next (nothing else holds
-    them). ``apex.staging.PinnedArrays`` lends pinned ones instead.
+    them). ``apex.learning.staging.PinnedArrays`` lends pinned ones instead.
     """
 
     def __init__(self) -> None:

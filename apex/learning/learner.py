@@ -2,12 +2,12 @@
 updates do the periodic work (publish weights, read episode reports, evaluate, write
 metrics, checkpoint).
 
-The loop knows neither the algorithm (an :class:`apex.algorithm.Algorithm`) nor where
+The loop knows neither the algorithm (an :class:`apex.algorithms.registry.Algorithm`) nor where
 batches come from (a :class:`BatchSource`, the sharded sampler in a run, a local store in
 tests); both are handed in. Greedy evaluations come from the run's evaluator process
-(``apex.evaluator``), which takes the published weights: the learner writes each to its
+(``apex.learning.evaluator``), which takes the published weights: the learner writes each to its
 metrics as it arrives and never plays an episode itself; what one means for the run
-(solved, settled, followed) is ``apex.solving``'s. Stop conditions: a confirmed
+(solved, settled, followed) is ``apex.learning.solving``'s. Stop conditions: a confirmed
 solve (an evaluation of ``confirm_episodes`` episodes at ``target_return``, when
 ``stop_when_solved``), ``max_updates``, ``max_time_s``, or a stop request (SIGINT/SIGTERM),
 which leaves a final checkpoint either way.
@@ -24,21 +24,21 @@ from pathlib import Path
 
 import torch
 
-from apex import checkpoint
-from apex.algorithm import Algorithm
+from apex.algorithms.exploration import run_actors
+from apex.algorithms.registry import Algorithm
+from apex.algorithms.updates import set_learning_rate
 from apex.channels import EpisodeCollector
-from apex.delivery import final_account
-from apex.envs import solved_return
-from apex.evaluation import read_evaluation
-from apex.exploration import run_actors
-from apex.metrics import MetricsWriter
-from apex.periodic import Periodic
-from apex.progress import LearnerCounters, ProgressWindow
-from apex.progress import describe as describe_progress
+from apex.envs.families import solved_return
+from apex.learning import checkpoint
+from apex.learning.delivery import final_account
+from apex.learning.evaluation import read_evaluation
+from apex.learning.metrics import MetricsWriter
+from apex.learning.periodic import Periodic
+from apex.learning.progress import LearnerCounters, ProgressWindow
+from apex.learning.progress import describe as describe_progress
+from apex.learning.solving import Solving
+from apex.learning.staging import BatchSource
 from apex.settings import LearnerConfig
-from apex.solving import Solving
-from apex.staging import BatchSource
-from apex.updates import set_learning_rate
 from apex.weights import Publications, WeightPublisher
 from replay.errors import ConfigError, ReplayError, ReplayTimeout
 from replay.wire.layout import Message
@@ -345,7 +345,7 @@ class Learner:
                 "; nothing of them was applied or published"
             )
 
-    # -- periodic tasks (apex.periodic) -------------------------------------------------
+    # -- periodic tasks (apex.learning.periodic) -------------------------------------------------
 
     def _publish(self) -> None:
         self.counters.weight_version += 1

@@ -4,7 +4,7 @@ ALE games run in ale-py's C++ ``AtariVectorEnv``: a pool of emulators stepped on
 of its own, with the DQN preprocessing built in (frame skip 4 with the last two frames
 max-pooled, 84×84 grayscale, up to 30 no-op starts, 4 stacked frames, rewards clipped to
 their sign while training). Every other env is gymnasium's ``SyncVectorEnv`` of
-``apex.envs.make_env`` copies (CartPole's numpy implementation for evaluation, which
+``apex.envs.families.make_env`` copies (CartPole's numpy implementation for evaluation, which
 steps 20 copies in a third of the time).
 
 The two Atari paths give the same stacks and rewards for the same seeds and actions
@@ -27,7 +27,7 @@ import re
 import gymnasium as gym
 import numpy as np
 
-from apex.envs import ATARI_MAX_FRAMES, NOOP_MAX, env_factories, preset
+from apex.envs.families import ATARI_MAX_FRAMES, NOOP_MAX, env_factories, preset
 
 
 def actor_envs(name: str, count: int, *, threads: int = 1) -> gym.vector.VectorEnv:
@@ -72,7 +72,7 @@ class AtariStacks(gym.vector.VectorWrapper):
         count: emulators.
         training: clip rewards to their sign (evaluation plays the game's own).
         threads: emulator threads.
-        noop_max, max_frames: as ``apex.envs.make_atari``'s (tests shorten them).
+        noop_max, max_frames: as ``apex.envs.families.make_atari``'s (tests shorten them).
     """
 
     def __init__(
@@ -124,7 +124,7 @@ class AtariStacks(gym.vector.VectorWrapper):
 
     def send(self, actions: np.ndarray) -> None:
         """Starts a step on the emulator threads and returns at once: the caller's thread
-        is free until :meth:`recv` (``apex.env_group`` overlaps two groups this way)."""
+        is free until :meth:`recv` (``apex.acting.env_group`` overlaps two groups this way)."""
         self.env.send(np.asarray(actions, dtype=np.int64))
 
     def recv(self):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from apex.algorithm import ActingPolicy
+from apex.algorithms.registry import ActingPolicy
 from apex.channels import ApexKind
 from replay.errors import ProtocolError
 from replay.wire.layout import Message
@@ -98,7 +98,7 @@ def read_evaluation(message: Message) -> Evaluation:
 
 
 def play_greedy(policy: ActingPolicy, envs: gym.vector.VectorEnv, seed: int) -> np.ndarray:
-    """Returns of one greedy episode on each copy of ``envs`` (``apex.vector_envs.evaluation_envs``,
+    """Returns of one greedy episode on each copy of ``envs`` (``apex.envs.vector.evaluation_envs``,
     reset here with ``seed``), played side by side with unclipped rewards: the policy
     acts at zero exploration (ε 0, noise σ 0)."""
     episodes = envs.num_envs

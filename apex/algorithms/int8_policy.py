@@ -70,7 +70,7 @@ def _no_stack_traces() -> Iterator[None]:
 
 
 class Int8Policy:
-    """A :class:`apex.policy.TorchPolicy` whose forward passes run quantized (it builds
+    """A :class:`apex.algorithms.policy.TorchPolicy` whose forward passes run quantized (it builds
     this one, so this module does not import it).
 
     Args:

@@ -2,7 +2,7 @@
 
 For a batch of unrolls made by behaviour policies μ (the actors' copies, some versions
 old) and learned on by π (the learner's network), with the V-trace targets ``v_s`` and
-advantages ``A_s = ρ^pg_s (r_s + γ_s v_{s+1} − V(x_s))`` of :mod:`apex.vtrace`:
+advantages ``A_s = ρ^pg_s (r_s + γ_s v_{s+1} − V(x_s))`` of :mod:`apex.algorithms.impala.vtrace`:
 
     L = − mean_{s,b} A_s log π(a_s|x_s)                      (policy gradient)
         + baseline_cost · ½ mean_{s,b} (v_s − V(x_s))²        (value regression)
@@ -15,7 +15,7 @@ the IMPALA paper compares against, learning as if every unroll were on-policy.
 
 :class:`Impala` is the learner's algorithm object; :class:`ImpalaActing` is an actor's:
 it samples actions from its copy of π and keeps ``log μ(a|x)`` for the unroll. The module
-is IMPALA's entry in ``apex.algorithm.ALGORITHMS``.
+is IMPALA's entry in ``apex.algorithms.registry.ALGORITHMS``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from apex.policy import build_policy_value
-from apex.unrolls import UnrollBuilder
+from apex.algorithms.impala.unrolls import UnrollBuilder
+from apex.algorithms.policy import build_policy_value
 from replay.store.field_checks import checked
 from replay.store.spec import TransitionSpec
 
@@ -36,11 +36,11 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from apex.envs import EnvShape
-    from apex.optimizer import Adam
+    from apex.algorithms.optimizer import Adam
+    from apex.algorithms.updates import StepResult
+    from apex.envs.families import EnvShape
+    from apex.learning.staging import DeviceBatch
     from apex.settings import ActorConfig, LearnerConfig
-    from apex.staging import DeviceBatch
-    from apex.updates import StepResult
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def build_acting(config: ActorConfig, shape: EnvShape) -> ImpalaActing:
 
 def transition_spec(shape: EnvShape, config: ActorConfig) -> TransitionSpec:
     """What IMPALA's actors send and its queues keep: one unroll per item
-    (``apex.unrolls``), ``T = actor.unroll_length``."""
+    (``apex.algorithms.impala.unrolls``), ``T = actor.unroll_length``."""
     steps = config.unroll_length
     action = ((steps,), "int64")
     return TransitionSpec.from_dict(
@@ -130,9 +130,10 @@ def build_experience(
 class UnrollMaker:
     """Unrolls from an actor's vector steps, with the log-probabilities its policy acted
     with and, where an episode hit its time limit, the policy's value of the final
-    observation (``apex.unrolls``). Takes the actor's step as the n-step builder does.
+    observation (``apex.algorithms.impala.unrolls``). Takes the actor's step as the n-step builder
+    does.
 
-    With ``frame_refs`` (frame shards, ``apex.frame_writer``) an unroll keeps no
+    With ``frame_refs`` (frame shards, ``apex.acting.frame_writer``) an unroll keeps no
     observations: its ``refs`` are the env and the frame numbers of its ``T + 1``
     observations, made from the ``(env, frame number)`` pairs each step hands in."""
 
@@ -194,7 +195,7 @@ def impala_loss(
     ``action``, ``reward``, ``discount`` and ``log_prob`` ``[B, T]``)."""
     import torch
 
-    from apex.vtrace import vtrace_targets
+    from apex.algorithms.impala.vtrace import vtrace_targets
 
     observations = unrolls["obs"]
     batch, steps = observations.shape[0], observations.shape[1] - 1
@@ -254,8 +255,8 @@ class Impala:
         actions: int,
         device: torch.device,
     ) -> None:
-        from apex.networks import PolicyValueNet
-        from apex.updates import adam
+        from apex.algorithms.networks import PolicyValueNet
+        from apex.algorithms.updates import adam
 
         self.config = config
         self.settings = settings
@@ -274,7 +275,7 @@ class Impala:
 
     def step(self, batch: DeviceBatch) -> StepResult:
         """One update on a batch of unrolls (no priorities come back: a queue has none)."""
-        from apex.updates import StepResult, descend
+        from apex.algorithms.updates import StepResult, descend
 
         loss, parts = impala_loss(self.network, batch.transitions, self.settings)
         skipped = descend(self.optimizer, loss, self.network.parameters(),

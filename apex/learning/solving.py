@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 
-from apex.algorithm import Algorithm
-from apex.evaluation import Evaluation
-from apex.progress import LearnerCounters
+from apex.algorithms.registry import Algorithm
+from apex.learning.evaluation import Evaluation
+from apex.learning.progress import LearnerCounters
 from apex.settings import LearnerConfig
 from apex.weights import Publications
 

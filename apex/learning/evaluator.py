@@ -16,7 +16,7 @@ every later one kept a CartPole evaluator busy on a core. Only where the learner
 better confirmations (DQN's ``follow_better_confirmations``) is a periodic evaluation
 above the best confirmed mean so far confirmed too.
 
-Results go to the learner's episodes socket as EVALUATION messages (``apex.evaluation``);
+Results go to the learner's episodes socket as EVALUATION messages (``apex.learning.evaluation``);
 the learner writes them to its metrics and stops on a confirmed solve. The evaluator
 stops on SIGTERM, and by itself once the process that started it (the learner's role) is
 gone.
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 import gymnasium as gym
 import zmq
 
-from apex.algorithm import ActingPolicy
+from apex.algorithms.registry import ActingPolicy
 from apex.channels import EPISODES_HWM
-from apex.evaluation import Evaluation, play_greedy
-from apex.vector_envs import evaluation_envs
+from apex.envs.vector import evaluation_envs
+from apex.learning.evaluation import Evaluation, play_greedy
 from apex.weights import WeightSubscriber
 from replay.wire.layout import encode
 from replay.wire.security import SecurityConfig, make_context
@@ -85,7 +85,7 @@ class Evaluator:
 
     Args:
         config: what and when.
-        policy: the run's acting policy (``apex.algorithm.build_acting``), played at zero
+        policy: the run's acting policy (``apex.algorithms.registry.build_acting``), played at zero
             exploration.
         weights, episodes: the learner's endpoints.
         security: the run's keys, as an actor's.

@@ -5,7 +5,7 @@
 * ``Pong``: ALE Pong with the standard DQN preprocessing (frame skip 4 with max-pooling,
   84×84 grayscale, up to 30 no-op starts), a stack of 4 frames, and rewards clipped to
   their sign while training. Actors and evaluators step ale-py's C++ vector env
-  (``apex.vector_envs``); one env here goes through gymnasium's ``AtariPreprocessing``,
+  (``apex.envs.vector``); one env here goes through gymnasium's ``AtariPreprocessing``,
   which gives the same stacks. Needs ``pip install 'apex-rl[atari]'`` (ale-py ships the
   ROMs; AtariPreprocessing needs OpenCV). Solved at 18.
 * ``MinAtar/Breakout-v1`` and ``MinAtar/SpaceInvaders-v1``: MinAtar's 10×10 planes of
@@ -20,7 +20,7 @@ Any other gymnasium id with a ``(d,)`` observation and a discrete action space (
 bounded flat ``Box`` one (DPG) also works, with no solved threshold unless one is given.
 
 Each preset also carries the run settings measured to learn it quickly on a 2-core machine
-(:attr:`EnvPreset.defaults`, from ``apex.preset_defaults``); anything a user sets wins over
+(:attr:`EnvPreset.defaults`, from ``apex.envs.preset_defaults``); anything a user sets wins over
 them (``launch.config.resolve``).
 """
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 
-from apex.preset_defaults import DEFAULTS, MINATAR
+from apex.envs.preset_defaults import DEFAULTS, MINATAR
 from replay.store.spec import TransitionSpec
 
 
@@ -65,7 +65,7 @@ ATARI_MAX_FRAMES = 108_000
 # MinAtar has no episode limit of its own (see _make_minatar).
 MINATAR_MAX_EPISODE_STEPS = 10_000
 
-# Each preset's run settings are in apex.preset_defaults.
+# Each preset's run settings are in apex.envs.preset_defaults.
 PRESETS = {
     "CartPole-v1": EnvPreset(
         "CartPole-v1", 475.0, gym_id="CartPole-v1", defaults=DEFAULTS["CartPole-v1"]
@@ -107,7 +107,7 @@ def stacks_frames(name: str) -> bool:
     """Whether ``name``'s observations are stacks of frames by construction (the ALE
     pipeline's, ``make_atari``): what frame storage is chosen by when a run leaves
     ``replay.frames`` unset. Any other observation is stored whole unless asked for, and
-    then proven (``apex.frame_check``)."""
+    then proven (``apex.acting.frame_check``)."""
     return preset(name).atari
 
 
@@ -135,7 +135,7 @@ def make_atari(
     gym_id: str, *, training: bool, noop_max: int = NOOP_MAX, max_frames: int = ATARI_MAX_FRAMES
 ) -> gym.Env:
     """One ALE game through gymnasium's wrappers, preprocessed as DQN's (actors step
-    ale-py's vector env instead, ``apex.vector_envs``, which does the same in C++)."""
+    ale-py's vector env instead, ``apex.envs.vector``, which does the same in C++)."""
     import ale_py
 
     gym.register_envs(ale_py)
@@ -213,7 +213,7 @@ def check_env(name: str, algorithm: str = "auto") -> EnvShape:
         raise EnvUnavailable(
             f"cannot make environment {name!r}: {exc}{_install_hint(name, exc)}"
         ) from exc
-    from apex.algorithm import choose
+    from apex.algorithms.registry import choose
 
     try:
         choose(algorithm, shape, name)

@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from apex.optimizer import Adam
+    from apex.algorithms.optimizer import Adam
 
 logger = logging.getLogger(__name__)
 
 WARMUP_UPDATES = 3
 
 # One update on static inputs: it steps the optimizer and returns the batch's loss, its
-# |δ| per item and whether the step was skipped (``apex.dqn.DoubleDQN._update``).
+# |δ| per item and whether the step was skipped (``apex.algorithms.dqn.learner.DoubleDQN._update``).
 Update = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 

@@ -1,4 +1,4 @@
-"""The run settings each environment preset starts from (``apex.envs.PRESETS``), in the
+"""The run settings each environment preset starts from (``apex.envs.families.PRESETS``), in the
 layout of a run config file: what was measured to learn each environment quickly on a
 2-core machine, and why. Anything a user sets wins over them (``launch.config.resolve``).
 Presets are tuned on seeds 100 and up, never on the learning benchmark's seeds 0-9.
@@ -275,7 +275,7 @@ DEFAULTS: dict[str, dict] = {
             "eval_episodes": 10,
         },
     },
-    # Ape-X DPG (plain DDPG by default, apex.dpg) on vector observations.
+    # Ape-X DPG (plain DDPG by default, apex.algorithms.dpg.learner) on vector observations.
     "Pendulum-v1": {
         "actors": 1,
         "shards": 1,
@@ -331,7 +331,7 @@ DEFAULTS: dict[str, dict] = {
         # stacked transitions (bench/RESULTS.md, "Atari-scale replay").
         "replay": {"capacity": 2_000_000, "min_size": 20_000},
         # int8 forward passes: about 3x the float ones' speed on a core, greedy actions
-        # checked against them (apex.int8_policy; bench/RESULTS.md, "Learner and actor").
+        # checked against them (apex.algorithms.int8_policy; bench/RESULTS.md, "Learner and actor").
         "actor": {"envs_per_actor": 4, "weight_refresh_steps": 100, "acting_precision": "int8"},
         "learner": {
             "batch_size": 512,

@@ -1,8 +1,8 @@
 """The algorithm seam: what the learner loop and the actors need of an algorithm, and the
 registry that names every algorithm.
 
-The loop (``apex.learner``), the actor loop (``apex.actor``) and the launch code never
-know which algorithm runs. The learner holds an :class:`Algorithm` (one update per batch,
+The loop (``apex.learning.learner``), the actor loop (``apex.acting.actor``) and the launch code
+never know which algorithm runs. The learner holds an :class:`Algorithm` (one update per batch,
 new priorities out); an actor holds an :class:`ActingPolicy` (exploring actions, and the
 initial priorities Ape-X computes actor-side). Both come from the algorithm's module,
 which :data:`ALGORITHMS` names:
@@ -37,11 +37,11 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from apex.envs import EnvShape
-    from apex.optimizer import Adam
+    from apex.algorithms.optimizer import Adam
+    from apex.algorithms.updates import StepResult
+    from apex.envs.families import EnvShape
+    from apex.learning.staging import DeviceBatch
     from apex.settings import ActorConfig, LearnerConfig
-    from apex.staging import DeviceBatch
-    from apex.updates import StepResult
     from replay.store.spec import TransitionSpec
 
 
@@ -119,8 +119,8 @@ class AlgorithmEntry:
         module: the module with ``Settings``, ``build_learner``, ``build_acting`` and
             ``shape_problems``.
         exploration: the actor setting that is its base exploration scale, spread over the
-            run's env copies (``apex.exploration.env_epsilons``); None: the policy explores
-            by itself (IMPALA samples from π), every copy at scale 1.
+            run's env copies (``apex.algorithms.exploration.env_epsilons``); None: the policy
+            explores by itself (IMPALA samples from π), every copy at scale 1.
         symbol: how the actors' logs name that scale.
         replay: "prioritized" (the sum-tree shards) or "queue" (each item handed out once,
             oldest first: ``replay.store.queue``).
@@ -138,14 +138,24 @@ class AlgorithmEntry:
 
 
 ALGORITHMS = (
-    AlgorithmEntry("dqn", continuous=False, module="apex.dqn", exploration="epsilon", symbol="ε"),
     AlgorithmEntry(
-        "dpg", continuous=True, module="apex.dpg", exploration="noise_scale", symbol="σ"
+        "dqn",
+        continuous=False,
+        module="apex.algorithms.dqn.learner",
+        exploration="epsilon",
+        symbol="ε",
+    ),
+    AlgorithmEntry(
+        "dpg",
+        continuous=True,
+        module="apex.algorithms.dpg.learner",
+        exploration="noise_scale",
+        symbol="σ",
     ),
     AlgorithmEntry(
         "impala",
         continuous=False,
-        module="apex.impala",
+        module="apex.algorithms.impala.learner",
         exploration=None,
         symbol="π",
         replay="queue",

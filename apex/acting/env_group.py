@@ -3,7 +3,7 @@ thread acts on and builds from another's.
 
 An actor steps its k envs as one vector env by default: the forward pass, then the
 emulators, then the n-step builder and the frame writer, each waiting for the one before.
-An ALE game's emulators play on threads of their own (``apex.vector_envs.AtariStacks``
+An ALE game's emulators play on threads of their own (``apex.envs.vector.AtariStacks``
 starts a step with ``send`` and returns), so an actor may split its envs into groups
 (``actor.env_groups``): it starts one group's step, and while the emulators play it, it
 finishes the other group's (builder, frame writer, episode accounting) and acts on it.
@@ -12,7 +12,7 @@ builder lane, ε and frame stream exactly as in one group. Other envs step on th
 own thread; for them groups would only take turns, so they keep one.
 
 Each group is a vector env of its share of the envs with an experience maker of its own
-(``apex.experience``: its builders, the values it acted on); the groups share the policy,
+(``apex.acting.experience``: its builders, the values it acted on); the groups share the policy,
 the frame writer (the actor's envs numbered across the groups) and what is sent. A group
 acts with the weights of the moment it acts, as one group does.
 """
@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from apex.algorithm import ActingPolicy, AlgorithmEntry
-from apex.envs import EnvShape
-from apex.experience import ExperienceMaker
+from apex.acting.experience import ExperienceMaker
+from apex.algorithms.registry import ActingPolicy, AlgorithmEntry
+from apex.envs.families import EnvShape
+from apex.envs.vector import actor_envs
 from apex.settings import ActorConfig
-from apex.vector_envs import actor_envs
 from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
-    from apex.frame_writer import FrameWriter
+    from apex.acting.frame_writer import FrameWriter
 
 
 @dataclass

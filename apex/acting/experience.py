@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from apex.algorithm import ActingPolicy, AlgorithmEntry
-from apex.envs import EnvShape
-from apex.frame_check import FrameStackCheck
-from apex.nstep import NStepBuilder
+from apex.acting.frame_check import FrameStackCheck
+from apex.algorithms.nstep import NStepBuilder
+from apex.algorithms.registry import ActingPolicy, AlgorithmEntry
+from apex.envs.families import EnvShape
 from apex.settings import ActorConfig
 from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
-    from apex.frame_writer import FrameWriter
+    from apex.acting.frame_writer import FrameWriter
 
 # What a batch carries for its priorities only, never sent.
 VALUE_FIELDS = ("values", "next_values")
@@ -52,7 +52,7 @@ class ExperienceMaker:
         frames: the frame writer, with frame shards.
         version: the policy version the actor acts with now.
         first_env: the actor's index of this maker's first env: an actor of env groups
-            (``apex.env_group``) has a maker per group, ``config.envs_per_actor`` envs
+            (``apex.acting.env_group``) has a maker per group, ``config.envs_per_actor`` envs
             each, and one frame writer whose streams are all its envs.
     """
 
@@ -98,7 +98,7 @@ class ExperienceMaker:
             )  # fmt: skip
         if frames is not None and not self._own:
             # (env, frame number) pairs through a builder in lock-step give the records'
-            # frame references (see apex.frame_writer).
+            # frame references (see apex.acting.frame_writer).
             self._refs = NStepBuilder(self._envs, config.n_step, config.gamma, (2,),
                                       np.dtype(np.int64), tuple(action.shape),
                                       np.dtype(action.dtype))  # fmt: skip

@@ -1,6 +1,6 @@
 """What every algorithm's update shares: its result, the clipped gradient step, the
 optimizer, soft target updates and the step size a schedule sets. DQN, DPG and IMPALA
-(``apex.algorithm.ALGORITHMS``) build on these; none imports another's module for them.
+(``apex.algorithms.registry.ALGORITHMS``) build on these; none imports another's module for them.
 torch is imported where each is called, so importing this module costs an actor nothing.
 """
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from apex.optimizer import Adam
+    from apex.algorithms.optimizer import Adam
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 
 def adam(parameters, learning_rate: float, epsilon: float) -> Adam:
     """Every algorithm's optimizer: Adam's fused kernel, without ``torch.optim`` (whose
-    first optimizer costs a learner 1.6 s of start, ``apex.optimizer``)."""
-    from apex.optimizer import Adam
+    first optimizer costs a learner 1.6 s of start, ``apex.algorithms.optimizer``)."""
+    from apex.algorithms.optimizer import Adam
 
     return Adam(parameters, lr=learning_rate, eps=epsilon)
 

@@ -5,7 +5,7 @@ imports torch: it starts in 0.43 s instead of 1.65 s, holds about 106 MB instead
 400 MB, and a forward pass over a handful of observations costs a few BLAS calls instead
 of torch's per-operator dispatch (24 against 95 µs for one observation). Image
 observations keep the torch convolutional networks, in int8 where the run asks for it
-(``actor.acting_precision``, ``apex.int8_policy``).
+(``actor.acting_precision``, ``apex.algorithms.int8_policy``).
 
 Both policies take the learner's weights by the names and shapes of its ``state_dict``,
 as :class:`apex.weights.WeightSubscriber` delivers them.
@@ -57,7 +57,7 @@ class NumpyParameters:
 
 
 class NumpyDuelingMLP(NumpyParameters):
-    """:class:`apex.networks.DuelingMLP`'s forward pass in float32 numpy.
+    """:class:`apex.algorithms.networks.DuelingMLP`'s forward pass in float32 numpy.
 
     Parameter names, order and shapes are the torch module's, so the learner's published
     ``state_dict`` loads as is. Before the first weights arrive it acts with weights drawn
@@ -122,7 +122,7 @@ def _mlp_forward(layers: list[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> 
 
 
 class NumpyActorCritic(NumpyParameters):
-    """:class:`apex.networks.ActorCritic` in float32 numpy: the DPG policy the actor acts
+    """:class:`apex.algorithms.networks.ActorCritic` in float32 numpy: the DPG policy the actor acts
     with, and the critic it computes initial priorities with.
 
     Names, order and shapes are the torch module's ``state_dict``'s (the bounds travel as
@@ -172,7 +172,7 @@ class NumpyActorCritic(NumpyParameters):
 
 
 class NumpyPolicyValueMLP(NumpyParameters):
-    """:class:`apex.networks.PolicyValueNet` for ``(d,)`` observations in float32 numpy:
+    """:class:`apex.algorithms.networks.PolicyValueNet` for ``(d,)`` observations in float32 numpy:
     policy logits and state values, by the torch module's ``state_dict`` names."""
 
     def __init__(
@@ -255,7 +255,7 @@ class TorchPolicy:
 
 def _numpy_or_torch(numpy_class, torch_network: str):
     """A builder of a policy: ``numpy_class`` for ``(d,)`` observations, else the torch
-    network ``apex.networks.<torch_network>`` behind :class:`TorchPolicy`."""
+    network ``apex.algorithms.networks.<torch_network>`` behind :class:`TorchPolicy`."""
 
     def build(
         observation_shape: Sequence[int],
@@ -270,14 +270,14 @@ def _numpy_or_torch(numpy_class, torch_network: str):
             return numpy_class(observation_shape[0], actions, hidden, seed)
 
         def network():
-            from apex import networks
+            from apex.algorithms import networks
 
             return getattr(networks, torch_network)(observation_shape, actions, hidden)
 
         policy = TorchPolicy(network, seed, torch_threads)
         if precision != "int8":
             return policy
-        from apex.int8_policy import Int8Policy, int8_available
+        from apex.algorithms.int8_policy import Int8Policy, int8_available
 
         if tuple(observation_shape[1:]) != (84, 84):
             # Measured only for the Nature convolutions; the MinAtar network is cheap in

@@ -4,12 +4,12 @@ with priorities computed from the actor's own network, pushed to the replay shar
 Per step: the acting policy's actions for all k envs in one forward pass, each env copy
 exploring with its own fixed scale (ε-greedy for DQN, Gaussian noise σ_i for DPG, spread
 over the run's copies as in Ape-X); the vector env steps (SAME_STEP autoreset; an ALE
-game's envs may step in groups that take turns, ``apex.env_group``); the n-step builder
+game's envs may step in groups that take turns, ``apex.acting.env_group``); the n-step builder
 emits finished transitions. Once ``insert_batch`` transitions are ready they get
 initial priorities ``|TD| + priority_epsilon`` from the actor's copy of the network (Ape-X
 computes them actor-side so that the learner never sees unprioritized data), and go to a
 shard stamped with the policy version the actor acted with. What the policy is and how it
-explores is the algorithm's (``apex.algorithm.ActingPolicy``); this loop is the same for
+explores is the algorithm's (``apex.algorithms.registry.ActingPolicy``); this loop is the same for
 every algorithm. Every ``weight_refresh_steps`` vector steps the actor loads the newest
 weights that the learner published."""
 
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apex.algorithm import ActingPolicy, AlgorithmEntry, transition_spec
+from apex.acting.env_group import make_groups
+from apex.algorithms.exploration import env_epsilons
+from apex.algorithms.registry import ActingPolicy, AlgorithmEntry, transition_spec
 from apex.channels import EpisodeReporter
-from apex.env_group import make_groups
-from apex.envs import env_shape
-from apex.exploration import env_epsilons
+from apex.envs.families import env_shape
 from apex.settings import ActorConfig
 from apex.weights import WeightSubscriber
 from replay.errors import ReplayTimeout
@@ -59,7 +59,7 @@ class Actor:
     Args:
         config: its settings.
         acting: what it acts with, and the algorithm that is for (``launch.builder.actor``
-            makes both with ``apex.algorithm.build_acting``).
+            makes both with ``apex.algorithms.registry.build_acting``).
         endpoints: the shards' and the learner's.
         security: the run's keys; with keys, it takes weights only from a publisher that
             proves it holds the run's server secret.
@@ -105,7 +105,7 @@ class Actor:
         )
         self._frames: FrameWriter | None = None
         if self._inserts.frames is not None:
-            from apex.frame_writer import FrameWriter  # numba's kernels: frame actors only
+            from apex.acting.frame_writer import FrameWriter  # numba's kernels: frame actors only
 
             layout, steps = self._inserts.frame_layout, self._inserts.frames.steps
             # Frames a stream makes between sends: a step's, or an unroll's (two a step

@@ -25,7 +25,7 @@ from apex.channels import HEARTBEAT_S, ActorStatus, EpisodeCollector
 from replay.errors import ReplayError
 
 if TYPE_CHECKING:
-    from apex.staging import BatchSource
+    from apex.learning.staging import BatchSource
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ Gradients are clipped to a global norm, and the new priorities are ``|δ| + ε``
 target networks and the optimizer, and its :meth:`DoubleDQN.step` takes a batch and returns
 the new priorities. :class:`DQNActing` is an actor's side: ε-greedy on its copy of the
 Q-network, and Ape-X's initial priorities ``|R + d · max_a Q(s', a) − Q(s, a)|``. The module
-is DQN's entry in ``apex.algorithm.ALGORITHMS``; torch is imported where a network is built
-or trained, so an actor on vector observations never imports it.
+is DQN's entry in ``apex.algorithms.registry.ALGORITHMS``; torch is imported where a network is
+built or trained, so an actor on vector observations never imports it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from apex.exploration import epsilon_greedy
-from apex.policy import build_policy
-from apex.updates import StepResult, adam, descend, soft_update
+from apex.algorithms.exploration import epsilon_greedy
+from apex.algorithms.policy import build_policy
+from apex.algorithms.updates import StepResult, adam, descend, soft_update
 from replay.store.field_checks import (
     checked,
     in_unit_interval,
@@ -41,10 +41,10 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from apex.envs import EnvShape
-    from apex.optimizer import Adam
+    from apex.algorithms.optimizer import Adam
+    from apex.envs.families import EnvShape
+    from apex.learning.staging import DeviceBatch
     from apex.settings import ActorConfig, LearnerConfig
-    from apex.staging import DeviceBatch
 
 
 # The batch fields the update reads (the rest route priorities or count the lag).
@@ -71,7 +71,7 @@ class Settings:
             learner has gone on past its weights, and early in a run that can be a much
             worse policy (tens of updates on). The learner keeps its newest publications'
             weights for it
-            (``apex.learner.CONFIRMED_WEIGHTS_KEPT_BYTES``); when the confirmed version
+            (``apex.learning.learner.CONFIRMED_WEIGHTS_KEPT_BYTES``); when the confirmed version
             is no longer among them, training goes on as it was.
         anchor_margin: 0, or from the run's first confirmed solve on, a large-margin loss
             (DQfD's, Hester et al. 2018) holds the online network's greedy actions on the
@@ -178,7 +178,7 @@ def dqn_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's weighted loss, and ``|δ|`` per transition (detached); the module
     docstring's formulas. Both the eager step and the CUDA graph's
-    (``apex.graphed_step``) compute it here."""
+    (``apex.algorithms.dqn.graphed_step``) compute it here."""
     import torch
     from torch import nn
 
@@ -238,7 +238,7 @@ class DoubleDQN:
     ) -> None:
         import torch
 
-        from apex.networks import build_network
+        from apex.algorithms.networks import build_network
 
         self.config = config
         self.settings = settings
@@ -253,7 +253,7 @@ class DoubleDQN:
         self.steps = 0
         self.graphed = None
         if config.cuda_graph and torch.device(device).type == "cuda":
-            from apex.graphed_step import GraphedUpdate
+            from apex.algorithms.dqn.graphed_step import GraphedUpdate
 
             self.graphed = GraphedUpdate(self._update, self.optimizer, config.priority_epsilon)
 
@@ -335,7 +335,7 @@ class DoubleDQN:
         return result
 
     def _update(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """The update a CUDA graph records (``apex.graphed_step``): the eager step's
+        """The update a CUDA graph records (``apex.algorithms.dqn.graphed_step``): the eager step's
         arithmetic, without its reads back to the host."""
         loss, magnitude = dqn_loss(
             self.online,
@@ -379,7 +379,7 @@ class DoubleDQN:
 
 class DQNActing:
     """An actor's DQN: its copy of the Q-network (numpy for vector observations, torch's
-    Nature CNN for images, ``apex.policy``), acting ε-greedily."""
+    Nature CNN for images, ``apex.algorithms.policy``), acting ε-greedily."""
 
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = build_policy(
@@ -400,7 +400,7 @@ class DQNActing:
 
     def values(self, observations: np.ndarray) -> np.ndarray:
         """Q(s, ·) per row: what it acts on, and what its priorities reuse
-        (``apex.experience``)."""
+        (``apex.acting.experience``)."""
         return self.network.q_values(observations)
 
     def explore_from(self, values: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:

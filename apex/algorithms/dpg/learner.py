@@ -30,7 +30,7 @@ the data (a GPU learner) and a run long enough for DDPG's overestimation to bite
 
 :class:`DPGActing` is an actor's side: the policy plus Gaussian noise of the env copy's own
 scale, and initial priorities from its copy of critic 1. The module is DPG's entry in
-``apex.algorithm.ALGORITHMS``; torch is imported only where the learner builds or trains.
+``apex.algorithms.registry.ALGORITHMS``; torch is imported only where the learner builds or trains.
 """
 
 from __future__ import annotations
@@ -41,19 +41,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from apex.exploration import gaussian_noise
-from apex.policy import NumpyActorCritic
-from apex.updates import StepResult, adam, descend, soft_update
+from apex.algorithms.exploration import gaussian_noise
+from apex.algorithms.policy import NumpyActorCritic
+from apex.algorithms.updates import StepResult, adam, descend, soft_update
 from replay.store.field_checks import checked, in_unit_interval, not_positive_integers
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from apex.envs import EnvShape
-    from apex.optimizer import Adam
+    from apex.algorithms.optimizer import Adam
+    from apex.envs.families import EnvShape
+    from apex.learning.staging import DeviceBatch
     from apex.settings import ActorConfig, LearnerConfig
-    from apex.staging import DeviceBatch
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class DPG:
         high,
         device: torch.device,
     ) -> None:
-        from apex.networks import ActorCritic, Critic
+        from apex.algorithms.networks import ActorCritic, Critic
 
         self.config = config
         self.settings = settings
@@ -255,8 +255,8 @@ class DPG:
 
 
 class DPGActing:
-    """An actor's DPG: its numpy copy of the policy and critic 1 (``apex.policy``), acting
-    with Gaussian noise of each env copy's own scale, clipped to the action bounds."""
+    """An actor's DPG: its numpy copy of the policy and critic 1 (``apex.algorithms.policy``),
+    acting with Gaussian noise of each env copy's own scale, clipped to the action bounds."""
 
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = NumpyActorCritic(
