@@ -9,11 +9,8 @@ span roles are ``launch.config.RunConfig``'s.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from apex.algorithms.registry import default_settings
 from replay.inserts.endpoints import REROUTE_AFTER_S
 from replay.store.field_checks import (
     checked,
@@ -58,9 +55,8 @@ class ActorConfig:
         actor_index: this actor's index ``i`` (sets its ε and seed).
         actor_count: actors in the run ``N``.
         envs_per_actor: environments stepped together ``k``.
-        n_step: steps per transition.
-        unroll_length: steps per unroll ``T`` (IMPALA's actors send unrolls, not n-step
-            transitions; ``apex.algorithms.impala.unrolls``).
+        n_step: steps per transition, for the algorithms that send n-step transitions
+            (DQN, DPG; IMPALA sends unrolls of ``impala.unroll_length``).
         gamma: discount.
         reward_scale: rewards are multiplied by it before they enter what the actor
             sends (n-step transitions, unrolls), so the learner's values and losses are
@@ -68,10 +64,9 @@ class ActorConfig:
             env's own. A positive constant changes no optimal policy; it keeps an
             actor-critic's value loss from swamping its policy loss where rewards are
             large (LunarLander's ±100).
-        epsilon: Ape-X base ε.
-        epsilon_alpha: Ape-X α of the per-actor ε.
-        noise_scale: DPG's base exploration noise σ, as a fraction of half the action
-            range; env copy i of N acts with σ_i = σ^(1 + α·i/(N−1)), spread as ε is.
+        epsilon_alpha: Ape-X's α, how the algorithm's exploration scale (DQN's ε, DPG's
+            σ) spreads over the run's env copies: copy i of N explores at
+            ``scale^(1 + α·i/(N−1))``.
         algorithm: "dqn", "dpg", "impala" or "auto" (from the action space; the run's
             setting).
         insert_batch: transitions per insert message.
@@ -79,11 +74,11 @@ class ActorConfig:
         refresh_versions: a refresh loads weights only when they are at least this many
             versions newer than those held (1: the newest, always). Larger values hold
             the actor back on purpose, for studies of policy lag.
-        lockstep: IMPALA only: after each round of unrolls (one per env) the actor sends
-            them and waits for the weights the learner publishes once it has trained on
-            them, so the learner trains on the policy it holds (a policy lag of 0, at the
-            cost of actors and learner taking turns). The run's rules for it are in
-            ``launch.config.RunConfig``.
+        lockstep: after each round of items (one per env: IMPALA's unrolls) the actor
+            sends them and waits for the weights the learner publishes once it has
+            trained on them, so the learner trains on the policy it holds (a policy lag
+            of 0, at the cost of actors and learner taking turns). For algorithms whose
+            replay is a queue; the run's rules for it are in ``launch.config.RunConfig``.
         hidden: MLP widths (must match the learner's).
         priority_epsilon: added to |TD| so no transition starts with priority 0.
         seed: the run's root seed; this actor uses ``seed + 1000 · (actor_index + 1)``.
@@ -115,12 +110,9 @@ class ActorConfig:
     actor_count: int = 1
     envs_per_actor: int = 8
     n_step: int = 3
-    unroll_length: int = 20
     gamma: float = 0.99
     reward_scale: float = 1.0
-    epsilon: float = 0.4
     epsilon_alpha: float = 7.0
-    noise_scale: float = 0.5
     algorithm: str = "auto"
     insert_batch: int = 50
     weight_refresh_steps: int = 400
@@ -151,7 +143,6 @@ class ActorConfig:
         counts = (
             "envs_per_actor",
             "n_step",
-            "unroll_length",
             "insert_batch",
             "insert_credit",
             "weight_refresh_steps",
@@ -164,8 +155,6 @@ class ActorConfig:
         if not problems:
             problems += self.group_problems(prefix)
         problems += in_unit_interval(f"{prefix}gamma", self.gamma)
-        problems += in_unit_interval(f"{prefix}epsilon", self.epsilon)
-        problems += in_unit_interval(f"{prefix}noise_scale", self.noise_scale)
         problems += hidden_problems(f"{prefix}hidden", self.hidden)
         for name in ("epsilon_alpha", "priority_epsilon"):
             value = getattr(self, name)
@@ -204,6 +193,80 @@ class ActorConfig:
 
 
 @dataclass(frozen=True)
+class SolvedConfig:
+    """What a run that trains on past its solve (``learner.stop_when_solved = false``)
+    does from then on, for any algorithm: the run config's ``[learner.solved]``.
+
+    The learning loop applies it through the policy's weights alone
+    (``apex.learning.solving``); nothing of it changes the run before its first
+    confirmed solve.
+
+    Attributes:
+        settle_return: the confirmed mean from which the run settles: the step size,
+            the restart and the averaged policy below start at the first confirmation
+            at or above it. A solve under it stops the clock, and training goes on as
+            before it, asking for better confirmations where ``follow_better`` is on.
+            None: at the first confirmed solve.
+        learning_rate: the step size once settled, whatever the schedule says (None:
+            the schedule's).
+        policy_average: 0, or the Polyak rate of an average of the policy's weights
+            that actors act with and evaluation plays (``average ← (1 − rate)·average +
+            rate·policy`` after each update), from the settle on (or from the start,
+            with ``average_from_solve`` false).
+        average_from_solve: start that average at the settle, from the policy then.
+        restart: at the settle, training goes on from the weights the evaluation
+            confirmed (``Algorithm.train_from``), undoing the updates made while the
+            confirmation played; the averaged policy takes them too.
+        back_to_confirmed: once settled, a periodic evaluation under the target puts
+            the confirmed weights back in training (PBT's exploit step, a population of
+            one), once for each stretch of weights published since it last did.
+        follow_better: the evaluator also confirms each periodic evaluation that beats
+            the best confirmed mean by ``follow_margin``, and a better confirmation's
+            weights become those training goes back to.
+        follow_margin: by how much a periodic evaluation must beat the best confirmed
+            mean to be confirmed (a 20-episode mean beats a 100-episode one by chance
+            once the policy is near it).
+    """
+
+    settle_return: float | None = None
+    learning_rate: float | None = None
+    policy_average: float = 0.0
+    average_from_solve: bool = True
+    restart: bool = False
+    back_to_confirmed: bool = False
+    follow_better: bool = False
+    follow_margin: float = 0.0
+
+    @property
+    def keeps_confirmed_weights(self) -> bool:
+        """Whether the learner keeps its newest publications' weights, for a restart or
+        a return to confirmed ones."""
+        return self.restart or self.back_to_confirmed
+
+    @property
+    def confirms_improvements(self) -> bool:
+        """Whether the evaluator is asked for better confirmations: only where they are
+        gone back to."""
+        return self.follow_better and self.back_to_confirmed
+
+    def problems(self, prefix: str = "learner.solved.") -> list[str]:
+        def ranges() -> list[str]:
+            problems = in_unit_interval(f"{prefix}policy_average", self.policy_average)
+            rate = self.learning_rate
+            if rate is not None and not (math.isfinite(rate) and rate > 0):
+                problems.append(f"{prefix}learning_rate must be > 0 or None, got {rate}")
+            bar = self.settle_return
+            if bar is not None and not math.isfinite(bar):
+                problems.append(f"{prefix}settle_return must be finite, got {bar}")
+            if not 0 <= self.follow_margin < math.inf:
+                problems.append(f"{prefix}follow_margin must be finite and >= 0, "
+                                f"got {self.follow_margin}")  # fmt: skip
+            return problems
+
+        return checked(self, prefix, ranges)
+
+
+@dataclass(frozen=True)
 class LearnerConfig:
     """Settings of the learner.
 
@@ -215,26 +278,10 @@ class LearnerConfig:
         learning_rate_final: with ``learning_rate_decay_updates``, the step size it
             decays to, linearly over that many updates, and keeps after (None: constant).
         learning_rate_decay_updates: the updates it decays over.
-        learning_rate_solved: the step size from the first confirmed solve on, in a run
-            that trains on past it (``stop_when_solved`` false), whatever the schedule
-            says (None: the schedule's). A solved policy trained on at the step size that
-            found it flips between perfect and poor; the training up to the solve is the
-            same either way.
-        settle_return: in a run that trains on past its solve, the confirmed mean from
-            which it settles: ``learning_rate_solved`` and the algorithm's solve (its
-            restart, anchor and averaged policy) start at the first confirmation at or
-            above it. A solve under it stops the clock, and training goes on as before
-            it, asking for better confirmations (where the algorithm follows them; where
-            not, a bar above the target is never reached). None: at the first confirmed
-            solve. An anchor on a marginal solve (CartPole: 477-488 over 100 episodes)
-            holds the policy under its own mean at the solved step size for the rest of
-            the run (bench/HISTORY.md, stop 59).
         adam_epsilon: Adam ε.
         max_grad_norm: gradient clipping threshold (global norm).
         algorithm: "dqn", "dpg", "impala" or "auto" (from the action space; the run's
             setting).
-        algorithms: each registered algorithm's own section by name, ``[learner.dqn]``,
-            ``[learner.dpg]`` (``apex.algorithms.registry.ALGORITHMS``; each module's ``Settings``).
         publish_period: updates between weight publications.
         beta: importance-sampling exponent.
         priority_epsilon: added to |TD| for new priorities.
@@ -254,7 +301,8 @@ class LearnerConfig:
             evaluation at the target is a solve by itself).
         target_return: the mean that solves the env (None: the preset's).
         stop_when_solved: end the run at its first confirmed solve (False: train on,
-            and keep evaluating, to see whether it stays solved).
+            and keep evaluating, to see whether it stays solved; ``solved`` says how).
+        solved: what a run that trains on past its solve does (``[learner.solved]``).
         max_updates: stop after this many updates (None: no limit).
         max_skipped_updates: updates in a row whose loss or gradient is not finite (each
             skipped and counted) after which the run stops, as "non-finite training".
@@ -271,12 +319,9 @@ class LearnerConfig:
     learning_rate: float = 1e-4
     learning_rate_final: float | None = None
     learning_rate_decay_updates: int = 0
-    learning_rate_solved: float | None = None
-    settle_return: float | None = None
     adam_epsilon: float = 1.5e-4
     max_grad_norm: float = 40.0
     algorithm: str = "auto"
-    algorithms: Mapping[str, Any] = field(default_factory=default_settings)
     publish_period: int = 10
     beta: float = 0.4
     priority_epsilon: float = 1e-3
@@ -289,6 +334,7 @@ class LearnerConfig:
     confirm_episodes: int = 100
     target_return: float | None = None
     stop_when_solved: bool = True
+    solved: SolvedConfig = field(default_factory=SolvedConfig)
     max_updates: int | None = None
     max_skipped_updates: int = 100
     max_time_s: float | None = None
@@ -303,9 +349,9 @@ class LearnerConfig:
 
     def learning_rate_at(self, updates: int, solved: bool = False) -> float:
         """The step size after ``updates`` updates (see ``learning_rate_final``), and once
-        ``solved`` (see ``learning_rate_solved``)."""
-        if solved and self.learning_rate_solved is not None:
-            return self.learning_rate_solved
+        settled (see ``SolvedConfig.learning_rate``)."""
+        if solved and self.solved.learning_rate is not None:
+            return self.solved.learning_rate
         if self.learning_rate_final is None:
             return self.learning_rate
         done = min(updates / self.learning_rate_decay_updates, 1.0)
@@ -314,11 +360,6 @@ class LearnerConfig:
     def _decay_problems(self, prefix: str) -> list[str]:
         final, updates = self.learning_rate_final, self.learning_rate_decay_updates
         problems = []
-        solved = self.learning_rate_solved
-        if solved is not None and not (
-            isinstance(solved, (int, float)) and math.isfinite(solved) and solved > 0
-        ):
-            problems.append(f"{prefix}learning_rate_solved must be > 0 or None, got {solved}")
         if final is None:
             return problems
         if not (isinstance(final, (int, float)) and math.isfinite(final) and final > 0):
@@ -362,10 +403,7 @@ class LearnerConfig:
                             f"{self.stop_when_solved!r}")  # fmt: skip
         if self.target_return is not None and not math.isfinite(self.target_return):
             problems.append(f"{prefix}target_return must be finite, got {self.target_return}")
-        if self.settle_return is not None and not math.isfinite(self.settle_return):
-            problems.append(f"{prefix}settle_return must be finite, got {self.settle_return}")
-        for name, section in self.algorithms.items():
-            problems += section.problems(f"{prefix}{name}.")
+        problems += self.solved.problems(f"{prefix}solved.")
         if not (isinstance(self.beta, (int, float)) and 0 <= self.beta < math.inf):
             problems.append(f"{prefix}beta must be finite and >= 0, got {self.beta}")
         problems += positive_or_none(

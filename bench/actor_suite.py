@@ -39,7 +39,9 @@ import torch
 
 from apex.acting.env_group import make_groups
 from apex.acting.frame_writer import FrameWriter
-from apex.algorithms.registry import build_acting, transition_spec
+from apex.algorithms.dqn.builder import DQNBuilder
+from apex.algorithms.nstep_experience import NStepExperience
+from apex.algorithms.registry import build_acting, default_sections
 from apex.envs.families import env_factories, env_shape, preset
 from apex.envs.vector import actor_envs, rom_name
 from apex.settings import ActorConfig
@@ -49,21 +51,12 @@ SUITE = "actor"
 INSERT_BATCH = 50
 
 
-class _SendTimePriorities:
-    """An acting policy as actors had it before issue 30: priorities from forward passes
-    over each sent transition (it hides the values it acted on from the maker)."""
+class _SendTimePriorities(DQNBuilder):
+    """DQN as actors had it before issue 30: priorities from forward passes over each sent
+    transition, not from the values the policy acted on."""
 
-    def __init__(self, policy) -> None:
-        self._policy = policy
-
-    def explore(self, observations, scales, rng):
-        return self._policy.explore(observations, scales, rng)
-
-    def td_errors(self, batch):
-        return self._policy.td_errors(batch)
-
-    def load(self, arrays) -> None:
-        self._policy.load(arrays)
+    def build_experience(self, actor, settings, shape, policy, version, frame_refs):
+        return NStepExperience(actor, shape, policy, frame_refs)
 
 
 def _gymnasium_envs(env: str, count: int) -> gym.vector.VectorEnv:
@@ -81,14 +74,15 @@ def acting_loop(env: str, count: int, hidden: tuple[int, ...], variant: str = "a
     shape = env_shape(env)
     precision = "int8" if "int8" in variant else "float32"
     groups = 2 if variant.endswith("-halves") else 1
-    config = ActorConfig(env=env, envs_per_actor=count, hidden=hidden, epsilon=0.1,
+    config = ActorConfig(env=env, envs_per_actor=count, hidden=hidden,
                          acting_precision=precision, insert_batch=INSERT_BATCH,
                          env_groups=groups)  # fmt: skip
-    policy, algorithm = build_acting(config, shape)
+    acting = build_acting(config, default_sections(), shape)
+    policy = acting.policy
     weights = policy.network.arrays()  # what each refresh loads again
     make_envs = None
     if variant == "before":
-        policy = _SendTimePriorities(policy)
+        acting = dataclasses.replace(acting, builder=_SendTimePriorities())
         make_envs = _gymnasium_envs
     frames = None
     if len(shape.observation_shape) == 3 and shape.observation_shape[1:] == (84, 84):
@@ -96,8 +90,7 @@ def acting_loop(env: str, count: int, hidden: tuple[int, ...], variant: str = "a
                              history=INSERT_BATCH + 8, compress=True,
                              rng=np.random.default_rng(0))  # fmt: skip
     state = {"pending": [], "version": 0, "steps": 0}
-    envs = make_groups(config, shape, transition_spec(algorithm, shape, config),
-                       (policy, algorithm), frames, lambda: state["version"],
+    envs = make_groups(config, shape, acting, frames, lambda: state["version"],
                        np.full(count, 0.1), envs=make_envs)  # fmt: skip
     refresh = preset(env).defaults.get("actor", {}).get("weight_refresh_steps",
                                                         config.weight_refresh_steps)  # fmt: skip
@@ -148,7 +141,7 @@ def play_loop(env: str, count: int, variant: str) -> Callable[[], None]:
     emulate, so one call is ``count // 2`` env steps."""
     shape = env_shape(env)
     config = ActorConfig(env=env, envs_per_actor=count, acting_precision="int8")
-    policy, _ = build_acting(config, shape)
+    policy = build_acting(config, default_sections(), shape).policy
     if variant == "play-sync":
         envs, batch = actor_envs(env, count), count
     else:
@@ -176,7 +169,7 @@ def forward_alone(env: str, count: int, variant: str) -> tuple[Callable[[], None
     shape = env_shape(env)
     precision = variant.removeprefix("forward-")
     config = ActorConfig(env=env, envs_per_actor=count, acting_precision=precision)
-    policy, _ = build_acting(config, shape)
+    policy = build_acting(config, default_sections(), shape).policy
     envs = actor_envs(env, 8)
     frames = [envs.reset(seed=list(range(8)))[0]]
     rng = np.random.default_rng(0)
@@ -189,7 +182,7 @@ def forward_alone(env: str, count: int, variant: str) -> tuple[Callable[[], None
     extras = {}
     if precision == "int8":
         float_config = dataclasses.replace(config, acting_precision="float32")
-        float_policy, _ = build_acting(float_config, shape)
+        float_policy = build_acting(float_config, default_sections(), shape).policy
         expected, answered = float_policy.values(frames), policy.values(frames)
         extras = {
             "greedy_agreement": float((expected.argmax(1) == answered.argmax(1)).mean()),

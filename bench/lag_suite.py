@@ -8,7 +8,7 @@ publishing a version after every update (``learner.publish_period = 1``), so the
 the learner trains on lag up to ``K`` updates behind it. ``K = 0`` is the lock-step run
 (``actor.lockstep``): each actor sends a round of unrolls and waits for the weights
 trained on it, so the learner trains on its own policy. For each ``K`` the same runs are
-made with V-trace and with the correction switched off (``learner.impala.correction =
+made with V-trace and with the correction switched off (``impala.correction =
 false``: ρ = c = 1, as if every unroll were on-policy).
 
 Each run is a real ``apex train --set algorithm=impala`` on the env (CartPole-v1 by
@@ -99,7 +99,7 @@ def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float,
         "--max-time", str(budget_s), "--run-dir", str(run_dir), "--plain", "--no-curves",
         "--set", "algorithm=impala", "--set", "learner.publish_period=1",
         *(part for setting in lag_settings(lag) for part in ("--set", setting)),
-        "--set", f"learner.impala.correction={'true' if correction else 'false'}",
+        "--set", f"impala.correction={'true' if correction else 'false'}",
         *(part for setting in QUEUE_SETTINGS for part in ("--set", setting)),
     ]  # fmt: skip
     completed = subprocess.run(command, check=False, cwd=REPO_ROOT, env=worker_env(),

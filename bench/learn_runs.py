@@ -108,7 +108,8 @@ def run_apex(
 
     end = next((r for r in records if r.get("event") == "end"), {})
     base["updates"] = end.get("updates")
-    base["back_to_anchor"] = end.get("back_to_anchor")  # times training went back to it
+    # Times training went back to the confirmed weights (records before: "back_to_anchor").
+    base["back_to_confirmed"] = end.get("back_to_confirmed", end.get("back_to_anchor"))
     return _run(base, task, spawned, events("evaluation"), events("confirmation"), ended)
 
 

@@ -25,7 +25,7 @@ import torch
 from apex.algorithms.cpu_math import flush_denormals
 from apex.algorithms.dpg.learner import DPG
 from apex.algorithms.dqn.learner import DoubleDQN, dqn_step
-from apex.algorithms.dqn.learner import Settings as DQNSettings
+from apex.algorithms.dqn.settings import DQNSettings
 from apex.algorithms.networks import build_network
 from apex.algorithms.updates import adam
 from apex.learning.staging import DeviceBatch
@@ -130,8 +130,8 @@ def _measure_dpg(
 ) -> dict:
     from launch.config import resolve
 
-    config = dataclasses.replace(resolve({"env": "HalfCheetah-v5"}).learner, hidden=hidden)
-    settings = config.algorithms["dpg"]
+    run = resolve({"env": "HalfCheetah-v5"})
+    config, settings = dataclasses.replace(run.learner, hidden=hidden), run.algorithms["dpg"]
     if variant == "td3-mlp":
         td3 = {"twin_critics": True, "policy_delay": 2, "target_noise": 0.2}
         settings = dataclasses.replace(settings, **td3)
@@ -155,12 +155,13 @@ def _measure_dpg(
 
 
 def _measure_impala(shape, hidden, batch_size: int, device: torch.device, timing: dict) -> dict:
-    from apex.algorithms.impala.learner import Impala, Settings
+    from apex.algorithms.impala.learner import Impala
+    from apex.algorithms.impala.settings import ImpalaSettings
     from launch.config import resolve
 
     config = dataclasses.replace(resolve({"env": "CartPole-v1", "algorithm": "impala"}).learner,
                                  hidden=hidden)  # fmt: skip
-    algorithm = Impala(config, Settings(), shape, 6, device)
+    algorithm = Impala(config, ImpalaSettings(), shape, 6, device)
     steps = UNROLL_LENGTH
     if len(shape) == 3:
         observations = torch.randint(0, 256, (batch_size, steps + 1, *shape), dtype=torch.uint8,

@@ -58,7 +58,8 @@ def unavailable_record(suite: str, case: str, implementation: str, reason: str,
 def missing_env(name: str) -> str | None:
     """Why environment ``name`` cannot be made here (a missing extra, with its install
     hint), or None when it can."""
-    from apex.envs.families import EnvUnavailable, check_env
+    from apex.algorithms.registry import check_env
+    from apex.envs.families import EnvUnavailable
 
     try:
         check_env(name)

@@ -38,7 +38,7 @@ from replay.wire.security import SecurityConfig, make_context
 FRAME_ENVS, FRAME_N = 4, 3
 
 
-# IMPALA's unrolls at CartPole's sizes, T = 20 (``apex.algorithms.impala.learner.transition_spec``).
+# IMPALA's unrolls at CartPole's sizes, T = 20 (``apex.algorithms.impala.builder``).
 UNROLL_STEPS = 20
 
 

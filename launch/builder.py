@@ -44,19 +44,10 @@ def transition_spec(config: RunConfig, shape: EnvShape | None = None) -> Transit
     or the algorithm's own items (IMPALA's unrolls). Without the env's ``shape``, builds
     the env once to learn it."""
     from apex.algorithms.registry import choose
-    from apex.algorithms.registry import transition_spec as algorithm_spec
 
     shape = shape if shape is not None else env_shape(config.env)
-    return algorithm_spec(choose(config.algorithm, shape, config.env), shape, config.actor)
-
-
-def queues(config: RunConfig) -> bool:
-    """Whether the run's shards are queues (``replay.store.queue``): its algorithm's
-    replay is one (IMPALA)."""
-    from apex.algorithms.registry import BY_NAME
-
-    entry = BY_NAME.get(config.algorithm)
-    return entry is not None and entry.replay == "queue"
+    builder = choose(config.algorithm, shape, config.env)
+    return builder.transition_spec(shape, config.actor, config.algorithms[builder.name])
 
 
 def write_spec(run_dir: Path, spec: TransitionSpec) -> Path:
@@ -108,7 +99,7 @@ def shard_config(
     """
     replay = config.replay.shard_share(config.shards)
     spec = spec if spec is not None else transition_spec(config)
-    queue = queues(config)
+    queue = config.queues
     frames = None
     if replay.frames or (replay.frames is None and stacks_frames(config.env)):
         frames = FrameStackSpec.from_transition_spec(spec)
@@ -184,7 +175,7 @@ def learner(
     source = make_sampler(sampler_config, transition_spec(config, shape), stager, stager.arrays)
     return Learner(
         settings,
-        build_algorithm(settings, shape, device),
+        build_algorithm(settings, config.algorithms, shape, device),
         source,
         device,
         run_dir,
@@ -213,7 +204,7 @@ def actor(
     actor_config = config.actor_config(index)
     if max_steps is not None:
         actor_config = dataclasses.replace(actor_config, max_steps=max_steps)
-    acting = build_acting(actor_config, env_shape(config.env))
+    acting = build_acting(actor_config, config.algorithms, env_shape(config.env))
     return Actor(actor_config, acting, ActorEndpoints(shards, weights, episodes),
                  config.security)  # fmt: skip
 
@@ -229,11 +220,8 @@ def evaluator(
 
     # The learned policy as it is: in float, whatever precision the actors act in.
     acting = dataclasses.replace(config.actor_config(0), acting_precision="float32")
-    policy, entry = build_acting(acting, env_shape(config.env))
+    policy = build_acting(acting, config.algorithms, env_shape(config.env)).policy
     settings = config.learner
-    # Only DQN's settings have it (apex.algorithms.dqn.learner.Settings.confirms_improvements).
-    algorithm_settings = settings.algorithms[entry.name]
-    follows = getattr(algorithm_settings, "confirms_improvements", False)
     evaluation = EvaluatorConfig(
         env=config.env,
         seed=settings.seed,
@@ -241,7 +229,7 @@ def evaluator(
         episodes=settings.eval_episodes,
         confirm_episodes=settings.confirm_episodes,
         target_return=solved_return(config.env, settings.target_return),
-        confirm_improvements=follows,
-        improvement_margin=getattr(algorithm_settings, "follow_margin", 0.0),
+        confirm_improvements=settings.solved.confirms_improvements,
+        improvement_margin=settings.solved.follow_margin,
     )
     return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)

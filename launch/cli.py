@@ -1,56 +1,57 @@
 """The ``apex`` command: one click group with a subcommand per role or tool.
 
-The role commands live in ``launch.role_commands`` and the Slurm ones in
-``launch.slurm_commands``; ``apex bench`` is the benchmark suite's own group
-(``bench.commands``). Groups are imported only when their command runs: ``bench`` sits on
-top of ``launch`` and is named here, never imported at start, and ``apex train`` does not
-pay for the others' imports.
+Its subcommands are the package's entry points of the group ``apex.commands``
+(``pyproject.toml``): the role commands in ``launch.role_commands``, the Slurm ones in
+``launch.slurm_commands``, and ``apex bench``, the benchmark suite's own group
+(``bench.commands``), which sits on top of ``launch`` and is never imported by it. A
+command is imported only when it runs, so ``apex train`` does not pay for the others'
+imports; another installed package may add its own commands to the group.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
+from importlib.metadata import EntryPoint, entry_points
 
 import click
 
-# name -> "module:attribute" of each subcommand.
-COMMANDS = {
-    "replay": "launch.role_commands:replay_role",
-    "learner": "launch.role_commands:learner_role",
-    "actor": "launch.role_commands:actor_role",
-    "evaluator": "launch.role_commands:evaluator_role",
-    "train": "launch.role_commands:train",
-    "status": "launch.watch_commands:status",
-    "plot": "launch.watch_commands:plot",
-    "top": "launch.watch_commands:top",
-    "keys": "launch.keys_commands:keys",
-    "slurm": "launch.slurm_commands:slurm",
-    "bench": "bench.commands:bench",
-}
+COMMAND_GROUP = "apex.commands"
 
 
-class LazyGroup(click.Group):
-    """A group whose subcommands are imported when asked for (click's lazy-loading
-    pattern)."""
+class EntryPointGroup(click.Group):
+    """A group whose subcommands are the entry points of one group, loaded when asked
+    for (click's lazy-loading pattern)."""
 
-    def __init__(self, *args, lazy: dict[str, str], **kwargs) -> None:
+    def __init__(self, *args, entry_point_group: str, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._lazy = lazy
+        self._group = entry_point_group
+
+    def _entry_points(self) -> dict[str, EntryPoint]:
+        return {point.name: point for point in entry_points(group=self._group)}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self._lazy})
+        return sorted({*super().list_commands(ctx), *self._entry_points()})
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in self._lazy:
+        point = self._entry_points().get(name)
+        if point is None:
             return super().get_command(ctx, name)
-        module, attribute = self._lazy[name].split(":")
-        return getattr(importlib.import_module(module), attribute)
+        try:
+            command = point.load()
+        except (ImportError, AttributeError) as exc:
+            raise click.ClickException(
+                f"command {name!r} ({point.value}, an entry point of {self._group}) cannot "
+                f"be loaded: {exc}"
+            ) from exc
+        if not isinstance(command, click.Command):
+            raise click.ClickException(f"command {name!r} ({point.value}) is not a click "
+                                       f"command but {type(command).__name__}")  # fmt: skip
+        return command
 
 
 @click.group(
-    cls=LazyGroup,
-    lazy=COMMANDS,
+    cls=EntryPointGroup,
+    entry_point_group=COMMAND_GROUP,
     context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
 )
 @click.version_option(package_name="apex-rl")

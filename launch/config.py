@@ -1,9 +1,10 @@
 """One config for a run: a TOML file (optional) plus command-line overrides, resolved into
 one frozen dataclass per role and validated once, with every problem reported together.
 
-File layout (every key optional; defaults come from the environment preset)::
+File layout (every key optional; defaults come from the environment's preset)::
 
     env = "CartPole-v1"
+    algorithm = "auto"      # dqn, dpg, impala, or auto: from the action space
     seed = 0
     actors = 2
     shards = 1
@@ -17,11 +18,15 @@ File layout (every key optional; defaults come from the environment preset)::
     [learner]       # apex.settings.LearnerConfig
     batch_size = 128
 
-    [learner.dqn]   # each algorithm's own section (apex.algorithms.registry.ALGORITHMS):
-    apex.algorithms.dqn.learner target_update_period = 1000
+    [learner.solved]  # apex.settings.SolvedConfig: a run that trains on past its solve
+    policy_average = 0.01
 
-    [learner.dpg]   # apex.algorithms.dpg.learner.Settings: DDPG at the defaults, TD3 with its
-    three fixes twin_critics = true
+    [dqn]           # each algorithm's own section (apex.algorithms.registry.ALGORITHMS)
+    epsilon = 0.4   # apex.algorithms.dqn.settings.DQNSettings
+    target_update_period = 1000
+
+    [dpg]           # apex.algorithms.dpg.settings.DPGSettings: DDPG, or TD3's fixes
+    twin_critics = true
 
     [slurm]         # launch.slurm_config.SlurmConfig: only `apex slurm submit` reads these
     partition = "gpu"
@@ -39,24 +44,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
-from apex.algorithms.registry import ALGORITHMS, SETTINGS
-from apex.envs.families import preset
-from apex.envs.preset_defaults import ALGORITHM_DEFAULTS, ALGORITHM_ENV_DEFAULTS
-from apex.settings import ActorConfig, LearnerConfig
-from launch.keeper import SHARD_RESTART_BUDGET
+from apex.algorithms.registry import ALGORITHMS, BY_NAME, SETTINGS, default_sections
+from apex.envs.presets import preset, preset_of_file, register
+from apex.settings import ActorConfig, LearnerConfig, SolvedConfig
 from launch.overrides import merge_overrides
+from launch.renames import moved, refuse_renamed
+from launch.replay_config import ReplayConfig
 from launch.slurm_config import SlurmConfig
 from replay.errors import ConfigError
-from replay.server.config import DEFAULT_CAPACITY
-from replay.server.rate_limiter import RateLimiter
 from replay.store.field_checks import (
-    alpha_problems,
-    checked,
     not_positive_integers,
     type_problems,
 )
@@ -64,109 +66,9 @@ from replay.wire.security import SecurityConfig
 
 __all__ = ["ConfigError", "ReplayConfig", "RunConfig", "resolve"]
 
-# Settings that were renamed and are refused with their new name: old -> new.
-RENAMED = {"actor.max_in_flight": "actor.insert_credit"}
-# Settings that moved into an algorithm's section: still read, with a notice, as the new.
-MOVED = {
-    "learner.target_update_period": "learner.dqn.target_update_period",
-    **{f"learner.{key}": f"learner.dpg.{key}"
-       for key in ("tau", "twin_critics", "policy_delay", "target_noise", "noise_clip")},
-}  # fmt: skip
-# Settings that no longer exist, with what took their place: dropped with a notice, so a
-# run directory written before still resumes.
-RETIRED = {
-    "learner.eval_interval_s": "evaluations follow env steps now (learner.eval_every_steps)",
-}
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    """The run's whole replay; each of the run's S shards keeps a 1/S share of it.
-
-    Totals, not per-shard figures, so that the learning dynamics do not change with the
-    shard count: with per-shard buffers, four shards let actors run four times as far
-    ahead of the learner before pushing back, and the learner trains on that stale data.
-
-    Attributes:
-        capacity: transitions kept in all.
-        alpha: priority exponent.
-        min_size: transitions stored in all before the learner samples.
-        samples_per_insert: the replay ratio every shard holds (None: no limit).
-        error_buffer: allowed deviation from ``samples_per_insert`` in all, in transitions.
-        frames: keep each frame of image-stack observations once (``replay.frames.storage``);
-            None: yes where the env family stacks frames (the ALE pipeline's), else every
-            observation whole. True for another env: its observations are proven to be
-            stacks before the run starts and by each actor (``apex.acting.frame_check``).
-        compress_frames: keep (and send) those frames LZ4-compressed.
-        gather_threads: threads a shard puts a sampled batch's stacks together with; 0:
-            the cores it may use, at most 4.
-        snapshot_interval_s: seconds between a shard's background snapshots in a run
-            (``RUN_DIR/replay/shard-N``; a shard also writes one when it stops, and comes
-            back from the newest when the run resumes or requeues); 0: no snapshots.
-        replay_share: for IMPALA's queues, the share of each batch replayed from unrolls
-            handed out before (its experience-replay variant), in [0, 1); 0: none.
-        restart_budget: times a dead shard is restarted (by ``apex train``'s supervisor, or
-            its Slurm task's keeper). Past it the shard is given up: the run goes on with
-            the others (actors send them what they kept for it after
-            ``actor.reroute_after_s``), or ends when none is left.
-    """
-
-    capacity: int = DEFAULT_CAPACITY
-    alpha: float = 0.6
-    min_size: int = 50_000
-    samples_per_insert: float | None = None
-    error_buffer: float = 0.0
-    frames: bool | None = None
-    compress_frames: bool = True
-    gather_threads: int = 0
-    snapshot_interval_s: float = 300.0
-    replay_share: float = 0.0
-    restart_budget: int = SHARD_RESTART_BUDGET
-
-    def shard_share(self, shards: int) -> ReplayConfig:
-        """One shard's settings: totals divided over ``shards``, integers rounded up."""
-        return replace(
-            self,
-            capacity=-(-self.capacity // shards),
-            min_size=-(-self.min_size // shards),
-            error_buffer=self.error_buffer / shards,
-        )
-
-    def problems(self, prefix: str = "replay.") -> list[str]:
-        """Every problem with these settings (empty if none). The rate limiter's own rules
-        (``RateLimiter.problems``) apply to the totals as they do to each shard; each
-        shard's own checks run on its share (``launch.preflight``)."""
-        return checked(self, prefix, lambda: self._range_problems(prefix))
-
-    def _range_problems(self, prefix: str) -> list[str]:
-        problems = alpha_problems(self.alpha, f"{prefix}alpha")
-        problems += not_positive_integers(
-            {f"{prefix}capacity": self.capacity, f"{prefix}min_size": self.min_size}
-        )
-        interval = self.snapshot_interval_s
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval < 0:
-            problems.append(f"{prefix}snapshot_interval_s must be >= 0 (0: none), got {interval!r}")
-        budget = self.restart_budget
-        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
-            problems.append(f"{prefix}restart_budget must be an integer >= 0, got {budget!r}")
-        if not isinstance(self.replay_share, (int, float)) or not 0 <= self.replay_share < 1:
-            problems.append(f"{prefix}replay_share must be in [0, 1), got {self.replay_share!r}")
-        threads = self.gather_threads
-        if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 64:
-            problems.append(f"{prefix}gather_threads must be in [0, 64], got {self.gather_threads}")
-        if problems:
-            return problems
-        return [
-            f"{prefix}{problem}"
-            for problem in RateLimiter.problems(
-                self.min_size, self.samples_per_insert, self.error_buffer, self.capacity
-            )
-        ]
-
-
-SECTIONS = ("replay", "actor", "learner", "slurm", "security")
+ROLE_SECTIONS = ("replay", "actor", "learner", "slurm", "security")
+# A config file's sections: the roles', then each algorithm's.
+SECTIONS = (*ROLE_SECTIONS, *BY_NAME)
 
 
 @dataclass(frozen=True)
@@ -182,7 +84,12 @@ class RunConfig:
         shards: replay shard processes.
         host: address every role binds and connects on in a local run.
         replay, actor, learner: per-role settings.
+        algorithms: each registered algorithm's own section by name (``[dqn]``, ``[dpg]``,
+            ``[impala]``; ``apex.algorithms.registry``), whichever runs.
         slurm: cluster layout, read by ``apex slurm submit`` only.
+        preset: the run's own preset of ``env`` (a user's preset file): ``family``, ``id``
+            and ``solved_return`` as in a preset file's ``[envs.NAME]``
+            (``apex.envs.presets``); None: the built-in preset, or none.
         security: the run's CURVE keys (``replay.wire.security``); every role reads them.
     """
 
@@ -195,18 +102,25 @@ class RunConfig:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    algorithms: Mapping[str, Any] = field(default_factory=default_sections)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    preset: Mapping[str, Any] | None = None
+
+    @property
+    def queues(self) -> bool:
+        """Whether the run's replay is queues (its algorithm's, ``replay.store.queue``)."""
+        builder = BY_NAME.get(self.algorithm)
+        return builder is not None and builder.replay == "queue"
 
     def actor_config(self, index: int) -> ActorConfig:
         return replace(self.actor, actor_index=index, actor_count=self.actors)
 
     def to_dict(self) -> dict:
-        """Plain values, as a TOML file would give them: each algorithm's section sits in
-        ``learner`` under its name (``learner.dqn``, ``learner.dpg``)."""
+        """Plain values, as a TOML file would give them: each algorithm's section at the
+        top level under its name."""
         values = dataclasses.asdict(self)
-        learner = values["learner"]
-        learner.update(learner.pop("algorithms"))
+        values.update(values.pop("algorithms"))
         return values
 
     def problems(self) -> list[str]:
@@ -220,9 +134,11 @@ class RunConfig:
             problems.append(
                 f"algorithm must be one of {', '.join(SETTINGS)}, got {self.algorithm!r}"
             )
-        problems += self.replay.problems()
+        problems += self.replay.problems(queue=self.queues)
         problems += self.actor.problems()
         problems += self.learner.problems()
+        for name, section in self.algorithms.items():
+            problems += section.problems(f"{name}.")
         problems += self.slurm.problems(self.actors, self.shards)
         problems += self.security.problems()
         if self.actor.lockstep is True:
@@ -250,8 +166,11 @@ class RunConfig:
         whatever could leave both waiting is refused."""
         actor, learner, replay = self.actor, self.learner, self.replay
         problems = []
-        if self.algorithm != "impala":
-            problems.append('actor.lockstep is for algorithm = "impala" (rounds of unrolls)')
+        builder = BY_NAME.get(self.algorithm)
+        if builder is None or builder.replay != "queue":
+            queued = ", ".join(b.name for b in ALGORITHMS if b.replay == "queue")
+            problems.append(f"actor.lockstep is for an algorithm whose replay is a queue "
+                            f"({queued}): rounds of items each trained on once")  # fmt: skip
         # The learner splits a batch over shards by how much each held when last asked,
         # and a shard asked for more than its part of a round would wait for a round that
         # never comes.
@@ -296,40 +215,33 @@ def _build(cls, values: dict, section: str, problems: list[str]):
         return cls()
 
 
+def _table(values: dict, name: str, problems: list[str]) -> dict:
+    """The table ``values[name]`` (a problem, and an empty one, where it is not a table)."""
+    table = values.get(name, {})
+    if not isinstance(table, dict):
+        problems.append(f"{name} must be a table of settings, got {table!r}")
+        return {}
+    return table
+
+
 def _learner(values: dict, problems: list[str]) -> LearnerConfig:
-    """The learner's section, with each registered algorithm's own section inside it."""
+    """The learner's section, with its ``solved`` table inside it."""
     values = dict(values)
-    algorithms = {}
-    for entry in ALGORITHMS:
-        section = values.pop(entry.name, {})
-        name = f"learner.{entry.name}"
-        if not isinstance(section, dict):
-            problems.append(f"{name} must be a table of settings, got {section!r}")
-            section = {}
-        algorithms[entry.name] = _build(entry.load().Settings, section, name, problems)
-    return _build(LearnerConfig, {**values, "algorithms": algorithms}, "learner", problems)
+    table = values.pop("solved", {})
+    if not isinstance(table, dict):
+        problems.append(f"learner.solved must be a table of settings, got {table!r}")
+        table = {}
+    solved = _build(SolvedConfig, table, "learner.solved", problems)
+    return _build(LearnerConfig, {**values, "solved": solved}, "learner", problems)
 
 
-def _moved(values: dict) -> dict:
-    """``values`` with the settings of :data:`MOVED` in their new places, each with a
-    notice; a setting given in both places keeps the new one. Those of :data:`RETIRED`
-    are dropped, with a notice."""
-    for old, why in RETIRED.items():
-        section, key = old.split(".")
-        if key in values.get(section, {}):
-            logger.warning("%s is no longer read: %s", old, why)
-            values = {**values, section: {k: v for k, v in values[section].items() if k != key}}
-    for old, new in MOVED.items():
-        section, key = old.split(".")
-        if key not in values.get(section, {}):
-            continue
-        logger.warning("%s is now %s; read as that (rename it to silence this)", old, new)
-        old_section = {k: v for k, v in values[section].items() if k != key}
-        _, table, new_key = new.split(".")
-        inner = dict(old_section.get(table, {}))
-        inner.setdefault(new_key, values[section][key])
-        values = {**values, section: {**old_section, table: inner}}
-    return values
+def _algorithms(values: dict, problems: list[str]) -> dict[str, Any]:
+    """Each registered algorithm's section, by name."""
+    return {
+        builder.name: _build(builder.settings_type, _table(values, builder.name, problems),
+                             builder.name, problems)
+        for builder in ALGORITHMS
+    }  # fmt: skip
 
 
 def load_file(path: Path) -> dict:
@@ -357,20 +269,25 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     Raises:
         ConfigError: listing every problem found.
     """
-    values = _moved(merge_overrides(file_values or {}, overrides or {}))
+    values = moved(merge_overrides(file_values or {}, overrides or {}))
     env = values.get("env", RunConfig.env)
     algorithm = values.get("algorithm", RunConfig.algorithm)
-    defaults = merge_overrides(dict(preset(env).defaults), ALGORITHM_DEFAULTS.get(algorithm, {}))
-    defaults = merge_overrides(defaults, ALGORITHM_ENV_DEFAULTS.get((algorithm, env), {}))
-    values = merge_overrides(defaults, values)
     problems: list[str] = []
-    for old, new in RENAMED.items():
-        section, key = old.split(".")
-        if key in values.get(section, {}):
-            problems.append(f"{old} was renamed to {new}")
-            kept = {k: v for k, v in values[section].items() if k != key}
-            values = {**values, section: kept}
-    top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS)
+    own = values.get("preset")
+    if own is not None:
+        try:
+            register(preset_of_file(_table(values, "preset", problems), str(env), "the run config"))
+        except ConfigError as exc:
+            problems += exc.problems
+    chosen = preset(str(env))
+    builder = BY_NAME.get(algorithm)
+    defaults = chosen.settings_for(algorithm)
+    if builder is not None:  # the algorithm's own, over the env's; the env's for it over both
+        defaults = merge_overrides(dict(chosen.defaults), dict(builder.run_defaults))
+        defaults = merge_overrides(defaults, dict(chosen.algorithm_defaults.get(algorithm, {})))
+    values = merge_overrides(defaults, values)
+    values = refuse_renamed(values, problems)
+    top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS) - {"algorithms"}
     for key in values:
         if key not in top_level | set(SECTIONS):
             problems.append(f"unknown top-level setting {key!r}")
@@ -380,12 +297,14 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     replay = _build(ReplayConfig, values.get("replay", {}), "replay", problems)
     actor = _build(ActorConfig, {**common, **values.get("actor", {})}, "actor", problems)
     learner = _learner({**common, **values.get("learner", {})}, problems)
+    algorithms = _algorithms(values, problems)
     slurm = _build(SlurmConfig, values.get("slurm", {}), "slurm", problems)
     security = _build(SecurityConfig, values.get("security", {}), "security", problems)
     config = RunConfig(
         replay=replay,
         actor=actor,
         learner=learner,
+        algorithms=algorithms,
         slurm=slurm,
         security=security,
         **{k: v for k, v in values.items() if k in top_level},

@@ -203,7 +203,8 @@ def load_checked_run_config(path: Path | None, overrides: dict, *, cluster: bool
     Raises:
         click.UsageError: the config's problems, or why the env cannot be made.
     """
-    from apex.envs.families import EnvUnavailable, check_env
+    from apex.algorithms.registry import check_env
+    from apex.envs.families import EnvUnavailable
     from launch import builder
     from launch.preflight import cluster_run_problems, local_run_problems
     from replay.errors import ConfigError

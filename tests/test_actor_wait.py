@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from apex.acting.actor import Actor, ActorEndpoints
-from apex.algorithms.registry import build_acting
+from apex.algorithms.registry import build_acting, default_sections
 from apex.channels import HEARTBEAT_S, ApexKind
 from apex.envs.families import env_shape
 from apex.settings import ActorConfig
@@ -43,7 +43,7 @@ def test_a_blocked_actor_keeps_sending_heartbeats() -> None:
     episodes = context.socket(zmq.PULL)
     endpoint = f"tcp://127.0.0.1:{episodes.bind_to_random_port('tcp://127.0.0.1')}"
     config = ActorConfig(env="CartPole-v1", envs_per_actor=2, insert_batch=50, seed=1)
-    acting = build_acting(config, env_shape(config.env))
+    acting = build_acting(config, default_sections(), env_shape(config.env))
     actor = Actor(config, acting, ActorEndpoints((shard.endpoints,), "tcp://127.0.0.1:1", endpoint))
     runner = threading.Thread(target=actor.run, daemon=True)
     runner.start()

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from apex.envs.families import PRESETS, env_shape
+from apex.envs.families import env_shape
+from apex.envs.presets import PRESETS
 from apex.learning.staging import uses_io_thread
 from apex.settings import ActorConfig, LearnerConfig
 from launch.builder import read_spec, shard_config, write_spec
@@ -167,7 +168,7 @@ def test_an_algorithm_s_settings_for_one_env_sit_over_its_own_and_under_the_user
     assert (impala.learner.batch_size, impala.learner.learning_rate) == (8, 4e-4)
     assert impala.replay.capacity == 1024  # IMPALA's own, for any env
     lander = resolve({"env": "LunarLander-v3", "algorithm": "impala"})
-    lander_impala = lander.learner.algorithms["impala"]
+    lander_impala = lander.algorithms["impala"]
     assert (lander.actor.reward_scale, lander_impala.entropy_cost) == (0.01, 0.001)
     assert resolve({"env": "LunarLander-v3"}).actor.reward_scale == 1.0  # DQN's: its own
     elsewhere = resolve({"env": "Acrobot-v1", "algorithm": "impala"})
@@ -184,7 +185,7 @@ LOCKSTEP = {"algorithm": "impala", "actor": {"lockstep": True},
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"algorithm": "dqn"}, 'actor.lockstep is for algorithm = "impala"'),
+        ({"algorithm": "dqn"}, "actor.lockstep is for an algorithm whose replay is a queue"),
         ({"shards": 2}, "actor.lockstep needs shards = 1, got 2"),
         ({"learner": {"publish_period": 10}}, "needs learner.publish_period = 1, got 10"),
         ({"actor": {"lockstep": True, "refresh_versions": 5}},

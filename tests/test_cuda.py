@@ -79,13 +79,14 @@ def test_an_update_on_cuda_matches_the_same_update_on_the_cpu(shape) -> None:
 
 
 def _double_dqn(shape, cuda_graph: bool, target_update_period: int = 4):
-    from apex.algorithms.dqn.learner import DoubleDQN, Settings
+    from apex.algorithms.dqn.learner import DoubleDQN
+    from apex.algorithms.dqn.settings import DQNSettings
     from apex.settings import LearnerConfig
 
     torch.manual_seed(0)
     hidden = (64, 64) if len(shape) == 1 else (256,)
     config = LearnerConfig(hidden=hidden, learning_rate=1e-3, cuda_graph=cuda_graph)
-    settings = Settings(target_update_period=target_update_period)
+    settings = DQNSettings(target_update_period=target_update_period)
     return DoubleDQN(config, settings, shape, 6, torch.device("cuda"))
 
 
@@ -143,16 +144,20 @@ def test_the_graphed_update_trains_as_the_eager_one(shape, deterministic_cudnn) 
     assert graphed.graphed.replays == 11 and not graphed.graphed.failed
 
 
-def test_the_anchor_takes_the_eager_update_and_the_graph_stays_for_after() -> None:
-    from apex.algorithms.dqn.learner import DoubleDQN, Settings
-    from apex.settings import LearnerConfig
-
-    config = LearnerConfig(hidden=(64, 64), cuda_graph=True)
-    settings = Settings(anchor_margin=0.5)
-    algorithm = DoubleDQN(config, settings, (4,), 6, torch.device("cuda"))
+def test_weights_given_back_go_into_the_graphed_update_in_place() -> None:
+    """A restart or a return to confirmed weights (``Algorithm.train_from``) under a
+    captured graph: the graph goes on replaying from the weights given back, as the eager
+    update does."""
+    graphed, eager = _double_dqn((4,), True), _double_dqn((4,), False)
     for seed in range(5):
-        algorithm.step(_staged((4,), 32, seed))
-    assert algorithm.graphed.replays == 2  # three eager, then captured
-    algorithm.solved()
-    result = algorithm.step(_staged((4,), 32, 5))
-    assert algorithm.graphed.replays == 2 and np.isfinite(result.loss)
+        graphed.step(_staged((4,), 32, seed))
+        eager.step(_staged((4,), 32, seed))
+    assert graphed.graphed.replays == 2  # three eager, then captured
+    given = {k: v.clone() for k, v in _double_dqn((4,), False).online.state_dict().items()}
+    for algorithm in (graphed, eager):
+        algorithm.train_from(given)
+    ours, theirs = graphed.step(_staged((4,), 32, 5)), eager.step(_staged((4,), 32, 5))
+    assert graphed.graphed.replays == 3
+    assert ours.loss == pytest.approx(theirs.loss, rel=1e-4, abs=1e-6)
+    for a, b in zip(graphed.online.parameters(), eager.online.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)

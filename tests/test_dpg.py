@@ -14,7 +14,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from apex.algorithms.dpg.learner import DPG, Settings
+from apex.algorithms.dpg.learner import DPG
+from apex.algorithms.dpg.settings import DPGSettings as Settings
 from apex.algorithms.exploration import gaussian_noise
 from apex.algorithms.networks import ActorCritic
 from apex.algorithms.nstep import NStepBuilder

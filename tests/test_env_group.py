@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from apex.acting.env_group import make_groups
-from apex.algorithms.registry import build_acting, transition_spec
+from apex.algorithms.protocols import FeedForward
 from apex.envs.families import env_shape
 from apex.envs.vector import AtariStacks
 from apex.settings import ActorConfig
+from tests.scripted_acting import scripted
 
 pytest.importorskip("ale_py")
 
@@ -21,12 +22,12 @@ pytest.importorskip("ale_py")
 SHORT_FRAMES = 800
 
 
-class FrameSumPolicy:
+class FrameSumPolicy(FeedForward):
     """Acts on the observation alone (the newest frame's sum, modulo the actions): one
     env's actions do not depend on which others share its forward pass, where a
     network's float sums may break a near-tie differently at another batch size."""
 
-    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
         return observations[:, -1].sum(axis=(1, 2), dtype=np.int64) % 6
 
     def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
@@ -40,14 +41,12 @@ def transitions(env_groups: int, rounds: int) -> tuple[collections.Counter, list
     config = ActorConfig(env="Pong", envs_per_actor=4, n_step=3, env_groups=env_groups,
                          seed=5)  # fmt: skip
     shape = env_shape("Pong")
-    _, algorithm = build_acting(config, shape)
 
     def short_pong(name: str, count: int) -> AtariStacks:
         return AtariStacks(name, count, training=True, threads=1, max_frames=SHORT_FRAMES)
 
-    groups = make_groups(config, shape, transition_spec(algorithm, shape, config),
-                         (FrameSumPolicy(), algorithm), None, lambda: 0, np.zeros(4),
-                         envs=short_pong)  # fmt: skip
+    groups = make_groups(config, shape, scripted(FrameSumPolicy()), None, lambda: 0,
+                         np.zeros(4), envs=short_pong)  # fmt: skip
     made: collections.Counter = collections.Counter()
     returns: list[float] = []
     rng = np.random.default_rng(0)
@@ -92,10 +91,10 @@ def test_env_groups_are_checked_against_the_env_and_the_env_count() -> None:
     assert "actor.env_groups" in ActorConfig(env_groups=0).problems()[0]
 
 
-class PoleAnglePolicy:
+class PoleAnglePolicy(FeedForward):
     """Pushes toward the pole's lean: deterministic, so two runs of a seed match."""
 
-    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
         return (observations[:, 2] > 0).astype(np.int64)
 
     def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
@@ -108,9 +107,8 @@ def cartpole_steps(reward_scale: float, rounds: int) -> tuple[dict[str, np.ndarr
     config = ActorConfig(env="CartPole-v1", envs_per_actor=2, n_step=3, seed=3,
                          reward_scale=reward_scale)  # fmt: skip
     shape = env_shape("CartPole-v1")
-    _, algorithm = build_acting(config, shape)
-    [group] = make_groups(config, shape, transition_spec(algorithm, shape, config),
-                          (PoleAnglePolicy(), algorithm), None, lambda: 0, np.zeros(2))  # fmt: skip
+    [group] = make_groups(config, shape, scripted(PoleAnglePolicy()), None, lambda: 0,
+                          np.zeros(2))  # fmt: skip
     parts: dict[str, list[np.ndarray]] = collections.defaultdict(list)
     returns: list[float] = []
     rng = np.random.default_rng(0)

@@ -17,6 +17,7 @@ import torch
 import zmq
 from torch import nn
 
+from apex.algorithms.protocols import FeedForward
 from apex.channels import ApexKind, EpisodeCollector
 from apex.envs.vector import evaluation_envs
 from apex.learning.evaluation import Evaluation, play_greedy, read_evaluation
@@ -30,8 +31,8 @@ from tests.conftest import wait_for
 from tests.test_learner import filled_store, make_learner
 
 
-class ScriptedPolicy:
-    """An acting policy (``apex.algorithms.registry.ActingPolicy``) with one published number,
+class ScriptedPolicy(FeedForward):
+    """An acting policy (``apex.algorithms.protocols.ActingPolicy``) with one published number,
     ``gain``: above 0 it balances CartPole (the classic hand-written controller, which
     keeps the pole up for all 500 steps from most starts), otherwise it always pushes
     with ``action``."""
@@ -45,7 +46,7 @@ class ScriptedPolicy:
     def load(self, arrays: Mapping[str, np.ndarray]) -> None:
         self.gain = float(arrays["gain"][0])
 
-    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
         assert not scales.any(), "evaluation explores"
         if self.gain <= 0:
             return np.full(len(observations), self.action)
@@ -214,7 +215,7 @@ class ShakyWhenConfirmed(ScriptedPolicy):
     """Balances every copy at gain 1; at a gain under 1 it lets the first copy of a batch
     of more than 8 (a confirmation, not a periodic evaluation) fall: about 484 over 30."""
 
-    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
         actions = super().explore(observations, scales, rng)
         if self.gain < 1 and len(observations) > 8:
             actions[0] = 0
@@ -327,12 +328,12 @@ def _confirm(learner, run_dir: Path, count: int, evaluations: list[Evaluation]) 
 def test_a_run_that_trains_on_past_its_solve_steps_at_its_solved_step_size(
     tmp_path: Path,
 ) -> None:
-    """``learning_rate_solved``: the step size from the confirmed solve on (the schedule
-    before it), in a run that trains on to its update limit."""
+    """``learner.solved.learning_rate``: the step size from the confirmed solve on (the
+    schedule before it), in a run that trains on to its update limit."""
     store = filled_store(np.random.default_rng(6))
     learner = make_learner(tmp_path, store, max_updates=300, eval_every_steps=1000,
                            target_return=475.0, stop_when_solved=False, learning_rate=1e-3,
-                           learning_rate_solved=1e-5)  # fmt: skip
+                           solved={"learning_rate": 1e-5})  # fmt: skip
     periodic = Evaluation(1, 1000, np.full(20, 490.0), 0, False)
     _send_evaluations(learner.episodes_endpoint,
                       [periodic, Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
@@ -344,13 +345,14 @@ def test_a_run_that_trains_on_past_its_solve_steps_at_its_solved_step_size(
 def test_a_run_that_restarts_at_its_solve_goes_on_from_the_confirmed_weights(
     tmp_path: Path,
 ) -> None:
-    """``restart_at_solve``: the learner has trained past the weights a confirmation is
-    about when it hears of it; at the solve its networks take those weights back, and
-    training goes on from them (here at a step size too small to move them)."""
+    """``learner.solved.restart``: the learner has trained past the weights a confirmation
+    is about when it hears of it; at the solve its networks take those weights back
+    (``Algorithm.train_from``), and training goes on from them (here at a step size too
+    small to move them)."""
     store = filled_store(np.random.default_rng(7))
     learner = make_learner(tmp_path, store, max_updates=400, eval_every_steps=1000,
                            target_return=475.0, stop_when_solved=False, learning_rate=1e-2,
-                           learning_rate_solved=1e-12, restart_at_solve=True)  # fmt: skip
+                           solved={"learning_rate": 1e-12, "restart": True})  # fmt: skip
     algorithm = learner.algorithm
     first = {name: value.clone() for name, value in algorithm.online.state_dict().items()}
 
@@ -371,16 +373,18 @@ def test_a_run_that_restarts_at_its_solve_goes_on_from_the_confirmed_weights(
             torch.testing.assert_close(value, first[name], rtol=0, atol=1e-6)
 
 
+FOLLOWS = {"follow_better": True, "back_to_confirmed": True}
+
+
 def test_a_better_confirmation_takes_the_first_one_s_place(tmp_path: Path) -> None:
-    """``follow_better_confirmations``: after the solve, a confirmation above the best
-    confirmed mean moves the anchor to its weights; one under it leaves the anchor."""
+    """``learner.solved.follow_better``: after the solve, a confirmation above the best
+    confirmed mean makes its weights those training goes back to; one under it does not."""
     store = filled_store(np.random.default_rng(8))
     learner = make_learner(tmp_path, store, max_updates=100_000, eval_every_steps=1000,
                            target_return=475.0, stop_when_solved=False, learning_rate=1e-2,
-                           dqn_settings={"anchor_margin": 0.5,
-                                         "follow_better_confirmations": True})  # fmt: skip
-    algorithm = learner.algorithm
-    assert algorithm.follows_better_confirmations
+                           solved=FOLLOWS)  # fmt: skip
+    solving = learner.solving
+    assert solving.settings.confirms_improvements
     kept: dict[str, torch.Tensor] = {}
 
     def confirm_then_better_then_worse() -> None:
@@ -389,7 +393,7 @@ def test_a_better_confirmation_takes_the_first_one_s_place(tmp_path: Path) -> No
                      interval_s=0.01)  # fmt: skip
             _send_evaluations(learner.episodes_endpoint,
                               [Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
-            wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the solve",
+            wait_for(lambda: solving.confirmed is not None, timeout_s=30, what="the solve",
                      interval_s=0.01)  # fmt: skip
             later, state = _newest_kept_weights(learner)  # trained past version 1
             kept.update(state)
@@ -402,24 +406,23 @@ def test_a_better_confirmation_takes_the_first_one_s_place(tmp_path: Path) -> No
     outcome = _run_beside(learner, confirm_then_better_then_worse)
     assert outcome.solved and outcome.reason == "stopped"
     assert [r["eval_return_mean"] for r in _confirmations(tmp_path)] == [480.0, 490.0, 485.0]
-    anchored = algorithm.anchor.network.state_dict()
-    assert kept and anchored.keys() == kept.keys()
+    confirmed = solving.confirmed
+    assert kept and confirmed.keys() == kept.keys()
     for name, value in kept.items():
-        torch.testing.assert_close(anchored[name], value, rtol=0, atol=0)
+        torch.testing.assert_close(confirmed[name], value, rtol=0, atol=0)
 
 
-def test_a_better_confirmation_moves_the_anchor_and_training_goes_on(tmp_path: Path) -> None:
-    """With ``restart_at_solve``, only the first solve restarts: a better confirmation
-    later moves the anchor to its weights and leaves the networks where training has them
-    (here frozen at the first confirmation's weights by a step size too small to move
-    them)."""
+def test_a_better_confirmation_is_kept_and_training_goes_on(tmp_path: Path) -> None:
+    """With ``learner.solved.restart``, only the first solve restarts: a better
+    confirmation later becomes the weights training goes back to and leaves the networks
+    where training has them (here frozen at the first confirmation's weights by a step
+    size too small to move them)."""
     store = filled_store(np.random.default_rng(9))
     learner = make_learner(tmp_path, store, max_updates=100_000, eval_every_steps=1000,
                            target_return=475.0, stop_when_solved=False, learning_rate=1e-2,
-                           learning_rate_solved=1e-12, restart_at_solve=True,
-                           dqn_settings={"anchor_margin": 0.5,
-                                         "follow_better_confirmations": True})  # fmt: skip
-    algorithm = learner.algorithm
+                           solved={**FOLLOWS, "learning_rate": 1e-12,
+                                   "restart": True})  # fmt: skip
+    algorithm, solving = learner.algorithm, learner.solving
     first = {name: value.clone() for name, value in algorithm.online.state_dict().items()}
     later: dict[str, torch.Tensor] = {}
 
@@ -431,7 +434,7 @@ def test_a_better_confirmation_moves_the_anchor_and_training_goes_on(tmp_path: P
             later.update(state)
             _send_evaluations(learner.episodes_endpoint,
                               [Evaluation(1, 1000, np.full(100, 480.0), 0, True)])  # fmt: skip
-            wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the solve",
+            wait_for(lambda: solving.confirmed is not None, timeout_s=30, what="the solve",
                      interval_s=0.01)  # fmt: skip
             _confirm(
                 learner, tmp_path, 2, [Evaluation(version, 2000, np.full(100, 490.0), 1, True)]
@@ -442,9 +445,8 @@ def test_a_better_confirmation_moves_the_anchor_and_training_goes_on(tmp_path: P
     outcome = _run_beside(learner, confirm_then_better)
     assert outcome.solved and outcome.reason == "stopped"
     assert later and any(not torch.equal(later[name], first[name]) for name in first)
-    anchored = algorithm.anchor.network.state_dict()
     for name, value in later.items():
-        torch.testing.assert_close(anchored[name], value, rtol=0, atol=0)
+        torch.testing.assert_close(solving.confirmed[name], value, rtol=0, atol=0)
     for network in (algorithm.online, algorithm.target):  # the first solve's restart only
         for name, value in network.state_dict().items():
             torch.testing.assert_close(value, first[name], rtol=0, atol=1e-6)
@@ -457,21 +459,20 @@ def _step_sizes(learner) -> set[float]:
 def test_a_solve_under_the_settle_bar_stops_the_clock_and_training_settles_later(
     tmp_path: Path,
 ) -> None:
-    """``settle_return``: a confirmed solve under the bar is the run's solve, but the step
-    size and the anchor stay as before it, through a better confirmation still under the
-    bar; the first one at or above it settles the run, and a resumed run stays settled."""
+    """``learner.solved.settle_return``: a confirmed solve under the bar is the run's
+    solve, but the step size and the weights kept stay as before it, through a better
+    confirmation still under the bar; the first one at or above it settles the run, and a
+    resumed run stays settled."""
     store = filled_store(np.random.default_rng(10))
     settings = {
         "eval_every_steps": 1000,
         "target_return": 475.0,
         "stop_when_solved": False,
         "learning_rate": 1e-3,
-        "learning_rate_solved": 1e-5,
-        "settle_return": 495.0,
-        "dqn_settings": {"anchor_margin": 0.5, "follow_better_confirmations": True},
+        "solved": {**FOLLOWS, "learning_rate": 1e-5, "settle_return": 495.0},
     }
     learner = make_learner(tmp_path, store, max_updates=100_000, **settings)
-    algorithm = learner.algorithm
+    solving = learner.solving
     seen: dict[str, object] = {}
 
     def updates_on(count: int) -> None:
@@ -493,9 +494,9 @@ def test_a_solve_under_the_settle_bar_stops_the_clock_and_training_settles_later
             )
             updates_on(10)
             seen["unsettled"] = (learner.counters.solved_at_s, learner.counters.settled_at_s,
-                                 algorithm.anchor, _step_sizes(learner))  # fmt: skip
+                                 solving.confirmed, _step_sizes(learner))  # fmt: skip
             _confirm(learner, tmp_path, 3, [Evaluation(1, 3000, np.full(100, 496.0), 2, True)])
-            wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the settling",
+            wait_for(lambda: solving.confirmed is not None, timeout_s=30, what="the settling",
                      interval_s=0.01)  # fmt: skip
             updates_on(10)
             seen["settled"] = _step_sizes(learner)
@@ -503,9 +504,9 @@ def test_a_solve_under_the_settle_bar_stops_the_clock_and_training_settles_later
             learner.stop()
 
     outcome = _run_beside(learner, solve_under_then_over_the_bar)
-    solved_at, settled_at, anchor, step_sizes = seen["unsettled"]
+    solved_at, settled_at, confirmed, step_sizes = seen["unsettled"]
     assert outcome.solved and solved_at is not None
-    assert settled_at is None and anchor is None and step_sizes == {1e-3}
+    assert settled_at is None and confirmed is None and step_sizes == {1e-3}
     assert seen["settled"] == {1e-5}
     assert outcome.counters.settled_at_s >= outcome.counters.solved_at_s
 
@@ -514,27 +515,26 @@ def test_a_solve_under_the_settle_bar_stops_the_clock_and_training_settles_later
                            max_updates=outcome.counters.updates + 5, **settings)  # fmt: skip
     assert resumed.counters.settled_at_s == outcome.counters.settled_at_s
     resumed.run()
-    assert resumed.algorithm.anchor is not None and _step_sizes(resumed) == {1e-5}
+    assert resumed.solving.confirmed is not None and _step_sizes(resumed) == {1e-5}
 
 
 def _evaluations(run_dir: Path) -> list[dict]:
     return [r for r in read_metrics(run_dir) if r["event"] == "evaluation"]
 
 
-def test_a_settled_run_under_the_target_goes_back_to_its_anchor_once_per_new_weights(
+def test_a_settled_run_under_the_target_goes_back_to_its_confirmed_weights_once_per_new(
     tmp_path: Path,
 ) -> None:
-    """``back_to_anchor``: a periodic evaluation under the target puts the anchor's weights
-    back into the online, target and averaged networks, but only once the run has
-    settled, and only for weights published since it last went back."""
+    """``learner.solved.back_to_confirmed``: a periodic evaluation under the target puts the
+    confirmed weights back into the online, target and averaged networks, but only once
+    the run has settled, and only for weights published since it last went back."""
     store = filled_store(np.random.default_rng(11))
     learner = make_learner(tmp_path, store, max_updates=100_000, eval_every_steps=1000,
                            target_return=475.0, stop_when_solved=False, learning_rate=1e-2,
-                           learning_rate_solved=1e-12, settle_return=495.0,
-                           policy_average=0.01, average_from_solve=True,
-                           dqn_settings={"anchor_margin": 0.5,
-                                         "back_to_anchor": True})  # fmt: skip
-    algorithm = learner.algorithm
+                           solved={"learning_rate": 1e-12, "settle_return": 495.0,
+                                   "policy_average": 0.01, "average_from_solve": True,
+                                   "back_to_confirmed": True})  # fmt: skip
+    algorithm, solving = learner.algorithm, learner.solving
     seen: dict[str, object] = {}
 
     def evaluate(count: int, evaluation: Evaluation) -> None:
@@ -545,7 +545,7 @@ def test_a_settled_run_under_the_target_goes_back_to_its_anchor_once_per_new_wei
     def low_then_settle_then_low_twice() -> None:
         try:
             evaluate(1, Evaluation(1, 500, np.full(20, 300.0), 0, False))  # not settled
-            seen["unsettled"] = learner._solving.went_back
+            seen["unsettled"] = solving.went_back
             version, state = _newest_kept_weights(learner)
             seen["anchor"] = state
             start = learner.counters.updates
@@ -553,25 +553,25 @@ def test_a_settled_run_under_the_target_goes_back_to_its_anchor_once_per_new_wei
                      what="30 more updates", interval_s=0.01)  # fmt: skip
             _confirm(learner, tmp_path, 1, [Evaluation(version, 1000, np.full(100, 496.0),
                                                        1, True)])  # fmt: skip
-            wait_for(lambda: algorithm.anchor is not None, timeout_s=30, what="the settling",
+            wait_for(lambda: solving.confirmed is not None, timeout_s=30, what="the settling",
                      interval_s=0.01)  # fmt: skip
             seen["before"] = {k: v.clone() for k, v in algorithm.online.state_dict().items()}
             evaluate(2, Evaluation(learner.counters.weight_version, 2000, np.full(20, 300.0),
                                    2, False))  # fmt: skip
             seen["after"] = [{k: v.clone() for k, v in network.state_dict().items()}
                              for network in (algorithm.online, algorithm.target,
-                                             algorithm.average)]  # fmt: skip
+                                             solving.average)]  # fmt: skip
             evaluate(3, Evaluation(version, 3000, np.full(20, 300.0), 3, False))  # older
         finally:
             learner.stop()
 
     outcome = _run_beside(learner, low_then_settle_then_low_twice)
     assert outcome.counters.settled_at_s is not None
-    assert seen["unsettled"] == 0 and learner._solving.went_back == 1
+    assert seen["unsettled"] == 0 and solving.went_back == 1
     anchor = seen["anchor"]
     assert any(not torch.equal(seen["before"][name], anchor[name]) for name in anchor)
     for network in seen["after"]:
         for name, value in anchor.items():
             torch.testing.assert_close(network[name], value, rtol=0, atol=1e-6)
     [end] = [r for r in read_metrics(tmp_path) if r["event"] == "end"]
-    assert end["back_to_anchor"] == 1
+    assert end["back_to_confirmed"] == 1

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from apex.acting.experience import VALUE_FIELDS, ExperienceMaker
-from apex.algorithms.registry import build_acting, transition_spec
+from apex.acting.experience import ExperienceMaker
+from apex.algorithms.nstep_experience import VALUE_FIELDS
+from apex.algorithms.registry import build_acting, default_sections
 from apex.envs.families import env_shape
 from apex.envs.vector import actor_envs
 from apex.settings import ActorConfig
 
 
 def test_priorities_from_acting_values_equal_a_forward_pass_over_the_batch() -> None:
-    config = ActorConfig(env="CartPole-v1", envs_per_actor=4, n_step=3, epsilon=0.5, seed=5)
+    config = ActorConfig(env="CartPole-v1", envs_per_actor=4, n_step=3, seed=5)
     shape = env_shape(config.env)
-    acting = build_acting(config, shape)
-    policy, algorithm = acting
-    maker = ExperienceMaker(config, shape, transition_spec(algorithm, shape, config), acting,
-                            None, lambda: 0)  # fmt: skip
+    acting = build_acting(config, default_sections(), shape)
+    policy = acting.policy
+    maker = ExperienceMaker(config, acting.experience(config, shape, lambda: 0, False), None)
     envs = actor_envs(config.env, config.envs_per_actor)
     rng = np.random.default_rng(0)
     observations, _ = envs.reset(seed=[1, 2, 3, 4])

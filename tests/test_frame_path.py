@@ -11,8 +11,9 @@ import pytest
 import zmq
 
 from apex.acting.actor import Actor, ActorEndpoints
+from apex.algorithms.dqn.settings import DQNSettings
 from apex.algorithms.nstep import NStepBuilder
-from apex.algorithms.registry import build_acting
+from apex.algorithms.registry import build_acting, default_sections
 from apex.envs.families import env_shape
 from apex.settings import ActorConfig
 from replay.protocol.requests import RequestClient
@@ -72,12 +73,13 @@ def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(
     episodes_endpoint = f"tcp://127.0.0.1:{episodes.bind_to_random_port('tcp://127.0.0.1')}"
     config = ActorConfig(
         env="Pong", envs_per_actor=2, n_step=3, insert_batch=16, max_steps=360,
-        epsilon=1.0, seed=3, env_groups=env_groups,
+        seed=3, env_groups=env_groups,
     )  # fmt: skip
     endpoints = ActorEndpoints(
         tuple(s.endpoints for s in frame_shards), "tcp://127.0.0.1:1", episodes_endpoint
     )
-    actor = Actor(config, build_acting(config, env_shape(config.env)), endpoints)
+    sections = {**default_sections(), "dqn": DQNSettings(epsilon=1.0)}
+    actor = Actor(config, build_acting(config, sections, env_shape(config.env)), endpoints)
     assert len(actor._groups) == env_groups
     truth: dict[bytes, tuple[float, float]] = {}
     shape = env_shape(config.env)

@@ -14,7 +14,7 @@ import zmq
 from apex.acting.experience import ExperienceMaker
 from apex.acting.frame_check import FrameStackCheck, NotFrameStacks, prove_frame_stacks
 from apex.acting.frame_writer import FrameWriter
-from apex.algorithms.registry import build_acting, transition_spec
+from apex.algorithms.registry import build_acting, default_sections
 from apex.envs.families import env_shape, make_env
 from apex.settings import ActorConfig
 from launch.builder import shard_config
@@ -115,11 +115,10 @@ def test_an_actor_with_frame_shards_refuses_a_grid_on_its_first_step() -> None:
     launcher that was not asked, a shard started by hand with ``--frames``)."""
     config = ActorConfig(env=GRID, envs_per_actor=2, n_step=1, seed=0)
     shape = env_shape(GRID)
-    acting = build_acting(config, shape)
+    acting = build_acting(config, default_sections(), shape)
     writer = FrameWriter(2, 10, 1, history=8, compress=False, rng=np.random.default_rng(0),
                          frame_shape=(10, 4))  # fmt: skip
-    maker = ExperienceMaker(config, shape, transition_spec(acting[1], shape, config), acting,
-                            writer, lambda: 0)  # fmt: skip
+    maker = ExperienceMaker(config, acting.experience(config, shape, lambda: 0, True), writer)
     envs = [make_env(GRID, training=True) for _ in range(2)]
     observations = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
     maker.begin(observations)

@@ -9,7 +9,9 @@ import pytest
 
 from apex.acting.env_group import make_groups
 from apex.acting.frame_writer import FrameWriter
-from apex.algorithms.registry import build_acting, transition_spec
+from apex.algorithms.impala.settings import ImpalaSettings
+from apex.algorithms.protocols import Acting, FeedForward
+from apex.algorithms.registry import BY_NAME
 from apex.envs.families import env_shape
 from apex.envs.vector import AtariStacks
 from apex.settings import ActorConfig
@@ -25,19 +27,20 @@ from replay.wire.layout import decode, encode
 pytest.importorskip("ale_py")
 
 ENVS, STEPS = 4, 5
+SETTINGS = ImpalaSettings(unroll_length=STEPS)
 # 50 steps an episode (time limits): a run of 140 steps crosses a few in every env.
 SHORT_FRAMES = 200
 ROUNDS = 140
 
 
-class FramePolicy:
+class FramePolicy(FeedForward):
     """Acts on the observation alone (the newest frame's sum, modulo the actions), with
     log-probabilities and values made from it too: both runs act and bootstrap alike."""
 
     def __init__(self) -> None:
         self.last_log_probs = np.zeros(0)
 
-    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
         sums = observations[:, -1].sum(axis=(1, 2), dtype=np.int64)
         self.last_log_probs = -((sums % 7) / 7.0) - 0.1
         return sums % 6
@@ -50,25 +53,22 @@ class FramePolicy:
 
 
 def unroll_spec():
-    config = ActorConfig(env="Pong", algorithm="impala", unroll_length=STEPS)
-    shape = env_shape("Pong")
-    return transition_spec(build_acting(config, shape)[1], shape, config)
+    config = ActorConfig(env="Pong", algorithm="impala")
+    return BY_NAME["impala"].transition_spec(env_shape("Pong"), config, SETTINGS)
 
 
 def run(frames: FrameWriter | None, send=None) -> list[dict[str, np.ndarray]]:
     """Every batch of unrolls four short Pong envs make in ROUNDS steps, each handed to
     ``send`` as it is made (an actor sends them before its frames leave its ring)."""
-    config = ActorConfig(env="Pong", envs_per_actor=ENVS, algorithm="impala",
-                         unroll_length=STEPS, seed=3)  # fmt: skip
+    config = ActorConfig(env="Pong", envs_per_actor=ENVS, algorithm="impala", seed=3)
     shape = env_shape("Pong")
-    _, algorithm = build_acting(config, shape)
 
     def short_pong(name: str, count: int) -> AtariStacks:
         return AtariStacks(name, count, training=True, threads=1, max_frames=SHORT_FRAMES)
 
-    spec = transition_spec(algorithm, shape, config)
-    [group] = make_groups(config, shape, spec, (FramePolicy(), algorithm), frames, lambda: 7,
-                          np.ones(ENVS), envs=short_pong)  # fmt: skip
+    acting = Acting(FramePolicy(), BY_NAME["impala"], SETTINGS)
+    [group] = make_groups(config, shape, acting, frames, lambda: 7, np.ones(ENVS),
+                          envs=short_pong)  # fmt: skip
     made = []
     try:
         group.begin(config.actor_seed)

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from apex.algorithms.impala.learner import Impala, Settings, impala_loss, sample_actions
+from apex.algorithms.impala.acting import sample_actions
+from apex.algorithms.impala.learner import Impala, impala_loss
+from apex.algorithms.impala.settings import ImpalaSettings as Settings
 from apex.algorithms.networks import PolicyValueNet
 from apex.algorithms.policy import NumpyPolicyValueMLP
 from apex.learning.staging import DeviceBatch

@@ -36,7 +36,7 @@ def test_an_impala_run_trains_on_queued_unrolls_and_learns(tmp_path) -> None:
     assert spec["version"].shape == ()
     records = read_metrics(run_dir)
     start = next(r for r in records if r.get("event") == "start")
-    assert start["algorithm"] == "Impala"
+    assert start["algorithm"] == "IMPALA"
     progress = [r for r in records if r.get("event") == "progress"]
     assert progress and progress[-1]["updates"] > 100
     # Each trained unroll's policy lag: small, the queue being a few batches deep.

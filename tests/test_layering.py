@@ -103,6 +103,66 @@ def test_each_side_of_replay_imports_only_the_sides_below_it() -> None:
     assert not offending, sorted(offending)
 
 
+# apex's wings, bottom up: the envs (families, presets) know nothing of ours; the roles'
+# settings sit on them; the algorithms on both; the actors and the learner on all of
+# those, each apart from the other, with the links between them (episodes and weights).
+_APEX_BELOW = {"apex", "apex.envs", "apex.settings"}
+APEX_WINGS = {
+    "apex.envs": {"apex", "apex.envs"},
+    "apex.settings": _APEX_BELOW,
+    "apex.algorithms": _APEX_BELOW | {"apex.algorithms"},
+    "apex.channels": {"apex", "apex.channels"},
+    "apex.weights": {"apex", "apex.channels", "apex.weights"},
+}
+for _wing in ("apex.acting", "apex.learning"):
+    APEX_WINGS[_wing] = _APEX_BELOW | {"apex.algorithms", "apex.channels", "apex.weights", _wing}
+
+
+def test_every_module_of_apex_belongs_to_a_wing() -> None:
+    wings = {replay_side(name) for name in modules("apex")} - {"apex"}
+    assert wings == set(APEX_WINGS), wings ^ set(APEX_WINGS)
+
+
+def test_each_wing_of_apex_imports_only_the_wings_below_it() -> None:
+    offending = {
+        f"{module} imports {name}"
+        for module, path in modules("apex").items()
+        if module != "apex"
+        for name in imports_of(path)
+        if name.startswith("apex") and replay_side(name) not in APEX_WINGS[replay_side(module)]
+    }
+    assert not offending, sorted(offending)
+
+
+# getattr and hasattr on something other than ``self``: each is a lookup by name that a
+# type could make instead, and is allowed only where it is not dispatch.
+NAMED_LOOKUPS_ALLOWED = {
+    # an optional torch.fx setting of some torch versions
+    ("apex/algorithms/int8_policy.py", "getattr", "fx_config"),
+    # quantized modules of torch.ao, found while walking a converted network
+    ("apex/algorithms/int8_policy.py", "hasattr", "module"),
+    # whether a vector env steps in two halves (ale-py's send/recv) or in one
+    ("apex/acting/env_group.py", "hasattr", "envs"),
+}
+
+
+def test_apex_and_launch_look_nothing_up_by_name() -> None:
+    """No ``getattr``/``hasattr`` dispatch on algorithm names or modules: what an algorithm
+    offers is its builder's type (``apex.algorithms.protocols``)."""
+    found = set()
+    for package in ("apex", "launch"):
+        for path in modules(package).values():
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                    continue
+                if node.func.id not in ("getattr", "hasattr") or not node.args:
+                    continue
+                target = ast.unparse(node.args[0])
+                if target != "self":
+                    found.add((str(path.relative_to(ROOT)), node.func.id, target))
+    assert found <= NAMED_LOOKUPS_ALLOWED, sorted(found - NAMED_LOOKUPS_ALLOWED)
+
+
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_no_import_circle_among_a_packages_modules(package: str) -> None:
     known = modules(package)

@@ -14,14 +14,14 @@ import pytest
 import torch
 import zmq
 
-from apex.algorithms.dqn.learner import Settings as DQNSettings
+from apex.algorithms.dqn.settings import DQNSettings
 from apex.algorithms.registry import build_algorithm
 from apex.channels import ApexKind, EpisodeReporter
 from apex.envs.families import env_shape
 from apex.learning.learner import Learner
 from apex.learning.periodic import Periodic
 from apex.learning.staging import DeviceBatch, DeviceStager
-from apex.settings import LearnerConfig
+from apex.settings import LearnerConfig, SolvedConfig
 from apex.weights import WeightSubscriber
 from replay import PrioritizedReplay
 from replay.errors import ReplayTimeout
@@ -131,21 +131,18 @@ def make_learner(
     tmp_path: Path,
     store,
     resume_from: Path | None = None,
-    policy_average: float = 0.0,
-    average_from_solve: bool = False,
-    restart_at_solve: bool = False,
-    dqn_settings: dict | None = None,
+    solved: dict | None = None,
     **settings,
 ) -> Learner:
-    dqn = DQNSettings(target_update_period=10, policy_average=policy_average,
-                      average_from_solve=average_from_solve,
-                      restart_at_solve=restart_at_solve, **(dqn_settings or {}))  # fmt: skip
+    """A DQN learner on ``store``; ``solved``: its ``learner.solved`` settings."""
     config = LearnerConfig(**{
         "batch_size": BATCH, "hidden": (32, 32), "publish_period": 5, "eval_every_steps": 0,
-        "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings, "algorithms": {"dqn": dqn},
+        "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings,
+        "solved": SolvedConfig(**(solved or {})),
     })  # fmt: skip
     device = torch.device("cpu")
-    algorithm = build_algorithm(config, env_shape(config.env), device)
+    sections = {"dqn": DQNSettings(target_update_period=10)}
+    algorithm = build_algorithm(config, sections, env_shape(config.env), device)
     source = LocalSource(store, DeviceStager(device))
     return Learner(
         config, algorithm, source, device, tmp_path, {"test": True}, resume_from=resume_from
@@ -206,58 +203,63 @@ def test_resuming_restores_networks_counters_and_the_target_schedule(tmp_path: P
     assert outcome.counters.updates == 25
 
 
+AVERAGED = {"policy_average": 0.25, "average_from_solve": False}
+
+
 def test_an_averaged_policy_is_what_is_published_and_it_resumes(tmp_path: Path) -> None:
+    """``learner.solved.policy_average``: the loop keeps an average of the policy's
+    weights, for any algorithm, publishes it, and keeps it in its checkpoints."""
     store = filled_store(np.random.default_rng(2))
-    learner = make_learner(tmp_path, store, policy_average=0.25, max_updates=1)
-    algorithm = learner.algorithm
-    assert algorithm.policy is algorithm.average and algorithm.policy is not algorithm.online
-    before = {k: v.clone() for k, v in algorithm.online.state_dict().items()}
-    algorithm.step(learner.source.next_batch())
-    for name, average in algorithm.average.state_dict().items():  # 3/4 old + 1/4 new
-        expected = 0.75 * before[name] + 0.25 * algorithm.online.state_dict()[name]
+    learner = make_learner(tmp_path, store, solved=AVERAGED, max_updates=1)
+    solving, online = learner.solving, learner.algorithm.policy
+    assert solving.policy is solving.average and solving.policy is not online
+    before = {k: v.clone() for k, v in online.state_dict().items()}
+    learner.algorithm.step(learner.source.next_batch())
+    solving.after_update()
+    for name, average in solving.average.state_dict().items():  # 3/4 old + 1/4 new
+        expected = 0.75 * before[name] + 0.25 * online.state_dict()[name]
         torch.testing.assert_close(average, expected)
-    assert not all(torch.equal(algorithm.average.state_dict()[k], v) for k, v in before.items())
+    assert not all(torch.equal(solving.average.state_dict()[k], v) for k, v in before.items())
     learner.run()
     checkpoint = next((tmp_path / "checkpoints").glob("*.pt"))
-    resumed = make_learner(tmp_path, store, resume_from=checkpoint, policy_average=0.25)
+    resumed = make_learner(tmp_path, store, resume_from=checkpoint, solved=AVERAGED)
     resumed.close()
-    for name, value in algorithm.average.state_dict().items():
-        assert torch.equal(resumed.algorithm.average.state_dict()[name], value)
+    for name, value in solving.average.state_dict().items():
+        assert torch.equal(resumed.solving.average.state_dict()[name], value)
     # A run that turns the average on over a checkpoint made without it starts it from the
-    # online network.
+    # policy.
     plain = tmp_path / "plain"
     make_learner(plain, store, max_updates=3).run()
-    turned_on = make_learner(plain, store, policy_average=0.25,
+    turned_on = make_learner(plain, store, solved=AVERAGED,
                              resume_from=next((plain / "checkpoints").glob("*.pt")))  # fmt: skip
     turned_on.close()
-    for name, value in turned_on.algorithm.online.state_dict().items():
-        assert torch.equal(turned_on.algorithm.average.state_dict()[name], value)
+    for name, value in turned_on.algorithm.policy.state_dict().items():
+        assert torch.equal(turned_on.solving.average.state_dict()[name], value)
 
 
-def test_an_average_kept_from_the_solve_starts_there_and_resumes(tmp_path: Path) -> None:
-    """``average_from_solve``: the online network acts until the solve; from it, an average
-    that starts as the online network then; a checkpoint made after it resumes with it."""
+def test_an_average_kept_from_the_settle_starts_there_and_resumes(tmp_path: Path) -> None:
+    """``average_from_solve``: the policy acts until the run settles; from then, an average
+    that starts as the policy then; a checkpoint made after it resumes with it."""
     store = filled_store(np.random.default_rng(3))
-    learner = make_learner(tmp_path, store, policy_average=0.25, average_from_solve=True,
-                           max_updates=2)  # fmt: skip
-    algorithm = learner.algorithm
-    assert algorithm.policy is algorithm.online and algorithm.average is None
-    algorithm.step(learner.source.next_batch())
-    algorithm.solved()
-    assert algorithm.policy is algorithm.average
-    for name, value in algorithm.online.state_dict().items():
-        assert torch.equal(algorithm.average.state_dict()[name], value)
-    started = algorithm.average
-    algorithm.solved()  # idempotent
-    assert algorithm.average is started
+    from_solve = {"policy_average": 0.25, "average_from_solve": True}
+    learner = make_learner(tmp_path, store, solved=from_solve, max_updates=2)
+    solving = learner.solving
+    assert solving.policy is learner.algorithm.policy and solving.average is None
+    learner.algorithm.step(learner.source.next_batch())
+    solving.resume_settled()
+    assert solving.policy is solving.average
+    for name, value in learner.algorithm.policy.state_dict().items():
+        assert torch.equal(solving.average.state_dict()[name], value)
+    started = solving.average
+    solving.resume_settled()  # idempotent
+    assert solving.average is started
     learner.run()
     checkpoint = next((tmp_path / "checkpoints").glob("*.pt"))
-    resumed = make_learner(tmp_path, store, resume_from=checkpoint, policy_average=0.25,
-                           average_from_solve=True)  # fmt: skip
+    resumed = make_learner(tmp_path, store, resume_from=checkpoint, solved=from_solve)
     resumed.close()
-    assert resumed.algorithm.policy is resumed.algorithm.average
-    for name, value in algorithm.average.state_dict().items():
-        assert torch.equal(resumed.algorithm.average.state_dict()[name], value)
+    assert resumed.solving.policy is resumed.solving.average
+    for name, value in solving.average.state_dict().items():
+        assert torch.equal(resumed.solving.average.state_dict()[name], value)
 
 
 def test_publications_keep_copies_of_their_newest_weights_up_to_their_bytes() -> None:

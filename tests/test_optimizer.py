@@ -129,7 +129,8 @@ from apex.learning.staging import DeviceBatch
 from launch.config import resolve
 for name, env in (("dqn", "CartPole-v1"), ("dpg", "Pendulum-v1"), ("impala", "CartPole-v1")):
     config = resolve({"env": env, "algorithm": name})
-    learner = build_algorithm(config.learner, env_shape(env), torch.device("cpu"))
+    learner = build_algorithm(config.learner, config.algorithms, env_shape(env),
+                              torch.device("cpu"))  # fmt: skip
     if name != "impala":  # an update on one batch of transitions
         shape = env_shape(env)
         observations = np.zeros((4, *shape.observation_shape), np.float32)

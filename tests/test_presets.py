@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
 from apex.algorithms.networks import ActorCritic, MinAtarCNN, build_network
-from apex.envs.families import PRESETS, env_shape, make_env
+from apex.envs.families import env_shape, make_env
+from apex.envs.presets import PRESETS
 from replay import PrioritizedReplay
 
 
@@ -62,3 +65,119 @@ def test_the_minatar_network_is_the_paper_s_size() -> None:
     assert network.head.value[0].in_features == 1024 and network.head.value[0].out_features == 128
     planes = torch.zeros((5, 10, 10, 4), dtype=torch.uint8)
     assert network(planes).shape == (5, 3)
+
+
+def test_every_preset_file_reads_typed_and_its_settings_resolve() -> None:
+    """Each built-in file is data: its envs become typed presets, and what each starts
+    from (for any algorithm, and for each algorithm of its action space) resolves."""
+    from apex.algorithms.registry import ALGORITHMS
+    from apex.envs.presets import PRESET_DIR, read_preset_file
+    from launch.config import resolve
+
+    files = sorted(PRESET_DIR.glob("*.toml"))
+    assert files and {p.name for p in PRESETS.values()} == set(PRESETS)
+    for path in files:
+        for chosen in read_preset_file(path):
+            assert PRESETS[chosen.name] == chosen and chosen.source == str(path)
+            assert chosen.family in ("gymnasium", "atari", "minatar")
+            resolve({"env": chosen.name})
+            for algorithm in chosen.algorithm_defaults:
+                assert algorithm in {b.name for b in ALGORITHMS}
+                resolve({"env": chosen.name, "algorithm": algorithm})
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('family = "doom"\n[envs.X]\n', "family must be one of gymnasium, atari, minatar"),
+        ("[envs.X]\nthreshold = 3\n", "envs.X: unknown key 'threshold'"),
+        ('[envs.X]\nsolved_return = "high"\n', "envs.X.solved_return must be a number"),
+        ("settings = 3\n[envs.X]\n", "settings must be a table"),
+        ("[settings]\nactors = 1\n", "no [envs.NAME] table"),
+        ("[envs.X\n", "is not valid TOML"),
+    ],
+)
+def test_a_bad_preset_file_is_refused_naming_the_file(tmp_path, text: str, said: str) -> None:
+    from apex.envs.presets import read_preset_file
+    from replay.errors import ConfigError
+
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(said)) as refused:
+        read_preset_file(path)
+    assert str(path) in str(refused.value)
+
+
+USER_PRESET = """
+env = "Grid"
+
+[preset]
+id = "tests.grid_env:Grid-v0"
+family = "gymnasium"
+solved_return = -0.45
+
+[replay]
+capacity = 20_000
+min_size = 500
+
+[learner]
+batch_size = 32
+eval_every_steps = 1_000
+eval_episodes = 2
+"""
+
+
+def test_a_run_config_s_own_preset_names_its_env_in_every_process(tmp_path) -> None:
+    """``[preset]``: the run's env is a preset of its own, there and in each role's
+    process, which reads the resolved config.json."""
+    import json
+    import subprocess
+    import sys
+
+    from apex.envs.presets import preset
+    from launch.config import load_file, resolve, write_resolved
+
+    path = tmp_path / "my.toml"
+    path.write_text(USER_PRESET)
+    config = resolve(load_file(path))
+    assert (config.env, config.learner.batch_size) == ("Grid", 32)
+    assert preset("Grid").gym_id == "tests.grid_env:Grid-v0"
+    assert env_shape("Grid").observation_shape == (10, 10, 4)
+    written = write_resolved(config, tmp_path / "run")
+    assert json.loads(written.read_text())["preset"]["solved_return"] == -0.45
+    role = ("from launch.config import read_resolved; from apex.envs.families import "
+            "solved_return, env_shape; import sys; config = read_resolved(__import__("
+            "'pathlib').Path(sys.argv[1])); print(solved_return(config.env, None), "
+            "env_shape(config.env).actions)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", role, str(written)], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["-0.45", "4"]
+    path.write_text(USER_PRESET.replace('family = "gymnasium"', 'family = "doom"'))
+    from replay.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"the run config \[preset\]: family must be one of"):
+        resolve(load_file(path))
+
+
+@pytest.mark.slow
+def test_a_user_preset_file_trains_an_env_that_has_no_built_in_preset(tmp_path) -> None:
+    """The README's way: a run config with a ``[preset]`` for a user's env, trained by
+    ``apex train my.toml``; the learner's evaluator reads the preset's threshold."""
+    import subprocess
+    import sys
+
+    from apex.learning.metrics import read_metrics
+
+    path, run_dir = tmp_path / "my.toml", tmp_path / "run"
+    path.write_text(USER_PRESET)
+    command = [sys.executable, "-m", "launch", "train", str(path), "--run-dir", str(run_dir),
+               "--plain", "--no-curves", "--max-time", "15"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = read_metrics(run_dir)
+    assert any(r["event"] == "evaluation" for r in records), "the evaluator played Grid"
+    assert next(r["updates"] for r in records if r["event"] == "end") > 0
+    evaluator_log = (run_dir / "logs" / "evaluator.log").read_text()
+    assert "evaluator: Grid every 1000 env steps" in evaluator_log
+    assert "at -0.45)" in evaluator_log

@@ -515,7 +515,7 @@ def test_a_killed_impala_learner_comes_back_inside_the_job(cluster, tmp_path: Pa
     assert "with exit code 0 (learner 0, shards 0, actors 0)" in output
     starts = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
     assert len(starts) == 2 and starts[1]["updates"] > 0, output  # from its checkpoint
-    assert starts[1]["algorithm"] == "Impala"
+    assert starts[1]["algorithm"] == "IMPALA"
     end = end_record(run_dir)
     assert end["reason"] == "max_updates" and end["updates"] == 1000
     assert end["delivery"]["transitions_lost"] == 0, end["delivery"]

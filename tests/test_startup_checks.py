@@ -9,7 +9,8 @@ import gymnasium as gym
 import pytest
 from click.testing import CliRunner
 
-from apex.envs.families import EnvUnavailable, _install_hint, check_env
+from apex.algorithms.registry import check_env
+from apex.envs.families import EnvUnavailable, _install_hint
 from launch.cli import main
 
 

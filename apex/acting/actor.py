@@ -9,7 +9,7 @@ emits finished transitions. Once ``insert_batch`` transitions are ready they get
 initial priorities ``|TD| + priority_epsilon`` from the actor's copy of the network (Ape-X
 computes them actor-side so that the learner never sees unprioritized data), and go to a
 shard stamped with the policy version the actor acted with. What the policy is and how it
-explores is the algorithm's (``apex.algorithms.registry.ActingPolicy``); this loop is the same for
+explores is the algorithm's (``apex.algorithms.protocols.Acting``); this loop is the same for
 every algorithm. Every ``weight_refresh_steps`` vector steps the actor loads the newest
 weights that the learner published."""
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from apex.acting.env_group import make_groups
 from apex.algorithms.exploration import env_epsilons
-from apex.algorithms.registry import ActingPolicy, AlgorithmEntry, transition_spec
+from apex.algorithms.protocols import Acting
 from apex.channels import EpisodeReporter
 from apex.envs.families import env_shape
 from apex.settings import ActorConfig
@@ -58,8 +58,8 @@ class Actor:
 
     Args:
         config: its settings.
-        acting: what it acts with, and the algorithm that is for (``launch.builder.actor``
-            makes both with ``apex.algorithms.registry.build_acting``).
+        acting: what it acts with, and the algorithm and settings that is for
+            (``launch.builder.actor`` makes it with ``apex.algorithms.registry.build_acting``).
         endpoints: the shards' and the learner's.
         security: the run's keys; with keys, it takes weights only from a publisher that
             proves it holds the run's server secret.
@@ -71,23 +71,24 @@ class Actor:
     def __init__(
         self,
         config: ActorConfig,
-        acting: tuple[ActingPolicy, AlgorithmEntry],
+        acting: Acting,
         endpoints: ActorEndpoints,
         security: SecurityConfig | None = None,
     ) -> None:
         self.config = config
         shape = env_shape(config.env)
         self._shape = shape
-        self._policy, self._algorithm = acting
-        self._spec = transition_spec(self._algorithm, shape, config)
+        self._policy = acting.policy
+        self._symbol = acting.builder.exploration_symbol
+        self._spec = acting.transition_spec(shape, config)
         # Each env copy's exploration scale (ε, or DPG's noise σ), spread over the run; a
         # policy that explores by itself (IMPALA's) acts at scale 1 everywhere.
         self._scales = np.ones(config.envs_per_actor)
-        if self._algorithm.exploration is not None:
-            self._scales = env_epsilons(
-                config.actor_index, config.actor_count, config.envs_per_actor,
-                getattr(config, self._algorithm.exploration), config.epsilon_alpha,
-            )  # fmt: skip
+        scale = acting.exploration_scale()
+        if scale is not None:
+            self._scales = env_epsilons(config.actor_index, config.actor_count,
+                                        config.envs_per_actor, scale,
+                                        config.epsilon_alpha)  # fmt: skip
         self._rng = np.random.default_rng(config.actor_seed)
         self._context = make_context(security, need_server_secret=False)
         self._weights = WeightSubscriber(self._context, endpoints.weights, config.refresh_versions)
@@ -114,13 +115,13 @@ class Actor:
             if steps is not None:
                 per_round = config.envs_per_actor // config.env_groups
                 rounds = -(-config.insert_batch // per_round) + 1
-                history = 2 * config.unroll_length * rounds + 8
+                history = 2 * steps * rounds + 8
             self._frames = FrameWriter(
                 config.envs_per_actor, layout["stack"], config.n_step,
                 history=history, compress=layout["compressed"], rng=np.random.default_rng(),
                 frame_shape=self._inserts.frames.frame_shape, unroll_steps=steps,
             )  # fmt: skip
-        self._groups = make_groups(config, shape, self._spec, acting, self._frames,
+        self._groups = make_groups(config, shape, acting, self._frames,
                                    lambda: self._weights.version, self._scales)  # fmt: skip
         # Priorities depend on the policy only: any group's maker gives them.
         self._maker = self._groups[0].maker
@@ -144,7 +145,7 @@ class Actor:
             config.actor_index,
             config.envs_per_actor,
             config.env,
-            self._algorithm.symbol,
+            self._symbol,
             self._scales.max(),
             self._scales.min(),
             config.actor_index,

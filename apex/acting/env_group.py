@@ -27,11 +27,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from apex.acting.experience import ExperienceMaker
-from apex.algorithms.registry import ActingPolicy, AlgorithmEntry
+from apex.algorithms.protocols import Acting
 from apex.envs.families import EnvShape
 from apex.envs.vector import actor_envs
 from apex.settings import ActorConfig
-from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
     from apex.acting.frame_writer import FrameWriter
@@ -122,8 +121,7 @@ class EnvGroup:
 def make_groups(
     config: ActorConfig,
     shape: EnvShape,
-    spec: TransitionSpec,
-    acting: tuple[ActingPolicy, AlgorithmEntry],
+    acting: Acting,
     frames: FrameWriter | None,
     version: Callable[[], int],
     scales: np.ndarray,
@@ -141,7 +139,8 @@ def make_groups(
     make_envs = envs or (lambda name, n: actor_envs(name, n, threads=config.env_threads))
     groups = []
     for first in range(0, config.envs_per_actor, count):
-        maker = ExperienceMaker(share, shape, spec, acting, frames, version, first_env=first)
+        builder = acting.experience(share, shape, version, frame_refs=frames is not None)
+        maker = ExperienceMaker(share, builder, frames, first_env=first)
         group_scales = scales[first : first + count]
         groups.append(EnvGroup(make_envs(config.env, count), maker, group_scales, first,
                                config.reward_scale))  # fmt: skip

@@ -253,9 +253,9 @@ class TorchPolicy:
         return logits.numpy(), values.numpy()
 
 
-def _numpy_or_torch(numpy_class, torch_network: str):
-    """A builder of a policy: ``numpy_class`` for ``(d,)`` observations, else the torch
-    network ``apex.algorithms.networks.<torch_network>`` behind :class:`TorchPolicy`."""
+def _numpy_or_torch(numpy_class, torch_network: Callable):
+    """A builder of a policy: ``numpy_class`` for ``(d,)`` observations, else
+    ``torch_network(observation_shape, actions, hidden)`` behind :class:`TorchPolicy`."""
 
     def build(
         observation_shape: Sequence[int],
@@ -270,9 +270,7 @@ def _numpy_or_torch(numpy_class, torch_network: str):
             return numpy_class(observation_shape[0], actions, hidden, seed)
 
         def network():
-            from apex.algorithms import networks
-
-            return getattr(networks, torch_network)(observation_shape, actions, hidden)
+            return torch_network(observation_shape, actions, hidden)
 
         policy = TorchPolicy(network, seed, torch_threads)
         if precision != "int8":
@@ -293,7 +291,19 @@ def _numpy_or_torch(numpy_class, torch_network: str):
     return build
 
 
+def _q_network(observation_shape, actions: int, hidden):
+    from apex.algorithms.networks import build_network  # torch: image policies only
+
+    return build_network(observation_shape, actions, hidden)
+
+
+def _policy_value_network(observation_shape, actions: int, hidden):
+    from apex.algorithms.networks import PolicyValueNet  # torch: image policies only
+
+    return PolicyValueNet(observation_shape, actions, hidden)
+
+
 # A Q-network (DQN): the numpy dueling MLP, or torch's convolutional network that fits.
-build_policy = _numpy_or_torch(NumpyDuelingMLP, "build_network")
+build_policy = _numpy_or_torch(NumpyDuelingMLP, _q_network)
 # A policy-value network (IMPALA).
-build_policy_value = _numpy_or_torch(NumpyPolicyValueMLP, "PolicyValueNet")
+build_policy_value = _numpy_or_torch(NumpyPolicyValueMLP, _policy_value_network)

@@ -1,62 +1,23 @@
-"""Environment presets: what ``--env`` names, how to build it, and when it is solved.
+"""How an environment is made and what shape it has: the gymnasium envs, the ALE pipeline
+(``atari``), MinAtar's planes (``minatar``), and the shapes the networks and the replay
+spec are built from. Which family an env name belongs to, and its solve threshold and run
+settings, are its preset's (``apex.envs.presets``).
 
-* ``CartPole-v1``: solved at a greedy mean return of 475 (gymnasium's threshold).
-* ``LunarLander-v3``: solved at 200; needs Box2D (``pip install 'apex-rl[box2d]'``).
-* ``Pong``: ALE Pong with the standard DQN preprocessing (frame skip 4 with max-pooling,
-  84×84 grayscale, up to 30 no-op starts), a stack of 4 frames, and rewards clipped to
-  their sign while training. Actors and evaluators step ale-py's C++ vector env
-  (``apex.envs.vector``); one env here goes through gymnasium's ``AtariPreprocessing``,
-  which gives the same stacks. Needs ``pip install 'apex-rl[atari]'`` (ale-py ships the
-  ROMs; AtariPreprocessing needs OpenCV). Solved at 18.
-* ``MinAtar/Breakout-v1`` and ``MinAtar/SpaceInvaders-v1``: MinAtar's 10×10 planes of
-  objects (``pip install 'apex-rl[minatar]'``), pixels that learn on a CPU; no threshold.
-
-* ``Pendulum-v1``: continuous control (Ape-X DPG), solved at −200.
-* ``LunarLanderContinuous-v3``: continuous, solved at 200; needs Box2D.
-* ``HalfCheetah-v5`` (4800) and ``Hopper-v5`` (3800): MuJoCo, gymnasium's thresholds;
-  need ``pip install 'apex-rl[mujoco]'``.
-
-Any other gymnasium id with a ``(d,)`` observation and a discrete action space (DQN) or a
-bounded flat ``Box`` one (DPG) also works, with no solved threshold unless one is given.
-
-Each preset also carries the run settings measured to learn it quickly on a 2-core machine
-(:attr:`EnvPreset.defaults`, from ``apex.envs.preset_defaults``); anything a user sets wins over
-them (``launch.config.resolve``).
+Any gymnasium id with a ``(d,)`` observation and a discrete action space (DQN) or a
+bounded flat ``Box`` one (DPG) works without a preset, with no solved threshold unless
+one is given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 
-from apex.envs.preset_defaults import DEFAULTS, MINATAR
+from apex.envs.presets import preset
 from replay.store.spec import TransitionSpec
-
-
-@dataclass(frozen=True)
-class EnvPreset:
-    """A named environment.
-
-    Attributes:
-        name: what ``--env`` accepts.
-        solved_return: greedy mean return over evaluation episodes that counts as solved.
-        atari: built through the Atari pipeline.
-        minatar: a MinAtar game (the ``minatar`` extra): 10x10 planes of objects, one
-            channel per kind, as uint8 0/1 (``(10, 10, C)``, channels last).
-        gym_id: the gymnasium id to make.
-        defaults: run settings for this environment (sections as in a config file).
-    """
-
-    name: str
-    solved_return: float | None
-    atari: bool = False
-    minatar: bool = False
-    gym_id: str = ""
-    defaults: Mapping[str, object] = field(default_factory=dict)
-
 
 # DQN's Atari episode starts: up to this many no-op steps. And ALE's episode limit, as
 # gymnasium's ALE/*-v5 ids: 108,000 emulator frames (27,000 steps of 4 frames).
@@ -64,43 +25,6 @@ NOOP_MAX = 30
 ATARI_MAX_FRAMES = 108_000
 # MinAtar has no episode limit of its own (see _make_minatar).
 MINATAR_MAX_EPISODE_STEPS = 10_000
-
-# Each preset's run settings are in apex.envs.preset_defaults.
-PRESETS = {
-    "CartPole-v1": EnvPreset(
-        "CartPole-v1", 475.0, gym_id="CartPole-v1", defaults=DEFAULTS["CartPole-v1"]
-    ),
-    "Acrobot-v1": EnvPreset(
-        "Acrobot-v1", -100.0, gym_id="Acrobot-v1", defaults=DEFAULTS["Acrobot-v1"]
-    ),
-    "LunarLander-v3": EnvPreset(
-        "LunarLander-v3", 200.0, gym_id="LunarLander-v3", defaults=DEFAULTS["LunarLander-v3"]
-    ),
-    "Pendulum-v1": EnvPreset(
-        "Pendulum-v1", -200.0, gym_id="Pendulum-v1", defaults=DEFAULTS["Pendulum-v1"]
-    ),
-    "LunarLanderContinuous-v3": EnvPreset(
-        "LunarLanderContinuous-v3",
-        200.0,
-        gym_id="LunarLanderContinuous-v3",
-        defaults=DEFAULTS["LunarLanderContinuous-v3"],
-    ),
-    # gymnasium's own reward thresholds for these two.
-    "HalfCheetah-v5": EnvPreset(
-        "HalfCheetah-v5", 4800.0, gym_id="HalfCheetah-v5", defaults=DEFAULTS["HalfCheetah-v5"]
-    ),
-    "Hopper-v5": EnvPreset("Hopper-v5", 3800.0, gym_id="Hopper-v5", defaults=DEFAULTS["Hopper-v5"]),
-    "Pong": EnvPreset("Pong", 18.0, atari=True, gym_id="ALE/Pong-v5", defaults=DEFAULTS["Pong"]),
-    **{
-        name: EnvPreset(name, None, minatar=True, gym_id=name, defaults=MINATAR)
-        for name in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")
-    },
-}
-
-
-def preset(name: str) -> EnvPreset:
-    """The preset for ``name``; an unknown name is taken as a plain gymnasium id."""
-    return PRESETS.get(name, EnvPreset(name, None, gym_id=name))
 
 
 def stacks_frames(name: str) -> bool:
@@ -199,27 +123,20 @@ class EnvUnavailable(ValueError):
     """An environment that cannot be made here: the message says why and what to install."""
 
 
-def check_env(name: str, algorithm: str = "auto") -> EnvShape:
-    """The shape of ``name``, from one env made here: a misspelled id, a missing extra or
-    an action space the algorithm cannot use is found before any process starts.
+def probe_env(name: str) -> EnvShape:
+    """The shape of ``name``, from one env made here: a misspelled id or a missing extra
+    is found before any process starts.
 
     Raises:
         EnvUnavailable: gymnasium's own message (with its "did you mean"), plus the
             project's install hint where an extra is missing.
     """
     try:
-        shape = env_shape(name)
+        return env_shape(name)
     except (gym.error.Error, ImportError, ValueError) as exc:
         raise EnvUnavailable(
             f"cannot make environment {name!r}: {exc}{_install_hint(name, exc)}"
         ) from exc
-    from apex.algorithms.registry import choose
-
-    try:
-        choose(algorithm, shape, name)
-    except ValueError as exc:
-        raise EnvUnavailable(str(exc)) from exc
-    return shape
 
 
 def _install_hint(name: str, exc: Exception) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from apex.algorithms.registry import ActingPolicy
+from apex.algorithms.protocols import ActingPolicy
 from apex.channels import ApexKind
 from replay.errors import ProtocolError
 from replay.wire.layout import Message
@@ -106,10 +106,15 @@ def play_greedy(policy: ActingPolicy, envs: gym.vector.VectorEnv, seed: int) -> 
     running = np.ones(episodes, dtype=bool)
     greedy = np.zeros(episodes)
     rng = np.random.default_rng(seed)  # unused at zero scales; the protocol asks for one
+    state = policy.initial_state(episodes)
     observations, _ = envs.reset(seed=seed)
+    policy.begin_episodes(state, np.arange(episodes))
     while running.any():
-        actions = policy.explore(observations, greedy, rng)
+        actions = policy.explore(observations, greedy, rng, state)
         observations, rewards, terminated, truncated, _ = envs.step(actions)
         returns += rewards * running
-        running &= ~np.logical_or(terminated, truncated)
+        ended = np.logical_or(terminated, truncated)
+        running &= ~ended
+        if ended.any():  # a copy's next episode, played on but not counted
+            policy.begin_episodes(state, np.flatnonzero(ended))
     return returns

@@ -13,8 +13,8 @@ more episodes on other seeds (gymnasium's definition of solving CartPole-v1 is a
 475 over 100 consecutive episodes), and only a confirmed solve counts as one. After the
 first confirmed solve (a run that trains on) evaluations are periodic only: confirming
 every later one kept a CartPole evaluator busy on a core. Only where the learner follows
-better confirmations (DQN's ``follow_better_confirmations``) is a periodic evaluation
-above the best confirmed mean so far confirmed too.
+better confirmations (``learner.solved.follow_better``) is a periodic evaluation above
+the best confirmed mean so far confirmed too.
 
 Results go to the learner's episodes socket as EVALUATION messages (``apex.learning.evaluation``);
 the learner writes them to its metrics and stops on a confirmed solve. The evaluator
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import zmq
 
-from apex.algorithms.registry import ActingPolicy
+from apex.algorithms.protocols import ActingPolicy
 from apex.channels import EPISODES_HWM
 from apex.envs.vector import evaluation_envs
 from apex.learning.evaluation import Evaluation, play_greedy

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from apex.algorithms.exploration import run_actors
-from apex.algorithms.registry import Algorithm
+from apex.algorithms.protocols import Algorithm
 from apex.algorithms.updates import set_learning_rate
 from apex.channels import EpisodeCollector
 from apex.envs.families import solved_return
@@ -120,11 +120,11 @@ class Learner:
         self._device = device
         self._resolved_config = resolved_config
         self.counters = LearnerCounters()
-        if resume_from is not None:
-            self._restore(resume_from)
+        restored = self._restore(resume_from) if resume_from is not None else {}
         self._context = make_context(security)
         try:
-            kept_bytes = CONFIRMED_WEIGHTS_KEPT_BYTES if algorithm.keeps_confirmed_weights else 0
+            keeps = config.solved.keeps_confirmed_weights
+            kept_bytes = CONFIRMED_WEIGHTS_KEPT_BYTES if keeps else 0
             self._weights = Publications(WeightPublisher(self._context, host, weights_port),
                                          PUBLISH_AT_LEAST_EVERY_S, PUBLICATIONS_KEPT,
                                          kept_bytes)  # fmt: skip
@@ -134,8 +134,9 @@ class Learner:
             self._context.destroy(linger=0)
             raise
         self._stop = threading.Event()
-        self._solving = Solving(config, algorithm, self._weights,
+        self.solving = Solving(config, algorithm, self._weights,
                                 solved_return(config.env, config.target_return))  # fmt: skip
+        self.solving.load_state_dict(restored)
         self._window = ProgressWindow()
         self._metrics: MetricsWriter | None = None
         self._started = time.monotonic()
@@ -156,7 +157,8 @@ class Learner:
         """Asks :meth:`run` to finish (with a final checkpoint) after the current update."""
         self._stop.set()
 
-    def _restore(self, path: Path) -> None:
+    def _restore(self, path: Path) -> dict:
+        """Counters and the algorithm from the checkpoint at ``path``; returns its state."""
         state = checkpoint.load(path)
         counters = json.loads(state["counters"])
         if "settled_at_s" not in counters:  # written before runs settled apart from solving
@@ -169,6 +171,7 @@ class Learner:
             self.counters.updates,
             self.counters.weight_version,
         )
+        return state
 
     def save_checkpoint(self) -> Path:
         # The training time so far, this run's included: a run resumed from a periodic
@@ -176,6 +179,7 @@ class Learner:
         counters = {**asdict(self.counters), "train_seconds": self._elapsed_s()}
         state = {
             **self.algorithm.state_dict(),
+            **self.solving.state_dict(),
             "counters": json.dumps(counters),
             "config": json.dumps(self._resolved_config, sort_keys=True),
         }
@@ -207,13 +211,12 @@ class Learner:
                 "updates": self.counters.updates,
                 "weight_version": self.counters.weight_version,
                 "device": str(self._device),
-                # DoubleDQN, or DPG's variant (DDPG, TD3)
-                "algorithm": getattr(self.algorithm, "variant", type(self.algorithm).__name__),
+                "algorithm": self.algorithm.variant,
                 **run_actors(self._resolved_config),
             }
         )
         if self.counters.settled_at_s is not None:  # settled in a life before this one
-            self.algorithm.solved(None)
+            self.solving.resume_settled()
         self._started = self._last_progress = time.monotonic()
         self._running = True
         outcome = Outcome("stopped", False, self.counters)
@@ -246,7 +249,7 @@ class Learner:
                                    "time_s": self._elapsed_s()})  # fmt: skip
                     first_update = False
                 tasks.run_due(self.counters.updates)
-                if self._solving.solved and not outcome.solved:
+                if self.solving.solved and not outcome.solved:
                     outcome.solved = True
                     if config.stop_when_solved:
                         outcome.reason = "solved"
@@ -260,7 +263,7 @@ class Learner:
         finally:
             self.counters.train_seconds = self._elapsed_s()
             self._running = False
-            outcome.last_eval_return = self._solving.last_eval
+            outcome.last_eval_return = self.solving.last_eval
             path = self._checkpoint_or_count()
             outcome.delivery, transitions_added = final_account(self.source, self._episodes)
             metrics.write(
@@ -275,8 +278,8 @@ class Learner:
                     "updates": self.counters.updates,
                     "weight_version": self.counters.weight_version,
                     "train_seconds": self.counters.train_seconds,
-                    "last_eval_return": self._solving.last_eval,
-                    "back_to_anchor": self._solving.went_back,
+                    "last_eval_return": self.solving.last_eval,
+                    "back_to_confirmed": self.solving.went_back,
                     "checkpoint": str(path) if path else None,
                     "checkpoints_failed": self.checkpoints_failed,
                     "updates_skipped_nonfinite": self.counters.updates_skipped,
@@ -311,7 +314,7 @@ class Learner:
         config = self.config
         settled = self.counters.settled_at_s is not None  # in this life or one before
         if config.learning_rate_final is not None or (
-            settled and config.learning_rate_solved is not None
+            settled and config.solved.learning_rate is not None
         ):
             rate = config.learning_rate_at(self.counters.updates, settled)
             set_learning_rate(self.algorithm.optimizers, rate)
@@ -320,6 +323,7 @@ class Learner:
             self._skipped_update()
             return True
         self._skipped_in_a_row = 0
+        self.solving.after_update()
         if result.new_priorities is not None:
             self.source.update_priorities(batch.source, result.new_priorities.numpy())
         if (versions := batch.source.transitions.get("version")) is not None:
@@ -349,7 +353,7 @@ class Learner:
 
     def _publish(self) -> None:
         self.counters.weight_version += 1
-        self._weights.publish(self.algorithm.policy, self.counters.weight_version,
+        self._weights.publish(self.solving.policy, self.counters.weight_version,
                               self.counters.updates, self._episodes.env_steps())  # fmt: skip
 
     def _resend_weights_if_due(self) -> None:
@@ -361,7 +365,7 @@ class Learner:
             return
         version, updates = self.counters.weight_version, self.counters.updates
         if self._weights.updates_behind(version) == updates:
-            self._weights.send(self.algorithm.policy, version, updates,
+            self._weights.send(self.solving.policy, version, updates,
                                self._episodes.env_steps())  # fmt: skip
         else:
             self._publish()
@@ -377,7 +381,7 @@ class Learner:
         """An EVALUATION from the evaluator: written to the metrics; a confirmed one at
         the target marks the run solved (``ProtocolError``: refused, counted)."""
         evaluation = read_evaluation(message)
-        solves = self._solving.take(evaluation, self.counters, self._elapsed_s())
+        solves = self.solving.take(evaluation, self.counters, self._elapsed_s())
         logger.info("%s %d (weights %d, %d env steps): greedy mean %.1f over %d episodes%s",
                     "confirmation of evaluation" if evaluation.confirmation else "evaluation",
                     evaluation.index, evaluation.weight_version, evaluation.env_steps,

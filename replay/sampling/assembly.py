@@ -2,11 +2,10 @@
 
 A batch of Pong is 29 MB of frame stacks. Decoded into arrays of each part, joined into
 the batch, then copied into pinned memory for the GPU, it was written three times on the
-learner's host, and those copies held the learner to 55 updates/s on an H200 (bench/
-HISTORY.md, "The first GPU session"). Here the batch's arrays are taken from
-:class:`BatchArrays` when its first part arrives (pinned ones from a pool, on CUDA:
-``apex.learning.staging.PinnedBuffers``), and each reply is decoded or copied into the next free
-rows as it arrives (:meth:`SampleReply.from_message` with ``out``). The items appear in
+learner's host, and those copies held the learner to 55 updates/s on an H200. Here the batch's
+arrays are taken from :class:`BatchArrays` when its first part arrives (pinned ones from a pool, on
+CUDA: ``apex.learning.staging.PinnedBuffers``), and each reply is decoded or copied into the next
+free rows as it arrives (:meth:`SampleReply.from_message` with ``out``). The items appear in
 the order their parts arrived; the shards, indices and generations that route priorities
 back follow the same order.
 

@@ -14,7 +14,7 @@ by Polyak averaging at rate ``tau`` after each policy update. New priorities are
 ``|y − Q1(s, a)| + ε``: the TD error of the critic the actors hold a copy of, so the
 priorities the learner writes back are the same kind as those the actors start with.
 
-With one critic (``learner.dpg.twin_critics = false``, the default), ``y = R + d · Q1'(s', ã)``
+With one critic (``dpg.twin_critics = false``, the default), ``y = R + d · Q1'(s', ã)``
 and only ``Q1`` is trained; ``policy_delay = 1`` and ``target_noise = 0`` (the defaults)
 make it plain DDPG. ``twin_critics = true``, ``policy_delay = 2`` and ``target_noise =
 0.2`` make it TD3 (Fujimoto et al. 2018).
@@ -28,81 +28,24 @@ machine, 10 minutes each, DDPG ended ahead on HalfCheetah-v5 (5,430 and 5,865 ag
 as fast (32.4 s median against 35.4 s). TD3 is the choice where updates are cheap beside
 the data (a GPU learner) and a run long enough for DDPG's overestimation to bite.
 
-:class:`DPGActing` is an actor's side: the policy plus Gaussian noise of the env copy's own
-scale, and initial priorities from its copy of critic 1. The module is DPG's entry in
-``apex.algorithms.registry.ALGORITHMS``; torch is imported only where the learner builds or trains.
+torch is imported only where the learner builds or trains.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from apex.algorithms.exploration import gaussian_noise
-from apex.algorithms.policy import NumpyActorCritic
+from apex.algorithms.dpg.settings import DPGSettings
 from apex.algorithms.updates import StepResult, adam, descend, soft_update
-from replay.store.field_checks import checked, in_unit_interval, not_positive_integers
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
     from apex.algorithms.optimizer import Adam
-    from apex.envs.families import EnvShape
     from apex.learning.staging import DeviceBatch
-    from apex.settings import ActorConfig, LearnerConfig
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The run config's ``[learner.dpg]``: plain DDPG at the defaults, TD3 with
-    ``twin_critics = true``, ``policy_delay = 2``, ``target_noise = 0.2``.
-
-    Attributes:
-        tau: the Polyak rate of the target networks.
-        twin_critics: TD3's clipped double-Q (two critics, the smaller target).
-        policy_delay: critic updates per policy update.
-        target_noise: target policy smoothing, σ of the noise on the target action as a
-            fraction of half the action range.
-        noise_clip: that noise's bound, in the same unit.
-    """
-
-    tau: float = 0.005
-    twin_critics: bool = False
-    policy_delay: int = 1
-    target_noise: float = 0.0
-    noise_clip: float = 0.5
-
-    def problems(self, prefix: str = "learner.dpg.") -> list[str]:
-        def ranges() -> list[str]:
-            problems = not_positive_integers({f"{prefix}policy_delay": self.policy_delay})
-            problems += in_unit_interval(f"{prefix}tau", self.tau)
-            for name in ("target_noise", "noise_clip"):
-                value = getattr(self, name)
-                if not 0 <= value < float("inf"):
-                    problems.append(f"{prefix}{name} must be finite and >= 0, got {value}")
-            return problems
-
-        return checked(self, prefix, ranges)
-
-
-def shape_problems(shape: EnvShape, env: str) -> list[str]:
-    if len(shape.observation_shape) != 1:
-        return [f"{env} has observations of shape {shape.observation_shape}: DPG takes "
-                "vector observations (d,)"]  # fmt: skip
-    return []
-
-
-def build_learner(config: LearnerConfig, settings: Settings, shape: EnvShape, device) -> DPG:
-    return DPG(config, settings, shape.observation_shape[0], shape.action_low,
-               shape.action_high, device)  # fmt: skip
-
-
-def build_acting(config: ActorConfig, shape: EnvShape) -> DPGActing:
-    return DPGActing(config, shape)
+    from apex.settings import LearnerConfig
 
 
 class DPG:
@@ -111,7 +54,7 @@ class DPG:
 
     Args:
         config: the learner's settings (widths, learning rate, clipping).
-        settings: its ``[learner.dpg]`` section (tau, critics, delay, noise).
+        settings: its ``[dpg]`` section (tau, critics, delay, noise).
         observation_size: ``d`` of the ``(d,)`` observations.
         low, high: the action bounds.
         device: where the networks live.
@@ -120,7 +63,7 @@ class DPG:
     def __init__(
         self,
         config: LearnerConfig,
-        settings: Settings,
+        settings: DPGSettings,
         observation_size: int,
         low,
         high,
@@ -233,15 +176,10 @@ class DPG:
             "steps": torch.tensor(self.steps),
         }
 
-    keeps_confirmed_weights = False
-    follows_better_confirmations = False
-
-    def solved(self, confirmed: dict[str, torch.Tensor] | None = None) -> None:
-        """Nothing changes at a solve."""
-
-    def back_to_anchor(self) -> bool:
-        """No anchor to go back to."""
-        return False
+    def train_from(self, policy: dict[str, torch.Tensor]) -> None:
+        """The policy with critic 1, and their target copies, take ``policy``."""
+        self.online.load_state_dict(policy)
+        self.target.load_state_dict(policy)
 
     def load_state_dict(self, state: dict) -> None:
         self.online.load_state_dict(state["online"])
@@ -252,31 +190,3 @@ class DPG:
         self.policy_optimizer.load_state_dict(state["policy_optimizer"])
         if "steps" in state:
             self.steps = int(state["steps"])
-
-
-class DPGActing:
-    """An actor's DPG: its numpy copy of the policy and critic 1 (``apex.algorithms.policy``),
-    acting with Gaussian noise of each env copy's own scale, clipped to the action bounds."""
-
-    def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
-        self.network = NumpyActorCritic(
-            shape.observation_shape[0], shape.action_low, shape.action_high, config.hidden,
-            seed=config.actor_seed,
-        )  # fmt: skip
-
-    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        return self.network.parameter_shapes()
-
-    def load(self, arrays) -> None:
-        self.network.load(arrays)
-
-    def explore(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
-        network = self.network
-        return gaussian_noise(network.actions(observations), scales, network.scale,
-                              network.offset, rng)  # fmt: skip
-
-    def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        network = self.network
-        taken = network.q(batch["obs"], batch["action"])
-        q_next = network.q(batch["next_obs"], network.actions(batch["next_obs"]))
-        return np.abs(batch["reward"] + batch["discount"] * q_next - taken).astype(np.float64)

@@ -1,0 +1,63 @@
+"""Ape-X DQN (Horgan et al. 2018): double DQN with dueling heads on n-step transitions from
+prioritized replay, actors exploring ε-greedily with ε spread over their env copies."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from apex.algorithms.dqn.acting import DQNActing
+from apex.algorithms.dqn.learner import DoubleDQN
+from apex.algorithms.dqn.settings import DQNSettings
+from apex.algorithms.nstep_experience import ValuedNStepExperience
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+    from apex.envs.families import EnvShape
+    from apex.settings import ActorConfig, LearnerConfig
+    from replay.store.spec import TransitionSpec
+
+
+class DQNBuilder:
+    """``apex.algorithms.protocols.AlgorithmBuilder`` of Ape-X DQN."""
+
+    name = "dqn"
+    continuous = False
+    replay = "prioritized"
+    exploration_symbol = "ε"
+    run_defaults = MappingProxyType({})  # nothing over the env preset's
+    settings_type = DQNSettings
+
+    def shape_problems(self, shape: EnvShape, env: str) -> list[str]:
+        """DQN takes any observations its networks do (vectors, images, stacked frames)."""
+        return []
+
+    def exploration_scale(self, settings: DQNSettings) -> float:
+        return settings.epsilon
+
+    def transition_spec(
+        self, shape: EnvShape, actor: ActorConfig, settings: DQNSettings
+    ) -> TransitionSpec:
+        return shape.transition_spec()
+
+    def build_learner(
+        self, config: LearnerConfig, settings: DQNSettings, shape: EnvShape, device: torch.device
+    ) -> DoubleDQN:
+        return DoubleDQN(config, settings, shape.observation_shape, shape.actions, device)
+
+    def build_acting(self, actor: ActorConfig, settings: DQNSettings, shape: EnvShape) -> DQNActing:
+        return DQNActing(actor, shape)
+
+    def build_experience(
+        self,
+        actor: ActorConfig,
+        settings: DQNSettings,
+        shape: EnvShape,
+        policy: DQNActing,
+        version: Callable[[], int],
+        frame_refs: bool,
+    ) -> ValuedNStepExperience:
+        return ValuedNStepExperience(actor, shape, policy, version, frame_refs)

@@ -1,0 +1,81 @@
+"""IMPALA (Espeholt et al. 2018): an actor-critic learning with V-trace from unrolls that
+queues hand out once each, oldest first; its actors sample from their copy of π."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from apex.algorithms.impala.acting import ImpalaActing, UnrollMaker
+from apex.algorithms.impala.learner import Impala
+from apex.algorithms.impala.settings import ImpalaSettings
+from replay.store.spec import TransitionSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+    from apex.envs.families import EnvShape
+    from apex.settings import ActorConfig, LearnerConfig
+
+
+class ImpalaBuilder:
+    """``apex.algorithms.protocols.AlgorithmBuilder`` of IMPALA."""
+
+    name = "impala"
+    continuous = False
+    replay = "queue"
+    exploration_symbol = "π"
+    settings_type = ImpalaSettings
+    # What every IMPALA run starts from, over the env's preset: queues of unrolls.
+    run_defaults = tomllib.loads(Path(__file__).with_name("defaults.toml").read_text("utf-8"))
+
+    def shape_problems(self, shape: EnvShape, env: str) -> list[str]:
+        """IMPALA takes the observations its networks do; actions are Discrete (the
+        registry checks that)."""
+        return []
+
+    def exploration_scale(self, settings: ImpalaSettings) -> None:
+        """π explores by itself: every env copy samples from it."""
+        return None
+
+    def transition_spec(
+        self, shape: EnvShape, actor: ActorConfig, settings: ImpalaSettings
+    ) -> TransitionSpec:
+        """One unroll per item (``apex.algorithms.impala.unrolls``), ``T =
+        impala.unroll_length``."""
+        steps = settings.unroll_length
+        return TransitionSpec.from_dict(
+            {
+                "obs": ((steps + 1, *shape.observation_shape), shape.observation_dtype),
+                "action": ((steps,), "int64"),
+                "reward": ((steps,), "float32"),
+                "discount": ((steps,), "float32"),
+                "log_prob": ((steps,), "float32"),
+                "version": ((), "int64"),
+            }
+        )
+
+    def build_learner(
+        self, config: LearnerConfig, settings: ImpalaSettings, shape: EnvShape,
+        device: torch.device,
+    ) -> Impala:  # fmt: skip
+        return Impala(config, settings, shape.observation_shape, shape.actions, device)
+
+    def build_acting(
+        self, actor: ActorConfig, settings: ImpalaSettings, shape: EnvShape
+    ) -> ImpalaActing:
+        return ImpalaActing(actor, shape)
+
+    def build_experience(
+        self,
+        actor: ActorConfig,
+        settings: ImpalaSettings,
+        shape: EnvShape,
+        policy: ImpalaActing,
+        version: Callable[[], int],
+        frame_refs: bool,
+    ) -> UnrollMaker:
+        return UnrollMaker(actor, settings.unroll_length, shape, policy, version, frame_refs)

@@ -1,0 +1,191 @@
+"""Environment presets as data: what ``--env`` names, how the env is made, when it is solved,
+and the run settings it starts from, read from TOML files.
+
+The built-in presets are the files of ``apex/envs/preset_files`` (one per env family or
+env); a user's preset is a run config file with a ``[preset]`` table (see
+:func:`preset_of_file`), which ``launch.config.resolve`` registers for the run. A preset
+file::
+
+    family = "gymnasium"          # how its envs are made: gymnasium, atari, minatar
+
+    [envs."CartPole-v1"]          # a name --env accepts
+    id = "CartPole-v1"            # the gymnasium id (default: the name)
+    solved_return = 475.0         # the greedy mean that solves it (default: none)
+
+    [settings]                    # run config sections every run of it starts from
+    actors = 1
+    [settings.learner]
+    batch_size = 64
+
+    [algorithms.impala.learner]   # over [settings], when that algorithm runs
+    batch_size = 8
+
+Every file is checked when read: an unknown family or key, or a setting that is not a
+table where one is due, is an error naming the file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replay.errors import ConfigError
+
+FAMILIES = ("gymnasium", "atari", "minatar")
+PRESET_DIR = Path(__file__).with_name("preset_files")
+_FILE_KEYS = {"family", "envs", "settings", "algorithms"}
+_ENV_KEYS = {"id", "solved_return"}
+
+
+@dataclass(frozen=True)
+class EnvPreset:
+    """A named environment.
+
+    Attributes:
+        name: what ``--env`` accepts.
+        solved_return: greedy mean return over evaluation episodes that counts as solved
+            (None: none).
+        family: how it is made: "gymnasium" (``gym.make``), "atari" (the ALE pipeline of
+            DQN's preprocessing, ``apex.envs.families.make_atari``) or "minatar" (the
+            minatar extra: 10x10 planes of objects, one channel per kind, as uint8).
+        gym_id: the gymnasium id to make.
+        defaults: run settings for it (sections as in a config file).
+        algorithm_defaults: more settings by algorithm name, over ``defaults``.
+        source: the file it was read from ("" for an env with no preset).
+    """
+
+    name: str
+    solved_return: float | None
+    family: str = "gymnasium"
+    gym_id: str = ""
+    defaults: Mapping[str, object] = field(default_factory=dict)
+    algorithm_defaults: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def atari(self) -> bool:
+        return self.family == "atari"
+
+    @property
+    def minatar(self) -> bool:
+        return self.family == "minatar"
+
+    def settings_for(self, algorithm: str) -> dict:
+        """The run settings it starts from with ``algorithm`` (a name, or "auto")."""
+        from_algorithm = self.algorithm_defaults.get(algorithm, {})
+        return _merged(dict(self.defaults), dict(from_algorithm))
+
+
+def _merged(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _table(value: object, where: str, problems: list[str]) -> dict:
+    if isinstance(value, dict):
+        return value
+    problems.append(f"{where} must be a table, got {value!r}")
+    return {}
+
+
+def read_presets(values: dict, source: str) -> list[EnvPreset]:
+    """The presets one file's ``values`` define.
+
+    Raises:
+        ConfigError: every problem with them, each naming ``source``.
+    """
+    problems: list[str] = []
+    for key in sorted(set(values) - _FILE_KEYS):
+        problems.append(f"{source}: unknown key {key!r} (known: {', '.join(sorted(_FILE_KEYS))})")
+    family = values.get("family", "gymnasium")
+    if family not in FAMILIES:
+        problems.append(f"{source}: family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    settings = _table(values.get("settings", {}), f"{source}: settings", problems)
+    by_algorithm = _table(values.get("algorithms", {}), f"{source}: algorithms", problems)
+    for name, table in by_algorithm.items():
+        _table(table, f"{source}: algorithms.{name}", problems)
+    envs = _table(values.get("envs", {}), f"{source}: envs", problems)
+    if not envs and not problems:
+        problems.append(f"{source}: no [envs.NAME] table: it presets no environment")
+    presets = []
+    for name, given in envs.items():
+        env = _table(given, f"{source}: envs.{name}", problems)
+        for key in sorted(set(env) - _ENV_KEYS):
+            problems.append(f"{source}: envs.{name}: unknown key {key!r} (known: id, "
+                            "solved_return)")  # fmt: skip
+        solved = env.get("solved_return")
+        if isinstance(solved, bool) or not isinstance(solved, (int, float, type(None))):
+            problems.append(f"{source}: envs.{name}.solved_return must be a number, "
+                            f"got {solved!r}")  # fmt: skip
+            solved = None
+        gym_id = env.get("id", name)
+        if not isinstance(gym_id, str) or not gym_id:
+            problems.append(f"{source}: envs.{name}.id must be a gymnasium id, got {gym_id!r}")
+        presets.append(EnvPreset(name, None if solved is None else float(solved), family,
+                                 str(gym_id), settings, by_algorithm, source))  # fmt: skip
+    if problems:
+        raise ConfigError(problems, what="preset")
+    return presets
+
+
+def read_preset_file(path: Path) -> list[EnvPreset]:
+    """The presets of a preset file.
+
+    Raises:
+        ConfigError: an unreadable file, invalid TOML, or problems with its presets.
+    """
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError([f"cannot read preset file {path}: {exc.strerror}"], "preset") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path} is not valid TOML: {exc}"], "preset") from exc
+    return read_presets(values, str(path))
+
+
+def _built_in() -> dict[str, EnvPreset]:
+    found: dict[str, EnvPreset] = {}
+    for path in sorted(PRESET_DIR.glob("*.toml")):
+        for chosen in read_preset_file(path):
+            if chosen.name in found:
+                raise ConfigError([f"{path}: {chosen.name} is preset in "
+                                   f"{found[chosen.name].source} too"])  # fmt: skip
+            found[chosen.name] = chosen
+    return found
+
+
+PRESETS: dict[str, EnvPreset] = _built_in()
+# A run's own presets (a user's preset file), by name: registered by the run's config.
+_REGISTERED: dict[str, EnvPreset] = {}
+
+
+def register(chosen: EnvPreset) -> None:
+    """Makes ``chosen`` the preset of its name in this process (a run's own preset)."""
+    _REGISTERED[chosen.name] = chosen
+
+
+def preset(name: str) -> EnvPreset:
+    """The preset for ``name``; an unknown name is taken as a plain gymnasium id."""
+    found = _REGISTERED.get(name) or PRESETS.get(name)
+    return found if found is not None else EnvPreset(name, None, gym_id=name)
+
+
+def preset_of_file(values: dict, env: str, source: str) -> EnvPreset:
+    """The preset a run config's ``[preset]`` table defines for its ``env``: the table is
+    an ``envs`` entry's (``id``, ``solved_return``) plus the file's ``family``, and the
+    run config itself is its settings.
+
+    Raises:
+        ConfigError: what is wrong with the table.
+    """
+    table = dict(values)
+    family = table.pop("family", "gymnasium")
+    (chosen,) = read_presets({"family": family, "envs": {env: table}}, f"{source} [preset]")
+    return chosen

@@ -1,0 +1,104 @@
+"""Settings that changed their name or place: what a config file written before says is
+read as what it says now, with a notice, so a run directory written before still resumes
+(``launch.config.resolve`` applies them before anything else)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import fields
+
+from apex.algorithms.registry import ALGORITHMS
+
+logger = logging.getLogger(__name__)
+
+# Settings that were renamed and are refused with their new name: old -> new.
+RENAMED = {"actor.max_in_flight": "actor.insert_credit"}
+# Settings that moved: still read, with a notice, as the new (a run directory written
+# before resumes).
+MOVED = {
+    "learner.target_update_period": "dqn.target_update_period",
+    **{f"learner.{key}": f"dpg.{key}"
+       for key in ("tau", "twin_critics", "policy_delay", "target_noise", "noise_clip")},
+    # Each algorithm's section was the learner's.
+    **{f"learner.{builder.name}.{f.name}": f"{builder.name}.{f.name}"
+       for builder in ALGORITHMS for f in fields(builder.settings_type)},
+    "actor.epsilon": "dqn.epsilon",
+    "actor.noise_scale": "dpg.noise_scale",
+    "actor.unroll_length": "impala.unroll_length",
+    # What a run does past its solve was DQN's and the learner's; it is the loop's.
+    "learner.learning_rate_solved": "learner.solved.learning_rate",
+    "learner.settle_return": "learner.solved.settle_return",
+    "learner.dqn.policy_average": "learner.solved.policy_average",
+    "learner.dqn.average_from_solve": "learner.solved.average_from_solve",
+    "learner.dqn.restart_at_solve": "learner.solved.restart",
+    "learner.dqn.back_to_anchor": "learner.solved.back_to_confirmed",
+    "learner.dqn.follow_better_confirmations": "learner.solved.follow_better",
+    "learner.dqn.follow_margin": "learner.solved.follow_margin",
+}  # fmt: skip
+# Settings that no longer exist, with what took their place: dropped with a notice, so a
+# run directory written before still resumes.
+_NO_MARGIN = (
+    "the margin loss that held DQN's greedy actions is gone; a settled run goes "
+    "back to its confirmed weights instead (learner.solved.back_to_confirmed)"
+)
+RETIRED = {
+    "learner.eval_interval_s": "evaluations follow env steps now (learner.eval_every_steps)",
+    "learner.dqn.anchor_margin": _NO_MARGIN,
+    "learner.dqn.anchor_weight": _NO_MARGIN,
+}
+
+
+def _pop(values: dict, path: list[str]) -> tuple[dict, object]:
+    """``values`` without the setting at ``path`` (tables left empty dropped), and its value."""
+    head, *rest = path
+    if not rest:
+        return {k: v for k, v in values.items() if k != head}, values[head]
+    inner, value = _pop(values[head], rest)
+    kept = {k: v for k, v in values.items() if k != head}
+    return ({**kept, head: inner} if inner else kept), value
+
+
+def _has(values: object, path: list[str]) -> bool:
+    for part in path:
+        if not isinstance(values, dict) or part not in values:
+            return False
+        values = values[part]
+    return True
+
+
+def _put(values: dict, path: list[str], value: object) -> dict:
+    """``values`` with ``value`` at ``path`` unless a setting is already there."""
+    head, *rest = path
+    if not rest:
+        return values if head in values else {**values, head: value}
+    inner = values.get(head, {})
+    return {**values, head: _put(inner if isinstance(inner, dict) else {}, rest, value)}
+
+
+def moved(values: dict) -> dict:
+    """``values`` with the settings of :data:`MOVED` in their new places, each with a
+    notice; a setting given in both places keeps the new one. Those of :data:`RETIRED`
+    are dropped, with a notice."""
+    for old, why in RETIRED.items():
+        if _has(values, old.split(".")):
+            logger.warning("%s is no longer read: %s", old, why)
+            values, _ = _pop(values, old.split("."))
+    for old, new in MOVED.items():
+        if not _has(values, old.split(".")):
+            continue
+        logger.warning("%s is now %s; read as that (rename it to silence this)", old, new)
+        values, value = _pop(values, old.split("."))
+        values = _put(values, new.split("."), value)
+    return values
+
+
+def refuse_renamed(values: dict, problems: list[str]) -> dict:
+    """``values`` without the settings of :data:`RENAMED`, each refused in ``problems``
+    with its new name."""
+    for old, new in RENAMED.items():
+        section, key = old.split(".")
+        if key in values.get(section, {}):
+            problems.append(f"{old} was renamed to {new}")
+            kept = {k: v for k, v in values[section].items() if k != key}
+            values = {**values, section: kept}
+    return values
