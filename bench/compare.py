@@ -4,14 +4,14 @@ Records are matched by (suite, case, implementation, metric). For rates (units p
 a ratio below 1 means NEW is slower; for times (seconds) the ratio is inverted so that
 below 1 still means worse.
 
-A learning figure (``bench.learn_suite``: an IQM with a 95% interval over seeds) is a
+A learning figure (``bench.learning.learn_suite``: an IQM with a 95% interval over seeds) is a
 regression only when NEW's interval lies wholly on the worse side of OLD's: the ratio of
 two IQMs over ten seeds moves by more than any threshold from chance alone.
 """
 
 from __future__ import annotations
 
-from bench.learning_stats import wholly_worse
+from bench.learning.learning_stats import wholly_worse
 
 
 def _key(record: dict) -> tuple[str, str, str, str]:

@@ -9,19 +9,19 @@ from collections.abc import Callable
 
 # name -> "module:attribute" of each ``apex bench`` command.
 COMMANDS = {
-    "replay": "bench.part_commands:bench_replay",
-    "shard": "bench.part_commands:bench_shard",
-    "learner": "bench.part_commands:bench_learner",
-    "actor": "bench.part_commands:bench_actor",
-    "snapshot": "bench.part_commands:bench_snapshot",
-    "frames": "bench.part_commands:bench_frames",
-    "system": "bench.system_commands:bench_system",
-    "faults": "bench.system_commands:bench_faults",
-    "fleet": "bench.system_commands:bench_fleet",
-    "model": "bench.system_commands:bench_model",
-    "learn": "bench.learn_command:bench_learn",
-    "lag": "bench.lag_command:bench_lag",
-    "fuzz": "bench.fuzz_command:bench_fuzz",
+    "replay": "bench.parts.part_commands:bench_replay",
+    "shard": "bench.parts.part_commands:bench_shard",
+    "learner": "bench.parts.part_commands:bench_learner",
+    "actor": "bench.parts.part_commands:bench_actor",
+    "snapshot": "bench.parts.part_commands:bench_snapshot",
+    "frames": "bench.parts.part_commands:bench_frames",
+    "system": "bench.system.system_commands:bench_system",
+    "faults": "bench.system.system_commands:bench_faults",
+    "fleet": "bench.system.system_commands:bench_fleet",
+    "model": "bench.system.system_commands:bench_model",
+    "learn": "bench.learning.learn_command:bench_learn",
+    "lag": "bench.learning.lag_command:bench_lag",
+    "fuzz": "bench.faults.fuzz_command:bench_fuzz",
     "compare": "bench.compare_command:bench_compare",
     "run": "bench.run_command:bench_run",
 }
@@ -38,38 +38,38 @@ def run_suite(
     """Suite ``name`` as ``apex bench run`` runs it (``quick``: every suite tiny)."""
     repeats = 2 if quick else 5
     if name == "replay":
-        from bench import replay_suite
+        from bench.parts import replay_suite
 
         implementations = ("apex", "cpprb", "torchrl") if quick else replay_suite.IMPLEMENTATIONS
         return replay_suite.run(quick=quick, memory_bytes=memory_bytes, progress=progress,
                                 implementations=implementations, repeats=repeats)  # fmt: skip
     if name == "shard":
-        from bench import shard_suite
+        from bench.parts import shard_suite
 
         return shard_suite.run(
             quick=quick, progress=progress, repeats=repeats,
             seconds_per_repeat=0.1 if quick else None, ingest_rate=20_000.0 if quick else 100_000.0,
         )  # fmt: skip
     if name == "learner":
-        from bench import learner_suite
+        from bench.parts import learner_suite
 
         return learner_suite.run(quick=quick, repeats=repeats, progress=progress)
     if name == "actor":
-        from bench import actor_suite
+        from bench.parts import actor_suite
 
         return actor_suite.run(quick=quick, repeats=repeats, progress=progress)
     if name == "system":
-        from bench import system_suite
+        from bench.system import system_suite
 
         return system_suite.run(quick=quick, memory_bytes=memory_bytes, progress=progress)
     if name == "learn":
-        from bench import learn_suite, learn_tasks
+        from bench.learning import learn_suite, learn_tasks
 
         task = learn_tasks.TASKS["CartPole-v1"]
         task = learn_tasks.quick_task(task) if quick else task
         return learn_suite.run(task, seeds=task.seeds, progress=progress, warm_up=not quick)
     if name == "frames":
-        from bench import frames_suite
+        from bench.parts import frames_suite
 
         return frames_suite.run(quick=quick, progress=progress)
     raise ValueError(f"apex bench run knows {', '.join(RUN_SUITES)}, not {name!r}")

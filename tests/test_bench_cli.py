@@ -141,7 +141,7 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_shard_suite_sends_pong_frames_once_compressed() -> None:
-    from bench import shard_suite
+    from bench.parts import shard_suite
 
     result = shard_suite.run(quick=True, repeats=1, seconds_per_repeat=0.25,
                              kinds=("atari-frames",), shard_counts=(), queue=False)  # fmt: skip
@@ -156,7 +156,7 @@ def test_the_shard_suite_sends_pong_frames_once_compressed() -> None:
 
 
 def test_ingest_implementations_take_turns_a_window_each_round(monkeypatch) -> None:
-    from bench import shard_suite
+    from bench.parts import shard_suite
 
     calls = []
 
@@ -325,7 +325,7 @@ def test_a_fleet_worker_that_gives_no_report_is_named_with_its_exit_and_log(
     import sys
     from types import SimpleNamespace
 
-    from bench.fleet_suite import _why_failed
+    from bench.system.fleet_suite import _why_failed
 
     (tmp_path / "fleet-128.log").write_text("Traceback\nOSError: no recording\n")
     script = "import sys; sys.exit(3)"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench import lag_report, lag_suite, report
+from bench import report
+from bench.learning import lag_report, lag_suite
 from launch.cli import main
 
 

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from bench import learn_report, learn_suite, report
+from bench import report
 from bench.compare import compare
-from bench.learn_tasks import TASKS, quick_task
+from bench.learning import learn_report, learn_suite
+from bench.learning.learn_tasks import TASKS, quick_task
 from launch.cli import main
 
 TASK = dataclasses.replace(TASKS["CartPole-v1"], budget_s=100.0, checkpoints_s=(10.0, 50.0))
@@ -134,7 +135,7 @@ def test_runs_in_a_record_are_not_run_again_and_failures_are_listed() -> None:
 
 
 def test_a_resumed_record_keeps_one_side_s_runs_when_asked(tmp_path: Path) -> None:
-    from bench.learn_command import previous_runs
+    from bench.learning.learn_command import previous_runs
 
     runs = [fake_run("apex", 0, 12.0), fake_run("sb3-dqn", 0, 30.0), fake_run("apex", 1, None)]
     record = tmp_path / "learn.json"
@@ -193,7 +194,7 @@ def test_quick_learn_runs_both_sides_and_resumes_without_running_again(tmp_path:
 def test_impala_and_the_peer_s_ppo_both_train_and_evaluate_minatar_with_its_network() -> None:
     pytest.importorskip("minatar")
     pytest.importorskip("stable_baselines3")
-    from bench.learn_runs import run_apex, run_peer
+    from bench.learning.learn_runs import run_apex, run_peer
 
     # The plumbing of the pixel task on both sides: the MinAtar network under IMPALA's
     # heads and under PPO's (the zoo's Atari settings), evaluated and confirmed as in the
@@ -247,7 +248,7 @@ def test_each_side_is_warmed_once_untimed_before_its_first_timed_run(monkeypatch
 def test_apex_stops_at_a_solve_only_where_the_task_has_a_target(monkeypatch, env, keep, stops):
     """A task without a target compares returns at checkpoints: its runs go on to the
     budget, past the env's own threshold (HalfCheetah-v5's 4,800)."""
-    from bench import learn_runs
+    from bench.learning import learn_runs
 
     commands = []
     monkeypatch.setattr(
@@ -265,7 +266,7 @@ def test_the_peer_s_updates_are_its_gradient_steps_for_ppo_too() -> None:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    from bench.sb3_worker import gradient_steps, without_log_folder
+    from bench.learning.sb3_worker import gradient_steps, without_log_folder
 
     # One rollout of 2 x 32 steps, 3 epochs of minibatches of 16: 4 an epoch.
     model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_steps=32,

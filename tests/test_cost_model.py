@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench import cost_model, model_suite, report
-from bench.cost_model import Load, UnitCosts
+from bench import report
+from bench.system import cost_model, model_suite
+from bench.system.cost_model import Load, UnitCosts
 from launch.cli import main
 
 
@@ -173,7 +174,7 @@ def test_quick_fleet_delivers_everything_it_sends(quick_fleet: Path) -> None:
 
 
 def test_a_shared_factor_whose_own_cost_was_lost_in_noise_is_one() -> None:
-    from bench.cost_units import shared_factor
+    from bench.system.cost_units import shared_factor
 
     assert shared_factor(3.0e-5, 1.5e-5) == pytest.approx(2.0)
     # A 1 s window on a loaded core can leave no cost once the idle CPU is taken off:

@@ -16,7 +16,7 @@ from apex.algorithms.dqn.learner import dqn_step
 from apex.algorithms.networks import build_network
 from apex.algorithms.updates import adam
 from apex.learning.staging import DeviceStager
-from bench.learner_phases import in_sampler_arrays, numpy_batch
+from bench.parts.learner_phases import in_sampler_arrays, numpy_batch
 from replay.store.spec import TransitionSpec
 
 pytestmark = [

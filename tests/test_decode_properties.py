@@ -2,7 +2,7 @@
 by every receiver, raises nothing but ``ProtocolError`` (or, past the layout, the store's
 ``ReplayError``), and a refused insert stores nothing.
 
-The messages come from ``bench.fuzz_descriptors`` driven by hypothesis (so a failure
+The messages come from ``bench.faults.fuzz_descriptors`` driven by hypothesis (so a failure
 shrinks to a small message); the benchmark's endpoint fuzz drives the same generator with
 a seeded numpy generator against live processes.
 """
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from apex.channels import ApexKind, read_episodes
 from apex.weights import read_weights
-from bench.fuzz_descriptors import descriptor_message
+from bench.faults.fuzz_descriptors import descriptor_message
 from replay.errors import ProtocolError, ReplayError
 from replay.frames.payload import FrameInsert, FramePayload
 from replay.frames.spec import FrameStackSpec
@@ -41,7 +41,7 @@ EXAMPLES = 600
 
 
 class HypothesisDraws:
-    """``bench.fuzz_descriptors.Draws`` from hypothesis, so failures shrink."""
+    """``bench.faults.fuzz_descriptors.Draws`` from hypothesis, so failures shrink."""
 
     def __init__(self, data: st.DataObject) -> None:
         self.data = data

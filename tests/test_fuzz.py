@@ -1,4 +1,4 @@
-"""A live shard under hostile messages on both endpoints (``bench.fuzz_suite``): bounded
+"""A live shard under hostile messages on both endpoints (``bench.faults.fuzz_suite``): bounded
 here to a few thousand per endpoint; ``apex bench fuzz`` runs 100,000 and more."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.fuzz_messages import HostileMessages
-from bench.fuzz_suite import SPEC, run_fuzz
+from bench.faults.fuzz_messages import HostileMessages
+from bench.faults.fuzz_suite import SPEC, run_fuzz
 from replay.errors import ReplayError
 from replay.server.config import ShardConfig
 from replay.server.ingest import Ingest

@@ -1,11 +1,12 @@
-"""The learning benchmark's statistics (``bench.learning_stats``) on hand-computed cases."""
+"""The learning benchmark's statistics (``bench.learning.learning_stats``) on hand-computed
+cases."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bench.learning_stats import (
+from bench.learning.learning_stats import (
     censored_iqm,
     iqm,
     pooled_iqm,

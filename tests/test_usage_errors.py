@@ -145,7 +145,7 @@ def test_a_bench_case_whose_extra_is_missing_is_recorded_unavailable(
 ) -> None:
     """Without ale-py, the shard suite's Pong-frame cases are unavailable rows that say
     what to install, and nothing is started for them."""
-    from bench import shard_suite
+    from bench.parts import shard_suite
     from bench.report import missing_env
 
     monkeypatch.setitem(sys.modules, "ale_py", None)  # import ale_py raises ImportError

@@ -1,0 +1,102 @@
+"""The learning benchmark's tasks: what solves each, how often both sides evaluate, the
+wall-clock budget of a run, and the peer it is measured against.
+
+Evaluation seeds are 0-9 (MuJoCo: 0-4). Presets are tuned on seeds 100 and up, never on
+these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of the learning benchmark.
+
+    Attributes:
+        env: the apex preset and gymnasium id.
+        peer: the implementation apex is measured against (``bench.learning.sb3_worker``).
+        target: the greedy mean that solves it (confirmed on ``confirm_episodes``); None:
+            no solve, only returns at the budgets.
+        budget_s: wall-clock seconds of one run, from spawning it.
+        eval_every_steps: env steps between evaluations, on both sides.
+        eval_episodes: episodes of a periodic evaluation.
+        confirm_episodes: episodes of a confirmation.
+        seeds: the evaluation seeds of a full run.
+        checkpoints_s: wall-clock times at which each run's return is read.
+        peer_max_steps: the peer's env-step limit (its zoo budget, or more to fill the
+            wall clock).
+        apex_settings: ``--set`` settings every apex run of the task gets (its algorithm).
+        name: what ``--task`` calls it and records name it by; the env if empty.
+    """
+
+    env: str
+    peer: str
+    target: float | None
+    budget_s: float
+    eval_every_steps: int
+    eval_episodes: int
+    confirm_episodes: int
+    seeds: tuple[int, ...]
+    checkpoints_s: tuple[float, ...]
+    peer_max_steps: int
+    apex_settings: tuple[str, ...] = ()
+    name: str = ""
+
+    @property
+    def case(self) -> str:
+        return self.name or self.env
+
+
+# --quick: one seed, a budget of seconds: the plumbing of both sides, never a figure.
+QUICK_BUDGET_S = 8.0
+TEN_SEEDS = tuple(range(10))
+TASKS = {
+    task.case: task
+    for task in (
+        # gymnasium's definition: 475 over 100 consecutive episodes.
+        Task("CartPole-v1", "sb3-dqn", 475.0, 180.0, 2_000, 20, 100, TEN_SEEDS,
+             (15.0, 30.0, 60.0, 120.0), 500_000),
+        # gymnasium's reward_threshold for both.
+        Task("Acrobot-v1", "sb3-dqn", -100.0, 300.0, 5_000, 20, 100, TEN_SEEDS,
+             (30.0, 60.0, 120.0, 240.0), 1_000_000),
+        Task("LunarLander-v3", "sb3-dqn", 200.0, 900.0, 10_000, 10, 100, TEN_SEEDS,
+             (60.0, 120.0, 300.0, 600.0), 2_000_000),
+        Task("Pendulum-v1", "sb3-td3", -200.0, 300.0, 2_000, 10, 100, TEN_SEEDS,
+             (30.0, 60.0, 120.0, 240.0), 1_000_000),
+        Task("HalfCheetah-v5", "sb3-td3", None, 1200.0, 10_000, 10, 0, tuple(range(5)),
+             (300.0, 600.0, 900.0, 1200.0), 1_000_000),
+        # Pixels on a CPU: no solve, returns at the checkpoints; 3 seeds of 20 minutes.
+        *(Task(env, "sb3-dqn", None, 1200.0, 50_000, 10, 0, (0, 1, 2),
+               (300.0, 600.0, 900.0, 1200.0), 5_000_000)
+          for env in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")),
+        # IMPALA (V-trace on queued unrolls) against SB3's PPO, same protocol.
+        Task("CartPole-v1", "sb3-ppo", 475.0, 180.0, 2_000, 20, 100, TEN_SEEDS,
+             (15.0, 30.0, 60.0, 120.0), 1_000_000, ("algorithm=impala",),
+             "impala/CartPole-v1"),
+        Task("LunarLander-v3", "sb3-ppo", 200.0, 900.0, 10_000, 10, 100, TEN_SEEDS,
+             (60.0, 120.0, 300.0, 600.0), 5_000_000, ("algorithm=impala",),
+             "impala/LunarLander-v3"),
+        *(Task(env, "sb3-ppo", None, 1200.0, 50_000, 10, 0, (0, 1, 2),
+               (300.0, 600.0, 900.0, 1200.0), 10_000_000, ("algorithm=impala",),
+               f"impala/{env}")
+          for env in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")),
+    )
+}  # fmt: skip
+
+
+def task(name: str) -> Task:
+    """The task called ``name``.
+
+    Raises:
+        ValueError: no such task.
+    """
+    if name not in TASKS:
+        raise ValueError(f"no learning task {name!r}: one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def quick_task(task: Task) -> Task:
+    """``task`` shrunk to the plumbing check: seed 0, :data:`QUICK_BUDGET_S`."""
+    return replace(task, budget_s=QUICK_BUDGET_S, seeds=(0,), checkpoints_s=(QUICK_BUDGET_S,))
