@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 
 from launch.config import RunConfig, write_resolved
-from launch.keeper import RESTART_BACKOFF_S, SHARD_RESTART_BUDGET
-from launch.role_process import RoleProcess, RoleStartError
+from launch.local.role_process import RoleProcess, RoleStartError
+from launch.slurm.keeper import RESTART_BACKOFF_S, SHARD_RESTART_BUDGET
 
 logger = logging.getLogger(__name__)
 

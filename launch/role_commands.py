@@ -342,12 +342,12 @@ def train(
     episodes). On a terminal the progress is a status redrawn in place; elsewhere, a line
     every 5 s. The last lines name the run directory and what it holds."""
     from launch.config import load_file
+    from launch.local.resume import TrainedSoFar
+    from launch.local.signals import on_stop_signal
+    from launch.local.supervisor import Supervisor
     from launch.overrides import merge_overrides, run_overrides
-    from launch.resume import TrainedSoFar
     from launch.run_keys import with_run_keys
-    from launch.run_status import run_dir_contents
-    from launch.signals import on_stop_signal
-    from launch.supervisor import Supervisor
+    from launch.views.status import run_dir_contents
     from replay.wire.security import is_loopback
 
     so_far = TrainedSoFar.read(resume_dir) if resume_dir is not None else None

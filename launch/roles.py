@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from launch import builder
 from launch.config import RunConfig
 from launch.evaluator_process import EvaluatorProcess
-from launch.signals import on_stop_signal
+from launch.local.signals import on_stop_signal
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ signal.pause()
 
 KEEPER = """
 import sys
-from launch.keeper import run_restarting
+from launch.slurm.keeper import run_restarting
 command = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
 sys.exit(run_restarting(command, "child", budget=3, forward_after_s=0.5))
 """
@@ -95,7 +95,7 @@ def test_a_signal_to_the_whole_step_reaches_the_child_once() -> None:
 # The roles' stop handler: counts stop requests, then is interrupted by a second SIGINT.
 STOP_HANDLER = """
 import signal
-from launch.signals import on_stop_signal
+from launch.local.signals import on_stop_signal
 # As in a foreground process: one started in the background by a shell without job
 # control starts with SIGINT ignored, and Python then leaves it so.
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -126,7 +126,7 @@ def test_a_repeated_sigterm_asks_again_and_a_second_sigint_interrupts() -> None:
 # Exits 0 on its first TERM; the keeper then takes another TERM as the job's end sends it.
 KEEPER_AFTER_ITS_STOP = """
 import signal, sys
-from launch.keeper import run_restarting
+from launch.slurm.keeper import run_restarting
 child = ("import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); "
          "print('up', flush=True); signal.pause()")
 code = run_restarting([sys.executable, "-c", child], "child", budget=0, forward_after_s=0.1)

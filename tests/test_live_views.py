@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from apex.learning.metrics import MetricsTail
 from launch.cli import main
-from launch.top import sparkline
+from launch.views.top import sparkline
 from tests.conftest import wait_for, write_run_dir
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from launch.cli import main
 from launch.config import resolve, write_resolved
-from launch.resume import TrainedSoFar
-from launch.run_status import run_status, write_summary
+from launch.local.resume import TrainedSoFar
+from launch.views.status import run_status, write_summary
 from tests.conftest import write_run_dir
 
 
@@ -95,7 +95,7 @@ def test_status_and_curves_read_the_runs_end_and_a_resumed_runs_latest(tmp_path:
     """The end record holds the run's last figures (a progress record is up to
     metrics_interval_s older); a resumed run's newer progress wins over an older end."""
     from apex.learning.metrics import MetricsWriter
-    from launch.run_status import RunRecords, run_status
+    from launch.views.status import RunRecords, run_status
 
     write_run_dir(tmp_path, updates=1200, train_seconds=30.0)
     metrics = MetricsWriter(tmp_path)

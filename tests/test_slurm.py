@@ -30,16 +30,16 @@ from click.testing import CliRunner
 from apex.learning.metrics import read_metrics
 from launch.cli import main
 from launch.config import ConfigError, resolve
-from launch.processes import run_processes
-from launch.slurm_commands import job_state
-from launch.slurm_layout import (
+from launch.local.processes import run_processes
+from launch.slurm.commands import job_state
+from launch.slurm.layout import (
     SlurmEnvironmentError,
     block_placement,
     job_layout,
     parse_tasks_per_node,
     role_index,
 )
-from launch.slurm_script import render
+from launch.slurm.script import render
 from replay.server.credit_desk import MAX_WINDOW
 from replay.wire.keys import generate
 
@@ -478,7 +478,7 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes(cluster, tmp_path: Pat
 
 
 def kept_pid(run_dir: Path, role: str, rank: int = 0) -> int | None:
-    """The process of the role that task ``rank`` keeps (``launch.keeper``), not the task's
+    """The process of the role that task ``rank`` keeps (``launch.slurm.keeper``), not the task's
     own process."""
     for pid, found in run_processes(run_dir).items():
         with contextlib.suppress(OSError):

@@ -19,7 +19,7 @@ import torch
 from click.testing import CliRunner
 
 from launch.cli import main
-from launch.log_reasons import last_error_line, role_failure
+from launch.local.log_reasons import last_error_line, role_failure
 
 NOT_A_RUN = "{tmp}/not-a-run"
 NO_CHECKPOINT = "{tmp}/no-checkpoint"
@@ -89,7 +89,7 @@ def test_a_role_that_fails_at_start_is_reported_with_its_own_reason(tmp_path: Pa
     loopback without keys, as a config given straight to the supervisor has): the run's
     summary carries the shard's own error line, and no empty curves.png is left."""
     from launch.config import resolve
-    from launch.supervisor import Supervisor
+    from launch.local.supervisor import Supervisor
 
     config = resolve({}, {"host": "0.0.0.0", "actors": 1})
     lines: list[str] = []

@@ -26,15 +26,15 @@ from apex.learning.metrics import read_metrics
 from bench.faults import faults_suite
 from bench.faults.faults_suite import PERIOD_S, FaultRun
 from bench.workers import REPO_ROOT, worker_env
-from launch.processes import run_processes
-from launch.slurm_commands import job_state
+from launch.local.processes import run_processes
+from launch.slurm.commands import job_state
 
 CLUSTER = REPO_ROOT / "slurm" / "cluster"
 SLURM_FAULTS = ("kill-actor", "kill-shard", "kill-learner", "stop-shard", "cut-link", "preempt")
 HOSTS = ("learner", "shard", "actor")
 ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED")
 # The process that does a role's work: a shard and a learner run as their task's child
-# (``launch.keeper``); srun's own process names the task's command line too.
+# (``launch.slurm.keeper``); srun's own process names the task's command line too.
 WORKER = {"shard": "-m launch replay ", "learner": "--kept", "actor": "--kept"}
 
 

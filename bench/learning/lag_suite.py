@@ -54,7 +54,7 @@ from bench.learning.learning_stats import (
 from bench.machine import git_commit
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
-from launch.run_status import read_config, read_summary, target_return
+from launch.views.status import read_config, read_summary, target_return
 
 SUITE = "lag"
 DEFAULT_LAGS = (0, 1, 5, 20, 50)

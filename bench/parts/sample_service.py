@@ -16,7 +16,7 @@ from bench.parts.shard_processes import (
     start_pusher,
     start_shard,
 )
-from launch.role_process import stop_all
+from launch.local.role_process import stop_all
 
 INFO_TIMEOUT_S = 30.0
 

@@ -44,8 +44,8 @@ from bench.system.recordings import record
 from bench.workers import REPO_ROOT, worker_env
 from launch import builder
 from launch.config import resolve, write_resolved
-from launch.ports import free_ports
-from launch.processes import cpu_seconds, softirq_seconds
+from launch.local.ports import free_ports
+from launch.local.processes import cpu_seconds, softirq_seconds
 from replay.protocol.requests import RequestClient
 
 SUITE = "fleet"

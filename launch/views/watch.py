@@ -13,7 +13,7 @@ from collections import deque
 from pathlib import Path
 
 from apex.learning.metrics import MetricsTail
-from launch.run_status import read_config, read_summary, target_return
+from launch.views.status import read_config, read_summary, target_return
 
 # Evaluation means kept for the dashboard's curve.
 EVALUATIONS_KEPT = 400

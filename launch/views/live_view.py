@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from launch.run_watch import RunWatch
+from launch.views.watch import RunWatch
 
 PLAIN_INTERVAL_S = 5.0
 LIVE_INTERVAL_S = 1.0

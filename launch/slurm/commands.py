@@ -84,7 +84,7 @@ def submit(
     from launch.config import load_file, write_resolved
     from launch.overrides import run_overrides
     from launch.run_keys import with_run_keys
-    from launch.slurm_script import render
+    from launch.slurm.script import render
 
     overrides = run_overrides(
         env=env, shards=shards, seed=seed, target_return=target_return,
@@ -178,7 +178,7 @@ def job_state(job_id: str) -> dict[str, str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def status_command(run_dir: Path, as_json: bool) -> None:
     """Slurm's view of a run's job, then the run's summary (as `apex status`)."""
-    from launch.run_status import run_status, status_lines
+    from launch.views.status import run_status, status_lines
 
     status = run_status(run_dir)
     id_path = run_dir / JOB_ID_FILE
@@ -219,7 +219,7 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
     from apex.learning import checkpoint
     from launch import builder, roles
     from launch.config import ConfigError, read_resolved
-    from launch.slurm_layout import SlurmEnvironmentError, job_layout, role_index
+    from launch.slurm.layout import SlurmEnvironmentError, job_layout, role_index
 
     try:
         config = read_resolved(run_dir / "config.json")
@@ -254,11 +254,11 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
 
 def _keep(role: str, run_dir: Path) -> int:
     """The task's own process: runs the role as a child (``--kept``) and brings it back
-    when it dies (``launch.keeper``), since Slurm restarts no task inside a running step.
+    when it dies (``launch.slurm.keeper``), since Slurm restarts no task inside a running step.
     A shard comes back from its snapshot, a learner killed by a signal from its checkpoint,
     an actor that failed anew; when the learner ends for good, the task ends the job.
     This process imports nothing heavy: every task has one."""
-    from launch.keeper import LEARNER_RESTART_BUDGET, SHARD_RESTART_BUDGET, run_restarting
+    from launch.slurm.keeper import LEARNER_RESTART_BUDGET, SHARD_RESTART_BUDGET, run_restarting
 
     command = [sys.executable, "-m", "launch", "slurm", "task", role, "--run-dir",
                str(run_dir), "--kept"]  # fmt: skip

@@ -17,7 +17,7 @@ from launch.options import RUN_DIR
 def status(run_dir: Path, as_json: bool) -> None:
     """Summarise a run: outcome, evaluations against the target, updates, time, restarts,
     faults and the newest checkpoint (`apex slurm status` adds Slurm's view)."""
-    from launch.run_status import run_status, status_lines
+    from launch.views.status import run_status, status_lines
 
     summary = run_status(run_dir)
     if as_json:
@@ -39,7 +39,7 @@ def plot(run_dirs: tuple[Path, ...], out: Path | None) -> None:
     """Draw learning curves: evaluation and episode returns against training time, env
     steps and updates (with the target), updates/s, replay size and policy lag. Several
     runs are overlaid, one colour each."""
-    from launch.curves import plot_runs
+    from launch.views.curves import plot_runs
 
     if out is None:
         out = run_dirs[0] / "curves.png" if len(run_dirs) == 1 else Path("curves.png")
@@ -59,6 +59,6 @@ def top(run_dir: Path, interval: float, once: bool) -> None:
     """A live dashboard of a running run (local or Slurm): per-role rates and CPU, replay
     per shard, back-pressure, policy lag, restarts and faults, the evaluation curve.
     q or Ctrl-C quits."""
-    from launch.top import run_top
+    from launch.views.top import run_top
 
     run_top(run_dir, interval, once)

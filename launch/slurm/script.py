@@ -8,7 +8,7 @@ Two layouts:
   the learner, then the shards, then the actors. For clusters without heterogeneous jobs.
 
 Either way every task runs ``apex slurm task ROLE --run-dir DIR`` and finds the others
-from Slurm's environment (launch.slurm_layout). When the learner ends, its task cancels
+from Slurm's environment (launch.slurm.layout). When the learner ends, its task cancels
 the job's other steps with SIGTERM. Near the time limit Slurm sends USR1 to the batch
 shell (``--signal=B:USR1@S``): the script stops every step with SIGTERM (the learner
 writes a checkpoint), then requeues the job, whose next start resumes from it.
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from launch.config import RunConfig
-from launch.slurm_layout import multi_prog_ranks, task_count
+from launch.slurm.layout import multi_prog_ranks, task_count
 
 MULTI_PROG_FILE = "multi-prog.conf"
 

@@ -34,14 +34,14 @@ from pathlib import Path
 from apex.algorithms.exploration import run_actors
 from launch import builder
 from launch.config import RunConfig, write_resolved
-from launch.curves import write_run_curves
-from launch.keeper import LEARNER_RESTART_BUDGET, RESTART_BACKOFF_S
-from launch.live_view import ProgressDisplay
-from launch.log_reasons import role_failure
-from launch.ports import free_ports
-from launch.role_process import RoleProcess, RoleStartError
+from launch.local.log_reasons import role_failure
+from launch.local.ports import free_ports
+from launch.local.role_process import RoleProcess, RoleStartError
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
-from launch.run_status import last_refused, security_mode, write_summary
+from launch.slurm.keeper import LEARNER_RESTART_BUDGET, RESTART_BACKOFF_S
+from launch.views.curves import write_run_curves
+from launch.views.live_view import ProgressDisplay
+from launch.views.status import last_refused, security_mode, write_summary
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class RunSummary:
     ape_x_actors: int = 0
     """Env copies, each an Ape-X actor with its own ε (``apex.algorithms.exploration``)."""
     security: str = "loopback"
-    """``launch.run_status.security_mode``: curve, insecure or loopback."""
+    """``launch.views.status.security_mode``: curve, insecure or loopback."""
     refused: dict = field(default_factory=dict)
     """Connections the learner and shards refused, by reason (``replay.wire.security``)."""
     unclean_stops: list = field(default_factory=list)

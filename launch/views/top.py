@@ -18,9 +18,9 @@ import threading
 import time
 from pathlib import Path
 
-from launch.live_view import duration, evaluation_text, figure, fill_text
-from launch.processes import cpu_seconds, resident_bytes, run_processes
-from launch.run_watch import RunWatch
+from launch.local.processes import cpu_seconds, resident_bytes, run_processes
+from launch.views.live_view import duration, evaluation_text, figure, fill_text
+from launch.views.watch import RunWatch
 
 SPARKS = "▁▂▃▄▅▆▇█"
 ROLES = ("learner", "shard", "actor")

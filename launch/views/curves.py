@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.run_status import CURVES_FILE, RunRecords
+from launch.views.status import CURVES_FILE, RunRecords
 
 logger = logging.getLogger(__name__)
 

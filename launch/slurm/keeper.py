@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from launch.signals import on_stop_signal
+from launch.local.signals import on_stop_signal
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +43,12 @@ def run_restarting(
     negative code: killed by that signal); returns its last exit code.
 
     A stop signal is not passed on at once: Slurm signals every process of the step, the
-    child included, so passing it on would only repeat it (``launch.signals``: a repeated
+    child included, so passing it on would only repeat it (``launch.local.signals``: a repeated
     SIGTERM is the same request). Only a child still running
     ``forward_after_s`` after the stop (the signal came to the keeper alone) gets it.
     """
     stopping = threading.Event()
-    # As the roles take it (``launch.signals``): a repeated TERM is the same stop, also
+    # As the roles take it (``launch.local.signals``): a repeated TERM is the same stop, also
     # while this process shuts down, where a handler is back to the default and a job
     # end's second TERM (the learner's task, then the batch script) killed an actor task
     # that had stopped cleanly (exit 143, the job FAILED: seen in CI).
