@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from apex.acting.env_group import make_groups
-from apex.algorithms.protocols import FeedForward
+from apex.algorithms.acting_base import FeedForward
 from apex.envs.families import env_shape
 from apex.envs.vector import AtariStacks
 from apex.settings import ActorConfig

@@ -17,7 +17,7 @@ import torch
 import zmq
 from torch import nn
 
-from apex.algorithms.protocols import FeedForward
+from apex.algorithms.acting_base import FeedForward
 from apex.channels import ApexKind, EpisodeCollector
 from apex.envs.vector import evaluation_envs
 from apex.learning.evaluation import Evaluation, play_greedy, read_evaluation

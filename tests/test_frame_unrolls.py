@@ -9,8 +9,9 @@ import pytest
 
 from apex.acting.env_group import make_groups
 from apex.acting.frame_writer import FrameWriter
+from apex.algorithms.acting_base import FeedForward
 from apex.algorithms.impala.settings import ImpalaSettings
-from apex.algorithms.protocols import Acting, FeedForward
+from apex.algorithms.protocols import Acting
 from apex.algorithms.registry import BY_NAME
 from apex.envs.families import env_shape
 from apex.envs.vector import AtariStacks

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from apex.algorithms.acting_base import ActingOnEnvs
 from apex.algorithms.nstep import NStepBuilder
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def action_layout(shape: EnvShape) -> tuple[tuple[int, ...], np.dtype]:
     return (), np.dtype(np.int64)
 
 
-class NStepExperience:
+class NStepExperience(ActingOnEnvs):
     """n-step transitions of an actor's envs, prioritized by the policy's ``td_errors``.
 
     Args:
@@ -92,9 +93,8 @@ class NStepExperience:
     def __init__(
         self, config: ActorConfig, shape: EnvShape, policy: TDPolicy, frame_refs: bool
     ) -> None:
-        self._policy = policy
+        super().__init__(policy, config.envs_per_actor)
         self._action = action_layout(shape)
-        self._state = policy.initial_state(config.envs_per_actor)
         self._observations: NStepBuilder | None = self._observation_builder(config, shape,
                                                                             frame_refs)  # fmt: skip
         self._refs = _builder(config, (2,), np.int64, self._action) if frame_refs else None
@@ -105,12 +105,6 @@ class NStepExperience:
         # The TD errors are computed from the observations: they are built even where
         # frame references go in their place.
         return _builder(config, shape.observation_shape, shape.observation_dtype, self._action)
-
-    def begin(self, observations: np.ndarray) -> None:
-        self._policy.begin_episodes(self._state, np.arange(len(observations)))
-
-    def act(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
-        return self._policy.explore(observations, scales, rng, self._state)
 
     def step(self, observations, actions, rewards, next_observations, final_observations,
              terminated, truncated, refs=None):  # fmt: skip
@@ -123,9 +117,7 @@ class NStepExperience:
             if out is None:
                 out = {name: made[name] for name in ("action", "reward", "discount")}
             out["refs"] = np.column_stack([made["obs"], made["next_obs"][:, 1]])
-        ended = np.flatnonzero(np.logical_or(terminated, truncated))
-        if ended.size:
-            self._policy.begin_episodes(self._state, ended)
+        self._episodes_end(terminated, truncated)
         return out
 
     def priorities(

@@ -226,13 +226,3 @@ class Acting:
     ) -> ExperienceBuilder:
         return self.builder.build_experience(actor, self.settings, shape, self.policy, version,
                                              frame_refs)  # fmt: skip
-
-
-class FeedForward:
-    """The state half of :class:`ActingPolicy` for a policy that keeps none between steps."""
-
-    def initial_state(self, envs: int) -> None:
-        return None
-
-    def begin_episodes(self, state: None, envs: np.ndarray) -> None:
-        """Nothing to reset."""

@@ -8,27 +8,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from apex.algorithms.acting_base import NetworkPolicy
 from apex.algorithms.exploration import gaussian_noise
 from apex.algorithms.policy import NumpyActorCritic
-from apex.algorithms.protocols import FeedForward
 
 if TYPE_CHECKING:
     from apex.envs.families import EnvShape
     from apex.settings import ActorConfig
 
 
-class DPGActing(FeedForward):
+class DPGActing(NetworkPolicy):
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = NumpyActorCritic(
             shape.observation_shape[0], shape.action_low, shape.action_high, config.hidden,
             seed=config.actor_seed,
         )  # fmt: skip
-
-    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        return self.network.parameter_shapes()
-
-    def load(self, arrays) -> None:
-        self.network.load(arrays)
 
     def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
         network = self.network

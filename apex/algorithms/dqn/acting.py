@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from apex.algorithms.acting_base import NetworkPolicy
 from apex.algorithms.exploration import epsilon_greedy
 from apex.algorithms.policy import build_policy
-from apex.algorithms.protocols import FeedForward
 
 if TYPE_CHECKING:
     from apex.envs.families import EnvShape
     from apex.settings import ActorConfig
 
 
-class DQNActing(FeedForward):
+class DQNActing(NetworkPolicy):
     """Its copy of the Q-network: numpy for vector observations, torch's Nature CNN for
     images (``apex.algorithms.policy``)."""
 
@@ -28,12 +28,6 @@ class DQNActing(FeedForward):
             requantize_every=config.weight_refresh_steps,
         )  # fmt: skip
         self._actions = shape.actions
-
-    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        return self.network.parameter_shapes()
-
-    def load(self, arrays) -> None:
-        self.network.load(arrays)
 
     def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
         return self.explore_from(self.values(observations), scales, rng)

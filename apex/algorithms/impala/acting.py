@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from apex.algorithms.acting_base import ActingOnEnvs, NetworkPolicy
 from apex.algorithms.impala.unrolls import UnrollBuilder
 from apex.algorithms.policy import build_policy_value
-from apex.algorithms.protocols import FeedForward
 
 if TYPE_CHECKING:
     from apex.envs.families import EnvShape
     from apex.settings import ActorConfig
 
 
-class UnrollMaker:
+class UnrollMaker(ActingOnEnvs):
     """Unrolls from an actor's vector steps, with the log-probabilities its policy acted
     with and, where an episode hit its time limit, the policy's value of the final
     observation (``apex.algorithms.impala.unrolls``). Takes the actor's step as the n-step builder
@@ -36,21 +36,14 @@ class UnrollMaker:
         version: Callable[[], int],
         frame_refs: bool = False,
     ) -> None:
-        self._policy = policy
+        super().__init__(policy, config.envs_per_actor)
         self._version = version
         self._frame_refs = frame_refs
-        self._state = policy.initial_state(config.envs_per_actor)
         kept_shape, kept_dtype = shape.observation_shape, shape.observation_dtype
         if frame_refs:
             kept_shape, kept_dtype = (2,), np.dtype(np.int64)
         self._builder = UnrollBuilder(config.envs_per_actor, unroll_length, config.gamma,
                                       kept_shape, kept_dtype)  # fmt: skip
-
-    def begin(self, observations: np.ndarray) -> None:
-        self._policy.begin_episodes(self._state, np.arange(len(observations)))
-
-    def act(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
-        return self._policy.explore(observations, scales, rng, self._state)
 
     def step(self, observations, actions, rewards, next_observations, final_observations,
              terminated, truncated, refs=None):  # fmt: skip
@@ -71,9 +64,7 @@ class UnrollMaker:
         if unrolls is not None and self._frame_refs:
             pairs = unrolls.pop("obs")  # (envs, T + 1, 2): env, frame number
             unrolls["refs"] = np.column_stack([pairs[:, 0, 0], pairs[:, :, 1]])
-        ended = np.flatnonzero(np.logical_or(terminated, truncated))
-        if ended.size:
-            self._policy.begin_episodes(self._state, ended)
+        self._episodes_end(terminated, truncated)
         return unrolls
 
     def priorities(
@@ -99,7 +90,7 @@ def sample_actions(
     return actions.astype(np.int64), log_probs[np.arange(len(logits)), actions]
 
 
-class ImpalaActing(FeedForward):
+class ImpalaActing(NetworkPolicy):
     """An actor's IMPALA: its copy of π (numpy for vector observations, torch for images),
     sampling actions and keeping their log-probabilities for V-trace.
 
@@ -114,12 +105,6 @@ class ImpalaActing(FeedForward):
             requantize_every=config.weight_refresh_steps,
         )  # fmt: skip
         self.last_log_probs = np.zeros(0)
-
-    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        return self.network.parameter_shapes()
-
-    def load(self, arrays) -> None:
-        self.network.load(arrays)
 
     def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
         """Sampled actions where ``scales`` > 0, greedy ones where 0."""
