@@ -1,8 +1,8 @@
 """``apex bench compare OLD.json NEW.json``: ratios between two runs, to catch regressions.
 
 Records are matched by (suite, case, implementation, metric). For rates (units per second)
-a ratio below 1 means NEW is slower; for times (seconds) the ratio is inverted so that
-below 1 still means worse.
+a ratio below 1 means NEW is slower; for times (seconds, or milliseconds an update) the
+ratio is inverted so that below 1 still means worse.
 
 A learning figure (``bench.learning.learn_suite``: an IQM with a 95% interval over seeds) is a
 regression only when NEW's interval lies wholly on the worse side of OLD's: the ratio of
@@ -12,6 +12,13 @@ two IQMs over ten seeds moves by more than any threshold from chance alone.
 from __future__ import annotations
 
 from bench.learning.learning_stats import wholly_worse
+
+# Units of time (a figure where less is better): seconds, or a time per item.
+TIME_UNITS = ("s", "ms", "us", "µs", "ns")
+
+
+def _is_time(unit: str) -> bool:
+    return unit.split("/", 1)[0] in TIME_UNITS
 
 
 def _key(record: dict) -> tuple[str, str, str, str]:
@@ -27,7 +34,7 @@ def compare(old: dict, new: dict, threshold: float = 0.9) -> list[dict]:
             continue
         previous = before[_key(record)]
         intervals = all("ci_low" in r for r in (record, previous))
-        lower_is_better = not record.get("higher_is_better", record["unit"] != "s")
+        lower_is_better = not record.get("higher_is_better", not _is_time(record["unit"]))
         old_value, new_value = (
             (previous["iqm"], record["iqm"]) if intervals
             else (previous["median"], record["median"])

@@ -243,16 +243,17 @@ def _figure(metric: str, unit: str, median: float) -> dict:
 def test_compare_reports_speed_ratios_and_flags_regressions(tmp_path: Path) -> None:
     old = tmp_path / "old.json"
     new = tmp_path / "new.json"
-    old.write_text(
-        json.dumps(_document([_figure("rate", "items/s", 100.0), _figure("time", "s", 10.0)]))
-    )
-    new.write_text(
-        json.dumps(_document([_figure("rate", "items/s", 50.0), _figure("time", "s", 5.0)]))
-    )
+    old.write_text(json.dumps(_document([
+        _figure("rate", "items/s", 100.0), _figure("time", "s", 10.0),
+        _figure("phase", "ms/update", 2.0)])))  # fmt: skip
+    new.write_text(json.dumps(_document([
+        _figure("rate", "items/s", 50.0), _figure("time", "s", 5.0),
+        _figure("phase", "ms/update", 1.0)])))  # fmt: skip
     result = CliRunner().invoke(main, ["bench", "compare", str(old), str(new)])
     assert result.exit_code == 0, result.output
     assert "0.50× ⚠" in result.output  # half the rate: a regression
-    assert "2.00×" in result.output  # half the time: twice as fast
+    assert result.output.count("2.00×") == 2  # half the time, half the ms: twice as fast
+    assert "1 regressions" in result.output
     failing = CliRunner().invoke(
         main, ["bench", "compare", str(old), str(new), "--fail-on-regression"]
     )

@@ -71,13 +71,16 @@ def test_every_preset_file_reads_typed_and_its_settings_resolve() -> None:
     """Each built-in file is data: its envs become typed presets, and what each starts
     from (for any algorithm, and for each algorithm of its action space) resolves."""
     from apex.algorithms.registry import ALGORITHMS
-    from apex.envs.presets import PRESET_DIR, read_preset_file
+    from apex.envs.presets import FAMILY_IDS, PRESET_DIR, read_preset_file
     from launch.config import resolve
 
     files = sorted(PRESET_DIR.glob("*.toml"))
     assert files and {p.name for p in PRESETS.values()} == set(PRESETS)
     for path in files:
         for chosen in read_preset_file(path):
+            if chosen.name in FAMILY_IDS:  # a family's pattern of more ids, not an env
+                assert FAMILY_IDS[chosen.name] == chosen
+                continue
             assert PRESETS[chosen.name] == chosen and chosen.source == str(path)
             assert chosen.family in ("gymnasium", "atari", "minatar")
             resolve({"env": chosen.name})
@@ -172,7 +175,7 @@ def test_a_user_preset_file_trains_an_env_that_has_no_built_in_preset(tmp_path) 
     path, run_dir = tmp_path / "my.toml", tmp_path / "run"
     path.write_text(USER_PRESET)
     command = [sys.executable, "-m", "launch", "train", str(path), "--run-dir", str(run_dir),
-               "--plain", "--no-curves", "--max-time", "15"]  # fmt: skip
+               "--plain", "--no-curves", "--max-time", "8"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     records = read_metrics(run_dir)
@@ -181,3 +184,35 @@ def test_a_user_preset_file_trains_an_env_that_has_no_built_in_preset(tmp_path) 
     evaluator_log = (run_dir / "logs" / "evaluator.log").read_text()
     assert "evaluator: Grid every 1000 env steps" in evaluator_log
     assert "at -0.45)" in evaluator_log
+    status = subprocess.run([sys.executable, "-m", "launch", "status", str(run_dir)],
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert "(target -0.45)" in status.stdout, status.stdout
+
+
+@pytest.mark.parametrize("name", ["Breakout", "ALE/Breakout-v5", "ALE/Pong-v5", "SpaceInvaders"])
+def test_every_ale_game_is_the_atari_family_by_id_or_bare_name(name: str) -> None:
+    """An ALE game with no preset of its own goes through the ALE pipeline with the atari
+    family's settings and no threshold; by its id, Pong is Pong's preset."""
+    pytest.importorskip("ale_py")
+    from apex.envs.presets import preset
+    from apex.envs.vector import actor_envs, rom_name
+
+    chosen = preset(name)
+    assert chosen.atari and chosen.gym_id.startswith("ALE/") and chosen.defaults
+    assert chosen.solved_return == (18.0 if "Pong" in name else None)
+    assert env_shape(name).observation_shape == (4, 84, 84)
+    envs = actor_envs(name, 2)
+    try:
+        observations, _ = envs.reset(seed=[0, 1])
+        assert observations.shape == (2, 4, 84, 84)
+    finally:
+        envs.close()
+    assert rom_name("ALE/TicTacToe3D-v5") == "tic_tac_toe_3d"
+
+
+def test_a_name_that_is_no_game_stays_a_plain_gymnasium_id() -> None:
+    from apex.envs.presets import preset
+
+    for name in ("NotAGame", "tests.grid_env:Grid-v0", "Foo-v1"):
+        chosen = preset(name)
+        assert (chosen.family, chosen.gym_id, chosen.defaults) == ("gymnasium", name, {})

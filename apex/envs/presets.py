@@ -12,6 +12,8 @@ file::
     id = "CartPole-v1"            # the gymnasium id (default: the name)
     solved_return = 475.0         # the greedy mean that solves it (default: none)
 
+    ids = "ALE/*-v5"              # more gymnasium ids of the family, with no threshold
+
     [settings]                    # run config sections every run of it starts from
     actors = 1
     [settings.learner]
@@ -26,6 +28,8 @@ table where one is due, is an error naming the file.
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,7 +39,9 @@ from replay.errors import ConfigError
 
 FAMILIES = ("gymnasium", "atari", "minatar")
 PRESET_DIR = Path(__file__).with_name("preset_files")
-_FILE_KEYS = {"family", "envs", "settings", "algorithms"}
+_FILE_KEYS = {"family", "envs", "ids", "settings", "algorithms"}
+# An ALE game by its bare name (``Breakout``) is its gymnasium id's (``ALE/Breakout-v5``).
+ALE_ID = "ALE/{}-v5"
 _ENV_KEYS = {"id", "solved_return"}
 
 
@@ -112,6 +118,9 @@ def read_presets(values: dict, source: str) -> list[EnvPreset]:
     for name, table in by_algorithm.items():
         _table(table, f"{source}: algorithms.{name}", problems)
     envs = _table(values.get("envs", {}), f"{source}: envs", problems)
+    ids = values.get("ids")
+    if ids is not None and not (isinstance(ids, str) and ids):
+        problems.append(f"{source}: ids must be a pattern of gymnasium ids, got {ids!r}")
     if not envs and not problems:
         problems.append(f"{source}: no [envs.NAME] table: it presets no environment")
     presets = []
@@ -130,6 +139,8 @@ def read_presets(values: dict, source: str) -> list[EnvPreset]:
             problems.append(f"{source}: envs.{name}.id must be a gymnasium id, got {gym_id!r}")
         presets.append(EnvPreset(name, None if solved is None else float(solved), family,
                                  str(gym_id), settings, by_algorithm, source))  # fmt: skip
+    if ids is not None and not problems:
+        presets.append(EnvPreset(ids, None, family, ids, settings, by_algorithm, source))
     if problems:
         raise ConfigError(problems, what="preset")
     return presets
@@ -150,18 +161,21 @@ def read_preset_file(path: Path) -> list[EnvPreset]:
     return read_presets(values, str(path))
 
 
-def _built_in() -> dict[str, EnvPreset]:
+def _built_in() -> tuple[dict[str, EnvPreset], dict[str, EnvPreset]]:
+    """The built-in presets by name, and the families' patterns of more ids by pattern."""
     found: dict[str, EnvPreset] = {}
+    patterns: dict[str, EnvPreset] = {}
     for path in sorted(PRESET_DIR.glob("*.toml")):
         for chosen in read_preset_file(path):
-            if chosen.name in found:
+            into = patterns if "*" in chosen.name else found
+            if chosen.name in into:
                 raise ConfigError([f"{path}: {chosen.name} is preset in "
-                                   f"{found[chosen.name].source} too"])  # fmt: skip
-            found[chosen.name] = chosen
-    return found
+                                   f"{into[chosen.name].source} too"])  # fmt: skip
+            into[chosen.name] = chosen
+    return found, patterns
 
 
-PRESETS: dict[str, EnvPreset] = _built_in()
+PRESETS, FAMILY_IDS = _built_in()
 # A run's own presets (a user's preset file), by name: registered by the run's config.
 _REGISTERED: dict[str, EnvPreset] = {}
 
@@ -172,9 +186,37 @@ def register(chosen: EnvPreset) -> None:
 
 
 def preset(name: str) -> EnvPreset:
-    """The preset for ``name``; an unknown name is taken as a plain gymnasium id."""
+    """The preset for ``name``: a run's own, a built-in one, one of a family's ids
+    (``ALE/Breakout-v5``, or an ALE game's bare name, ``Breakout``: the atari family's
+    settings, no threshold); any other name is taken as a plain gymnasium id."""
     found = _REGISTERED.get(name) or PRESETS.get(name)
-    return found if found is not None else EnvPreset(name, None, gym_id=name)
+    if found is not None:
+        return found
+    by_id = next((p for p in PRESETS.values() if p.gym_id == name), None)
+    if by_id is not None:  # ALE/Pong-v5: Pong's preset
+        return dataclasses.replace(by_id, name=name)
+    gym_id = ALE_ID.format(name) if _bare_name(name) else name
+    for pattern, family in FAMILY_IDS.items():
+        if fnmatch.fnmatchcase(gym_id, pattern) and (gym_id == name or _ale_game(gym_id)):
+            return EnvPreset(name, None, family.family, gym_id, family.defaults,
+                             family.algorithm_defaults, family.source)  # fmt: skip
+    return EnvPreset(name, None, gym_id=name)
+
+
+def _bare_name(name: str) -> bool:
+    """A name no gymnasium id has: no version, namespace or entry point."""
+    return name.isidentifier() and "-v" not in name
+
+
+def _ale_game(gym_id: str) -> bool:
+    """Whether ale-py (the atari extra) has ``gym_id``: asked only of a bare name."""
+    try:
+        import ale_py
+        import gymnasium as gym
+    except ImportError:
+        return False
+    gym.register_envs(ale_py)
+    return gym_id in gym.registry
 
 
 def preset_of_file(values: dict, env: str, source: str) -> EnvPreset:

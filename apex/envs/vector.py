@@ -22,6 +22,7 @@ The two Atari paths give the same stacks and rewards for the same seeds and acti
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import gymnasium as gym
@@ -52,13 +53,31 @@ def evaluation_envs(name: str, count: int) -> gym.vector.VectorEnv:
     if chosen.atari:
         return AtariStacks(name, count, training=False, threads=1)
     plain = not chosen.minatar
-    if plain and gym.spec(chosen.gym_id).vector_entry_point is not None:
+    if plain and registered_spec(chosen.gym_id).vector_entry_point is not None:
         return gym.make_vec(chosen.gym_id, num_envs=count, vectorization_mode="vector_entry_point")
     return gym.vector.SyncVectorEnv(env_factories(name, count, training=False))
 
 
+def registered_spec(gym_id: str) -> gym.envs.registration.EnvSpec:
+    """gymnasium's spec of ``gym_id``, a ``module:Id`` entry point's too (``gym.spec``
+    looks only at what is registered; ``gym.make`` imports the module first)."""
+    module, _, name = gym_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return gym.spec(name)
+
+
 def rom_name(gym_id: str) -> str:
-    """ale-py's ROM name for a gymnasium ALE id: ``ALE/SpaceInvaders-v5`` → ``space_invaders``."""
+    """ale-py's ROM name for a gymnasium ALE id: ``ALE/SpaceInvaders-v5`` →
+    ``space_invaders``, as ale-py registers it (``ALE/TicTacToe3D-v5`` →
+    ``tic_tac_toe_3d``); from the id's own words where ale-py does not have it."""
+    import ale_py  # the atari extra
+
+    gym.register_envs(ale_py)
+    if gym_id in gym.registry:
+        game = gym.spec(gym_id).kwargs.get("game")
+        if isinstance(game, str):
+            return game
     game = gym_id.removeprefix("ALE/").split("-")[0]
     return re.sub(r"(?<!^)(?=[A-Z])", "_", game).lower()
 

@@ -66,10 +66,15 @@ class RunRecords:
 
 
 def target_return(config: dict) -> float | None:
-    """The evaluation mean that counts as solved: the config's, else its env preset's."""
+    """The evaluation mean that counts as solved: the config's, else its env preset's (the
+    run's own ``[preset]``, where it has one)."""
     target = config.get("learner", {}).get("target_return")
     if "env" not in config:
         return target
+    own = config.get("preset")
+    if target is None and isinstance(own, dict):
+        solved = own.get("solved_return")
+        return float(solved) if isinstance(solved, (int, float)) else None
     from apex.envs.families import solved_return
 
     return solved_return(config["env"], target)
@@ -198,7 +203,14 @@ def run_status(run_dir: Path) -> dict:
 
 
 def _number(value, digits: int = 1) -> str:
-    return "?" if value is None else f"{value:,.{digits}f}"
+    """``value`` to ``digits`` decimals; a small one those digits would change (a target of
+    -0.45) to three significant ones."""
+    if value is None:
+        return "?"
+    text = f"{value:,.{digits}f}"
+    if abs(value) < 10 and float(text) != value:
+        return f"{value:.3g}"
+    return text
 
 
 def status_lines(status: dict) -> list[str]:
