@@ -7,6 +7,10 @@ import tomllib
 
 import click
 
+from apex.envs.presets import merged_sections as merge_overrides
+
+__all__ = ["apply_setting", "merge_overrides", "run_overrides"]
+
 
 def run_overrides(
     *,
@@ -46,18 +50,6 @@ def run_overrides(
     for setting in settings:
         apply_setting(overrides, setting)
     return overrides
-
-
-def merge_overrides(base: dict, overrides: dict) -> dict:
-    """``overrides`` over ``base``, section by section (an algorithm's section inside the
-    learner's included)."""
-    merged = dict(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge_overrides(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def apply_setting(overrides: dict, setting: str) -> None:

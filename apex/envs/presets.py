@@ -81,14 +81,16 @@ class EnvPreset:
     def settings_for(self, algorithm: str) -> dict:
         """The run settings it starts from with ``algorithm`` (a name, or "auto")."""
         from_algorithm = self.algorithm_defaults.get(algorithm, {})
-        return _merged(dict(self.defaults), dict(from_algorithm))
+        return merged_sections(dict(self.defaults), dict(from_algorithm))
 
 
-def _merged(base: dict, over: dict) -> dict:
+def merged_sections(base: Mapping, over: Mapping) -> dict:
+    """``over`` on ``base``, table by table (a section's table inside another included):
+    how a preset's settings, a run config file and the command line's add up."""
     merged = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merged(merged[key], value)
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merged_sections(merged[key], value)
         else:
             merged[key] = value
     return merged
