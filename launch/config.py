@@ -215,24 +215,22 @@ def _build(cls, values: dict, section: str, problems: list[str]):
         return cls()
 
 
-def _table(values: dict, name: str, problems: list[str]) -> dict:
-    """The table ``values[name]`` (a problem, and an empty one, where it is not a table)."""
+def _table(values: dict, name: str, problems: list[str], where: str | None = None) -> dict:
+    """The table ``values[name]`` (a problem naming ``where``, default ``name``, and an
+    empty table, where it is not one)."""
     table = values.get(name, {})
     if not isinstance(table, dict):
-        problems.append(f"{name} must be a table of settings, got {table!r}")
+        problems.append(f"{where or name} must be a table of settings, got {table!r}")
         return {}
     return table
 
 
 def _learner(values: dict, problems: list[str]) -> LearnerConfig:
     """The learner's section, with its ``solved`` table inside it."""
-    values = dict(values)
-    table = values.pop("solved", {})
-    if not isinstance(table, dict):
-        problems.append(f"learner.solved must be a table of settings, got {table!r}")
-        table = {}
-    solved = _build(SolvedConfig, table, "learner.solved", problems)
-    return _build(LearnerConfig, {**values, "solved": solved}, "learner", problems)
+    solved = _build(SolvedConfig, _table(values, "solved", problems, "learner.solved"),
+                    "learner.solved", problems)  # fmt: skip
+    rest = {key: value for key, value in values.items() if key != "solved"}
+    return _build(LearnerConfig, {**rest, "solved": solved}, "learner", problems)
 
 
 def _algorithms(values: dict, problems: list[str]) -> dict[str, Any]:
@@ -279,13 +277,9 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
             register(preset_of_file(_table(values, "preset", problems), str(env), "the run config"))
         except ConfigError as exc:
             problems += exc.problems
-    chosen = preset(str(env))
     builder = BY_NAME.get(algorithm)
-    defaults = chosen.settings_for(algorithm)
-    if builder is not None:  # the algorithm's own, over the env's; the env's for it over both
-        defaults = merge_overrides(dict(chosen.defaults), dict(builder.run_defaults))
-        defaults = merge_overrides(defaults, dict(chosen.algorithm_defaults.get(algorithm, {})))
-    values = merge_overrides(defaults, values)
+    run_defaults = builder.run_defaults if builder is not None else {}
+    values = merge_overrides(preset(str(env)).settings_for(algorithm, run_defaults), values)
     values = refuse_renamed(values, problems)
     top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS) - {"algorithms"}
     for key in values:

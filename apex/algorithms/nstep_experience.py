@@ -139,7 +139,6 @@ class ValuedNStepExperience(NStepExperience):
         frame_refs: bool,
     ) -> None:
         super().__init__(config, shape, policy, frame_refs)
-        self._valued = policy
         self._version = version
         self._values: np.ndarray | None = None  # of the observations acted on next
         self._values_version = -1
@@ -154,20 +153,20 @@ class ValuedNStepExperience(NStepExperience):
     def act(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
         if self._values is None or self._values_version != self._version():
             # New weights since the values were computed: act on the newest.
-            self._values = self._valued.values(observations)
+            self._values = self._policy.values(observations)
             self._values_version = self._version()
-        return self._valued.explore_from(self._values, scales, rng)
+        return self._policy.explore_from(self._values, scales, rng)
 
     def step(self, observations, actions, rewards, next_observations, final_observations,
              terminated, truncated, refs=None):  # fmt: skip
         out = super().step(observations, actions, rewards, next_observations,
                            final_observations, terminated, truncated, refs)  # fmt: skip
         ended = np.logical_or(terminated, truncated)
-        next_values = self._valued.values(next_observations)
+        next_values = self._policy.values(next_observations)
         final_values = next_values
         if ended.any():
             final_values = next_values.copy()
-            final_values[ended] = self._valued.values(final_observations[ended])
+            final_values[ended] = self._policy.values(final_observations[ended])
         values = self._value_builder.step(self._values, actions, rewards, final_values,
                                           terminated, truncated)  # fmt: skip
         out["values"], out["next_values"] = values["obs"], values["next_obs"]
@@ -177,6 +176,6 @@ class ValuedNStepExperience(NStepExperience):
     def priorities(
         self, batch: dict[str, np.ndarray], epsilon: float
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        errors = self._valued.td_errors_from(batch["values"], batch["next_values"], batch)
+        errors = self._policy.td_errors_from(batch["values"], batch["next_values"], batch)
         sent = {name: array for name, array in batch.items() if name not in VALUE_FIELDS}
         return sent, errors + epsilon

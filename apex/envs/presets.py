@@ -34,6 +34,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from replay.errors import ConfigError
 
@@ -78,10 +79,12 @@ class EnvPreset:
     def minatar(self) -> bool:
         return self.family == "minatar"
 
-    def settings_for(self, algorithm: str) -> dict:
-        """The run settings it starts from with ``algorithm`` (a name, or "auto")."""
+    def settings_for(self, algorithm: str, run_defaults: Mapping = MappingProxyType({})) -> dict:
+        """The run settings it starts from with ``algorithm`` (a name, or "auto"): its
+        own, then the algorithm's ``run_defaults`` (its settings for any env), then its
+        settings for that algorithm."""
         from_algorithm = self.algorithm_defaults.get(algorithm, {})
-        return merged_sections(dict(self.defaults), dict(from_algorithm))
+        return merged_sections(merged_sections(self.defaults, run_defaults), from_algorithm)
 
 
 def merged_sections(base: Mapping, over: Mapping) -> dict:
@@ -178,6 +181,8 @@ def _built_in() -> tuple[dict[str, EnvPreset], dict[str, EnvPreset]]:
 
 
 PRESETS, FAMILY_IDS = _built_in()
+# The built-in presets by gymnasium id: ``ALE/Pong-v5`` is Pong's.
+_BY_GYM_ID = {chosen.gym_id: chosen for chosen in PRESETS.values()}
 # A run's own presets (a user's preset file), by name: registered by the run's config.
 _REGISTERED: dict[str, EnvPreset] = {}
 
@@ -194,9 +199,8 @@ def preset(name: str) -> EnvPreset:
     found = _REGISTERED.get(name) or PRESETS.get(name)
     if found is not None:
         return found
-    by_id = next((p for p in PRESETS.values() if p.gym_id == name), None)
-    if by_id is not None:  # ALE/Pong-v5: Pong's preset
-        return dataclasses.replace(by_id, name=name)
+    if name in _BY_GYM_ID:
+        return dataclasses.replace(_BY_GYM_ID[name], name=name)
     gym_id = ALE_ID.format(name) if _bare_name(name) else name
     for pattern, family in FAMILY_IDS.items():
         if fnmatch.fnmatchcase(gym_id, pattern) and (gym_id == name or _ale_game(gym_id)):

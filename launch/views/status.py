@@ -73,8 +73,13 @@ def target_return(config: dict) -> float | None:
         return target
     own = config.get("preset")
     if target is None and isinstance(own, dict):
-        solved = own.get("solved_return")
-        return float(solved) if isinstance(solved, (int, float)) else None
+        from apex.envs.presets import preset_of_file
+        from replay.errors import ConfigError
+
+        try:
+            return preset_of_file(own, str(config["env"]), "config.json").solved_return
+        except ConfigError:
+            return None
     from apex.envs.families import solved_return
 
     return solved_return(config["env"], target)

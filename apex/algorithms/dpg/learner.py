@@ -19,14 +19,12 @@ and only ``Q1`` is trained; ``policy_delay = 1`` and ``target_noise = 0`` (the d
 make it plain DDPG. ``twin_critics = true``, ``policy_delay = 2`` and ``target_noise =
 0.2`` make it TD3 (Fujimoto et al. 2018).
 
-Why DDPG by default, measured (bench/RESULTS.md, "Which DPG"): an Ape-X learner is the
-bottleneck, so what each update achieves decides how fast a run learns. A TD3 update
-costs about what a DDPG one does (224 and 231 updates/s of 256 here), but TD3 moves the
-policy on every second update only and learns from a pessimistic target. On this 2-core
-machine, 10 minutes each, DDPG ended ahead on HalfCheetah-v5 (5,430 and 5,865 against
-3,610 and 4,596, seeds 0 and 1) and on Hopper-v5 (1,202 against 320), and solved Pendulum
-as fast (32.4 s median against 35.4 s). TD3 is the choice where updates are cheap beside
-the data (a GPU learner) and a run long enough for DDPG's overestimation to bite.
+Why DDPG by default: an Ape-X learner is the bottleneck, so what each update achieves
+decides how fast a run learns. A TD3 update costs about what a DDPG one does, but TD3
+moves the policy on every second update only and learns from a pessimistic target. TD3
+is the choice where updates are cheap beside the data (a GPU learner) and a run is long
+enough for DDPG's overestimation to bite. (The comparison awaits a record from a clean
+tree: bench/RESULTS.md, "Not current".)
 
 torch is imported only where the learner builds or trains.
 """
