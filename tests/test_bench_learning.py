@@ -200,14 +200,12 @@ def test_impala_and_the_peer_s_ppo_both_train_and_evaluate_minatar_with_its_netw
     # heads and under PPO's (the zoo's Atari settings), evaluated and confirmed as in the
     # benchmark. A target of 0 (every Breakout return reaches it) makes the first
     # evaluation a solve and its confirmation end the run, so neither side waits out its
-    # budget. apex's evaluator acts in torch for images and, on 2 busy cores, took 10 s
-    # to start; the peer's first evaluation came 19 s after its spawn on a slower machine
-    # of the kind with both cores busy, where the quick budget (8 s) held none.
+    # budget, which only bounds a broken run: how soon the first evaluation comes depends
+    # on the machine's load (over 30 s for the peer, with both cores busy, under CI).
     task = dataclasses.replace(quick_task(TASKS["impala/MinAtar/Breakout-v1"]),
                                eval_every_steps=500, eval_episodes=2, target=0.0,
-                               confirm_episodes=2)  # fmt: skip
-    runs = (run_apex(dataclasses.replace(task, budget_s=40.0), 0),
-            run_peer(dataclasses.replace(task, budget_s=30.0), 0))  # fmt: skip
+                               confirm_episodes=2, budget_s=150.0)  # fmt: skip
+    runs = (run_apex(task, 0), run_peer(task, 0))
     for run in runs:
         assert "error" not in run, run
         assert run["evaluations"] and all(e[0] <= run["budget_s"] for e in run["evaluations"])
