@@ -14,6 +14,14 @@ TORCH=${APEX_TORCH:-torch==2.13.0}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
+# The install is editable: only pyproject.toml (dependencies, entry points) or the extras
+# asked for make it stale. The stamp keeps a warm .venv from paying pip's 9 s each time.
+stamp=.venv/.apex-installed
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) ${EXTRAS} ${TORCH}"
+found="import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ('apex', 'torch'))))"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "$found"; then
+  exit 0
+fi
 .venv/bin/python -m pip install -qq --disable-pip-version-check --upgrade pip
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "$TORCH"
@@ -21,3 +29,4 @@ fi
 # -qq: pip and setuptools notices (an editable-install banner) are noise on every run;
 # errors still print.
 .venv/bin/python -m pip install -qq --disable-pip-version-check -e ".[${EXTRAS}]"
+echo "$want" > "$stamp"

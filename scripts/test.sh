@@ -2,10 +2,11 @@
 # Everything a fresh clone needs to pass the tests: set up .venv, lint, format check, tests.
 #
 #   bash scripts/test.sh            the whole suite (what CI runs)
-#   bash scripts/test.sh --fast     the inner loop: every test but those marked slow (real
-#                                   training runs, benchmark commands, Slurm jobs, a terminal,
-#                                   several shard processes at once); other arguments go to
-#                                   pytest, e.g. --fast tests/test_wire.py
+#   bash scripts/test.sh --fast     the inner loop, under a minute: every test but those
+#                                   marked slow (2 s or more each: training runs, benchmark
+#                                   commands, Slurm jobs, a terminal, shard processes under
+#                                   load, emulators, property searches); other arguments go
+#                                   to pytest, e.g. --fast tests/test_wire.py
 #
 # Tests run in APEX_TEST_WORKERS (2) pytest-xdist workers, a test file to a worker, the
 # longest files first (tests/conftest.py: the Slurm file alone takes 4.5 minutes). Most of

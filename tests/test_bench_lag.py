@@ -125,6 +125,7 @@ def test_a_resumed_sitting_runs_only_the_missing_runs_and_scores_them_all(monkey
                                                      "CartPole-v1-k20-no-correction"}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_report_gives_returns_at_fixed_times_and_draws_each_k_side_by_side(
     tmp_path: Path,
 ) -> None:

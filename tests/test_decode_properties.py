@@ -153,6 +153,7 @@ def _decoded(frames: list[bytes]) -> list[Message]:
     return decoded
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_decode_and_every_reader_raise_only_protocol_errors(data: st.DataObject) -> None:
@@ -187,6 +188,7 @@ def stores() -> dict[str, Ingest]:
     }
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_a_store_refuses_with_replay_errors_and_keeps_what_it_had(

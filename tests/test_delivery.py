@@ -148,6 +148,7 @@ def final_snapshot_size(root: Path) -> int:
     return int(open_snapshot(newest).meta["shard"]["size"])
 
 
+@pytest.mark.slow
 def test_a_flush_stops_waiting_for_a_shard_whose_limiter_holds_its_batches(
     context: zmq.Context, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -189,6 +190,7 @@ def test_a_stopping_sender_s_flush_goes_past_the_shard_s_limiter(
         assert shard.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_shard_stopped_with_its_senders_takes_their_flush_before_it_goes(
     context: zmq.Context, tmp_path: Path
 ) -> None:

@@ -260,6 +260,7 @@ def _send_evaluations(endpoint: str, evaluations: list[Evaluation | bytes]) -> N
     context.term()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("confirmed", [False, True])
 def test_the_learner_stops_only_on_a_confirmed_solve(tmp_path: Path, confirmed: bool) -> None:
     """A periodic evaluation at the target is written but solves nothing; its confirmation

@@ -50,6 +50,7 @@ def test_no_hostile_insert_case_can_be_taken_by_a_store() -> None:
             assert ingest.replay.size == 0, name
 
 
+@pytest.mark.slow
 def test_the_fuzz_benchmark_command_writes_its_checks(tmp_path) -> None:
     import json
 

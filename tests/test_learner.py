@@ -381,6 +381,7 @@ def test_actors_are_heard_while_the_learner_waits_for_a_batch(tmp_path: Path) ->
         context.destroy(linger=0)
 
 
+@pytest.mark.slow
 def test_weights_sent_again_while_waiting_carry_the_updates_of_their_version(
     tmp_path: Path,
 ) -> None:

@@ -116,6 +116,7 @@ def test_bad_settings_and_a_state_dict_of_other_parameters_are_refused() -> None
         Adam(network().parameters(), lr=1e-3).load_state_dict(amsgrad)
 
 
+@pytest.mark.slow
 def test_a_learner_s_update_never_imports_the_torch_compiler() -> None:
     """The point of the class: torch.optim's first optimizer imports torch._dynamo, 1.6 s of
     every learner's start. A fresh process builds each algorithm and takes a step."""

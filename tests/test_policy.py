@@ -98,6 +98,7 @@ def _acting(policy, frames: np.ndarray) -> None:
         policy.q_values(frames[start : start + 8])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_int8_greedy_actions_are_the_float_ones_but_for_near_ties(pong_frames, seed) -> None:
     float_policy = build_policy((4, 84, 84), 6, (512,), seed=seed)
@@ -115,6 +116,7 @@ def test_int8_greedy_actions_are_the_float_ones_but_for_near_ties(pong_frames, s
     assert (margin[differ] <= 2 * error).all()
 
 
+@pytest.mark.slow
 def test_int8_policy_requantizes_the_weights_it_takes(pong_frames, monkeypatch) -> None:
     from apex.algorithms import int8_policy
 

@@ -14,6 +14,7 @@ from apex.envs.presets import PRESETS
 from replay import PrioritizedReplay
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_builds_and_fits_its_network_and_spec(name: str) -> None:
     shape = env_shape(name)
@@ -191,6 +192,7 @@ def test_a_user_preset_file_trains_an_env_that_has_no_built_in_preset(tmp_path) 
     assert "(target -0.45)" in status.stdout, status.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["Breakout", "ALE/Breakout-v5", "ALE/Pong-v5", "SpaceInvaders"])
 def test_every_ale_game_is_the_atari_family_by_id_or_bare_name(name: str) -> None:
     """An ALE game with no preset of its own goes through the ALE pipeline with the atari

@@ -30,6 +30,7 @@ def chi_square(counts: np.ndarray, probabilities: np.ndarray) -> float:
     return float(((counts - expected) ** 2 / expected).sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 512])
 def test_sampled_frequencies_follow_priority_to_the_alpha(
     small_spec: TransitionSpec, batch_size: int

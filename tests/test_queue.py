@@ -217,6 +217,7 @@ def test_a_queue_shard_serves_oldest_first_and_holds_inserts_back_when_full(
         assert info["size"] == 0 and info["transitions_added"] == 24
 
 
+@pytest.mark.slow
 def test_a_queue_shard_sample_waits_for_enough_unrolls(
     queue_shard: ShardProcess, context: zmq.Context
 ) -> None:
@@ -234,6 +235,7 @@ def test_a_queue_shard_sample_waits_for_enough_unrolls(
         )
 
 
+@pytest.mark.slow
 def test_a_queue_shard_comes_back_from_its_snapshot_with_its_cursor(
     tmp_path, context: zmq.Context
 ) -> None:
@@ -261,6 +263,7 @@ def test_a_queue_shard_comes_back_from_its_snapshot_with_its_cursor(
         shard.stop()
 
 
+@pytest.mark.slow
 def test_a_queue_shard_refuses_settings_that_do_not_apply(tmp_path) -> None:
     with pytest.raises(AssertionError, match="samples_per_insert does not apply"):
         ShardProcess(*FIELD_OPTIONS, "--queue", "--samples-per-insert", "2")

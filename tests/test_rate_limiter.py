@@ -44,6 +44,7 @@ def test_good_settings_have_no_problems() -> None:
     sample_batch=st.integers(1, 512),
     choices=st.lists(st.booleans(), min_size=50, max_size=400),
 )
+@pytest.mark.slow
 def test_one_side_can_always_go_on_and_the_ratio_stays_bounded(
     spi, min_size, buffer, insert_batch, sample_batch, choices
 ) -> None:

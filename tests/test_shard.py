@@ -79,6 +79,7 @@ def test_bad_requests_get_error_replies(shard: ShardProcess, context: zmq.Contex
 junk_frames = st.lists(st.binary(max_size=64), min_size=1, max_size=4)
 
 
+@pytest.mark.slow
 def test_malformed_messages_are_counted_and_the_shard_keeps_serving(
     shard: ShardProcess, context: zmq.Context
 ) -> None:

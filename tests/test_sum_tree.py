@@ -46,6 +46,7 @@ def operation_sequences(draw: st.DrawFn) -> tuple[int, list[tuple[np.ndarray, np
     return capacity, steps
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(operation_sequences(), st.integers(0, 2**32 - 1))
 def test_random_operation_sequences_match_the_reference(case, seed) -> None:

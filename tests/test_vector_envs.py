@@ -29,6 +29,7 @@ def _gym_path(count: int, training: bool) -> gym.vector.VectorEnv:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("training", [True, False])
 def test_atari_vector_env_steps_as_the_gymnasium_wrappers(training: bool) -> None:
     count, steps = 3, 520

@@ -180,6 +180,7 @@ def test_malformed_frames_raise_protocol_errors(frames: list[bytes], pattern: st
         decode(frames)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(st.lists(st.binary(max_size=120), min_size=0, max_size=5))
 def test_random_bytes_never_raise_anything_but_protocol_errors(frames: list[bytes]) -> None:
