@@ -45,6 +45,8 @@ class EvaluatorProcess:
         self._lock = threading.Lock()
         self._process: RoleProcess | None = None
         self.restarts = 0
+        self.state = "starting"  # then "up", "restarting" or "given up"
+        self.last_exit: int | None = None
         self._watcher = threading.Thread(target=self._keep, name="evaluator", daemon=True)
 
     def start(self) -> None:
@@ -59,21 +61,31 @@ class EvaluatorProcess:
                                                            name="evaluator")  # fmt: skip
             try:
                 process.await_ready(READY_TIMEOUT_S)
+                self.state = "up"
             except RoleStartError as exc:
                 logger.error("%s", exc)
             code = process.process.wait()
             if self._stopping.is_set():
                 return
             process.close()
+            self.last_exit = code
             if self.restarts >= SHARD_RESTART_BUDGET:
+                self.state = "given up"
                 logger.error("evaluator died (exit code %s) after %d restarts; the run goes "
                              "on without evaluations", code, self.restarts)  # fmt: skip
                 return
+            self.state = "restarting"
             delay = RESTART_BACKOFF_S[min(self.restarts, len(RESTART_BACKOFF_S) - 1)]
             logger.warning("evaluator died (exit code %s); restarting in %.0f s", code, delay)
             self.restarts += 1
             if self._stopping.wait(delay):
                 return
+
+    def health(self) -> dict:
+        """What the learner's progress and end records say of it: ``evaluator`` (starting,
+        up, restarting or given up), ``evaluator_restarts`` and its last exit code."""
+        return {"evaluator": self.state, "evaluator_restarts": self.restarts,
+                "evaluator_last_exit": self.last_exit}  # fmt: skip
 
     def stop(self) -> None:
         """Stops it (SIGTERM, then SIGKILL) and its keeper."""

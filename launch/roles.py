@@ -106,6 +106,7 @@ def run_learner(
         evaluator = EvaluatorProcess(config, run_dir, learner.weights_endpoint,
                                      learner.episodes_endpoint)  # fmt: skip
         evaluator.start()
+        learner.companions.append(evaluator.health)
     try:
         outcome = learner.run()
         # Said before the evaluator stops (a second: its last results linger for a
@@ -117,6 +118,7 @@ def run_learner(
                 "solved": outcome.solved,
                 "last_eval_return": outcome.last_eval_return,
                 **dataclasses.asdict(outcome.counters),
+                **(evaluator.health() if evaluator is not None else {}),
                 "delivery": outcome.delivery,
             },
         )

@@ -4,6 +4,8 @@ its actions. Registered as ``tests.grid_env:Grid-v0`` (gymnasium's ``module:Id``
 
 from __future__ import annotations
 
+import sys
+
 import gymnasium as gym
 import numpy as np
 
@@ -39,3 +41,15 @@ class Grid(gym.Env):
 
 
 gym.register("Grid-v0", entry_point=Grid)
+
+
+class GridThatFailsToEvaluate(Grid):
+    """The grid, except in the evaluator's process, where it cannot be made: an env that
+    works for the actors and kills the evaluator at every start."""
+
+    def __init__(self) -> None:
+        if "evaluator" in sys.argv:
+            raise RuntimeError("this env cannot be evaluated")
+
+
+gym.register("GridThatFailsToEvaluate-v0", entry_point=GridThatFailsToEvaluate)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from launch.cli import main
 from launch.config import resolve, write_resolved
 from launch.local.resume import TrainedSoFar
-from launch.views.status import run_status, write_summary
+from launch.views.status import run_status, status_lines, write_summary
 from tests.conftest import write_run_dir
 
 
@@ -134,3 +134,73 @@ def test_status_names_the_confirmed_solve_and_never_an_unconfirmed_one(tmp_path:
     out = CliRunner().invoke(main, ["status", str(tmp_path)]).output
     assert "solved: confirmed at 480.0 over 100 episodes, 41,000 env steps, 21.0 s" in out
     assert "470.0" not in out
+
+
+def _run_whose_evaluator_died(run_dir: Path, ended: bool) -> None:
+    from apex.learning.metrics import MetricsWriter
+
+    write_resolved(resolve({}, {}), run_dir)
+    metrics = MetricsWriter(run_dir)
+    metrics.write({"event": "start", "updates": 0, "device": "cpu", "actor_processes": 1,
+                   "ape_x_actors": 8})  # fmt: skip
+    dying = {"evaluator": "restarting", "evaluator_restarts": 2, "evaluator_last_exit": 3}
+    metrics.write({"event": "progress", "time_s": 9.0, "updates": 90, "updates_per_s": 10.0,
+                   "transitions_per_s": 100.0, "transitions_added": 900, "replay_sizes": [900],
+                   "episode_return_mean": 20.0, "policy_lag_median": 1.0, "shards_alive": 1,
+                   **dying})  # fmt: skip
+    if ended:
+        metrics.write({"event": "end", "reason": "max_time", "solved": False, "updates": 100,
+                       "train_seconds": 10.0, "evaluations": 0, **dying,
+                       "evaluator": "given up", "evaluator_restarts": 5})  # fmt: skip
+    metrics.close()
+
+
+def test_an_evaluator_that_keeps_dying_is_a_fault_everywhere_a_run_is_shown(tmp_path) -> None:
+    from launch.local.supervisor import RunSummary
+    from launch.views.live_view import evaluation_text
+    from launch.views.watch import RunWatch
+
+    running, ended = tmp_path / "running", tmp_path / "ended"
+    _run_whose_evaluator_died(running, ended=False)
+    _run_whose_evaluator_died(ended, ended=True)
+    watch = RunWatch(running)
+    watch.poll()
+    assert evaluation_text(watch) == ("eval none: the evaluator died (exit code 3), restart 2 "
+                                      "/ target 475.0")  # fmt: skip
+    lines = "\n".join(status_lines(run_status(running)))
+    assert "faults: evaluator_restarts 2" in lines
+    assert "evaluation: none yet (target 475.0): the evaluator died (exit code 3)" in lines
+    lines = "\n".join(status_lines(run_status(ended)))
+    assert "faults: evaluator_restarts 5, evaluator gave up" in lines
+    assert ("evaluation: none ran (target 475.0): the evaluator gave up after 5 restarts "
+            "(exit code 3): see logs/evaluator.log") in lines  # fmt: skip
+    outcome = {"updates": 100, "evaluations": 0, "last_eval_return": None,
+               "evaluator": "given up", "evaluator_restarts": 5, "evaluator_last_exit": 3}
+    line = RunSummary(0, "max_time", False, 10.0, outcome).line()
+    assert "last eval: none ran | evaluator restarts: 5 (the evaluator gave up" in line
+    # A healthy evaluator that had no time to evaluate is no fault.
+    outcome.update(evaluator="up", evaluator_restarts=0)
+    line = RunSummary(0, "max_time", False, 10.0, outcome).line()
+    assert "last eval: none ran | actor restarts" in line
+
+
+@pytest.mark.slow
+def test_a_run_whose_evaluator_cannot_start_says_so_and_names_it_a_fault(tmp_path) -> None:
+    """A real run of an env the actors can make and the evaluator cannot: the end line,
+    the metrics and ``apex status`` all say the evaluator died and nothing evaluated."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "launch", "train", "--env",
+               "tests.grid_env:GridThatFailsToEvaluate-v0", "--max-time", "8", "--plain",
+               "--no-curves", "--run-dir", str(run_dir), "--set", "replay.min_size=200",
+               "--set", "replay.capacity=5000", "--set", "learner.eval_every_steps=200",
+               "--set", "learner.batch_size=32"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    end = done.stdout.strip().splitlines()[-2]
+    assert "last eval: none ran | evaluator restarts: " in end, end
+    assert "(the evaluator " in end
+    lines = "\n".join(status_lines(run_status(run_dir)))
+    assert "faults: evaluator_restarts" in lines and "evaluation: none ran" in lines

@@ -4,11 +4,22 @@ code execution (``torch.load(weights_only=True)`` accepts tensors and plain cont
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+from apex.learning.progress import LearnerCounters
+
+if TYPE_CHECKING:
+    from apex.algorithms.protocols import Algorithm
+
+logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^checkpoint-(\d{10})\.pt$")
 
@@ -86,3 +97,46 @@ def load(path: Path) -> dict:
     ):
         raise ValueError(f"{path} is not an apex checkpoint")
     return state
+
+
+class LearnerCheckpoints:
+    """A learner's checkpoints in ``directory``: the algorithm's state, the solve's, the
+    counters and the run's resolved config. A write that fails (a full disk) is counted
+    in :attr:`failed` and logged; training goes on, and the newest good one stays."""
+
+    def __init__(self, directory: Path, resolved_config: dict) -> None:
+        self.directory = directory
+        self._config = json.dumps(resolved_config, sort_keys=True)
+        self.failed = 0
+
+    @staticmethod
+    def restore(path: Path, algorithm: Algorithm) -> tuple[LearnerCounters, dict]:
+        """The counters at ``path``, with ``algorithm`` loaded from it; and its state."""
+        state = load(path)
+        counters = json.loads(state["counters"])
+        if "settled_at_s" not in counters:  # written before runs settled apart from solving
+            counters["settled_at_s"] = counters.get("solved_at_s")
+        restored = LearnerCounters(**counters)
+        algorithm.load_state_dict({"steps": restored.updates, **state})
+        logger.info("resumed from %s at update %d, weights version %d", path,
+                    restored.updates, restored.weight_version)  # fmt: skip
+        return restored, state
+
+    def save(self, algorithm: Algorithm, solving: dict, counters: LearnerCounters,
+             train_seconds: float) -> Path | None:  # fmt: skip
+        """A checkpoint at ``counters.updates``, or None when it could not be written.
+        ``train_seconds``: the training time so far, this life's included, so that a run
+        resumed from a periodic checkpoint (its learner killed) keeps its time budget."""
+        state = {
+            **algorithm.state_dict(),
+            **solving,
+            "config": self._config,
+            "counters": json.dumps({**asdict(counters), "train_seconds": train_seconds}),
+        }
+        try:
+            return save(self.directory, counters.updates, state)
+        except OSError as exc:
+            self.failed += 1
+            logger.error("checkpoint at update %d not written (%s); %d failed so far",
+                         counters.updates, exc, self.failed)  # fmt: skip
+            return None

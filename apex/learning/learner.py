@@ -15,11 +15,11 @@ which leaves a final checkpoint either way.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,7 +29,7 @@ from apex.algorithms.protocols import Algorithm
 from apex.algorithms.updates import set_learning_rate
 from apex.channels import EpisodeCollector
 from apex.envs.families import solved_return
-from apex.learning import checkpoint
+from apex.learning.checkpoint import LearnerCheckpoints
 from apex.learning.delivery import final_account
 from apex.learning.evaluation import read_evaluation
 from apex.learning.metrics import MetricsWriter
@@ -119,8 +119,10 @@ class Learner:
         self.run_dir = run_dir
         self._device = device
         self._resolved_config = resolved_config
-        self.counters = LearnerCounters()
-        restored = self._restore(resume_from) if resume_from is not None else {}
+        self._checkpoints = LearnerCheckpoints(run_dir / "checkpoints", resolved_config)
+        self.counters, restored = LearnerCounters(), {}
+        if resume_from is not None:
+            self.counters, restored = self._checkpoints.restore(resume_from, algorithm)
         self._context = make_context(security)
         try:
             keeps = config.solved.keeps_confirmed_weights
@@ -142,7 +144,9 @@ class Learner:
         self._started = time.monotonic()
         self._last_progress = self._started
         self._running = False
-        self.checkpoints_failed = 0
+        # The health of processes kept beside the learner (its evaluator), each a dict
+        # that every progress record and the end record carry.
+        self.companions: list[Callable[[], dict]] = []
         self._skipped_in_a_row = 0
 
     @property
@@ -157,44 +161,9 @@ class Learner:
         """Asks :meth:`run` to finish (with a final checkpoint) after the current update."""
         self._stop.set()
 
-    def _restore(self, path: Path) -> dict:
-        """Counters and the algorithm from the checkpoint at ``path``; returns its state."""
-        state = checkpoint.load(path)
-        counters = json.loads(state["counters"])
-        if "settled_at_s" not in counters:  # written before runs settled apart from solving
-            counters["settled_at_s"] = counters.get("solved_at_s")
-        self.counters = LearnerCounters(**counters)
-        self.algorithm.load_state_dict({"steps": self.counters.updates, **state})
-        logger.info(
-            "resumed from %s at update %d, weights version %d",
-            path,
-            self.counters.updates,
-            self.counters.weight_version,
-        )
-        return state
-
-    def save_checkpoint(self) -> Path:
-        # The training time so far, this run's included: a run resumed from a periodic
-        # checkpoint (the learner was killed) keeps its time budget.
-        counters = {**asdict(self.counters), "train_seconds": self._elapsed_s()}
-        state = {
-            **self.algorithm.state_dict(),
-            **self.solving.state_dict(),
-            "counters": json.dumps(counters),
-            "config": json.dumps(self._resolved_config, sort_keys=True),
-        }
-        return checkpoint.save(self.run_dir / "checkpoints", self.counters.updates, state)
-
     def _checkpoint_or_count(self) -> Path | None:
-        """A checkpoint, or None and a count and an error line when it cannot be written
-        (a full disk): training goes on, and the newest good checkpoint stays."""
-        try:
-            return self.save_checkpoint()
-        except OSError as exc:
-            self.checkpoints_failed += 1
-            logger.error("checkpoint at update %d not written (%s); %d failed so far",
-                         self.counters.updates, exc, self.checkpoints_failed)  # fmt: skip
-            return None
+        return self._checkpoints.save(self.algorithm, self.solving.state_dict(), self.counters,
+                                      self._elapsed_s())  # fmt: skip
 
     def _elapsed_s(self) -> float:
         running = time.monotonic() - self._started if self._running else 0.0
@@ -281,9 +250,11 @@ class Learner:
                     "last_eval_return": self.solving.last_eval,
                     "back_to_confirmed": self.solving.went_back,
                     "checkpoint": str(path) if path else None,
-                    "checkpoints_failed": self.checkpoints_failed,
+                    "checkpoints_failed": self._checkpoints.failed,
                     "updates_skipped_nonfinite": self.counters.updates_skipped,
                     "metrics_dropped": metrics.dropped,
+                    "evaluations": self.counters.evaluations,
+                    **self._companions_health(),
                     "delivery": outcome.delivery,
                 }
             )
@@ -381,6 +352,8 @@ class Learner:
         """An EVALUATION from the evaluator: written to the metrics; a confirmed one at
         the target marks the run solved (``ProtocolError``: refused, counted)."""
         evaluation = read_evaluation(message)
+        if not evaluation.confirmation:
+            self.counters.evaluations += 1
         solves = self.solving.take(evaluation, self.counters, self._elapsed_s())
         logger.info("%s %d (weights %d, %d env steps): greedy mean %.1f over %d episodes%s",
                     "confirmation of evaluation" if evaluation.confirmation else "evaluation",
@@ -405,8 +378,15 @@ class Learner:
         )
         self._last_progress = now
         record.update(self._episodes.brief())
+        record.update(self._companions_health())
         self._metrics.write(record)
         logger.info("%s", describe_progress(record))
+
+    def _companions_health(self) -> dict:
+        health: dict = {}
+        for companion in self.companions:
+            health.update(companion())
+        return health
 
     def close(self) -> None:
         self._weights.close()

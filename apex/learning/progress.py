@@ -33,6 +33,7 @@ class LearnerCounters:
     settled_at_s: float | None = None  # LearnerConfig.settle_return
     # Updates whose loss or gradient was not finite: skipped, nothing changed or published.
     updates_skipped: int = 0
+    evaluations: int = 0  # periodic ones heard, confirmations aside
 
 
 @dataclass

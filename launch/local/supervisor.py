@@ -41,7 +41,7 @@ from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
 from launch.slurm.keeper import LEARNER_RESTART_BUDGET, RESTART_BACKOFF_S
 from launch.views.curves import write_run_curves
 from launch.views.live_view import ProgressDisplay
-from launch.views.status import last_refused, security_mode, write_summary
+from launch.views.status import evaluator_trouble, last_refused, security_mode, write_summary
 
 logger = logging.getLogger(__name__)
 
@@ -92,10 +92,17 @@ class RunSummary:
         trained = self.outcome.get("transitions_trained", "?")
         solved = f"solved in {self.seconds:.1f} s" if self.solved else "not solved"
         last_eval = self.outcome.get("last_eval_return")
-        last_eval = "none" if last_eval is None else f"{last_eval:.1f}"
+        if last_eval is not None:
+            last_eval = f"{last_eval:.1f}"
+        else:  # the outcome of a learner that had an evaluator counts what it heard
+            last_eval = "none ran" if self.outcome.get("evaluations") == 0 else "none"
+        trouble = evaluator_trouble(self.outcome)
+        evaluator = self.outcome.get("evaluator_restarts")
+        evaluator = f" | evaluator restarts: {evaluator}" if evaluator else ""
+        evaluator += f" ({trouble})" if trouble else ""
         return (
             f"{solved} | reason: {self.reason} | updates: {updates} | transitions trained: "
-            f"{trained} | last eval: {last_eval} | actor restarts: "
+            f"{trained} | last eval: {last_eval}{evaluator} | actor restarts: "
             f"{self.actor_restarts} | shard restarts: {self.shard_restarts}"
             f"{f' ({self.shards_given_up} given up)' if self.shards_given_up else ''}"
             f" | learner restarts: "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from launch.views.status import evaluator_trouble
 from launch.views.watch import RunWatch
 
 PLAIN_INTERVAL_S = 5.0
@@ -32,9 +33,11 @@ def duration(seconds: float | None) -> str:
 
 def evaluation_text(watch: RunWatch) -> str:
     target = f"target {figure(watch.target, 1)}" if watch.target is not None else "no target"
+    trouble = evaluator_trouble(watch.end or watch.progress or {})
     if watch.last_eval is None:
-        return f"eval none yet / {target}"
-    return f"eval {figure(watch.last_eval, 1)} (best {figure(watch.best_eval, 1)}) / {target}"
+        return f"eval none{f': {trouble}' if trouble else ' yet'} / {target}"
+    text = f"eval {figure(watch.last_eval, 1)} (best {figure(watch.best_eval, 1)}) / {target}"
+    return f"{text} – {trouble}" if trouble else text
 
 
 def fill_text(watch: RunWatch) -> str:

@@ -131,6 +131,19 @@ def last_refused(run_dir: Path) -> dict[str, int]:
     return dict(progress[-1].get("refused") or {}) if progress else {}
 
 
+def evaluator_trouble(record: dict) -> str | None:
+    """What is wrong with the run's evaluator, from a learner's progress or end record (or
+    the outcome it announced); None while it is starting or up."""
+    state, restarts = record.get("evaluator"), record.get("evaluator_restarts") or 0
+    code = record.get("evaluator_last_exit")
+    if state == "given up":
+        return (f"the evaluator gave up after {restarts} restarts (exit code {code}): "
+                "see logs/evaluator.log")  # fmt: skip
+    if state == "restarting":
+        return f"the evaluator died (exit code {code}), restart {restarts}"
+    return None
+
+
 def run_status(run_dir: Path) -> dict:
     """Everything known of a run from its directory: outcome (and earlier ones), updates,
     training time, evaluations against the target, restarts, faults, newest checkpoint."""
@@ -187,6 +200,17 @@ def run_status(run_dir: Path) -> dict:
             status["delivery"] = describe(end["delivery"])
     elif run.progress and run.progress[-1].get("updates_skipped_nonfinite"):  # still running
         faults["updates_skipped_nonfinite"] = run.progress[-1]["updates_skipped_nonfinite"]
+    latest = run.ends[-1] if run.ends else run.progress[-1] if run.progress else {}
+    if latest.get("evaluator_restarts"):
+        faults["evaluator_restarts"] = latest["evaluator_restarts"]
+    status["evaluator_trouble"] = evaluator_trouble(latest)
+    if latest.get("evaluator") == "given up":
+        faults["evaluator"] = "gave up"
+    status["never_evaluated"] = (
+        bool(run.ends)
+        and not run.evaluations
+        and bool((config.get("learner") or {}).get("eval_every_steps"))
+    )
     summary = read_summary(run_dir)
     if summary is not None:
         status["outcome"] = {
@@ -265,8 +289,12 @@ def status_lines(status: dict) -> list[str]:
             f"  evaluation: last {_number(status['last_eval_return'])}, best "
             f"{_number(status['best_eval_return'])} over {status['evaluations']}{target_text}"
         )
+    elif status.get("never_evaluated"):
+        why = status.get("evaluator_trouble") or "the run ended before the first was due"
+        lines.append(f"  evaluation: none ran{target_text}: {why}")
     else:
-        lines.append(f"  evaluation: none yet{target_text}")
+        trouble = status.get("evaluator_trouble")
+        lines.append(f"  evaluation: none yet{target_text}{f': {trouble}' if trouble else ''}")
     if "confirmed" in status:
         confirmed = status["confirmed"]
         lines.append(f"  solved: confirmed at {_number(confirmed['eval_return_mean'])} over "

@@ -148,7 +148,9 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
     shard_count = len(progress.get("shards") or []) or watch.config.get("shards") or "?"
     faults = (
         f"shards alive {progress.get('shards_alive', '?')}/{shard_count}, learner restarts "
-        f"{max(watch.learner_starts - 1, 0)}, actor restarts {restarts}, stale priority "
+        f"{max(watch.learner_starts - 1, 0)}, actor restarts {restarts}, evaluator restarts "
+        f"{progress.get('evaluator_restarts') or 0}"
+        f"{' (given up)' if progress.get('evaluator') == 'given up' else ''}, stale priority "
         f"updates dropped {progress.get('dropped_stale_updates') or 0}, non-finite updates "
         f"skipped {progress.get('updates_skipped_nonfinite') or 0}, rejected messages "
         f"{sum(s.get('rejected_total') or 0 for s in shard_rows)}, refused connections "
