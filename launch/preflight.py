@@ -5,13 +5,15 @@ and ``apex slurm submit`` at once, with exit code 2 and no run directory.
 The checks are the roles' own, not copies: each shard's ``ShardConfig.problems`` on the
 share ``launch.builder.shard_config`` gives it, and the learner's ``device_problems`` for
 a run on this machine (a cluster's nodes have their own devices: a CUDA learner there
-needs ``slurm.learner_gpus``). The settings' own checks (types, ranges, network sizes)
+needs ``slurm.learner_gpus``); and for a local run, the shards' memory at start against
+what this machine has available. The settings' own checks (types, ranges, network sizes)
 ran when the config was resolved (``launch.config``).
 """
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from launch import builder
 from launch.config import RunConfig
@@ -54,6 +56,36 @@ def frame_problems(config: RunConfig) -> list[str]:
     return []
 
 
+def available_memory_bytes() -> int | None:
+    """This machine's MemAvailable (``/proc/meminfo``), or None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_problems(config: RunConfig, spec: TransitionSpec,
+                    available: int | None = None) -> list[str]:  # fmt: skip
+    """Whether the shards of a run on this machine fit its available memory at start:
+    each shard's store and priorities (``ShardConfig.planned_nbytes``), with the
+    arithmetic, as a shard would otherwise die on its allocation or the machine swap."""
+    available = available_memory_bytes() if available is None else available
+    if available is None:
+        return []
+    shards = [builder.shard_config(config, i, config.host, spec=spec) for i in range(config.shards)]
+    needed = sum(shard.planned_nbytes() for shard in shards)
+    if needed <= available:
+        return []
+    slots = sum(shard.capacity for shard in shards)
+    return [f"replay needs {needed / 2**30:,.1f} GiB at start ({config.shards} shard(s), "
+            f"{slots:,} slots in all × {needed / slots:,.0f} bytes a slot, store and "
+            f"priorities), but this machine has {available / 2**30:,.1f} GiB available: "
+            "lower replay.capacity"]  # fmt: skip
+
+
 def host_problems(host: str) -> list[str]:
     """Whether the roles of a local run can bind ``host`` here (a mistyped address ends
     every role at its bind otherwise)."""
@@ -70,6 +102,7 @@ def local_run_problems(config: RunConfig, spec: TransitionSpec) -> list[str]:
     """What refuses a run of every role on this machine (``apex train``)."""
     problems = host_problems(config.host) + shard_problems(config, spec)
     problems += frame_problems(config) if not problems else []
+    problems += memory_problems(config, spec) if not problems else []
     if config.learner.device not in ("auto", "cpu"):
         from apex.learning.staging import device_problems  # torch: only when a device is named
 

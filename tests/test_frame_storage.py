@@ -461,3 +461,36 @@ def test_a_packed_payload_that_does_not_fit_is_refused() -> None:
     ):
         with pytest.raises(ProtocolError, match=pattern):
             unpack(broken, layout)
+
+
+def _allocated_nbytes(*owners: object) -> int:
+    """The bytes of every array the objects hold (directly or in a dict), each buffer once."""
+    buffers: dict[int, int] = {}
+    for owner in owners:
+        for value in vars(owner).values():
+            for array in value.values() if isinstance(value, dict) else (value,):
+                if isinstance(array, np.ndarray):
+                    base = array if array.base is None else array.base
+                    buffers[id(base)] = max(buffers.get(id(base), 0), base.nbytes)
+    return sum(buffers.values())
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_the_planned_bytes_of_a_store_are_those_it_allocates(compress: bool) -> None:
+    """What a run's preflight adds up before a shard starts (``ShardConfig.planned_nbytes``)
+    is what the stores and the sum tree allocate, within 2%."""
+    from replay.frames.sizing import planned_nbytes
+    from replay.store.storage import RingStorage
+    from replay.store.sum_tree import SumTree
+
+    pytest.importorskip("lz4") if compress else None
+    spec = FrameStackSpec((84, 84), "uint8", 4, SCALARS)
+    frames = FrameStackStorage(spec, 5_000, compress=compress)
+    planned = planned_nbytes(spec, 5_000, compress)
+    assert _allocated_nbytes(frames, frames.streams) == pytest.approx(planned, rel=0.02)
+    dense = TransitionSpec.from_dict({"obs": ((4,), "float32"), "action": ((), "int64")})
+    ring = RingStorage(dense, 10_000)
+    assert _allocated_nbytes(ring) == pytest.approx(RingStorage.planned_nbytes(dense, 10_000),
+                                                    rel=0.02)  # fmt: skip
+    tree = SumTree(10_000)
+    assert _allocated_nbytes(tree) == pytest.approx(SumTree.planned_nbytes(10_000), rel=0.02)

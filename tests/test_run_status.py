@@ -174,8 +174,14 @@ def test_an_evaluator_that_keeps_dying_is_a_fault_everywhere_a_run_is_shown(tmp_
     assert "faults: evaluator_restarts 5, evaluator gave up" in lines
     assert ("evaluation: none ran (target 475.0): the evaluator gave up after 5 restarts "
             "(exit code 3): see logs/evaluator.log") in lines  # fmt: skip
-    outcome = {"updates": 100, "evaluations": 0, "last_eval_return": None,
-               "evaluator": "given up", "evaluator_restarts": 5, "evaluator_last_exit": 3}
+    outcome = {
+        "updates": 100,
+        "evaluations": 0,
+        "last_eval_return": None,
+        "evaluator": "given up",
+        "evaluator_restarts": 5,
+        "evaluator_last_exit": 3,
+    }
     line = RunSummary(0, "max_time", False, 10.0, outcome).line()
     assert "last eval: none ran | evaluator restarts: 5 (the evaluator gave up" in line
     # A healthy evaluator that had no time to evaluate is no fault.

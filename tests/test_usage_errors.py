@@ -42,6 +42,8 @@ CASES = [
      "replay.frames is on, but CartPole-v1's observations are no image stack"),
     ("shard share", ["train", "--shards", "3", "--set", "replay.capacity=2"],
      "replay.min_size=2000 must be in [1, capacity=2]"),
+    ("replay memory", ["train", "--set", "replay.capacity=30_000_000_000"],
+     "GiB at start (1 shard(s), 30,000,000,000 slots in all × 74 bytes a slot"),
     ("host", ["train", "--set", "host=192.0.2.1"],
      "host '192.0.2.1' cannot be bound on this machine"),
     ("unknown section", ["train", "--set", "nonsense.key=1"], "nonsense"),

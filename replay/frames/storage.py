@@ -60,17 +60,12 @@ from replay.frames.kernels import (
 from replay.frames.lz4_codec import compress_bound, kernels
 from replay.frames.payload import check_blobs
 from replay.frames.reading import FrameStackReader
+from replay.frames.sizing import DEFAULT_MAX_STREAMS, DEFAULT_WINDOW, store_sizes
 from replay.frames.spec import FrameStackSpec, StreamIds, as_int64
 from replay.frames.state import FrameStackState
 from replay.store.parts import default_threads
 from replay.store.spec import TransitionSpec
 from replay.store.storage import RingSlots
-
-# Frame numbers of a stream that stay findable by number (a record may refer back this far).
-DEFAULT_WINDOW = 256
-DEFAULT_MAX_STREAMS = 8192
-# Arena bytes per frame slot when compressed: a Pong frame takes 245 bytes on average.
-DEFAULT_COMPRESSED_FRAME_BYTES = 640
 
 
 class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
@@ -109,11 +104,8 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         arena_bytes: int | None = None,
         gather_threads: int | None = None,
     ) -> None:
-        # A step makes one frame: an unroll of T steps about T new ones.
-        item_frames = capacity * (spec.steps or 1)
-        frame_capacity = frame_capacity or item_frames + item_frames // 128 + 1024
-        per_frame = DEFAULT_COMPRESSED_FRAME_BYTES if compress else spec.frame_nbytes
-        arena_bytes = arena_bytes or frame_capacity * per_frame
+        frame_capacity, arena_bytes = store_sizes(spec, capacity, frame_capacity, compress,
+                                                  arena_bytes)  # fmt: skip
         for name, value in (
             ("capacity", capacity), ("frame_capacity", frame_capacity), ("window", window),
             ("max_streams", max_streams), ("stack", spec.stack),

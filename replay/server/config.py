@@ -101,6 +101,19 @@ class ShardConfig:
     replay_share: float = 0.0
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
+    def planned_nbytes(self) -> int:
+        """The bytes this shard's store and priorities allocate at start (its memory but
+        for the sockets' buffers and a batch in flight)."""
+        from replay.frames.sizing import planned_nbytes  # numba's, on first use only
+        from replay.store.storage import RingStorage
+        from replay.store.sum_tree import SumTree
+
+        if self.frames is not None:
+            store = planned_nbytes(self.frames, self.capacity, self.compress_frames)
+        else:
+            store = RingStorage.planned_nbytes(self.spec, self.capacity)
+        return store + (0 if self.queue else SumTree.planned_nbytes(self.capacity))
+
     def problems(self) -> list[str]:
         """Every problem with these settings (empty if none), with the values involved."""
         return checked(self, "", self._range_problems)

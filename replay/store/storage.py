@@ -169,6 +169,12 @@ class RingStorage(RingSlots):
         InvalidIndexError: if ``capacity`` is not a positive integer.
     """
 
+    @staticmethod
+    def planned_nbytes(spec: TransitionSpec, capacity: int) -> int:
+        """The bytes a storage of ``capacity`` rows allocates: the rows (padded as
+        :func:`_row_dtype` aligns them) and each row's generation."""
+        return int(capacity) * (_row_dtype(spec).itemsize + 8)
+
     def __init__(self, spec: TransitionSpec, capacity: int) -> None:
         if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
             raise InvalidIndexError(f"capacity must be a positive integer, got {capacity!r}")

@@ -212,6 +212,11 @@ class SumTree:
         InvalidIndexError: if ``capacity`` is not a positive integer.
     """
 
+    @staticmethod
+    def planned_nbytes(capacity: int) -> int:
+        """The bytes a tree of ``capacity`` leaves allocates: its sum and min trees."""
+        return 2 * 8 * int(_layout(int(capacity))[0][-1])
+
     def __init__(self, capacity: int) -> None:
         if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
             raise InvalidIndexError(f"capacity must be a positive integer, got {capacity!r}")
