@@ -3,7 +3,8 @@ one frozen dataclass per role and validated once, with every problem reported to
 
 File layout (every key optional; defaults come from the environment's preset)::
 
-    env = "CartPole-v1"
+    env = "CartPole-v1"     # or a table: [env] id = "FrozenLake-v1", kwargs = {...},
+                            # make = "package.module:function" (a factory of the env)
     algorithm = "auto"      # dqn, dpg, impala, or auto: from the action space
     seed = 0
     actors = 2
@@ -76,7 +77,13 @@ class RunConfig:
     """A whole run.
 
     Attributes:
-        env: environment preset or gymnasium id.
+        env: environment preset or gymnasium id (a config file's ``[env]`` table gives it
+            as ``id``, with ``kwargs``).
+        env_kwargs: arguments of the env's constructor, in every role's process (the
+            ``[env]`` table's ``kwargs``; gymnasium and MinAtar envs).
+        env_make: a user's env factory, ``"package.module:function"`` (the ``[env]``
+            table's ``make``), called with ``env_kwargs`` in every role's process; ""
+            for ``gymnasium.make(env)``.
         algorithm: "dqn" (Discrete actions), "dpg" (Box actions), or "auto": the one the
             env's action space calls for.
         seed: root seed; each role derives its own.
@@ -106,6 +113,8 @@ class RunConfig:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     preset: Mapping[str, Any] | None = None
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    env_make: str = ""
 
     @property
     def queues(self) -> bool:
@@ -121,6 +130,9 @@ class RunConfig:
         top level under its name."""
         values = dataclasses.asdict(self)
         values.update(values.pop("algorithms"))
+        kwargs, make = values.pop("env_kwargs"), values.pop("env_make")
+        if kwargs or make:
+            values["env"] = {"id": self.env, "kwargs": kwargs, **({"make": make} if make else {})}
         return values
 
     def problems(self) -> list[str]:
@@ -267,21 +279,38 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     Raises:
         ConfigError: listing every problem found.
     """
-    values = moved(merge_overrides(file_values or {}, overrides or {}))
-    env = values.get("env", RunConfig.env)
-    algorithm = values.get("algorithm", RunConfig.algorithm)
+    file_values, overrides = _env_tables(file_values or {}, overrides or {})
+    values = moved(merge_overrides(file_values, overrides))
     problems: list[str] = []
+    env, env_kwargs, env_make = _env_table(values.get("env", RunConfig.env), problems)
+    values["env"] = env
+    algorithm = values.get("algorithm", RunConfig.algorithm)
     own = values.get("preset")
     if own is not None:
         try:
             register(preset_of_file(_table(values, "preset", problems), str(env), "the run config"))
         except ConfigError as exc:
             problems += exc.problems
+    chosen = preset(str(env))
+    # This run's arguments and factory, none left from another run resolved here.
+    if env_kwargs or env_make or chosen.kwargs or chosen.make:
+        if env_kwargs and chosen.atari:
+            problems.append(f"[env] kwargs: {env} is an ALE game, made by ale-py's vector "
+                            "env, which takes none")  # fmt: skip
+        register(
+            dataclasses.replace(
+                chosen,
+                kwargs=env_kwargs,
+                make=env_make,
+                family="gymnasium" if env_make else chosen.family,
+            )
+        )
     builder = BY_NAME.get(algorithm)
     run_defaults = builder.run_defaults if builder is not None else {}
     values = merge_overrides(preset(str(env)).settings_for(algorithm, run_defaults), values)
     values = refuse_renamed(values, problems)
-    top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS) - {"algorithms"}
+    top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS)
+    top_level -= {"algorithms", "env_kwargs", "env_make"}
     for key in values:
         if key not in top_level | set(SECTIONS):
             problems.append(f"unknown top-level setting {key!r}")
@@ -289,7 +318,13 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     common = {"env": env, "seed": values.get("seed", 0),
               "algorithm": values.get("algorithm", RunConfig.algorithm)}  # fmt: skip
     replay = _build(ReplayConfig, values.get("replay", {}), "replay", problems)
-    actor = _build(ActorConfig, {**common, **values.get("actor", {})}, "actor", problems)
+    # The learner's network is the actors' too.
+    network = dict(values.get("learner", {})).get("network", "")
+    actor_values = dict(values.get("actor", {}))
+    if actor_values.get("network", network) != network:
+        problems.append("actor.network is learner.network's: set learner.network alone")
+    actor = _build(ActorConfig, {**common, **actor_values, "network": network}, "actor",
+                   problems)  # fmt: skip
     learner = _learner({**common, **values.get("learner", {})}, problems)
     algorithms = _algorithms(values, problems)
     slurm = _build(SlurmConfig, values.get("slurm", {}), "slurm", problems)
@@ -301,12 +336,45 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
         algorithms=algorithms,
         slurm=slurm,
         security=security,
+        env_kwargs=env_kwargs,
+        env_make=env_make,
         **{k: v for k, v in values.items() if k in top_level},
     )
     problems += config.problems()
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def _env_tables(*layers: dict) -> list[dict]:
+    """The layers, each ``env = "Id"`` made ``[env] id = "Id"`` where another layer has
+    an ``[env]`` table, so that they merge key by key."""
+    if not any(isinstance(layer.get("env"), dict) for layer in layers):
+        return list(layers)
+    return [{**layer, "env": {"id": layer["env"]}} if isinstance(layer.get("env"), str)
+            else layer for layer in layers]  # fmt: skip
+
+
+def _env_table(env: object, problems: list[str]) -> tuple[object, dict, str]:
+    """The env's name, constructor arguments and factory: ``env = "Id"``, or an ``[env]``
+    table of ``id``, ``kwargs`` and ``make`` (the name defaults to the factory's)."""
+    if not isinstance(env, dict):
+        return env, {}, ""
+    for key in sorted(set(env) - {"id", "kwargs", "make"}):
+        problems.append(f"[env]: unknown key {key!r} (known: id, kwargs, make)")
+    make, kwargs = env.get("make", ""), env.get("kwargs", {})
+    if not isinstance(make, str):
+        problems.append(f"[env] make must be package.module:function, got {make!r}")
+        make = ""
+    name = env.get("id", make or None)
+    if not isinstance(name, str) or not name:
+        problems.append(f"[env] needs an id (a gymnasium id or preset name) or a make, got "
+                        f"{name!r}")  # fmt: skip
+        name = RunConfig.env
+    if not isinstance(kwargs, dict):
+        problems.append(f"[env] kwargs must be a table of the env's arguments, got {kwargs!r}")
+        kwargs = {}
+    return name, kwargs, make
 
 
 def write_resolved(config: RunConfig, run_dir: Path) -> Path:

@@ -203,7 +203,7 @@ def load_checked_run_config(path: Path | None, overrides: dict, *, cluster: bool
     Raises:
         click.UsageError: the config's problems, or why the env cannot be made.
     """
-    from apex.algorithms.registry import check_env
+    from apex.algorithms.registry import check_env, network_problems
     from apex.envs.families import EnvUnavailable
     from launch import builder
     from launch.preflight import cluster_run_problems, local_run_problems
@@ -216,6 +216,7 @@ def load_checked_run_config(path: Path | None, overrides: dict, *, cluster: bool
         raise click.UsageError(str(exc)) from exc
     check = cluster_run_problems if cluster else local_run_problems
     problems = check(config, builder.transition_spec(config, shape))
+    problems += network_problems(config.learner, shape) if not problems else []
     if problems:
         raise click.UsageError(str(ConfigError(problems)))
     return config
@@ -225,4 +226,5 @@ def new_run_dir(env: str) -> Path:
     """``runs/ENV-YYYYmmdd-HHMMSS``."""
     import time
 
-    return Path("runs") / f"{env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = env.replace("/", "_").replace(":", "_")  # an id may be package.module:Env-v0
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -34,6 +34,8 @@ def run_overrides(
     for key, value in (("env", env), ("actors", actors), ("shards", shards), ("seed", seed)):
         if value is not None:
             overrides[key] = value
+    if env is not None and any(setting.startswith("env.") for setting in settings):
+        overrides["env"] = {"id": env}  # --set env.kwargs.KEY=VALUE fills in the table
     learner: dict = {}
     for key, value in (
         ("device", device),

@@ -9,27 +9,20 @@ import sys
 import gymnasium as gym
 import numpy as np
 
+from examples.grid_world import GridWorld
+
 SIZE, PLANES = 10, 4
 
 
-class Grid(gym.Env):
-    """Walk to the far corner: +1 there, -0.01 a step, 50 steps at most."""
+class Grid(GridWorld):
+    """The example's walk to the far corner (+1 there, -0.01 a step), 50 steps at most,
+    seen as planes."""
 
     observation_space = gym.spaces.Box(0, 1, (SIZE, SIZE, PLANES), np.uint8)
-    action_space = gym.spaces.Discrete(4)
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self._cell = np.array([0, 0])
-        self._steps = 0
-        return self._observe(), {}
-
-    def step(self, action):
-        moves = ((0, 1), (1, 0), (0, -1), (-1, 0))
-        self._cell = np.clip(self._cell + moves[int(action)], 0, SIZE - 1)
-        self._steps += 1
-        home = bool((self._cell == SIZE - 1).all())
-        return self._observe(), 1.0 if home else -0.01, home, self._steps >= 50, {}
+    def __init__(self) -> None:
+        super().__init__(SIZE, max_steps=50)
+        self.observation_space = Grid.observation_space
 
     def _observe(self) -> np.ndarray:
         planes = np.zeros((SIZE, SIZE, PLANES), np.uint8)
@@ -50,6 +43,7 @@ class GridThatFailsToEvaluate(Grid):
     def __init__(self) -> None:
         if "evaluator" in sys.argv:
             raise RuntimeError("this env cannot be evaluated")
+        super().__init__()
 
 
 gym.register("GridThatFailsToEvaluate-v0", entry_point=GridThatFailsToEvaluate)

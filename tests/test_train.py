@@ -301,3 +301,37 @@ def test_a_run_bound_beyond_loopback_gets_its_own_keys_and_trains(cartpole_run) 
     assert keys.admitted == {keys.client.public}
     progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
     assert progress and progress[-1]["refused"] == dict.fromkeys(REFUSAL_REASONS, 0)
+
+
+def test_evaluate_plays_the_run_s_newest_checkpoint_greedily(cartpole_run, tmp_path) -> None:
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from apex.learning.checkpoint import latest
+    from launch.cli import main
+
+    run_dir, _ = cartpole_run
+    played = CliRunner().invoke(main, ["evaluate", str(run_dir), "--episodes", "4", "--json"])
+    assert played.exit_code == 0, played.output
+    result = json.loads(played.output)
+    # The run's target: CartPole's, or the unreachable one a resume of this run gave it.
+    target = json.loads((run_dir / "config.json").read_text())["learner"]["target_return"]
+    assert len(result["returns"]) == 4 and result["target"] == (target or 475.0)
+    assert result["mean"] >= 2 * RANDOM_CARTPOLE_RETURN, result
+    newest = latest(run_dir / "checkpoints")
+    assert result["checkpoint"] == str(newest)
+    # The same checkpoint and seeds play the same episodes.
+    named = CliRunner().invoke(main, ["evaluate", str(run_dir), "--checkpoint", str(newest),
+                                      "--episodes", "4", "--json"])  # fmt: skip
+    assert json.loads(named.output)["returns"] == result["returns"]
+    text = CliRunner().invoke(main, ["evaluate", str(run_dir), "--episodes", "2"]).output
+    assert f"CartPole-v1 from {newest.name}: mean " in text
+    assert f"(target {result['target']:g})" in text
+    arguments = ["evaluate", str(run_dir), "--episodes", "1", "--video", str(tmp_path / "v")]
+    recorded = CliRunner().invoke(main, arguments)
+    if importlib.util.find_spec("moviepy") is None:  # the video extra
+        assert recorded.exit_code == 2 and "--video needs moviepy" in recorded.output
+    else:
+        assert recorded.exit_code == 0, recorded.output
+        assert list((tmp_path / "v").glob("*.mp4"))

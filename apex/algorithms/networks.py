@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from apex.algorithms.network_choice import builtin_layout
+
 
 class DuelingHead(nn.Module):
     """Value and advantage streams over a feature vector."""
@@ -115,12 +117,12 @@ def build_network(
     Raises:
         ValueError: an observation shape that neither network takes.
     """
-    shape = tuple(observation_shape)
-    if len(shape) == 3 and shape[1:] == (84, 84):
+    shape, layout = tuple(observation_shape), builtin_layout(observation_shape)
+    if layout == "frames":
         return NatureCNN(shape[0], actions)
-    if len(shape) == 3 and shape[:2] == (10, 10):
+    if layout == "planes":
         return MinAtarCNN(shape[2], actions)
-    if len(shape) == 1:
+    if layout == "vector":
         return DuelingMLP(shape[0], actions, hidden)
     raise ValueError(f"no network for observations of shape {shape}: use (d,), (c, 84, 84) "
                      "or (10, 10, c)")  # fmt: skip
@@ -197,15 +199,15 @@ class PolicyValueNet(nn.Module):
         self, observation_shape: Sequence[int], actions: int, hidden: Sequence[int]
     ) -> None:
         super().__init__()
-        shape = tuple(observation_shape)
-        if len(shape) == 3 and shape[1:] == (84, 84):
-            convolutions, width, self._layout = nature_torso(shape[0]), 512, "frames"
+        shape, self._layout = tuple(observation_shape), builtin_layout(observation_shape)
+        if self._layout == "frames":
+            convolutions, width = nature_torso(shape[0]), 512
             self.torso = nn.Sequential(*convolutions, nn.Linear(64 * 7 * 7, width), nn.ReLU())
-        elif len(shape) == 3 and shape[:2] == (10, 10):
-            convolutions, width, self._layout = minatar_torso(shape[2]), 128, "planes"
+        elif self._layout == "planes":
+            convolutions, width = minatar_torso(shape[2]), 128
             self.torso = nn.Sequential(*convolutions, nn.Linear(16 * 8 * 8, width), nn.ReLU())
-        elif len(shape) == 1:
-            width, self._layout = hidden[-1], "vector"
+        elif self._layout == "vector":
+            width = hidden[-1]
             self.torso = nn.Sequential(*mlp([shape[0], *hidden]), nn.ReLU())
         else:
             raise ValueError(f"no network for observations of shape {shape}: use (d,), "
@@ -223,3 +225,69 @@ class PolicyValueNet(nn.Module):
             inputs = observations.float()
         features = self.torso(inputs)
         return self.policy(features), self.value(features).squeeze(1)
+
+
+def user_network(entry_point: str, observation_shape: Sequence[int], observation_dtype,
+                 actions: int) -> nn.Module:  # fmt: skip
+    """A user's network (``learner.network``): the factory ``entry_point`` names, called
+    with the observation space as the replay stores it (a ``Box`` of its shape and dtype:
+    [0, 255] for uint8, unbounded else) and the ``Discrete`` action space.
+
+    Raises:
+        ValueError: the factory cannot be loaded, raised, or returned no torch module.
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    from apex.envs.user_code import load_entry_point
+
+    factory = load_entry_point(entry_point, "learner.network")
+    dtype = np.dtype(observation_dtype)
+    low, high = (0, 255) if dtype == np.uint8 else (-np.inf, np.inf)
+    observations = gym.spaces.Box(low, high, tuple(observation_shape), dtype)
+    try:
+        network = factory(observations, gym.spaces.Discrete(actions))
+    except Exception as exc:  # a user's code: any error refuses the network, said once
+        raise ValueError(f"learner.network {entry_point!r} raised {type(exc).__name__}: "
+                         f"{exc}") from exc  # fmt: skip
+    if not isinstance(network, nn.Module):
+        raise ValueError(f"learner.network {entry_point!r} returned a "
+                         f"{type(network).__name__}, not a torch.nn.Module")  # fmt: skip
+    return network
+
+
+def output_problems(network: nn.Module, observation_shape: Sequence[int], observation_dtype,
+                    actions: int, outputs: str) -> list[str]:  # fmt: skip
+    """What is wrong with ``network``'s answer to two observations: ``outputs`` "q" (a
+    tensor ``[2, actions]``) or "logits and values" (``[2, actions]`` and ``[2]``)."""
+    import numpy as np
+
+    batch = torch.from_numpy(np.zeros((2, *observation_shape), dtype=observation_dtype))
+    try:
+        with torch.no_grad():
+            answer = network(batch)
+    except Exception as exc:  # a user's code: its failure is the problem reported
+        return [f"learner.network failed on a batch of 2 observations of shape "
+                f"{tuple(observation_shape)}: {type(exc).__name__}: {exc}"]  # fmt: skip
+    wanted = ((2, actions),) if outputs == "q" else ((2, actions), (2,))
+    got = answer if isinstance(answer, tuple) else (answer,)
+    shapes = tuple(tuple(part.shape) if isinstance(part, torch.Tensor) else type(part).__name__
+                   for part in got)  # fmt: skip
+    if shapes != wanted:
+        return [
+            f"learner.network gives {' and '.join(map(str, shapes))} for 2 observations; "
+            f"this algorithm needs {outputs} of {' and '.join(map(str, wanted))}"
+        ]
+    return []
+
+
+def user_network_problems(entry_point: str, shape, outputs: str) -> list[str]:
+    """Whether a user's network (``learner.network``) builds for an env of ``shape``
+    (``EnvShape``) and gives ``outputs`` (:func:`output_problems`)."""
+    try:
+        network = user_network(entry_point, shape.observation_shape, shape.observation_dtype,
+                               shape.actions)  # fmt: skip
+    except ValueError as exc:
+        return [str(exc)]
+    return output_problems(network, shape.observation_shape, shape.observation_dtype,
+                           shape.actions, outputs)  # fmt: skip

@@ -255,7 +255,8 @@ class TorchPolicy:
 
 def _numpy_or_torch(numpy_class, torch_network: Callable):
     """A builder of a policy: ``numpy_class`` for ``(d,)`` observations, else
-    ``torch_network(observation_shape, actions, hidden)`` behind :class:`TorchPolicy`."""
+    ``torch_network(observation_shape, actions, hidden)`` behind :class:`TorchPolicy`;
+    ``network``, where given, builds a user's network in its place."""
 
     def build(
         observation_shape: Sequence[int],
@@ -265,7 +266,10 @@ def _numpy_or_torch(numpy_class, torch_network: Callable):
         torch_threads: int = 1,
         precision: str = "float32",
         requantize_every: int = 1,
+        network: Callable[[], nn.Module] | None = None,
     ):
+        if network is not None:  # a user's (learner.network): in torch, in float
+            return TorchPolicy(network, seed, torch_threads)
         if len(observation_shape) == 1:
             return numpy_class(observation_shape[0], actions, hidden, seed)
 
@@ -287,6 +291,21 @@ def _numpy_or_torch(numpy_class, torch_network: Callable):
             return policy
         example = np.zeros((1, *observation_shape), dtype=np.uint8)
         return Int8Policy(policy, example, requantize_every)
+
+    return build
+
+
+def user_network_factory(entry_point: str, shape) -> Callable[[], nn.Module] | None:
+    """What builds a user's network (``learner.network``) for an env of ``shape``
+    (``apex.envs.families.EnvShape``); None for ""."""
+    if not entry_point:
+        return None
+
+    def build() -> nn.Module:
+        from apex.algorithms.networks import user_network  # torch: a user's network only
+
+        return user_network(entry_point, shape.observation_shape, shape.observation_dtype,
+                            shape.actions)  # fmt: skip
 
     return build
 

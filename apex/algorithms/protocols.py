@@ -173,6 +173,10 @@ class AlgorithmBuilder(Protocol, Generic[SettingsT]):
     def shape_problems(self, shape: EnvShape, env: str) -> list[str]:
         """What it cannot take of the env beyond its action space (DPG: images)."""
 
+    def network_problems(self, config: LearnerConfig, shape: EnvShape) -> list[str]:
+        """What is wrong with a user's network (``config.network``) for it: one that
+        cannot be built, or whose outputs do not fit the env's actions."""
+
     def exploration_scale(self, settings: SettingsT) -> float | None:
         """The base exploration scale its actors spread over the run's env copies
         (``apex.algorithms.exploration.env_epsilons``); None: the policy explores by itself

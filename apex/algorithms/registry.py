@@ -81,6 +81,12 @@ def build_acting(config: ActorConfig, sections: Mapping[str, Any], shape: EnvSha
     return Acting(builder.build_acting(config, settings, shape), builder, settings)
 
 
+def network_problems(config: LearnerConfig, shape: EnvShape) -> list[str]:
+    """What refuses the run's network: a user's ``learner.network`` that cannot be built
+    or does not give the outputs its algorithm needs (none for the built-in ones)."""
+    return choose(config.algorithm, shape, config.env).network_problems(config, shape)
+
+
 def check_env(name: str, algorithm: str = "auto") -> EnvShape:
     """The shape of ``name``, from one env made here: a misspelled id, a missing extra or
     an env the algorithm cannot take is found before any process starts.

@@ -3,20 +3,33 @@
 spec are built from. Which family an env name belongs to, and its solve threshold and run
 settings, are its preset's (``apex.envs.presets``).
 
-Any gymnasium id with a ``(d,)`` observation and a discrete action space (DQN) or a
-bounded flat ``Box`` one (DPG) works without a preset, with no solved threshold unless
-one is given.
+Any gymnasium id works without a preset, its solve threshold gymnasium's
+``reward_threshold`` where its spec has one, if its actions are ``Discrete`` (DQN,
+IMPALA) or a bounded flat ``Box`` (DPG) and its observations are one of:
+
+- a flat ``Box`` ``(d,)``;
+- ``Discrete`` (one-hot), ``MultiBinary``, ``MultiDiscrete`` (one-hot each), a ``Box`` of
+  more dimensions that is no image, or a ``Tuple`` or ``Dict`` of any of these: flattened
+  to one float32 vector (gymnasium's ``spaces.flatten``);
+- uint8 images of two or three dimensions, as they are: the built-in networks take stacks
+  of ``(c, 84, 84)`` frames (the ALE pipeline's) and ``(10, 10, c)`` planes (MinAtar's),
+  a user's ``learner.network`` any (``apex.algorithms.network_choice``).
+
+Anything else (``Text``, ``Graph``, ``Sequence``) is refused when the run's env is probed,
+before any process starts, as is an image no network of the run takes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 
-from apex.envs.presets import preset
+from apex.envs.presets import extra_installed, preset
+from apex.envs.user_code import load_entry_point
 from replay.store.spec import TransitionSpec
 
 # DQN's Atari episode starts: up to this many no-op steps. And ALE's episode limit, as
@@ -37,8 +50,18 @@ def stacks_frames(name: str) -> bool:
 
 def solved_return(name: str, target: float | None) -> float | None:
     """The greedy mean that solves ``name`` in a run: ``target`` (the run's
-    ``learner.target_return``) if given, else the preset's threshold (None: none)."""
-    return target if target is not None else preset(name).solved_return
+    ``learner.target_return``) if given, else the preset's threshold, else gymnasium's
+    ``reward_threshold`` for its id (None: none)."""
+    if target is not None:
+        return target
+    chosen = preset(name)
+    if chosen.solved_return is not None or chosen.family != "gymnasium" or chosen.make:
+        return chosen.solved_return
+    try:
+        threshold = registered_spec(chosen.gym_id).reward_threshold
+    except (gym.error.Error, ImportError, ValueError):
+        return None
+    return None if threshold is None else float(threshold)
 
 
 def make_env(name: str, *, training: bool) -> gym.Env:
@@ -49,10 +72,68 @@ def make_env(name: str, *, training: bool) -> gym.Env:
     """
     chosen = preset(name)
     if chosen.minatar:
-        return _make_minatar(chosen.gym_id)
+        return _make_minatar(chosen.gym_id, chosen.kwargs)
+    if chosen.make:
+        return flat_observations(_made_by_user(chosen.make, chosen.kwargs), name)
     if not chosen.atari:
-        return gym.make(chosen.gym_id)
+        return flat_observations(gym.make(chosen.gym_id, **chosen.kwargs), name)
     return make_atari(chosen.gym_id, training=training)
+
+
+def _made_by_user(make: str, kwargs: Mapping) -> gym.Env:
+    """The env a user's factory returns (``[env] make``).
+
+    Raises:
+        ValueError: the factory cannot be loaded, raised, or returned no gymnasium env.
+    """
+    factory = load_entry_point(make, "[env] make")
+    try:
+        env = factory(**kwargs)
+    except Exception as exc:  # a user's code: any error is the env's refusal, said once
+        raise ValueError(f"[env] make {make!r} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(env, gym.Env):
+        raise ValueError(f"[env] make {make!r} returned a {type(env).__name__}, not a "
+                         "gymnasium.Env")  # fmt: skip
+    return env
+
+
+def _image(space: gym.spaces.Space) -> bool:
+    """A uint8 ``Box`` of two or three dimensions: kept as it is, for a network of
+    convolutions (the built-in ones take ``(c, 84, 84)`` and ``(10, 10, c)``)."""
+    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
+            and len(space.shape) in (2, 3))  # fmt: skip
+
+
+def _flattens(space: gym.spaces.Space) -> bool:
+    if isinstance(space, gym.spaces.Tuple):
+        return all(_flattens(part) for part in space.spaces)
+    if isinstance(space, gym.spaces.Dict):
+        return all(_flattens(part) for part in space.spaces.values())
+    flat = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)
+    return isinstance(space, flat)
+
+
+def flat_observations(env: gym.Env, name: str) -> gym.Env:
+    """``env`` itself where its observations are a flat ``Box`` or an image the networks
+    take; else its observations flattened to float32 (the module's docstring).
+
+    Raises:
+        ValueError: an observation space that cannot be flattened.
+    """
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Box) and (len(space.shape) == 1 or _image(space)):
+        return env
+    if not _flattens(space):
+        env.close()
+        raise ValueError(f"{name} has observations of {space}: use a Box, Discrete, "
+                         "MultiBinary or MultiDiscrete space, or a Tuple or Dict of "
+                         "them")  # fmt: skip
+    flat = gym.spaces.flatten_space(space)
+    low, high = (np.asarray(bound, np.float32) for bound in (flat.low, flat.high))
+    flat_space = gym.spaces.Box(low, high, flat.shape, np.float32)
+    return gym.wrappers.TransformObservation(
+        env, lambda observation: gym.spaces.flatten(space, observation).astype(np.float32),
+        flat_space)  # fmt: skip
 
 
 def make_atari(
@@ -72,7 +153,7 @@ def make_atari(
     return env
 
 
-def _make_minatar(gym_id: str) -> gym.Env:
+def _make_minatar(gym_id: str, kwargs: Mapping) -> gym.Env:
     """A MinAtar game (the minimal action set, ``-v1``) with its boolean planes as uint8,
     which the replay stores and sends as it does Atari frames, and an episode limit:
     MinAtar has none, and a good SpaceInvaders agent could otherwise play on for ever."""
@@ -80,9 +161,18 @@ def _make_minatar(gym_id: str) -> gym.Env:
 
     if gym_id not in gym.registry:
         minatar_gym.register_envs()
-    env = gym.make(gym_id, max_episode_steps=MINATAR_MAX_EPISODE_STEPS)
+    env = gym.make(gym_id, max_episode_steps=MINATAR_MAX_EPISODE_STEPS, **kwargs)
     space = gym.spaces.Box(0, 1, env.observation_space.shape, np.uint8)
     return gym.wrappers.TransformObservation(env, lambda planes: planes.astype(np.uint8), space)
+
+
+def registered_spec(gym_id: str) -> gym.envs.registration.EnvSpec:
+    """gymnasium's spec of ``gym_id``, a ``module:Id`` entry point's too (``gym.spec``
+    looks only at what is registered; ``gym.make`` imports the module first)."""
+    module, _, name = gym_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return gym.spec(name)
 
 
 def env_factories(name: str, count: int, *, training: bool) -> list[Callable[[], gym.Env]]:
@@ -141,13 +231,15 @@ def probe_env(name: str) -> EnvShape:
 
 def _install_hint(name: str, exc: Exception) -> str:
     text = f"{type(exc).__name__} {exc}".lower()
-    if preset(name).atari or "ale_py" in text or "ale-py" in text:
+    if preset(name).extra and not extra_installed(preset(name).extra):
+        extra = preset(name).extra
+    elif "ale_py" in text or "ale-py" in text:
         extra = "atari"
     elif "box2d" in text:
         extra = "box2d"
     elif "mujoco" in text:
         extra = "mujoco"
-    elif preset(name).minatar or "minatar" in text:
+    elif "minatar" in text:
         extra = "minatar"
     else:
         return ""

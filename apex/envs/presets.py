@@ -7,6 +7,8 @@ env); a user's preset is a run config file with a ``[preset]`` table (see
 file::
 
     family = "gymnasium"          # how its envs are made: gymnasium, atari, minatar
+    extra = "box2d"               # the optional dependency its envs need (default: none;
+                                  # the atari and minatar families: theirs)
 
     [envs."CartPole-v1"]          # a name --env accepts
     id = "CartPole-v1"            # the gymnasium id (default: the name)
@@ -40,7 +42,7 @@ from replay.errors import ConfigError
 
 FAMILIES = ("gymnasium", "atari", "minatar")
 PRESET_DIR = Path(__file__).with_name("preset_files")
-_FILE_KEYS = {"family", "envs", "ids", "settings", "algorithms"}
+_FILE_KEYS = {"family", "extra", "envs", "ids", "settings", "algorithms"}
 # An ALE game by its bare name (``Breakout``) is its gymnasium id's (``ALE/Breakout-v5``).
 ALE_ID = "ALE/{}-v5"
 _ENV_KEYS = {"id", "solved_return"}
@@ -61,6 +63,11 @@ class EnvPreset:
         defaults: run settings for it (sections as in a config file).
         algorithm_defaults: more settings by algorithm name, over ``defaults``.
         source: the file it was read from ("" for an env with no preset).
+        kwargs: arguments of the env's constructor (a run config's ``[env] kwargs``).
+        make: a user's factory of the env, ``"package.module:function"`` (a run
+            config's ``[env] make``), called with ``kwargs``; "" for ``gym.make``.
+        extra: the project's optional dependency it needs (``pip install -e '.[box2d]'``),
+            "" for none.
     """
 
     name: str
@@ -70,6 +77,9 @@ class EnvPreset:
     defaults: Mapping[str, object] = field(default_factory=dict)
     algorithm_defaults: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     source: str = ""
+    kwargs: Mapping[str, object] = field(default_factory=dict)
+    make: str = ""
+    extra: str = ""
 
     @property
     def atari(self) -> bool:
@@ -85,6 +95,18 @@ class EnvPreset:
         settings for that algorithm."""
         from_algorithm = self.algorithm_defaults.get(algorithm, {})
         return merged_sections(merged_sections(self.defaults, run_defaults), from_algorithm)
+
+
+# What each of the project's extras installs that its envs import.
+EXTRA_MODULES = {"atari": "ale_py", "box2d": "Box2D", "minatar": "minatar", "mujoco": "mujoco"}
+
+
+def extra_installed(extra: str) -> bool:
+    """Whether ``extra`` ("" for none) is installed here (found, not imported)."""
+    import importlib.util
+
+    module = EXTRA_MODULES.get(extra)
+    return not extra or module is None or importlib.util.find_spec(module) is not None
 
 
 def merged_sections(base: Mapping, over: Mapping) -> dict:
@@ -118,6 +140,11 @@ def read_presets(values: dict, source: str) -> list[EnvPreset]:
     family = values.get("family", "gymnasium")
     if family not in FAMILIES:
         problems.append(f"{source}: family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    extra = values.get("extra", family if family in ("atari", "minatar") else "")
+    if not isinstance(extra, str):
+        problems.append(f"{source}: extra must be the name of an optional dependency, got "
+                        f"{extra!r}")  # fmt: skip
+        extra = ""
     settings = _table(values.get("settings", {}), f"{source}: settings", problems)
     by_algorithm = _table(values.get("algorithms", {}), f"{source}: algorithms", problems)
     for name, table in by_algorithm.items():
@@ -143,9 +170,11 @@ def read_presets(values: dict, source: str) -> list[EnvPreset]:
         if not isinstance(gym_id, str) or not gym_id:
             problems.append(f"{source}: envs.{name}.id must be a gymnasium id, got {gym_id!r}")
         presets.append(EnvPreset(name, None if solved is None else float(solved), family,
-                                 str(gym_id), settings, by_algorithm, source))  # fmt: skip
+                                 str(gym_id), settings, by_algorithm, source,
+                                 extra=extra))  # fmt: skip
     if ids is not None and not problems:
-        presets.append(EnvPreset(ids, None, family, ids, settings, by_algorithm, source))
+        presets.append(EnvPreset(ids, None, family, ids, settings, by_algorithm, source,
+                                 extra=extra))  # fmt: skip
     if problems:
         raise ConfigError(problems, what="preset")
     return presets
@@ -204,8 +233,7 @@ def preset(name: str) -> EnvPreset:
     gym_id = ALE_ID.format(name) if _bare_name(name) else name
     for pattern, family in FAMILY_IDS.items():
         if fnmatch.fnmatchcase(gym_id, pattern) and (gym_id == name or _ale_game(gym_id)):
-            return EnvPreset(name, None, family.family, gym_id, family.defaults,
-                             family.algorithm_defaults, family.source)  # fmt: skip
+            return dataclasses.replace(family, name=name, gym_id=gym_id)
     return EnvPreset(name, None, gym_id=name)
 
 

@@ -22,13 +22,12 @@ The two Atari paths give the same stacks and rewards for the same seeds and acti
 
 from __future__ import annotations
 
-import importlib
 import re
 
 import gymnasium as gym
 import numpy as np
 
-from apex.envs.families import ATARI_MAX_FRAMES, NOOP_MAX, env_factories, preset
+from apex.envs.families import ATARI_MAX_FRAMES, NOOP_MAX, env_factories, preset, registered_spec
 
 
 def actor_envs(name: str, count: int, *, threads: int = 1) -> gym.vector.VectorEnv:
@@ -52,19 +51,11 @@ def evaluation_envs(name: str, count: int) -> gym.vector.VectorEnv:
     chosen = preset(name)
     if chosen.atari:
         return AtariStacks(name, count, training=False, threads=1)
-    plain = not chosen.minatar
+    # gymnasium's own vector version, where it has one for the env as made here.
+    plain = not (chosen.minatar or chosen.kwargs or chosen.make)
     if plain and registered_spec(chosen.gym_id).vector_entry_point is not None:
         return gym.make_vec(chosen.gym_id, num_envs=count, vectorization_mode="vector_entry_point")
     return gym.vector.SyncVectorEnv(env_factories(name, count, training=False))
-
-
-def registered_spec(gym_id: str) -> gym.envs.registration.EnvSpec:
-    """gymnasium's spec of ``gym_id``, a ``module:Id`` entry point's too (``gym.spec``
-    looks only at what is registered; ``gym.make`` imports the module first)."""
-    module, _, name = gym_id.rpartition(":")
-    if module:
-        importlib.import_module(module)
-    return gym.spec(name)
 
 
 def rom_name(gym_id: str) -> str:

@@ -37,6 +37,12 @@ class DPGBuilder:
                     "vector observations (d,)"]  # fmt: skip
         return []
 
+    def network_problems(self, config: LearnerConfig, shape: EnvShape) -> list[str]:
+        if not config.network:
+            return []
+        return [f"learner.network {config.network!r}: a user's network is for DQN and "
+                "IMPALA; DPG builds its own policy and critics"]  # fmt: skip
+
     def exploration_scale(self, settings: DPGSettings) -> float:
         return settings.noise_scale
 

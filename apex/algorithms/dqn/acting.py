@@ -10,7 +10,7 @@ import numpy as np
 
 from apex.algorithms.acting_base import NetworkPolicy
 from apex.algorithms.exploration import epsilon_greedy
-from apex.algorithms.policy import build_policy
+from apex.algorithms.policy import build_policy, user_network_factory
 
 if TYPE_CHECKING:
     from apex.envs.families import EnvShape
@@ -19,13 +19,14 @@ if TYPE_CHECKING:
 
 class DQNActing(NetworkPolicy):
     """Its copy of the Q-network: numpy for vector observations, torch's Nature CNN for
-    images (``apex.algorithms.policy``)."""
+    images, a user's ``learner.network`` in torch (``apex.algorithms.policy``)."""
 
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = build_policy(
             shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
             torch_threads=config.torch_threads, precision=config.acting_precision,
             requantize_every=config.weight_refresh_steps,
+            network=user_network_factory(config.network, shape),
         )  # fmt: skip
         self._actions = shape.actions
 

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 from apex.algorithms.dqn.acting import DQNActing
 from apex.algorithms.dqn.learner import DoubleDQN
 from apex.algorithms.dqn.settings import DQNSettings
+from apex.algorithms.network_choice import builtin_network_problems
 from apex.algorithms.nstep_experience import ValuedNStepExperience
+from apex.algorithms.policy import user_network_factory
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,6 +37,13 @@ class DQNBuilder:
         """DQN takes any observations its networks do (vectors, images, stacked frames)."""
         return []
 
+    def network_problems(self, config: LearnerConfig, shape: EnvShape) -> list[str]:
+        if not config.network:
+            return builtin_network_problems(shape.observation_shape, config.env)
+        from apex.algorithms.networks import user_network_problems  # torch: a user's only
+
+        return user_network_problems(config.network, shape, "q")
+
     def exploration_scale(self, settings: DQNSettings) -> float:
         return settings.epsilon
 
@@ -46,7 +55,9 @@ class DQNBuilder:
     def build_learner(
         self, config: LearnerConfig, settings: DQNSettings, shape: EnvShape, device: torch.device
     ) -> DoubleDQN:
-        return DoubleDQN(config, settings, shape.observation_shape, shape.actions, device)
+        network = user_network_factory(config.network, shape)
+        return DoubleDQN(config, settings, shape.observation_shape, shape.actions, device,
+                         network() if network is not None else None)  # fmt: skip
 
     def build_acting(self, actor: ActorConfig, settings: DQNSettings, shape: EnvShape) -> DQNActing:
         return DQNActing(actor, shape)

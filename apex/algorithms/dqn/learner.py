@@ -106,6 +106,7 @@ class DoubleDQN:
         observation_shape: tuple[int, ...],
         actions: int,
         device: torch.device,
+        network: nn.Module | None = None,
     ) -> None:
         import torch
 
@@ -113,7 +114,9 @@ class DoubleDQN:
 
         self.config = config
         self.settings = settings
-        self.online = build_network(observation_shape, actions, config.hidden).to(device)
+        if network is None:
+            network = build_network(observation_shape, actions, config.hidden)
+        self.online = network.to(device)
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         self.optimizer = adam(self.online.parameters(), config.learning_rate, config.adam_epsilon)

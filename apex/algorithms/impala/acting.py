@@ -10,7 +10,7 @@ import numpy as np
 
 from apex.algorithms.acting_base import ActingOnEnvs, NetworkPolicy
 from apex.algorithms.impala.unrolls import UnrollBuilder
-from apex.algorithms.policy import build_policy_value
+from apex.algorithms.policy import build_policy_value, user_network_factory
 
 if TYPE_CHECKING:
     from apex.envs.families import EnvShape
@@ -103,6 +103,7 @@ class ImpalaActing(NetworkPolicy):
             shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
             torch_threads=config.torch_threads, precision=config.acting_precision,
             requantize_every=config.weight_refresh_steps,
+            network=user_network_factory(config.network, shape),
         )  # fmt: skip
         self.last_log_probs = np.zeros(0)
 

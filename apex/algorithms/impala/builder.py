@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from apex.algorithms.impala.acting import ImpalaActing, UnrollMaker
 from apex.algorithms.impala.learner import Impala
 from apex.algorithms.impala.settings import ImpalaSettings
+from apex.algorithms.network_choice import builtin_network_problems
+from apex.algorithms.policy import user_network_factory
 from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
@@ -37,6 +39,13 @@ class ImpalaBuilder:
         registry checks that)."""
         return []
 
+    def network_problems(self, config: LearnerConfig, shape: EnvShape) -> list[str]:
+        if not config.network:
+            return builtin_network_problems(shape.observation_shape, config.env)
+        from apex.algorithms.networks import user_network_problems  # torch: a user's only
+
+        return user_network_problems(config.network, shape, "logits and values")
+
     def exploration_scale(self, settings: ImpalaSettings) -> None:
         """π explores by itself: every env copy samples from it."""
         return None
@@ -62,7 +71,9 @@ class ImpalaBuilder:
         self, config: LearnerConfig, settings: ImpalaSettings, shape: EnvShape,
         device: torch.device,
     ) -> Impala:  # fmt: skip
-        return Impala(config, settings, shape.observation_shape, shape.actions, device)
+        network = user_network_factory(config.network, shape)
+        return Impala(config, settings, shape.observation_shape, shape.actions, device,
+                      network() if network is not None else None)  # fmt: skip
 
     def build_acting(
         self, actor: ActorConfig, settings: ImpalaSettings, shape: EnvShape

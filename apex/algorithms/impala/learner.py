@@ -113,13 +113,16 @@ class Impala:
         observation_shape: tuple[int, ...],
         actions: int,
         device: torch.device,
+        network: nn.Module | None = None,
     ) -> None:
         from apex.algorithms.networks import PolicyValueNet
         from apex.algorithms.updates import adam
 
         self.config = config
         self.settings = settings
-        self.network = PolicyValueNet(observation_shape, actions, config.hidden).to(device)
+        if network is None:
+            network = PolicyValueNet(observation_shape, actions, config.hidden)
+        self.network = network.to(device)
         self.optimizer = adam(self.network.parameters(), config.learning_rate, config.adam_epsilon)
         self.steps = 0
         self.last: LossParts | None = None
