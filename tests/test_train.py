@@ -303,6 +303,7 @@ def test_a_run_bound_beyond_loopback_gets_its_own_keys_and_trains(cartpole_run) 
     assert progress and progress[-1]["refused"] == dict.fromkeys(REFUSAL_REASONS, 0)
 
 
+@pytest.mark.slow
 def test_evaluate_plays_the_run_s_newest_checkpoint_greedily(cartpole_run, tmp_path) -> None:
     import importlib.util
 
