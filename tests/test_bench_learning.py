@@ -276,3 +276,25 @@ def test_the_peer_s_updates_are_its_gradient_steps_for_ppo_too() -> None:
     model.learn(total_timesteps=64)
     assert model._n_updates == 3  # SB3's own counter: epochs
     assert gradient_steps(model) == len(taken) == 12
+
+
+def test_a_run_past_its_deadline_is_killed_with_every_process_it_started(tmp_path) -> None:
+    """A benchmark run's roles are its supervisor's children: at the deadline the whole
+    session goes, none of them left running."""
+    from bench.learning.learn_runs import _spawned
+    from tests.conftest import wait_for
+
+    pid_file = tmp_path / "child.pid"
+    script = f"sleep 60 & echo $! > {pid_file}; wait"
+    task = dataclasses.replace(TASK, budget_s=0.5)
+    spawned, completed = _spawned(["bash", "-c", script], task, grace_s=0.5)
+    assert completed is None and spawned > 0
+    child = Path(f"/proc/{int(pid_file.read_text())}/stat")
+
+    def ended() -> bool:  # gone, or dead and waiting for init to reap it
+        try:
+            return child.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        except FileNotFoundError:
+            return True
+
+    wait_for(ended, timeout_s=10.0, what="the run's child killed with its session")

@@ -17,7 +17,10 @@ the weights evaluated.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,17 +44,24 @@ def _solve_fields(confirmations: list[list[float]], target: float | None) -> dic
             "solve_updates": None if first[2] is None else int(first[2])}  # fmt: skip
 
 
-def _spawned(command: list[str], task: Task) -> tuple[float, subprocess.CompletedProcess | None]:
+def _spawned(command: list[str], task: Task, grace_s: float = GRACE_S
+             ) -> tuple[float, subprocess.CompletedProcess | None]:  # fmt: skip
     """Runs ``command`` from the repository, timed from its spawn (``time.time()``); the
-    completed process, or None when it ran past the budget and its grace."""
+    completed process, or None when it ran past the budget and its grace. It runs in a
+    session of its own, all of which is killed at the deadline: a run's roles are its
+    children, and killing the supervisor alone would leave them running."""
     spawned = time.time()
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(), text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)  # fmt: skip
     try:
-        completed = subprocess.run(command, cwd=REPO_ROOT, env=worker_env(),
-                                   capture_output=True, text=True,
-                                   timeout=task.budget_s + GRACE_S, check=False)  # fmt: skip
+        stdout, stderr = process.communicate(timeout=task.budget_s + grace_s)
     except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         return spawned, None
-    return spawned, completed
+    return spawned, subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _run(base: dict, task: Task, spawned: float, evaluations: list, confirmations: list,
