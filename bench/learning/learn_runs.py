@@ -51,16 +51,16 @@ def _spawned(command: list[str], task: Task, grace_s: float = GRACE_S
     session of its own, all of which is killed at the deadline: a run's roles are its
     children, and killing the supervisor alone would leave them running."""
     spawned = time.time()
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(), text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True)  # fmt: skip
-    try:
-        stdout, stderr = process.communicate(timeout=task.budget_s + grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        return spawned, None
+    with subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(), text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          start_new_session=True) as process:  # fmt: skip
+        try:
+            stdout, stderr = process.communicate(timeout=task.budget_s + grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return spawned, None
     return spawned, subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
