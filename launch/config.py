@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from apex.algorithms.registry import ALGORITHMS, BY_NAME, SETTINGS, default_sections
-from apex.envs.presets import preset, preset_of_file, register
+from apex.envs.presets import merged_sections, preset, preset_of_file, register, unregister
+from apex.envs.task_defaults import task_defaults
 from apex.settings import ActorConfig, LearnerConfig, SolvedConfig
 from launch.overrides import merge_overrides
 from launch.renames import moved, refuse_renamed
@@ -272,9 +273,12 @@ def load_file(path: Path) -> dict:
         ) from exc
 
 
-def resolve(file_values: dict | None = None, overrides: dict | None = None) -> RunConfig:
+def resolve(
+    file_values: dict | None = None, overrides: dict | None = None, *, sized: bool = True
+) -> RunConfig:
     """Preset defaults (the env's, then its algorithm's), then the file, then the
-    overrides; validated.
+    overrides; validated. ``sized``: a vector env with no preset settings starts from
+    settings sized to it (``apex.envs.task_defaults``, which makes one env to see it).
 
     Raises:
         ConfigError: listing every problem found.
@@ -285,6 +289,8 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
     env, env_kwargs, env_make = _env_table(values.get("env", RunConfig.env), problems)
     values["env"] = env
     algorithm = values.get("algorithm", RunConfig.algorithm)
+    # The preset is this config's: none left from another run resolved in this process.
+    unregister(str(env))
     own = values.get("preset")
     if own is not None:
         try:
@@ -307,7 +313,10 @@ def resolve(file_values: dict | None = None, overrides: dict | None = None) -> R
         )
     builder = BY_NAME.get(algorithm)
     run_defaults = builder.run_defaults if builder is not None else {}
-    values = merge_overrides(preset(str(env)).settings_for(algorithm, run_defaults), values)
+    defaults = preset(str(env)).settings_for(algorithm, run_defaults)
+    if sized:
+        defaults = merged_sections(task_defaults(str(env), str(algorithm)), defaults)
+    values = merge_overrides(defaults, values)
     values = refuse_renamed(values, problems)
     top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS)
     top_level -= {"algorithms", "env_kwargs", "env_make"}
@@ -387,5 +396,6 @@ def write_resolved(config: RunConfig, run_dir: Path) -> Path:
 
 
 def read_resolved(path: Path) -> RunConfig:
-    """A ``config.json`` written by :func:`write_resolved` (validated again)."""
-    return resolve(load_file(path))
+    """A ``config.json`` written by :func:`write_resolved` (validated again; it holds
+    every setting, so no env is made to size it)."""
+    return resolve(load_file(path), sized=False)

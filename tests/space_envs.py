@@ -1,7 +1,8 @@
 """Users' envs with observation spaces of other kinds, registered for gymnasium's
 ``module:Id`` form: ``tests.space_envs:DictLight-v0`` (a Dict of a Box, a Discrete and a
 MultiBinary), ``tests.space_envs:Words-v0`` (Text, which no network takes) and
-``tests.space_envs:Pixels-v0`` (a 12x12 uint8 image, for a network of the user's own)."""
+``tests.space_envs:Pixels-v0`` (a 12x12 uint8 image) and ``tests.space_envs:Specks-v0``
+(a 3x3 one, which only a network of the user's own takes)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,19 @@ class Pixels(DictLight):
         return image
 
 
+class Specks(DictLight):
+    """The light as a lit column of a 3x3 image: smaller than any built-in convolution."""
+
+    observation_space = gym.spaces.Box(0, 255, (3, 3), np.uint8)
+
+    def _observe(self) -> np.ndarray:
+        self._light = int(self.np_random.integers(3))
+        image = np.zeros((3, 3), np.uint8)
+        image[:, self._light] = 255
+        return image
+
+
 gym.register("DictLight-v0", entry_point=DictLight)
+gym.register("Specks-v0", entry_point=Specks)
 gym.register("Pixels-v0", entry_point=Pixels)
 gym.register("Words-v0", entry_point=Words)

@@ -97,16 +97,20 @@ def test_apex_envs_lists_every_family_its_names_and_their_extras() -> None:
                                           "SpaceInvaders")}  # fmt: skip
 
 
-def test_an_image_of_any_size_trains_with_a_network_of_the_user_s_own() -> None:
-    """A 12x12 grayscale image stays an image; the built-in networks do not take it, a
-    user's convolutional one does, in the learner and the actors alike."""
+def test_an_image_of_any_size_acts_with_a_network_of_the_user_s_own() -> None:
+    """A 12x12 grayscale image stays an image; the built-in convolutions take it
+    (tests/test_image_networks.py), and so does a user's convolutional network, in the
+    learner and the actors alike; a 3x3 one only a user's."""
     from apex.algorithms.registry import build_acting, network_problems
     from launch.config import resolve
 
     shape = env_shape("tests.space_envs:Pixels-v0")
     assert shape.observation_shape == (12, 12) and shape.observation_dtype == np.uint8
     plain = resolve({"env": "tests.space_envs:Pixels-v0"})
-    assert "the built-in networks take" in network_problems(plain.learner, shape)[0]
+    assert network_problems(plain.learner, shape) == []
+    specks = resolve({"env": "tests.space_envs:Specks-v0"})
+    [problem] = network_problems(specks.learner, env_shape("tests.space_envs:Specks-v0"))
+    assert "has observations of shape (3, 3): the built-in networks take" in problem
     own = resolve({"env": "tests.space_envs:Pixels-v0",
                    "learner": {"network": "tests.user_networks:grayscale_q"}})  # fmt: skip
     assert network_problems(own.learner, shape) == []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from apex.algorithms.networks import ActorCritic, MinAtarCNN, build_network
+from apex.algorithms.networks import ActorCritic, build_network
 from apex.envs.families import env_shape, make_env
 from apex.envs.presets import PRESETS
 from replay import PrioritizedReplay
@@ -34,7 +34,8 @@ def test_preset_builds_and_fits_its_network_and_spec(name: str) -> None:
         assert actions.shape == (2, shape.actions)
         assert (actions >= shape.action_low).all() and (actions <= shape.action_high).all()
     else:
-        network = build_network(shape.observation_shape, shape.actions, (64, 64))
+        network = build_network(shape.observation_shape, shape.actions, (64, 64),
+                                shape.observation_high)  # fmt: skip
         assert network(observations).shape == (2, shape.actions)
     replay = PrioritizedReplay(shape.transition_spec(), capacity=8, rng=0)
     replay.add(
@@ -52,20 +53,9 @@ def test_preset_builds_and_fits_its_network_and_spec(name: str) -> None:
         assert shape.observation_shape == (4, 84, 84) and shape.observation_dtype == np.uint8
     if PRESETS[name].minatar:  # object planes, channels last, kept whole (not frames)
         assert shape.observation_shape[:2] == (10, 10) and shape.observation_dtype == np.uint8
-        assert set(np.unique(observation)) <= {0, 1} and isinstance(network, MinAtarCNN)
+        assert set(np.unique(observation)) <= {0, 1} and shape.observation_high == 1.0
+        assert network.layout.torso == "grid" and network.layout.channels_last
         assert PRESETS[name].defaults["replay"]["frames"] is False
-
-
-def test_the_minatar_network_is_the_paper_s_size() -> None:
-    """One 3x3 convolution of 16 channels over 10x10 planes (8x8x16 = 1,024 features),
-    then 128 units (here in each of the dueling streams)."""
-    network = MinAtarCNN(channels=4, actions=3)
-    convolution = network.torso[0]
-    assert (convolution.in_channels, convolution.out_channels) == (4, 16)
-    assert convolution.kernel_size == (3, 3) and convolution.stride == (1, 1)
-    assert network.head.value[0].in_features == 1024 and network.head.value[0].out_features == 128
-    planes = torch.zeros((5, 10, 10, 4), dtype=torch.uint8)
-    assert network(planes).shape == (5, 3)
 
 
 def test_every_preset_file_reads_typed_and_its_settings_resolve() -> None:

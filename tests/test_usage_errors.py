@@ -74,8 +74,9 @@ CASES = [
      "a user's network is for DQN and IMPALA"),
     ("actor network", ["train", "--set", "actor.network=examples.grid_network:q_network"],
      "actor.network is learner.network's: set learner.network alone"),
-    ("image no network takes", ["train", "--env", "tests.space_envs:Pixels-v0"],
-     "has observations of shape (12, 12): the built-in networks take (d,), (c, 84, 84) or"),
+    ("image no network takes", ["train", "--env", "tests.space_envs:Specks-v0"],
+     "has observations of shape (3, 3): the built-in networks take flat (d,) vectors and "
+     "uint8 images of 4x4 and up"),
     ("observation space", ["train", "--env", "tests.space_envs:Words-v0"],
      "has observations of Text"),
     ("host", ["train", "--set", "host=192.0.2.1"],

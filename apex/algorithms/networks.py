@@ -1,8 +1,9 @@
-"""Q-networks: a dueling MLP for vector observations and the Nature CNN for images.
+"""The built-in networks: Q-networks (a dueling MLP for vectors, convolutions sized to
+an image), DPG's policy and critic, IMPALA's policy-value network, and a user's own.
 
-Both end in a dueling head, ``Q(s, a) = V(s) + A(s, a) − mean_a A(s, a)`` (Wang et al.
-2016). Image observations arrive as uint8 and are scaled to [0, 1] inside ``forward``, on
-whatever device the network lives on, so frames travel and are stored as bytes.
+Q-networks end in a dueling head, ``Q(s, a) = V(s) + A(s, a) − mean_a A(s, a)`` (Wang et
+al. 2016). Image observations arrive as uint8 and are scaled to [0, 1] inside ``forward``,
+on whatever device the network lives on, so frames travel and are stored as bytes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from apex.algorithms.network_choice import builtin_layout
+from apex.algorithms.network_choice import ImageLayout, builtin_layout, image_layout
 
 
 class DuelingHead(nn.Module):
@@ -31,22 +32,42 @@ class DuelingHead(nn.Module):
         return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)
 
 
-def nature_torso(channels: int) -> nn.Sequential:
-    """The DQN Nature convolutions over ``(c, 84, 84)``: 3,136 features."""
-    return nn.Sequential(
-        nn.Conv2d(channels, 32, kernel_size=8, stride=4),
-        nn.ReLU(),
-        nn.Conv2d(32, 64, kernel_size=4, stride=2),
-        nn.ReLU(),
-        nn.Conv2d(64, 64, kernel_size=3, stride=1),
-        nn.ReLU(),
-        nn.Flatten(),
-    )
+def image_torso(layout: ImageLayout) -> nn.Sequential:
+    """The convolutions ``layout`` gets (``apex.algorithms.network_choice``), flattened to
+    ``layout.features``."""
+    if layout.torso == "grid":
+        layers = [nn.Conv2d(layout.channels, 16, kernel_size=3, stride=1), nn.ReLU()]
+    else:
+        layers = [
+            nn.Conv2d(layout.channels, 32, kernel_size=8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, kernel_size=3, stride=1),
+            nn.ReLU(),
+        ]
+    if layout.pooled() is not None:
+        layers.append(nn.AdaptiveAvgPool2d(layout.pooled()))
+    return nn.Sequential(*layers, nn.Flatten())
 
 
-def minatar_torso(channels: int) -> nn.Sequential:
-    """The MinAtar paper's convolution over ``(c, 10, 10)``: 1,024 features."""
-    return nn.Sequential(nn.Conv2d(channels, 16, kernel_size=3, stride=1), nn.ReLU(), nn.Flatten())
+def image_input(observations: torch.Tensor, layout: ImageLayout) -> torch.Tensor:
+    """A batch of uint8 images as the convolutions take them: float, ``[B, c, h, w]``, in
+    [0, 1]. Decided by ``layout`` alone (no branch on the tensor: FX traces it for int8)."""
+    inputs = observations.float()
+    if layout.rank == 2:
+        inputs = inputs.unsqueeze(1)
+    elif layout.channels_last:
+        inputs = inputs.permute(0, 3, 1, 2)
+    return inputs if layout.high == 1.0 else inputs / layout.high
+
+
+def _layout(observation_shape: Sequence[int], observation_high: float) -> ImageLayout:
+    layout = image_layout(observation_shape, observation_high)
+    if layout is None:
+        raise ValueError(f"no network for observations of shape {tuple(observation_shape)}: "
+                         "use (d,) vectors or uint8 images of 4x4 and up")  # fmt: skip
+    return layout
 
 
 class DuelingMLP(nn.Module):
@@ -72,60 +93,41 @@ class DuelingMLP(nn.Module):
         return self.head(self.torso(observations.float()))
 
 
-class NatureCNN(nn.Module):
-    """The DQN Nature torso (Mnih et al. 2015) plus dueling head, for ``(c, 84, 84)`` uint8.
+class ImageQNetwork(nn.Module):
+    """Convolutions sized to the image (``apex.algorithms.network_choice``'s rule) plus a
+    dueling head: the Nature CNN (Mnih et al. 2015) for ``(4, 84, 84)`` frame stacks, the
+    MinAtar network (Young & Tian 2019) for ``(10, 10, c)`` planes.
 
     Args:
-        channels: stacked frames ``c``.
+        layout: how the observations are read (``image_layout``).
         actions: number of discrete actions.
     """
 
-    def __init__(self, channels: int, actions: int) -> None:
+    def __init__(self, layout: ImageLayout, actions: int) -> None:
         super().__init__()
-        self.torso = nature_torso(channels)
-        self.head = DuelingHead(64 * 7 * 7, 512, actions)
+        self.layout = layout
+        self.torso = image_torso(layout)
+        self.head = DuelingHead(layout.features, layout.hidden, actions)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        return self.head(self.torso(observations.float() / 255.0))
-
-
-class MinAtarCNN(nn.Module):
-    """The MinAtar paper's network (Young & Tian 2019): one 3x3 convolution of 16 channels
-    and a 128-unit layer, here as a dueling head, for ``(10, 10, c)`` uint8 planes
-    (channels last, as MinAtar gives them).
-
-    Args:
-        channels: object planes ``c``.
-        actions: number of discrete actions.
-    """
-
-    def __init__(self, channels: int, actions: int) -> None:
-        super().__init__()
-        self.torso = minatar_torso(channels)
-        self.head = DuelingHead(16 * 8 * 8, 128, actions)
-
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        return self.head(self.torso(observations.float().permute(0, 3, 1, 2)))
+        return self.head(self.torso(image_input(observations, self.layout)))
 
 
 def build_network(
-    observation_shape: Sequence[int], actions: int, hidden: Sequence[int]
+    observation_shape: Sequence[int],
+    actions: int,
+    hidden: Sequence[int],
+    observation_high: float = 255.0,
 ) -> nn.Module:
-    """The network that fits an observation shape: the Nature CNN for ``(c, 84, 84)``, the
-    MinAtar CNN for ``(10, 10, c)``, the MLP for ``(d,)``.
+    """The Q-network that fits an observation shape: the MLP for ``(d,)``, convolutions
+    for uint8 images (``observation_high``: the value that means 1.0).
 
     Raises:
-        ValueError: an observation shape that neither network takes.
+        ValueError: an observation shape that no built-in network takes.
     """
-    shape, layout = tuple(observation_shape), builtin_layout(observation_shape)
-    if layout == "frames":
-        return NatureCNN(shape[0], actions)
-    if layout == "planes":
-        return MinAtarCNN(shape[2], actions)
-    if layout == "vector":
-        return DuelingMLP(shape[0], actions, hidden)
-    raise ValueError(f"no network for observations of shape {shape}: use (d,), (c, 84, 84) "
-                     "or (10, 10, c)")  # fmt: skip
+    if builtin_layout(observation_shape) == "vector":
+        return DuelingMLP(observation_shape[0], actions, hidden)
+    return ImageQNetwork(_layout(observation_shape, observation_high), actions)
 
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:
@@ -187,43 +189,42 @@ class ActorCritic(nn.Module):
 class PolicyValueNet(nn.Module):
     """IMPALA's network: a torso, then policy logits and a state value side by side.
 
-    The torso is the one its observations take elsewhere here: the Nature convolutions
-    and 512 units for ``(c, 84, 84)``, the MinAtar convolution and 128 units for
-    ``(10, 10, c)``, an MLP of ``hidden`` for ``(d,)``.
+    The torso is the one its observations take elsewhere here: an MLP of ``hidden`` for
+    ``(d,)``; for uint8 images the convolutions of ``apex.algorithms.network_choice``'s
+    rule and their hidden layer (512 units after the Nature convolutions, 128 after the
+    MinAtar one).
 
     Raises:
         ValueError: an observation shape no torso takes.
     """
 
     def __init__(
-        self, observation_shape: Sequence[int], actions: int, hidden: Sequence[int]
+        self,
+        observation_shape: Sequence[int],
+        actions: int,
+        hidden: Sequence[int],
+        observation_high: float = 255.0,
     ) -> None:
         super().__init__()
-        shape, self._layout = tuple(observation_shape), builtin_layout(observation_shape)
-        if self._layout == "frames":
-            convolutions, width = nature_torso(shape[0]), 512
-            self.torso = nn.Sequential(*convolutions, nn.Linear(64 * 7 * 7, width), nn.ReLU())
-        elif self._layout == "planes":
-            convolutions, width = minatar_torso(shape[2]), 128
-            self.torso = nn.Sequential(*convolutions, nn.Linear(16 * 8 * 8, width), nn.ReLU())
-        elif self._layout == "vector":
+        self.layout: ImageLayout | None = None
+        if builtin_layout(observation_shape) == "vector":
             width = hidden[-1]
-            self.torso = nn.Sequential(*mlp([shape[0], *hidden]), nn.ReLU())
+            self.torso = nn.Sequential(*mlp([observation_shape[0], *hidden]), nn.ReLU())
         else:
-            raise ValueError(f"no network for observations of shape {shape}: use (d,), "
-                             "(c, 84, 84) or (10, 10, c)")  # fmt: skip
+            self.layout = _layout(observation_shape, observation_high)
+            width = self.layout.hidden
+            convolutions = image_torso(self.layout)
+            self.torso = nn.Sequential(*convolutions, nn.Linear(self.layout.features, width),
+                                       nn.ReLU())  # fmt: skip
         self.policy = nn.Linear(width, actions)
         self.value = nn.Linear(width, 1)
 
     def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[B, actions]`` and values ``[B]``."""
-        if self._layout == "frames":
-            inputs = observations.float() / 255.0
-        elif self._layout == "planes":
-            inputs = observations.float().permute(0, 3, 1, 2)
+        if self.layout is None:
+            features = self.torso(observations.float())
         else:
-            inputs = observations.float()
-        features = self.torso(inputs)
+            features = self.torso(image_input(observations, self.layout))
         return self.policy(features), self.value(features).squeeze(1)
 
 

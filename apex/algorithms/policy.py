@@ -255,8 +255,8 @@ class TorchPolicy:
 
 def _numpy_or_torch(numpy_class, torch_network: Callable):
     """A builder of a policy: ``numpy_class`` for ``(d,)`` observations, else
-    ``torch_network(observation_shape, actions, hidden)`` behind :class:`TorchPolicy`;
-    ``network``, where given, builds a user's network in its place."""
+    ``torch_network(observation_shape, actions, hidden, observation_high)`` behind
+    :class:`TorchPolicy`; ``network``, where given, builds a user's network in its place."""
 
     def build(
         observation_shape: Sequence[int],
@@ -267,6 +267,7 @@ def _numpy_or_torch(numpy_class, torch_network: Callable):
         precision: str = "float32",
         requantize_every: int = 1,
         network: Callable[[], nn.Module] | None = None,
+        observation_high: float = 255.0,
     ):
         if network is not None:  # a user's (learner.network): in torch, in float
             return TorchPolicy(network, seed, torch_threads)
@@ -274,7 +275,7 @@ def _numpy_or_torch(numpy_class, torch_network: Callable):
             return numpy_class(observation_shape[0], actions, hidden, seed)
 
         def network():
-            return torch_network(observation_shape, actions, hidden)
+            return torch_network(observation_shape, actions, hidden, observation_high)
 
         policy = TorchPolicy(network, seed, torch_threads)
         if precision != "int8":
@@ -310,16 +311,16 @@ def user_network_factory(entry_point: str, shape) -> Callable[[], nn.Module] | N
     return build
 
 
-def _q_network(observation_shape, actions: int, hidden):
+def _q_network(observation_shape, actions: int, hidden, observation_high: float):
     from apex.algorithms.networks import build_network  # torch: image policies only
 
-    return build_network(observation_shape, actions, hidden)
+    return build_network(observation_shape, actions, hidden, observation_high)
 
 
-def _policy_value_network(observation_shape, actions: int, hidden):
+def _policy_value_network(observation_shape, actions: int, hidden, observation_high: float):
     from apex.algorithms.networks import PolicyValueNet  # torch: image policies only
 
-    return PolicyValueNet(observation_shape, actions, hidden)
+    return PolicyValueNet(observation_shape, actions, hidden, observation_high)
 
 
 # A Q-network (DQN): the numpy dueling MLP, or torch's convolutional network that fits.

@@ -11,9 +11,9 @@ IMPALA) or a bounded flat ``Box`` (DPG) and its observations are one of:
 - ``Discrete`` (one-hot), ``MultiBinary``, ``MultiDiscrete`` (one-hot each), a ``Box`` of
   more dimensions that is no image, or a ``Tuple`` or ``Dict`` of any of these: flattened
   to one float32 vector (gymnasium's ``spaces.flatten``);
-- uint8 images of two or three dimensions, as they are: the built-in networks take stacks
-  of ``(c, 84, 84)`` frames (the ALE pipeline's) and ``(10, 10, c)`` planes (MinAtar's),
-  a user's ``learner.network`` any (``apex.algorithms.network_choice``).
+- uint8 images of two or three dimensions, as they are: the built-in networks take any
+  from 4x4 up, with convolutions sized to them (``apex.algorithms.network_choice``), a
+  user's ``learner.network`` any.
 
 Anything else (``Text``, ``Graph``, ``Sequence``) is refused when the run's env is probed,
 before any process starts, as is an image no network of the run takes.
@@ -99,7 +99,7 @@ def _made_by_user(make: str, kwargs: Mapping) -> gym.Env:
 
 def _image(space: gym.spaces.Space) -> bool:
     """A uint8 ``Box`` of two or three dimensions: kept as it is, for a network of
-    convolutions (the built-in ones take ``(c, 84, 84)`` and ``(10, 10, c)``)."""
+    convolutions (``apex.algorithms.network_choice``)."""
     return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
             and len(space.shape) in (2, 3))  # fmt: skip
 
@@ -191,6 +191,9 @@ class EnvShape:
     actions: int
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+    # A uint8 image's upper bound, what the networks divide it by: 255 for pixels, 1 for
+    # MinAtar's planes.
+    observation_high: float = 255.0
 
     @property
     def continuous(self) -> bool:
@@ -257,16 +260,22 @@ def env_shape(name: str) -> EnvShape:
     """
     env = make_env(name, training=True)
     try:
-        space, actions = env.observation_space, env.action_space
-        observation = (tuple(space.shape), np.dtype(space.dtype))
-        if isinstance(actions, gym.spaces.Discrete):
-            return EnvShape(*observation, int(actions.n))
-        if isinstance(actions, gym.spaces.Box) and len(actions.shape) == 1:
-            low, high = actions.low.astype(float), actions.high.astype(float)
-            if not (np.isfinite(low).all() and np.isfinite(high).all()):
-                raise ValueError(f"{name}'s Box action space is unbounded: DPG needs bounds")
-            return EnvShape(*observation, actions.shape[0], tuple(low), tuple(high))
-        raise ValueError(f"{name} has a {type(actions).__name__} action space of shape "
-                         f"{actions.shape}: use Discrete (DQN) or a flat Box (DPG)")  # fmt: skip
+        return shape_of(env, name)
     finally:
         env.close()
+
+
+def shape_of(env: gym.Env, name: str) -> EnvShape:
+    """:func:`env_shape` of an env made already (``name`` for the messages)."""
+    space, actions = env.observation_space, env.action_space
+    observation = (tuple(space.shape), np.dtype(space.dtype))
+    bound = float(np.max(space.high)) if _image(space) else 255.0
+    if isinstance(actions, gym.spaces.Discrete):
+        return EnvShape(*observation, int(actions.n), observation_high=bound)
+    if isinstance(actions, gym.spaces.Box) and len(actions.shape) == 1:
+        low, high = actions.low.astype(float), actions.high.astype(float)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ValueError(f"{name}'s Box action space is unbounded: DPG needs bounds")
+        return EnvShape(*observation, actions.shape[0], tuple(low), tuple(high))
+    raise ValueError(f"{name} has a {type(actions).__name__} action space of shape "
+                     f"{actions.shape}: use Discrete (DQN) or a flat Box (DPG)")  # fmt: skip

@@ -221,6 +221,11 @@ def register(chosen: EnvPreset) -> None:
     _REGISTERED[chosen.name] = chosen
 
 
+def unregister(name: str) -> None:
+    """``name`` has the built-in preset again (or none) in this process."""
+    _REGISTERED.pop(name, None)
+
+
 def preset(name: str) -> EnvPreset:
     """The preset for ``name``: a run's own, a built-in one, one of a family's ids
     (``ALE/Breakout-v5``, or an ALE game's bare name, ``Breakout``: the atari family's

@@ -55,9 +55,16 @@ class DQNBuilder:
     def build_learner(
         self, config: LearnerConfig, settings: DQNSettings, shape: EnvShape, device: torch.device
     ) -> DoubleDQN:
-        network = user_network_factory(config.network, shape)
+        from apex.algorithms.networks import build_network  # torch: the learner's process
+
+        user = user_network_factory(config.network, shape)
+        if user is not None:
+            network = user()
+        else:
+            network = build_network(shape.observation_shape, shape.actions, config.hidden,
+                                    shape.observation_high)  # fmt: skip
         return DoubleDQN(config, settings, shape.observation_shape, shape.actions, device,
-                         network() if network is not None else None)  # fmt: skip
+                         network)  # fmt: skip
 
     def build_acting(self, actor: ActorConfig, settings: DQNSettings, shape: EnvShape) -> DQNActing:
         return DQNActing(actor, shape)

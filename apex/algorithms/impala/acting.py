@@ -104,6 +104,7 @@ class ImpalaActing(NetworkPolicy):
             torch_threads=config.torch_threads, precision=config.acting_precision,
             requantize_every=config.weight_refresh_steps,
             network=user_network_factory(config.network, shape),
+            observation_high=shape.observation_high,
         )  # fmt: skip
         self.last_log_probs = np.zeros(0)
 

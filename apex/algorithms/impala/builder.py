@@ -71,9 +71,16 @@ class ImpalaBuilder:
         self, config: LearnerConfig, settings: ImpalaSettings, shape: EnvShape,
         device: torch.device,
     ) -> Impala:  # fmt: skip
-        network = user_network_factory(config.network, shape)
+        from apex.algorithms.networks import PolicyValueNet  # torch: the learner's process
+
+        user = user_network_factory(config.network, shape)
+        if user is not None:
+            network = user()
+        else:
+            network = PolicyValueNet(shape.observation_shape, shape.actions, config.hidden,
+                                     shape.observation_high)  # fmt: skip
         return Impala(config, settings, shape.observation_shape, shape.actions, device,
-                      network() if network is not None else None)  # fmt: skip
+                      network)  # fmt: skip
 
     def build_acting(
         self, actor: ActorConfig, settings: ImpalaSettings, shape: EnvShape
