@@ -1,0 +1,74 @@
+"""Runs ``apex train --env ENV --max-time SECONDS`` for each env named, one after another,
+and writes what each did to a JSON record: its exit code, updates, evaluations, the last
+greedy return and how it ended. It shows that each env of a family starts, trains,
+evaluates and ends cleanly on the family's settings; it measures no speed.
+
+    .venv/bin/python scripts/family_runs.py --json OUT.json --max-time 60 \\
+        ALE/Breakout-v5 Seaquest MinAtar/Asterix-v1 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def _git_commit() -> str | None:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPOSITORY, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPOSITORY,
+                           capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    return None if done.returncode or dirty else done.stdout.strip()
+
+
+def run_one(env: str, max_time_s: float, root: Path) -> dict:
+    run_dir = root / env.replace("/", "_")
+    command = [sys.executable, "-m", "launch", "train", "--env", env, "--max-time",
+               str(max_time_s), "--run-dir", str(run_dir), "--plain", "--no-curves"]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True,
+                          timeout=max_time_s + 600, check=False)  # fmt: skip
+    records = []
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists():
+        records = [json.loads(line) for line in metrics.read_text().splitlines() if line]
+    end = next((r for r in reversed(records) if r.get("event") == "end"), {})
+    evaluations = [r for r in records if r.get("event") == "evaluation"]
+    return {
+        "env": env,
+        "exit_code": done.returncode,
+        "wall_s": round(time.monotonic() - started, 1),
+        "reason": end.get("reason"),
+        "updates": end.get("updates"),
+        "transitions_added": end.get("transitions_added"),
+        "evaluations": len(evaluations),
+        "last_eval_return": evaluations[-1]["eval_return_mean"] if evaluations else None,
+        "transitions_lost": end.get("delivery", {}).get("transitions_lost"),
+        "stderr_tail": done.stderr[-600:] if done.returncode else "",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("envs", nargs="+")
+    parser.add_argument("--max-time", type=float, default=60.0)
+    parser.add_argument("--json", type=Path, required=True)
+    options = parser.parse_args()
+    document = {"command": " ".join(sys.argv), "git_commit": _git_commit(),
+                "max_time_s": options.max_time, "runs": []}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="family-runs-") as root:
+        for env in options.envs:
+            document["runs"].append(run_one(env, options.max_time, Path(root)))
+            options.json.write_text(json.dumps(document, indent=1) + "\n")
+            print(json.dumps(document["runs"][-1]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
