@@ -99,23 +99,14 @@ class Publications:
         publisher: the learner's PUB.
         resend_every_s: how often weights go again while nothing new is published.
         kept: publications remembered.
-        states_bytes: how many bytes of the newest publications' parameters to keep as
-            copies (0: none), so that the weights an evaluation confirmed, which the
-            learner has trained past by the time it hears of it, can be had back
-            (``state_of``).
     """
 
-    def __init__(
-        self, publisher: WeightPublisher, resend_every_s: float, kept: int, states_bytes: int = 0
-    ) -> None:
+    def __init__(self, publisher: WeightPublisher, resend_every_s: float, kept: int) -> None:
         self._publisher = publisher
         self._resend_every_s = resend_every_s
         self._published: deque[tuple[int, int]] = deque(maxlen=kept)
         self._resend_at = 0.0
         self._life_start_updates = 0
-        self._states_bytes = states_bytes
-        self._states: deque[tuple[int, dict[str, torch.Tensor], int]] = deque()
-        self._states_held = 0
 
     @property
     def endpoint(self) -> str:
@@ -129,27 +120,7 @@ class Publications:
     def publish(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
         """A new version, made after ``updates``."""
         self._published.append((version, updates))
-        state = module.state_dict()
-        if self._states_bytes:
-            state = self._keep_state(state, version)  # and sent from: one copy off a GPU
-        self._send_state(state, version, updates, env_steps)
-
-    def _keep_state(
-        self, state: Mapping[str, torch.Tensor], version: int
-    ) -> dict[str, torch.Tensor]:
-        """A CPU copy of ``state``, kept as ``version`` among the newest."""
-        kept = {name: tensor.detach().to("cpu", copy=True) for name, tensor in state.items()}
-        size = sum(tensor.numel() * tensor.element_size() for tensor in kept.values())
-        self._states.append((version, kept, size))
-        self._states_held += size
-        while self._states_held > self._states_bytes and len(self._states) > 1:
-            self._states_held -= self._states.popleft()[2]
-        return kept
-
-    def state_of(self, version: int) -> dict[str, torch.Tensor] | None:
-        """A copy of the parameters published as ``version`` (None: not kept, or no
-        longer: the newest ``states_bytes`` are)."""
-        return next((state for v, state, _ in reversed(self._states) if v == version), None)
+        self._send_state(module.state_dict(), version, updates, env_steps)
 
     def send(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
         """Sends ``version`` (again, if it was published before)."""

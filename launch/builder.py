@@ -229,7 +229,5 @@ def evaluator(
         episodes=settings.eval_episodes,
         confirm_episodes=settings.confirm_episodes,
         target_return=solved_return(config.env, settings.target_return),
-        confirm_improvements=settings.solved.confirms_improvements,
-        improvement_margin=settings.solved.follow_margin,
     )
     return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)

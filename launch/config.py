@@ -19,9 +19,6 @@ File layout (every key optional; defaults come from the environment's preset)::
     [learner]       # apex.settings.LearnerConfig
     batch_size = 128
 
-    [learner.solved]  # apex.settings.SolvedConfig: a run that trains on past its solve
-    policy_average = 0.01
-
     [dqn]           # each algorithm's own section (apex.algorithms.registry.ALGORITHMS)
     epsilon = 0.4   # apex.algorithms.dqn.settings.DQNSettings
     target_update_period = 1000
@@ -54,7 +51,7 @@ from typing import Any
 from apex.algorithms.registry import ALGORITHMS, BY_NAME, SETTINGS, default_sections
 from apex.envs.presets import merged_sections, preset, preset_of_file, register, unregister
 from apex.envs.task_defaults import task_defaults
-from apex.settings import ActorConfig, LearnerConfig, SolvedConfig
+from apex.settings import ActorConfig, LearnerConfig
 from launch.overrides import merge_overrides
 from launch.renames import moved, refuse_renamed
 from launch.replay_config import ReplayConfig
@@ -238,14 +235,6 @@ def _table(values: dict, name: str, problems: list[str], where: str | None = Non
     return table
 
 
-def _learner(values: dict, problems: list[str]) -> LearnerConfig:
-    """The learner's section, with its ``solved`` table inside it."""
-    solved = _build(SolvedConfig, _table(values, "solved", problems, "learner.solved"),
-                    "learner.solved", problems)  # fmt: skip
-    rest = {key: value for key, value in values.items() if key != "solved"}
-    return _build(LearnerConfig, {**rest, "solved": solved}, "learner", problems)
-
-
 def _algorithms(values: dict, problems: list[str]) -> dict[str, Any]:
     """Each registered algorithm's section, by name."""
     return {
@@ -334,7 +323,8 @@ def resolve(
         problems.append("actor.network is learner.network's: set learner.network alone")
     actor = _build(ActorConfig, {**common, **actor_values, "network": network}, "actor",
                    problems)  # fmt: skip
-    learner = _learner({**common, **values.get("learner", {})}, problems)
+    learner = _build(LearnerConfig, {**common, **values.get("learner", {})}, "learner",
+                     problems)  # fmt: skip
     algorithms = _algorithms(values, problems)
     slurm = _build(SlurmConfig, values.get("slurm", {}), "slurm", problems)
     security = _build(SecurityConfig, values.get("security", {}), "security", problems)

@@ -43,10 +43,10 @@ def trained_policy(run_dir: Path, checkpoint_path: Path | None = None):
     learner = dataclasses.replace(config.learner, device="cpu", cuda_graph=False)
     algorithm = build_algorithm(learner, config.algorithms, shape, torch.device("cpu"))
     try:
-        _, state = LearnerCheckpoints.restore(checkpoint_path, algorithm)
+        LearnerCheckpoints.restore(checkpoint_path, algorithm)
     except (ValueError, KeyError, RuntimeError) as exc:
         raise click.UsageError(f"{checkpoint_path}: {exc}") from exc
-    published = state.get("average") or algorithm.policy.state_dict()
+    published = algorithm.policy.state_dict()
     acting = dataclasses.replace(config.actor_config(0), acting_precision="float32")
     policy = build_acting(acting, config.algorithms, shape).policy
     policy.load({name: tensor.detach().cpu().numpy() for name, tensor in published.items()})

@@ -103,25 +103,6 @@ def test_impala_learns_and_acts_through_the_seam_alone() -> None:
     assert result.new_priorities is None and np.isfinite(result.loss)
 
 
-@pytest.mark.parametrize("name", ["dqn", "dpg", "impala"])
-def test_training_goes_on_from_policy_weights_given_back(name: str) -> None:
-    """``Algorithm.train_from``: the policy and every network that follows it take the
-    weights, so the loop can put confirmed weights back for any algorithm."""
-    env = ENVS.get(name) or BY_NAME_ONLY[name]
-    config = resolve({"env": env, "algorithm": name, "learner": {"hidden": [8]},
-                      "actor": {"hidden": [8]}})  # fmt: skip
-    shape = env_shape(env)
-    learner = build_algorithm(config.learner, config.algorithms, shape, torch.device("cpu"))
-    other = build_algorithm(config.learner, config.algorithms, shape, torch.device("cpu"))
-    weights = {k: v.clone() for k, v in other.policy.state_dict().items()}
-    assert any(not torch.equal(weights[k], v) for k, v in learner.policy.state_dict().items())
-    learner.train_from(weights)
-    following = [learner.policy, *(getattr(learner, "target", None),)]
-    for network in filter(None, following):
-        for key, value in network.state_dict().items():
-            torch.testing.assert_close(value, weights[key], rtol=0, atol=0)
-
-
 def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
     config = resolve({"dqn": {"target_update_period": 7}, "dpg": {"tau": 0.01}})
     assert config.algorithms["dqn"].target_update_period == 7
@@ -141,11 +122,11 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
 
 def test_set_reaches_an_algorithm_s_section() -> None:
     overrides = run_overrides(settings=("dqn.target_update_period=9", "dpg.twin_critics=true",
-                                        "learner.solved.restart=false"))  # fmt: skip
+                                        "env.kwargs.sutton_barto_reward=true"))  # fmt: skip
     config = resolve(None, overrides)
     assert config.algorithms["dqn"].target_update_period == 9
     assert config.algorithms["dpg"].twin_critics is True
-    assert config.learner.solved.restart is False
+    assert config.env_kwargs == {"sutton_barto_reward": True}
     with pytest.raises(click.BadParameter, match=r"dqn\.x=1.*dqn was set to a value"):
         run_overrides(settings=("dqn=3", "dqn.x=1"))
 
@@ -201,6 +182,20 @@ def test_the_margin_loss_s_settings_are_dropped_with_a_notice(caplog) -> None:
     assert config == resolve({})
 
 
+def test_the_stays_solved_settings_are_dropped_with_a_notice(caplog) -> None:
+    """A run directory written with ``[learner.solved]`` (or its names of before) resumes:
+    the settings are gone, and each says so."""
+    written = {"learner": {"solved": {"policy_average": 0.01, "restart": True,
+                                      "settle_return": 495.0}, "settle_return": 490.0,
+                           "dqn": {"back_to_anchor": True}}}  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="launch.renames"):
+        config = resolve(written)
+    for old in ("learner.solved.policy_average", "learner.solved.restart",
+                "learner.settle_return", "learner.dqn.back_to_anchor"):  # fmt: skip
+        assert f"{old} is no longer read: a run that trains on past its solve" in caplog.text
+    assert config == resolve({})
+
+
 def test_an_actor_takes_its_exploration_scale_from_its_algorithm_s_section() -> None:
     sections = resolve({"dqn": {"epsilon": 0.3}, "dpg": {"noise_scale": 0.7}}).algorithms
     for name, scale in (("dqn", 0.3), ("dpg", 0.7)):
@@ -234,21 +229,10 @@ def test_a_learning_rate_schedule_is_checked() -> None:
     with pytest.raises(ConfigError, match="learning_rate_final must be > 0"):
         resolve({"learner": {"learning_rate_final": -1.0, "learning_rate_decay_updates": 10}})
     assert resolve({}).learner.learning_rate_at(10**6) == resolve({}).learner.learning_rate
-    with pytest.raises(ConfigError, match=r"solved\.learning_rate must be > 0 or None"):
-        resolve({"learner": {"solved": {"learning_rate": 0.0}}})
-    for bad in (float("nan"), float("inf"), "high"):
-        with pytest.raises(ConfigError, match="settle_return must be"):
-            resolve({"learner": {"solved": {"settle_return": bad}}})
-
-
-def test_a_solved_run_trains_on_at_its_solved_step_size() -> None:
     learner = resolve({"learner": {"learning_rate": 1e-3, "learning_rate_final": 5e-4,
-                                   "learning_rate_decay_updates": 100,
-                                   "solved": {"learning_rate": 1e-5}}}).learner  # fmt: skip
+                                   "learning_rate_decay_updates": 100}}).learner  # fmt: skip
     assert learner.learning_rate_at(50) == pytest.approx(7.5e-4)
-    assert learner.learning_rate_at(50, solved=True) == 1e-5
-    plain = resolve({"env": "Acrobot-v1", "learner": {"learning_rate": 1e-3}}).learner
-    assert plain.learning_rate_at(50, solved=True) == 1e-3  # no solved step size: unchanged
+    assert learner.learning_rate_at(500) == 5e-4
 
 
 @pytest.mark.parametrize("delta", [1.0, 10.0])

@@ -142,22 +142,3 @@ def test_the_graphed_update_trains_as_the_eager_one(shape, deterministic_cudnn) 
         algorithm.load_state_dict(saved)
     both_step(_staged(shape, 32, 14))
     assert graphed.graphed.replays == 11 and not graphed.graphed.failed
-
-
-def test_weights_given_back_go_into_the_graphed_update_in_place() -> None:
-    """A restart or a return to confirmed weights (``Algorithm.train_from``) under a
-    captured graph: the graph goes on replaying from the weights given back, as the eager
-    update does."""
-    graphed, eager = _double_dqn((4,), True), _double_dqn((4,), False)
-    for seed in range(5):
-        graphed.step(_staged((4,), 32, seed))
-        eager.step(_staged((4,), 32, seed))
-    assert graphed.graphed.replays == 2  # three eager, then captured
-    given = {k: v.clone() for k, v in _double_dqn((4,), False).online.state_dict().items()}
-    for algorithm in (graphed, eager):
-        algorithm.train_from(given)
-    ours, theirs = graphed.step(_staged((4,), 32, 5)), eager.step(_staged((4,), 32, 5))
-    assert graphed.graphed.replays == 3
-    assert ours.loss == pytest.approx(theirs.loss, rel=1e-4, abs=1e-6)
-    for a, b in zip(graphed.online.parameters(), eager.online.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)

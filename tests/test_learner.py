@@ -21,7 +21,7 @@ from apex.envs.families import env_shape
 from apex.learning.learner import Learner
 from apex.learning.periodic import Periodic
 from apex.learning.staging import DeviceBatch, DeviceStager
-from apex.settings import LearnerConfig, SolvedConfig
+from apex.settings import LearnerConfig
 from apex.weights import WeightSubscriber
 from replay import PrioritizedReplay
 from replay.errors import ReplayTimeout
@@ -131,14 +131,12 @@ def make_learner(
     tmp_path: Path,
     store,
     resume_from: Path | None = None,
-    solved: dict | None = None,
     **settings,
 ) -> Learner:
-    """A DQN learner on ``store``; ``solved``: its ``learner.solved`` settings."""
+    """A DQN learner on ``store``."""
     config = LearnerConfig(**{
         "batch_size": BATCH, "hidden": (32, 32), "publish_period": 5, "eval_every_steps": 0,
         "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings,
-        "solved": SolvedConfig(**(solved or {})),
     })  # fmt: skip
     device = torch.device("cpu")
     sections = {"dqn": DQNSettings(target_update_period=10)}
@@ -203,90 +201,19 @@ def test_resuming_restores_networks_counters_and_the_target_schedule(tmp_path: P
     assert outcome.counters.updates == 25
 
 
-AVERAGED = {"policy_average": 0.25, "average_from_solve": False}
-
-
-def test_an_averaged_policy_is_what_is_published_and_it_resumes(tmp_path: Path) -> None:
-    """``learner.solved.policy_average``: the loop keeps an average of the policy's
-    weights, for any algorithm, publishes it, and keeps it in its checkpoints."""
-    store = filled_store(np.random.default_rng(2))
-    learner = make_learner(tmp_path, store, solved=AVERAGED, max_updates=1)
-    solving, online = learner.solving, learner.algorithm.policy
-    assert solving.policy is solving.average and solving.policy is not online
-    before = {k: v.clone() for k, v in online.state_dict().items()}
-    learner.algorithm.step(learner.source.next_batch())
-    solving.after_update()
-    for name, average in solving.average.state_dict().items():  # 3/4 old + 1/4 new
-        expected = 0.75 * before[name] + 0.25 * online.state_dict()[name]
-        torch.testing.assert_close(average, expected)
-    assert not all(torch.equal(solving.average.state_dict()[k], v) for k, v in before.items())
-    learner.run()
-    checkpoint = next((tmp_path / "checkpoints").glob("*.pt"))
-    resumed = make_learner(tmp_path, store, resume_from=checkpoint, solved=AVERAGED)
-    resumed.close()
-    for name, value in solving.average.state_dict().items():
-        assert torch.equal(resumed.solving.average.state_dict()[name], value)
-    # A run that turns the average on over a checkpoint made without it starts it from the
-    # policy.
-    plain = tmp_path / "plain"
-    make_learner(plain, store, max_updates=3).run()
-    turned_on = make_learner(plain, store, solved=AVERAGED,
-                             resume_from=next((plain / "checkpoints").glob("*.pt")))  # fmt: skip
-    turned_on.close()
-    for name, value in turned_on.algorithm.policy.state_dict().items():
-        assert torch.equal(turned_on.solving.average.state_dict()[name], value)
-
-
-def test_an_average_kept_from_the_settle_starts_there_and_resumes(tmp_path: Path) -> None:
-    """``average_from_solve``: the policy acts until the run settles; from then, an average
-    that starts as the policy then; a checkpoint made after it resumes with it."""
-    store = filled_store(np.random.default_rng(3))
-    from_solve = {"policy_average": 0.25, "average_from_solve": True}
-    learner = make_learner(tmp_path, store, solved=from_solve, max_updates=2)
-    solving = learner.solving
-    assert solving.policy is learner.algorithm.policy and solving.average is None
-    learner.algorithm.step(learner.source.next_batch())
-    solving.resume_settled()
-    assert solving.policy is solving.average
-    for name, value in learner.algorithm.policy.state_dict().items():
-        assert torch.equal(solving.average.state_dict()[name], value)
-    started = solving.average
-    solving.resume_settled()  # idempotent
-    assert solving.average is started
-    learner.run()
-    checkpoint = next((tmp_path / "checkpoints").glob("*.pt"))
-    resumed = make_learner(tmp_path, store, resume_from=checkpoint, solved=from_solve)
-    resumed.close()
-    assert resumed.solving.policy is resumed.solving.average
-    for name, value in solving.average.state_dict().items():
-        assert torch.equal(resumed.solving.average.state_dict()[name], value)
-
-
-def test_publications_keep_copies_of_their_newest_weights_up_to_their_bytes() -> None:
-    """A learner that restarts from confirmed weights has them back from its publications:
-    copies taken at each publication, the oldest dropped past the bytes they may hold."""
+def test_publications_name_the_updates_behind_each_version() -> None:
+    """What an evaluation of a version is placed by: the updates made before it went out,
+    for the newest ``kept`` versions."""
     from apex.weights import Publications, WeightPublisher
 
-    network = torch.nn.Linear(4, 2)  # 40 bytes of weights, 8 of bias
+    network = torch.nn.Linear(4, 2)
     context = zmq.Context()
-    publications = Publications(WeightPublisher(context), 1.0, kept=100, states_bytes=3 * 48)
+    publications = Publications(WeightPublisher(context), 1.0, kept=3)
     try:
-        published = {}
         for version in range(1, 6):
-            with torch.no_grad():
-                network.weight.fill_(float(version))
             publications.publish(network, version, updates=10 * version, env_steps=0)
-            published[version] = network.weight.clone()
-        with torch.no_grad():
-            network.weight.fill_(-1.0)  # the copies are not views
-        assert [publications.state_of(v) is None for v in range(1, 6)] == [True, True] + [False] * 3
-        for version in (3, 4, 5):
-            assert torch.equal(publications.state_of(version)["weight"], published[version])
-        assert publications.state_of(6) is None
-        plain = Publications(WeightPublisher(context), 1.0, kept=100)
-        plain.publish(network, 1, updates=0, env_steps=0)
-        assert plain.state_of(1) is None and plain.updates_behind(1) == 0
-        plain.close()
+        assert [publications.updates_behind(v) for v in range(1, 7)] == [
+            None, None, 30, 40, 50, None]  # fmt: skip
     finally:
         publications.close()
         context.destroy(linger=0)

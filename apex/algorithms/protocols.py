@@ -70,12 +70,6 @@ class Algorithm(Protocol):
         """One update; ``StepResult.new_priorities`` has one value per batch item (None:
         a queue's items have none)."""
 
-    def train_from(self, policy: dict[str, torch.Tensor]) -> None:
-        """Training goes on from these weights of :attr:`policy` (its ``state_dict``):
-        they go into the policy and every network that follows it (target copies), so
-        the next update starts from them. The learning loop calls it to go back to
-        weights an evaluation confirmed (``apex.learning.solving``)."""
-
     def state_dict(self) -> dict:
         """Everything to resume from: tensors and plain containers only (checkpoints
         are read with ``weights_only=True``)."""

@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import re
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -100,8 +100,8 @@ def load(path: Path) -> dict:
 
 
 class LearnerCheckpoints:
-    """A learner's checkpoints in ``directory``: the algorithm's state, the solve's, the
-    counters and the run's resolved config. A write that fails (a full disk) is counted
+    """A learner's checkpoints in ``directory``: the algorithm's state, the counters and
+    the run's resolved config. A write that fails (a full disk) is counted
     in :attr:`failed` and logged; training goes on, and the newest good one stays."""
 
     def __init__(self, directory: Path, resolved_config: dict) -> None:
@@ -110,26 +110,26 @@ class LearnerCheckpoints:
         self.failed = 0
 
     @staticmethod
-    def restore(path: Path, algorithm: Algorithm) -> tuple[LearnerCounters, dict]:
-        """The counters at ``path``, with ``algorithm`` loaded from it; and its state."""
+    def restore(path: Path, algorithm: Algorithm) -> LearnerCounters:
+        """The counters at ``path``, with ``algorithm`` loaded from it."""
         state = load(path)
         counters = json.loads(state["counters"])
-        if "settled_at_s" not in counters:  # written before runs settled apart from solving
-            counters["settled_at_s"] = counters.get("solved_at_s")
-        restored = LearnerCounters(**counters)
+        known = {f.name for f in fields(LearnerCounters)}
+        # Counters a run wrote before one was retired (a settle time) are dropped.
+        restored = LearnerCounters(**{k: v for k, v in counters.items() if k in known})
         algorithm.load_state_dict({"steps": restored.updates, **state})
         logger.info("resumed from %s at update %d, weights version %d", path,
                     restored.updates, restored.weight_version)  # fmt: skip
-        return restored, state
+        return restored
 
-    def save(self, algorithm: Algorithm, solving: dict, counters: LearnerCounters,
-             train_seconds: float) -> Path | None:  # fmt: skip
+    def save(
+        self, algorithm: Algorithm, counters: LearnerCounters, train_seconds: float
+    ) -> Path | None:
         """A checkpoint at ``counters.updates``, or None when it could not be written.
         ``train_seconds``: the training time so far, this life's included, so that a run
         resumed from a periodic checkpoint (its learner killed) keeps its time budget."""
         state = {
             **algorithm.state_dict(),
-            **solving,
             "config": self._config,
             "counters": json.dumps({**asdict(counters), "train_seconds": train_seconds}),
         }

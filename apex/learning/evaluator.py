@@ -12,9 +12,7 @@ mean reaches the target is confirmed at once: the same weights play ``confirm_ep
 more episodes on other seeds (gymnasium's definition of solving CartPole-v1 is a mean of
 475 over 100 consecutive episodes), and only a confirmed solve counts as one. After the
 first confirmed solve (a run that trains on) evaluations are periodic only: confirming
-every later one kept a CartPole evaluator busy on a core. Only where the learner follows
-better confirmations (``learner.solved.follow_better``) is a periodic evaluation above
-the best confirmed mean so far confirmed too.
+every later one kept a CartPole evaluator busy on a core.
 
 Results go to the learner's episodes socket as EVALUATION messages (``apex.learning.evaluation``);
 the learner writes them to its metrics and stops on a confirmed solve. The evaluator
@@ -64,10 +62,6 @@ class EvaluatorConfig:
         confirm_episodes: episodes of a confirmation (0: none; a periodic evaluation at
             the target is then a solve by itself).
         target_return: the mean that asks for a confirmation (None: never).
-        confirm_improvements: after the first confirmed solve, confirm each periodic
-            evaluation above the best confirmed mean so far.
-        improvement_margin: by how much a periodic evaluation must beat the best
-            confirmed mean to be confirmed (``confirm_improvements``).
     """
 
     env: str
@@ -76,8 +70,6 @@ class EvaluatorConfig:
     episodes: int
     confirm_episodes: int
     target_return: float | None
-    confirm_improvements: bool = False
-    improvement_margin: float = 0.0
 
 
 class Evaluator:
@@ -111,7 +103,7 @@ class Evaluator:
         self._stop = threading.Event()
         self._sequence = 0
         self.evaluations = 0
-        self.best_confirmed: float | None = None  # the best confirmed mean at the target
+        self.solved_mean: float | None = None  # the first confirmed mean at the target
         # Made once and reset with new seeds: an Atari copy loads its ROM when made.
         self._envs: dict[int, gym.vector.VectorEnv] = {}
         self._next_at = config.every_steps
@@ -155,18 +147,14 @@ class Evaluator:
         target = config.target_return
         if target is None or periodic.mean < target or not config.confirm_episodes:
             return
-        best = self.best_confirmed
-        if best is not None and not (
-            config.confirm_improvements and periodic.mean > best + config.improvement_margin
-        ):
+        if self.solved_mean is not None:
             return
         returns = self._play(config.confirm_episodes,
                              config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
         confirmation = Evaluation(version, steps, returns, index, True, skipped)
         self._send(confirmation)
         if confirmation.mean >= target:
-            mean = confirmation.mean
-            self.best_confirmed = mean if best is None else max(best, mean)
+            self.solved_mean = confirmation.mean
         logger.info("evaluation %d confirmed on %d episodes: mean %.1f (target %s)", index,
                     returns.size, confirmation.mean, target)  # fmt: skip
 

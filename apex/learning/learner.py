@@ -7,7 +7,7 @@ batches come from (a :class:`BatchSource`, the sharded sampler in a run, a local
 tests); both are handed in. Greedy evaluations come from the run's evaluator process
 (``apex.learning.evaluator``), which takes the published weights: the learner writes each to its
 metrics as it arrives and never plays an episode itself; what one means for the run
-(solved, settled, followed) is ``apex.learning.solving``'s. Stop conditions: a confirmed
+(solved or not) is ``apex.learning.solving``'s. Stop conditions: a confirmed
 solve (an evaluation of ``confirm_episodes`` episodes at ``target_return``, when
 ``stop_when_solved``), ``max_updates``, ``max_time_s``, or a stop request (SIGINT/SIGTERM),
 which leaves a final checkpoint either way.
@@ -54,12 +54,6 @@ BATCH_POLL_S = 0.5
 PUBLISH_AT_LEAST_EVERY_S = 1.0
 # Publications remembered to name the updates behind an evaluation's weights version.
 PUBLICATIONS_KEPT = 4096
-# The newest publications' weights kept for an algorithm that restarts from the weights a
-# solve confirmed: a confirmation of 100 CartPole episodes comes back about a second after
-# its weights went out (a few publications); this holds 240 of CartPole's 272 KB networks,
-# and 9 Nature CNNs, where a longer confirmation may find its weights gone and training
-# goes on as it was.
-CONFIRMED_WEIGHTS_KEPT_BYTES = 64 << 20
 
 
 class NonFiniteTraining(RuntimeError):
@@ -120,25 +114,21 @@ class Learner:
         self._device = device
         self._resolved_config = resolved_config
         self._checkpoints = LearnerCheckpoints(run_dir / "checkpoints", resolved_config)
-        self.counters, restored = LearnerCounters(), {}
+        self.counters = LearnerCounters()
         if resume_from is not None:
-            self.counters, restored = self._checkpoints.restore(resume_from, algorithm)
+            self.counters = self._checkpoints.restore(resume_from, algorithm)
         self._context = make_context(security)
         try:
-            keeps = config.solved.keeps_confirmed_weights
-            kept_bytes = CONFIRMED_WEIGHTS_KEPT_BYTES if keeps else 0
             self._weights = Publications(WeightPublisher(self._context, host, weights_port),
-                                         PUBLISH_AT_LEAST_EVERY_S, PUBLICATIONS_KEPT,
-                                         kept_bytes)  # fmt: skip
+                                         PUBLISH_AT_LEAST_EVERY_S,
+                                         PUBLICATIONS_KEPT)  # fmt: skip
             self._episodes = EpisodeCollector(self._context, host, episodes_port,
                                               on_evaluation=self._take_evaluation)  # fmt: skip
         except ConfigError:
             self._context.destroy(linger=0)
             raise
         self._stop = threading.Event()
-        self.solving = Solving(config, algorithm, self._weights,
-                                solved_return(config.env, config.target_return))  # fmt: skip
-        self.solving.load_state_dict(restored)
+        self.solving = Solving(config, solved_return(config.env, config.target_return))
         self._window = ProgressWindow()
         self._metrics: MetricsWriter | None = None
         self._started = time.monotonic()
@@ -162,8 +152,7 @@ class Learner:
         self._stop.set()
 
     def _checkpoint_or_count(self) -> Path | None:
-        return self._checkpoints.save(self.algorithm, self.solving.state_dict(), self.counters,
-                                      self._elapsed_s())  # fmt: skip
+        return self._checkpoints.save(self.algorithm, self.counters, self._elapsed_s())
 
     def _elapsed_s(self) -> float:
         running = time.monotonic() - self._started if self._running else 0.0
@@ -184,8 +173,6 @@ class Learner:
                 **run_actors(self._resolved_config),
             }
         )
-        if self.counters.settled_at_s is not None:  # settled in a life before this one
-            self.solving.resume_settled()
         self._started = self._last_progress = time.monotonic()
         self._running = True
         outcome = Outcome("stopped", False, self.counters)
@@ -248,7 +235,6 @@ class Learner:
                     "weight_version": self.counters.weight_version,
                     "train_seconds": self.counters.train_seconds,
                     "last_eval_return": self.solving.last_eval,
-                    "back_to_confirmed": self.solving.went_back,
                     "checkpoint": str(path) if path else None,
                     "checkpoints_failed": self._checkpoints.failed,
                     "updates_skipped_nonfinite": self.counters.updates_skipped,
@@ -283,18 +269,14 @@ class Learner:
                     raise ReplayTimeout(f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards "
                                         "down, empty or rate-limited)") from exc  # fmt: skip
         config = self.config
-        settled = self.counters.settled_at_s is not None  # in this life or one before
-        if config.learning_rate_final is not None or (
-            settled and config.solved.learning_rate is not None
-        ):
-            rate = config.learning_rate_at(self.counters.updates, settled)
+        if config.learning_rate_final is not None:
+            rate = config.learning_rate_at(self.counters.updates)
             set_learning_rate(self.algorithm.optimizers, rate)
         result = self.algorithm.step(batch)
         if result.skipped:
             self._skipped_update()
             return True
         self._skipped_in_a_row = 0
-        self.solving.after_update()
         if result.new_priorities is not None:
             self.source.update_priorities(batch.source, result.new_priorities.numpy())
         if (versions := batch.source.transitions.get("version")) is not None:
@@ -324,7 +306,7 @@ class Learner:
 
     def _publish(self) -> None:
         self.counters.weight_version += 1
-        self._weights.publish(self.solving.policy, self.counters.weight_version,
+        self._weights.publish(self.algorithm.policy, self.counters.weight_version,
                               self.counters.updates, self._episodes.env_steps())  # fmt: skip
 
     def _resend_weights_if_due(self) -> None:
@@ -336,7 +318,7 @@ class Learner:
             return
         version, updates = self.counters.weight_version, self.counters.updates
         if self._weights.updates_behind(version) == updates:
-            self._weights.send(self.solving.policy, version, updates,
+            self._weights.send(self.algorithm.policy, version, updates,
                                self._episodes.env_steps())  # fmt: skip
         else:
             self._publish()

@@ -30,7 +30,6 @@ class LearnerCounters:
     episodes_seen: int = 0
     best_eval_return: float | None = None
     solved_at_s: float | None = None
-    settled_at_s: float | None = None  # LearnerConfig.settle_return
     # Updates whose loss or gradient was not finite: skipped, nothing changed or published.
     updates_skipped: int = 0
     evaluations: int = 0  # periodic ones heard, confirmations aside

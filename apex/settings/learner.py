@@ -1,15 +1,13 @@
-"""The learner's settings (``[learner]``) and what a run that trains on past its solve
-does (``[learner.solved]``)."""
+"""The learner's settings (``[learner]``)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from apex.settings.widths import hidden_problems
 from replay.store.field_checks import (
     checked,
-    in_unit_interval,
     named,
     not_positive_integers,
     positive_or_none,
@@ -17,80 +15,6 @@ from replay.store.field_checks import (
 
 DEVICES = ("auto", "cpu", "cuda")
 REPLAY_IO_MODES = ("auto", "thread", "inline")
-
-
-@dataclass(frozen=True)
-class SolvedConfig:
-    """What a run that trains on past its solve (``learner.stop_when_solved = false``)
-    does from then on, for any algorithm: the run config's ``[learner.solved]``.
-
-    The learning loop applies it through the policy's weights alone
-    (``apex.learning.solving``); nothing of it changes the run before its first
-    confirmed solve.
-
-    Attributes:
-        settle_return: the confirmed mean from which the run settles: the step size,
-            the restart and the averaged policy below start at the first confirmation
-            at or above it. A solve under it stops the clock, and training goes on as
-            before it, asking for better confirmations where ``follow_better`` is on.
-            None: at the first confirmed solve.
-        learning_rate: the step size once settled, whatever the schedule says (None:
-            the schedule's).
-        policy_average: 0, or the Polyak rate of an average of the policy's weights
-            that actors act with and evaluation plays (``average ← (1 − rate)·average +
-            rate·policy`` after each update), from the settle on (or from the start,
-            with ``average_from_solve`` false).
-        average_from_solve: start that average at the settle, from the policy then.
-        restart: at the settle, training goes on from the weights the evaluation
-            confirmed (``Algorithm.train_from``), undoing the updates made while the
-            confirmation played; the averaged policy takes them too.
-        back_to_confirmed: once settled, a periodic evaluation under the target puts
-            the confirmed weights back in training (PBT's exploit step, a population of
-            one), once for each stretch of weights published since it last did.
-        follow_better: the evaluator also confirms each periodic evaluation that beats
-            the best confirmed mean by ``follow_margin``, and a better confirmation's
-            weights become those training goes back to.
-        follow_margin: by how much a periodic evaluation must beat the best confirmed
-            mean to be confirmed (a 20-episode mean beats a 100-episode one by chance
-            once the policy is near it).
-    """
-
-    settle_return: float | None = None
-    learning_rate: float | None = None
-    policy_average: float = 0.0
-    average_from_solve: bool = True
-    restart: bool = False
-    back_to_confirmed: bool = False
-    follow_better: bool = False
-    follow_margin: float = 0.0
-
-    @property
-    def keeps_confirmed_weights(self) -> bool:
-        """Whether the learner keeps its newest publications' weights, for a restart or
-        a return to confirmed ones."""
-        return self.restart or self.back_to_confirmed
-
-    @property
-    def confirms_improvements(self) -> bool:
-        """Whether the evaluator is asked for better confirmations: only where they are
-        gone back to."""
-        return self.follow_better and self.back_to_confirmed
-
-    def problems(self, prefix: str = "learner.solved.") -> list[str]:
-        def ranges() -> list[str]:
-            problems = in_unit_interval(f"{prefix}policy_average", self.policy_average)
-            rate = self.learning_rate
-            if rate is not None and not (math.isfinite(rate) and rate > 0):
-                problems.append(f"{prefix}learning_rate must be > 0 or None, got {rate}")
-            bar = self.settle_return
-            if bar is not None and not math.isfinite(bar):
-                problems.append(f"{prefix}settle_return must be finite, got {bar}")
-            if not 0 <= self.follow_margin < math.inf:
-                problems.append(f"{prefix}follow_margin must be finite and >= 0, "
-                                f"got {self.follow_margin}")  # fmt: skip
-            return problems
-
-        return checked(self, prefix, ranges)
 
 
 @dataclass(frozen=True)
@@ -133,8 +57,7 @@ class LearnerConfig:
             evaluation at the target is a solve by itself).
         target_return: the mean that solves the env (None: the preset's).
         stop_when_solved: end the run at its first confirmed solve (False: train on,
-            and keep evaluating, to see whether it stays solved; ``solved`` says how).
-        solved: what a run that trains on past its solve does (``[learner.solved]``).
+            and keep evaluating, to see whether it stays solved).
         max_updates: stop after this many updates (None: no limit).
         max_skipped_updates: updates in a row whose loss or gradient is not finite (each
             skipped and counted) after which the run stops, as "non-finite training".
@@ -167,7 +90,6 @@ class LearnerConfig:
     confirm_episodes: int = 100
     target_return: float | None = None
     stop_when_solved: bool = True
-    solved: SolvedConfig = field(default_factory=SolvedConfig)
     max_updates: int | None = None
     max_skipped_updates: int = 100
     max_time_s: float | None = None
@@ -180,11 +102,8 @@ class LearnerConfig:
         """Every problem with these settings (empty if none)."""
         return checked(self, prefix, lambda: self._range_problems(prefix))
 
-    def learning_rate_at(self, updates: int, solved: bool = False) -> float:
-        """The step size after ``updates`` updates (see ``learning_rate_final``), and once
-        settled (see ``SolvedConfig.learning_rate``)."""
-        if solved and self.solved.learning_rate is not None:
-            return self.solved.learning_rate
+    def learning_rate_at(self, updates: int) -> float:
+        """The step size after ``updates`` updates (see ``learning_rate_final``)."""
         if self.learning_rate_final is None:
             return self.learning_rate
         done = min(updates / self.learning_rate_decay_updates, 1.0)
@@ -236,7 +155,6 @@ class LearnerConfig:
                             f"{self.stop_when_solved!r}")  # fmt: skip
         if self.target_return is not None and not math.isfinite(self.target_return):
             problems.append(f"{prefix}target_return must be finite, got {self.target_return}")
-        problems += self.solved.problems(f"{prefix}solved.")
         if not (isinstance(self.beta, (int, float)) and 0 <= self.beta < math.inf):
             problems.append(f"{prefix}beta must be finite and >= 0, got {self.beta}")
         problems += positive_or_none(

@@ -118,8 +118,6 @@ def run_apex(
 
     end = next((r for r in records if r.get("event") == "end"), {})
     base["updates"] = end.get("updates")
-    # Times training went back to the confirmed weights (records before: "back_to_anchor").
-    base["back_to_confirmed"] = end.get("back_to_confirmed", end.get("back_to_anchor"))
     return _run(base, task, spawned, events("evaluation"), events("confirmation"), ended)
 
 

@@ -174,11 +174,6 @@ class DPG:
             "steps": torch.tensor(self.steps),
         }
 
-    def train_from(self, policy: dict[str, torch.Tensor]) -> None:
-        """The policy with critic 1, and their target copies, take ``policy``."""
-        self.online.load_state_dict(policy)
-        self.target.load_state_dict(policy)
-
     def load_state_dict(self, state: dict) -> None:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])

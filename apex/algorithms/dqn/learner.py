@@ -127,11 +127,6 @@ class DoubleDQN:
 
             self.graphed = GraphedUpdate(self._update, self.optimizer, config.priority_epsilon)
 
-    def train_from(self, policy: dict[str, torch.Tensor]) -> None:
-        """The online network and its target copy take ``policy``."""
-        self.online.load_state_dict(policy)
-        self.target.load_state_dict(policy)
-
     @property
     def optimizers(self) -> list[Adam]:
         return [self.optimizer]

@@ -155,10 +155,6 @@ class Impala:
             "steps": torch.tensor(self.steps),
         }
 
-    def train_from(self, policy: dict[str, torch.Tensor]) -> None:
-        """The network (policy and value, one torso) takes ``policy``."""
-        self.network.load_state_dict(policy)
-
     def load_state_dict(self, state: dict) -> None:
         self.network.load_state_dict(state["network"])
         self.optimizer.load_state_dict(state["optimizer"])
