@@ -122,6 +122,7 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
 
 def test_set_reaches_an_algorithm_s_section() -> None:
     overrides = run_overrides(settings=("dqn.target_update_period=9", "dpg.twin_critics=true",
+                                        "env.id=CartPole-v1",
                                         "env.kwargs.sutton_barto_reward=true"))  # fmt: skip
     config = resolve(None, overrides)
     assert config.algorithms["dqn"].target_update_period == 9
