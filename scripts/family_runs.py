@@ -4,7 +4,10 @@ greedy return and how it ended. It shows that each env of a family starts, train
 evaluates and ends cleanly on the family's settings; it measures no speed.
 
     .venv/bin/python scripts/family_runs.py --json OUT.json --max-time 60 \\
-        ALE/Breakout-v5 Seaquest MinAtar/Asterix-v1 ...
+        --set learner.eval_every_steps=20000 ALE/Breakout-v5 Seaquest MinAtar/Asterix-v1 ...
+
+``--set`` settings go to every run (a family's own evaluation cadence, 250K env steps for
+Atari, would see no evaluation in a minute on a CPU).
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ def _git_commit() -> str | None:
     return None if done.returncode or dirty else done.stdout.strip()
 
 
-def run_one(env: str, max_time_s: float, root: Path) -> dict:
+def run_one(env: str, max_time_s: float, root: Path, settings: list[str]) -> dict:
     run_dir = root / env.replace("/", "_")
     command = [sys.executable, "-m", "launch", "train", "--env", env, "--max-time",
                str(max_time_s), "--run-dir", str(run_dir), "--plain", "--no-curves"]  # fmt: skip
+    for setting in settings:
+        command += ["--set", setting]
     started = time.monotonic()
     done = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True,
                           timeout=max_time_s + 600, check=False)  # fmt: skip
@@ -60,12 +65,13 @@ def main() -> None:
     parser.add_argument("envs", nargs="+")
     parser.add_argument("--max-time", type=float, default=60.0)
     parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     options = parser.parse_args()
     document = {"command": " ".join(sys.argv), "git_commit": _git_commit(),
-                "max_time_s": options.max_time, "runs": []}  # fmt: skip
+                "max_time_s": options.max_time, "settings": options.set, "runs": []}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="family-runs-") as root:
         for env in options.envs:
-            document["runs"].append(run_one(env, options.max_time, Path(root)))
+            document["runs"].append(run_one(env, options.max_time, Path(root), options.set))
             options.json.write_text(json.dumps(document, indent=1) + "\n")
             print(json.dumps(document["runs"][-1]), flush=True)
 
