@@ -62,7 +62,7 @@ def image_input(observations: torch.Tensor, layout: ImageLayout) -> torch.Tensor
     return inputs if layout.high == 1.0 else inputs / layout.high
 
 
-def _layout(observation_shape: Sequence[int], observation_high: float) -> ImageLayout:
+def checked_layout(observation_shape: Sequence[int], observation_high: float) -> ImageLayout:
     layout = image_layout(observation_shape, observation_high)
     if layout is None:
         raise ValueError(f"no network for observations of shape {tuple(observation_shape)}: "
@@ -127,7 +127,7 @@ def build_network(
     """
     if builtin_layout(observation_shape) == "vector":
         return DuelingMLP(observation_shape[0], actions, hidden)
-    return ImageQNetwork(_layout(observation_shape, observation_high), actions)
+    return ImageQNetwork(checked_layout(observation_shape, observation_high), actions)
 
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:
@@ -211,7 +211,7 @@ class PolicyValueNet(nn.Module):
             width = hidden[-1]
             self.torso = nn.Sequential(*mlp([observation_shape[0], *hidden]), nn.ReLU())
         else:
-            self.layout = _layout(observation_shape, observation_high)
+            self.layout = checked_layout(observation_shape, observation_high)
             width = self.layout.hidden
             convolutions = image_torso(self.layout)
             self.torso = nn.Sequential(*convolutions, nn.Linear(self.layout.features, width),
