@@ -1,9 +1,10 @@
-"""R2D2's pieces that need no network: sequences built at episode boundaries (padding,
-masks, overlap, stored state), the value rescaling and its inverse, and the η-mixed
-priority of a sequence."""
+"""R2D2: sequences built at episode boundaries (padding, masks, overlap, stored state), the
+value rescaling and its inverse, the η-mixed priority of a sequence, n-step targets, a
+burn-in that carries no gradient, the seam the loops call, and a cue remembered."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -260,3 +261,64 @@ def test_r2d2_acts_sends_sequences_and_learns_through_the_seam_alone() -> None:
     assert result.new_priorities.shape == priorities.shape and np.isfinite(result.loss)
     # The actor's priorities are the learner's own rule on the same weights.
     np.testing.assert_allclose(result.new_priorities.numpy(), priorities, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_r2d2_remembers_a_cue_that_a_memoryless_policy_cannot_see() -> None:
+    """``tests.memory_env:Cue-v0`` in this process: sequences from the actor's experience
+    builder, updates of the learner, greedy episodes of the actor's copy. R2D2 names the
+    cue shown three steps before nearly every time; any policy of the last observation
+    alone is right half the time."""
+    from apex.algorithms.registry import build_acting, build_algorithm
+    from apex.envs.families import env_shape
+    from apex.envs.vector import evaluation_envs
+    from apex.learning.evaluation import play_greedy
+    from apex.learning.staging import DeviceBatch
+    from launch.config import resolve
+    from replay import PrioritizedReplay
+
+    name = "tests.memory_env:Cue-v0"
+    config = resolve({"env": name, "algorithm": "r2d2",
+                      "learner": {"hidden": [32], "learning_rate": 3e-3},
+                      "actor": {"hidden": [32], "envs_per_actor": 8},
+                      "r2d2": {"sequence_length": 4, "sequence_period": 4, "burn_in": 0,
+                               "n_step": 1, "lstm_units": 16,
+                               "target_update_period": 50}})  # fmt: skip
+    shape = env_shape(name)
+    torch.manual_seed(0)
+    learner = build_algorithm(config.learner, config.algorithms, shape, torch.device("cpu"))
+    acting = build_acting(config.actor_config(0), config.algorithms, shape)
+    spec = acting.transition_spec(shape, config.actor)
+    experience = acting.experience(config.actor_config(0), shape, lambda: 1, frame_refs=False)
+    store = PrioritizedReplay(spec, capacity=4096, rng=0)
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(name) for _ in range(8)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)  # fmt: skip
+    rng = np.random.default_rng(0)
+    observations, _ = envs.reset(seed=0)
+    experience.begin(observations)
+    for update in range(400):
+        for _ in range(2):  # env steps between updates
+            actions = experience.act(observations, np.full(8, 0.3), rng)
+            following, rewards, terminated, truncated, info = envs.step(actions)
+            final = following.copy()
+            ended = terminated | truncated
+            if ended.any():
+                final[ended] = np.stack(info["final_obs"][ended])
+            out = experience.step(observations, actions, rewards.astype(np.float32), following,
+                                  final, terminated, truncated)  # fmt: skip
+            if out is not None:
+                sent, priorities = experience.priorities(out, 1e-3)
+                store.add(sent, priorities)
+            observations = following
+        if store.size >= 64:
+            sample = store.sample(32, 0.4)
+            tensors = {key: torch.as_tensor(value) for key, value in sample.transitions.items()}
+            result = learner.step(DeviceBatch(tensors, torch.as_tensor(sample.weights).float(),
+                                              None))  # fmt: skip
+            store.update_priorities(sample.indices, sample.generations,
+                                    result.new_priorities.numpy())  # fmt: skip
+        if update % 25 == 0:
+            acting.policy.load({k: v.numpy() for k, v in learner.policy.state_dict().items()})
+    acting.policy.load({k: v.numpy() for k, v in learner.policy.state_dict().items()})
+    returns = play_greedy(acting.policy, evaluation_envs(name, 50), seed=7)
+    assert returns.mean() > 0.8, returns.mean()
