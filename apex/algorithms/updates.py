@@ -60,12 +60,39 @@ def descend(optimizer: Adam, loss: torch.Tensor, parameters, max_norm: float) ->
 
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """``target ← (1 − tau)·target + tau·online``, parameter by parameter (DPG's target
-    networks, DQN's averaged policy)."""
+    networks)."""
     import torch
 
     with torch.no_grad():
         for kept, new in zip(target.parameters(), online.parameters(), strict=True):
             kept.lerp_(new, tau)
+
+
+class OnlineAndTarget:
+    """The checkpoint state of a learner with an online network, its target copy, one
+    optimizer and a count of its updates (DQN's, R2D2's)."""
+
+    online: nn.Module
+    target: nn.Module
+    optimizer: Adam
+    steps: int
+
+    def state_dict(self) -> dict:
+        import torch
+
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "steps": torch.tensor(self.steps),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if "steps" in state:
+            self.steps = int(state["steps"])
 
 
 def adam(parameters, learning_rate: float, epsilon: float) -> Adam:

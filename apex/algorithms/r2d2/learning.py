@@ -29,7 +29,7 @@ import torch
 from apex.algorithms.r2d2.network import RecurrentQNetwork, unpack
 from apex.algorithms.r2d2.settings import R2D2Settings
 from apex.algorithms.r2d2.targets import rescale, sequence_priorities, unrescale
-from apex.algorithms.updates import StepResult, adam, descend
+from apex.algorithms.updates import OnlineAndTarget, StepResult, adam, descend
 
 if TYPE_CHECKING:
     from apex.algorithms.optimizer import Adam
@@ -112,7 +112,7 @@ def priorities_of(deltas: list[torch.Tensor], masks: list[torch.Tensor], order: 
     return priorities
 
 
-class R2D2:
+class R2D2(OnlineAndTarget):
     """The learner's R2D2: a recurrent online network, its target copy, Adam.
 
     Args:
@@ -161,17 +161,3 @@ class R2D2:
         td_mean = float(sum(delta.detach().abs().sum() for delta in deltas) / steps)
         priorities = (priorities + self.config.priority_epsilon).cpu()
         return StepResult(float(loss.detach()), td_mean, priorities, bool(skipped))
-
-    def state_dict(self) -> dict:
-        return {
-            "online": self.online.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "steps": torch.tensor(self.steps),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.online.load_state_dict(state["online"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.steps = int(state.get("steps", 0))

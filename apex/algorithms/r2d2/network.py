@@ -1,6 +1,6 @@
 """R2D2's recurrent Q-network: a torso, an LSTM, and the dueling head.
 
-The torso is the one the observations take elsewhere here (``apex.algorithms.networks``):
+The torso is the one IMPALA's network stands on (``apex.algorithms.networks.feature_torso``):
 an MLP of ``hidden`` for ``(d,)`` vectors; for uint8 images the convolutions of
 ``apex.algorithms.network_choice``'s rule and their hidden layer. The LSTM of ``units``
 cells reads the torso's features step by step (R2D2's 512 over Atari), and the dueling
@@ -17,8 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from apex.algorithms.network_choice import builtin_layout
-from apex.algorithms.networks import DuelingHead, checked_layout, image_input, image_torso, mlp
+from apex.algorithms.networks import DuelingHead, feature_torso, torso_input
 
 State = tuple[torch.Tensor, torch.Tensor]
 
@@ -50,17 +49,8 @@ class RecurrentQNetwork(nn.Module):
     def __init__(self, observation_shape: Sequence[int], actions: int, hidden: Sequence[int],
                  units: int, observation_high: float = 255.0) -> None:  # fmt: skip
         super().__init__()
-        self.observation_rank = len(observation_shape)
-        self.layout = None
-        if builtin_layout(observation_shape) == "vector":
-            self.torso = nn.Sequential(*mlp([observation_shape[0], *hidden]), nn.ReLU())
-            features = hidden[-1]
-        else:
-            self.layout = checked_layout(observation_shape, observation_high)
-            features = self.layout.hidden
-            convolutions = image_torso(self.layout)
-            self.torso = nn.Sequential(*convolutions, nn.Linear(self.layout.features, features),
-                                       nn.ReLU())  # fmt: skip
+        self.torso, features, self.layout = feature_torso(observation_shape, hidden,
+                                                          observation_high)  # fmt: skip
         self.units = units
         self.lstm = nn.LSTM(features, units, batch_first=True)
         self.head = DuelingHead(units, hidden[-1], actions)
@@ -74,8 +64,7 @@ class RecurrentQNetwork(nn.Module):
         after the last step."""
         batch, steps = observations.shape[:2]
         flat = observations.reshape(batch * steps, *observations.shape[2:])
-        inputs = flat.float() if self.layout is None else image_input(flat, self.layout)
-        features = self.torso(inputs).reshape(batch, steps, -1)
+        features = self.torso(torso_input(flat, self.layout)).reshape(batch, steps, -1)
         h, c = state
         outputs, (h, c) = self.lstm(features, (h.unsqueeze(0), c.unsqueeze(0)))
         q = self.head(outputs.reshape(batch * steps, -1)).reshape(batch, steps, -1)
