@@ -16,7 +16,8 @@ GAMMA = 0.5  # exact in float32
 
 
 def _builder(envs: int = 1, length: int = 4, period: int = 2) -> SequenceBuilder:
-    return SequenceBuilder(envs, length, period, GAMMA, (1,), np.dtype(np.float32), (2, 1))
+    return SequenceBuilder(envs, length, period, GAMMA, (1,), np.dtype(np.float32), (2, 1),
+                           burn_in=1)  # fmt: skip
 
 
 def _play(builder: SequenceBuilder, episode_ends: dict[int, str], steps: int) -> list[dict]:
@@ -48,8 +49,10 @@ def test_an_episode_s_sequences_overlap_by_half_and_carry_the_state_they_start_f
     np.testing.assert_array_equal(third["obs"][:, 0], [4, 5, 6, 7, 8])
     np.testing.assert_array_equal(second["action"], [2, 3, 4, 5])
     np.testing.assert_array_equal(second["reward"], [20, 30, 40, 50])
-    # The stored state is the one before the sequence's first step.
+    # The stored state is the one before the sequence's first step; the burn-in state
+    # the one before its step 1 (the burn-in's end here).
     assert [s["state"][0, 0] for s in (first, second, third)] == [0.0, -2.0, -4.0]
+    assert [s["burn_in_state"][0, 0] for s in (first, second, third)] == [-1.0, -3.0, -5.0]
     assert all((s["mask"] == 1).all() and (s["discount"] == GAMMA).all() for s in (first, second))
     assert [s["starts"] for s in (first, second, third)] == [1.0, 0.0, 0.0]
 
@@ -57,6 +60,9 @@ def test_an_episode_s_sequences_overlap_by_half_and_carry_the_state_they_start_f
 def test_an_ended_episode_s_window_is_padded_and_the_next_starts_afresh() -> None:
     # Terminated at step 2 (a sequence of 3 steps, padded), then a new episode from step 3.
     first, after = _play(_builder(), {2: "terminated"}, steps=7)
+    # A sequence of one step has no step after its burn-in: its burn-in state is zeros.
+    [single] = _play(_builder(), {0: "terminated"}, steps=1)
+    assert (single["burn_in_state"] == 0).all() and single["mask"].tolist() == [1, 0, 0, 0]
     np.testing.assert_array_equal(first["mask"], [1, 1, 1, 0])
     np.testing.assert_array_equal(first["discount"], [GAMMA, GAMMA, 0, 0])
     np.testing.assert_array_equal(first["obs"][:, 0], [0, 1, 2, 3, 0])  # final obs, then 0
@@ -160,7 +166,7 @@ def test_the_n_step_targets_are_the_rescaled_returns_bootstrapped_within_the_epi
 
     network, sequences = _network(value=2.0), _sequences()
     sequences["discount"][1, 2] = 0.0  # the second sequence's episode terminates at step 2
-    delta, mask = sequence_td(network, network, sequences, burn_in=1, n_step=3)
+    delta, mask, _ = sequence_td(network, network, sequences, burn_in=1, n_step=3)
     reward, discount = sequences["reward"], sequences["discount"]
     tail = unrescale(torch.tensor(2.0))
     expected = torch.zeros(2, 5)
@@ -186,7 +192,7 @@ def test_a_burn_in_carries_no_gradient() -> None:
         sequences = _sequences()
         sequences["obs"].requires_grad_(True)
         sequences["state"].requires_grad_(True)
-        delta, _ = sequence_td(network, network, sequences, burn_in=burn_in, n_step=2)
+        delta, *_ = sequence_td(network, network, sequences, burn_in=burn_in, n_step=2)
         delta.square().sum().backward()
         burnt = sequences["obs"].grad[:, :burn_in].abs().sum()
         after = sequences["obs"].grad[:, burn_in:-1].abs().sum()
@@ -195,6 +201,26 @@ def test_a_burn_in_carries_no_gradient() -> None:
             assert burnt == 0 and sequences["state"].grad is None
         else:
             assert sequences["state"].grad.abs().sum() > 0
+
+
+def test_the_stored_state_discrepancy_is_zero_where_the_burn_in_reaches_the_actor_s_state() -> None:
+    """R2D2's ΔQ after the burn-in: 0 where the actor's state at step ``l`` is the one the
+    burn-in from the stored state gives (the same weights); above 0 where it is not."""
+    from apex.algorithms.r2d2.learning import sequence_td
+    from apex.algorithms.r2d2.network import pack, unpack
+
+    network, sequences = _network(), _sequences(real=(6, 6))
+    with torch.no_grad():
+        _, burnt = network(sequences["obs"][:, :2], unpack(sequences["state"]))
+    sequences["burn_in_state"] = pack(burnt)
+    *_, exact = sequence_td(network, network, sequences, burn_in=2, n_step=2)
+    torch.testing.assert_close(exact, torch.zeros(2), atol=1e-6, rtol=0)
+    sequences["burn_in_state"] = torch.zeros_like(sequences["state"])
+    *_, stale = sequence_td(network, network, sequences, burn_in=2, n_step=2)
+    assert (stale > 0).all()
+    short = _sequences(real=(6, 1))  # the second never reaches step 2: measured on one
+    short["burn_in_state"] = torch.zeros_like(short["state"])
+    assert len(sequence_td(network, network, short, burn_in=2, n_step=2)[2]) == 1
 
 
 def test_an_update_gives_each_sequence_its_eta_priority_and_starts_skip_the_burn_in() -> None:
@@ -211,7 +237,7 @@ def test_an_update_gives_each_sequence_its_eta_priority_and_starts_skip_the_burn
     expected = []
     for row, burn_in in ((0, 0), (1, 2)):
         part = {key: value[row : row + 1] for key, value in sequences.items()}
-        delta, mask = sequence_td(learner.online, learner.target, part, burn_in, 2)
+        delta, mask, _ = sequence_td(learner.online, learner.target, part, burn_in, 2)
         expected.append(float(sequence_priorities(delta.detach().abs(), mask)[0]) + 1e-3)
     result = learner.step(DeviceBatch(sequences, torch.ones(2), None))
     np.testing.assert_allclose(result.new_priorities.numpy(), expected, rtol=1e-5)

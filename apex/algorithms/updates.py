@@ -6,7 +6,7 @@ torch is imported where each is called, so importing this module costs an actor 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,12 +27,15 @@ class StepResult:
             whose replay has no priorities (IMPALA's queue).
         skipped: the loss or a gradient was not finite, so no parameter changed
             (:func:`descend`); the learner then sends no priorities and counts it.
+        extras: an algorithm's own figures of the update, by name; each progress record
+            carries their mean over its window (R2D2's stored-state discrepancy).
     """
 
     loss: float
     mean_abs_td: float
     new_priorities: torch.Tensor | None
     skipped: bool = False
+    extras: dict[str, float] = field(default_factory=dict)
 
 
 def descend(optimizer: Adam, loss: torch.Tensor, parameters, max_norm: float) -> torch.Tensor:

@@ -83,7 +83,7 @@ class SequenceExperience(ActingOnEnvs):
         self._sequences = SequenceBuilder(
             config.envs_per_actor, settings.sequence_length, settings.sequence_period,
             config.gamma, shape.observation_shape, shape.observation_dtype,
-            (2, settings.lstm_units))  # fmt: skip
+            (2, settings.lstm_units), settings.burn_in)  # fmt: skip
         self._before = self._state.copy()  # each env's state before its latest action
 
     def act(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
@@ -108,6 +108,6 @@ class SequenceExperience(ActingOnEnvs):
         network = self._policy.network.network
         tensors = {name: torch.from_numpy(array) for name, array in batch.items()}
         with torch.no_grad():
-            order, deltas, masks = batch_td(network, network, tensors, self._settings)
-        priorities = priorities_of(deltas, masks, order, self._settings.eta)
+            found = batch_td(network, network, tensors, self._settings)
+        priorities = priorities_of(found.deltas, found.masks, found.order, self._settings.eta)
         return batch, priorities.numpy() + epsilon

@@ -66,6 +66,7 @@ class R2D2Builder:
             "discount": ((steps,), "float32"),
             "mask": ((steps,), "float32"),
             "state": ((2, settings.lstm_units), "float32"),
+            "burn_in_state": ((2, settings.lstm_units), "float32"),
             "starts": ((), "float32"),
         })  # fmt: skip
 

@@ -22,6 +22,7 @@ The target network is a copy of the online one every ``target_update_period`` up
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,9 +44,11 @@ def sequence_td(
     sequences: dict[str, torch.Tensor],
     burn_in: int,
     n_step: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``δ`` of the steps after ``burn_in`` (``[B, m − burn_in]``, with gradient through
-    ``Q_online(s_t, a_t)`` only) and their mask (real steps: 1)."""
+    ``Q_online(s_t, a_t)`` only), their mask (real steps: 1), and after a burn-in each
+    sequence's :func:`stored_state_discrepancy` where it reaches step ``burn_in`` (None
+    without a burn-in)."""
     obs, state = sequences["obs"], unpack(sequences["state"])
     steps = sequences["action"].shape[1]
     online_state = target_state = state
@@ -78,7 +81,40 @@ def sequence_td(
         targets = rescale(returns + carried * bootstrap.gather(1, ahead))
     actions = sequences["action"][:, burn_in:].long().unsqueeze(2)
     q_taken = q_online[:, :span].gather(2, actions).squeeze(2)
-    return (targets - q_taken) * mask, mask
+    discrepancy = None
+    if burn_in and "burn_in_state" in sequences:
+        discrepancy = stored_state_discrepancy(online, sequences, burn_in, q_online[:, 0])
+    return (targets - q_taken) * mask, mask, discrepancy
+
+
+def stored_state_discrepancy(
+    online: RecurrentQNetwork, sequences: dict[str, torch.Tensor], burn_in: int,
+    burnt_q: torch.Tensor,
+) -> torch.Tensor:  # fmt: skip
+    """R2D2's ΔQ at the first step after the burn-in, ``‖Q(s_l; ĥ_l) − Q(s_l; h_l)‖₂ /
+    |max_a Q(s_l; h_l)|``, for the sequences that reach step ``l``: ``ĥ_l`` the state the
+    burn-in from the stored state gives with the learner's weights (``burnt_q`` its
+    Q-values), ``h_l`` the one the actor had there along the episode. How far the stored
+    state and its burn-in leave the learner from the state the policy acted in."""
+    reached = sequences["mask"][:, burn_in] > 0
+    with torch.no_grad():
+        step = sequences["obs"][reached, burn_in : burn_in + 1]
+        acted, _ = online(step, unpack(sequences["burn_in_state"][reached]))
+        acted = acted[:, 0]
+        gap = (burnt_q.detach()[reached] - acted).norm(dim=1)
+        return gap / acted.abs().amax(dim=1).clamp(min=1e-6)
+
+
+@dataclass
+class BatchTD:
+    """A batch's TD errors: the batch rows of each part in order (episode starts, then the
+    rest), each part's ``δ`` and mask, and the burnt-in part's stored-state discrepancy
+    per sequence (None: no sequence was burnt in to a real step)."""
+
+    order: torch.Tensor
+    deltas: list[torch.Tensor]
+    masks: list[torch.Tensor]
+    discrepancy: torch.Tensor | None
 
 
 def batch_td(
@@ -86,20 +122,23 @@ def batch_td(
     target: RecurrentQNetwork,
     sequences: dict[str, torch.Tensor],
     settings: R2D2Settings,
-) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+) -> BatchTD:
     """:func:`sequence_td` of a batch: sequences that start their episode with no burn-in,
-    the others with ``settings.burn_in``. Returns the batch rows of each part in order,
-    and each part's ``δ`` and mask."""
+    the others with ``settings.burn_in``."""
     starts = sequences["starts"] > 0
-    rows, deltas, masks = [], [], []
+    found = BatchTD(torch.zeros(0, dtype=torch.long, device=starts.device), [], [], None)
+    rows = []
     for chosen, burn_in in ((starts, 0), (~starts, settings.burn_in)):
         if bool(chosen.any()):
             part = {key: value[chosen] for key, value in sequences.items()}
-            delta, mask = sequence_td(online, target, part, burn_in, settings.n_step)
+            delta, mask, discrepancy = sequence_td(online, target, part, burn_in,
+                                                   settings.n_step)  # fmt: skip
             rows.append(torch.nonzero(chosen).squeeze(1))
-            deltas.append(delta)
-            masks.append(mask)
-    return torch.cat(rows), deltas, masks
+            found.deltas.append(delta)
+            found.masks.append(mask)
+            found.discrepancy = discrepancy if discrepancy is not None else found.discrepancy
+    found.order = torch.cat(rows)
+    return found
 
 
 def priorities_of(deltas: list[torch.Tensor], masks: list[torch.Tensor], order: torch.Tensor,
@@ -144,7 +183,8 @@ class R2D2(OnlineAndTarget):
     def step(self, batch: DeviceBatch) -> StepResult:
         """One update; a priority per sequence."""
         settings = self.settings
-        order, deltas, masks = batch_td(self.online, self.target, batch.transitions, settings)
+        found = batch_td(self.online, self.target, batch.transitions, settings)
+        order, deltas, masks = found.order, found.deltas, found.masks
         weights = batch.weights[order].split([len(delta) for delta in deltas])
         per_sequence = [
             weight * (0.5 * delta.square()).sum(1) / mask.sum(1).clamp(min=1)
@@ -160,4 +200,7 @@ class R2D2(OnlineAndTarget):
         steps = sum(mask.sum() for mask in masks).clamp(min=1)
         td_mean = float(sum(delta.detach().abs().sum() for delta in deltas) / steps)
         priorities = (priorities + self.config.priority_epsilon).cpu()
-        return StepResult(float(loss.detach()), td_mean, priorities, bool(skipped))
+        extras = {}
+        if found.discrepancy is not None and len(found.discrepancy):
+            extras["stored_state_dq"] = float(found.discrepancy.mean())
+        return StepResult(float(loss.detach()), td_mean, priorities, bool(skipped), extras)

@@ -11,6 +11,9 @@ observation after the last:
     discount   γ_t = γ, or 0 where the episode terminated at step t (and at padding)
     mask       1 for a real step, 0 for padding past the episode's end
     state      the policy's recurrent state before s_0 (the stored state)
+    burn_in_state  its state before s_l, the first step after a burn-in of ``l`` (zeros
+               where the sequence is shorter): what the learner's burn-in from the
+               stored state is measured against
     starts     1 where s_0 is its episode's first observation: the stored state is then
                the policy's initial one, exact, and needs no burn-in
 
@@ -42,6 +45,8 @@ class SequenceBuilder:
         gamma: discount in [0, 1].
         observation_shape, observation_dtype: one observation's.
         state_shape: one env's recurrent state (an LSTM's ``(2, units)``: h and c).
+        burn_in: the step whose state goes with each sequence as ``burn_in_state``,
+            in [0, ``m``).
 
     Raises:
         ValueError: a length, period or gamma out of range.
@@ -56,6 +61,7 @@ class SequenceBuilder:
         observation_shape: tuple[int, ...],
         observation_dtype: np.dtype,
         state_shape: tuple[int, ...],
+        burn_in: int = 0,
     ) -> None:
         if length < 2:
             raise ValueError(f"sequence length must be >= 2, got {length}")
@@ -63,7 +69,9 @@ class SequenceBuilder:
             raise ValueError(f"sequence period must be in [1, {length}], got {period}")
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        self.length, self.period, self.gamma = length, period, gamma
+        if not 0 <= burn_in < length:
+            raise ValueError(f"sequence burn-in must be in [0, {length}), got {burn_in}")
+        self.length, self.period, self.gamma, self.burn_in = length, period, gamma, burn_in
         self._obs = np.zeros((env_count, length + 1, *observation_shape), observation_dtype)
         self._action = np.zeros((env_count, length), np.int64)
         self._reward = np.zeros((env_count, length), np.float32)
@@ -126,6 +134,7 @@ class SequenceBuilder:
         return sequences
 
     def _emit(self, envs: np.ndarray) -> dict[str, np.ndarray]:
+        reached = (self._filled[envs] > self.burn_in).reshape(-1, *([1] * (self._state.ndim - 2)))
         steps = np.arange(self.length)
         mask = (steps[None, :] < self._filled[envs, None]).astype(np.float32)
         observed = np.arange(self.length + 1)[None, :] <= self._filled[envs, None]
@@ -138,6 +147,9 @@ class SequenceBuilder:
             "discount": self._discount[envs] * mask,
             "mask": mask,
             "state": self._state[envs, 0].copy(),
+            "burn_in_state": np.where(reached, self._state[envs, self.burn_in], 0.0).astype(
+                np.float32
+            ),
             "starts": self._starts[envs].astype(np.float32),
         }
 
