@@ -348,3 +348,39 @@ def test_r2d2_remembers_a_cue_that_a_memoryless_policy_cannot_see() -> None:
     acting.policy.load({k: v.numpy() for k, v in learner.policy.state_dict().items()})
     returns = play_greedy(acting.policy, evaluation_envs(name, 50), seed=7)
     assert returns.mean() > 0.8, returns.mean()
+
+
+@pytest.mark.slow
+def test_apex_train_solves_the_cue_with_r2d2_over_sockets(tmp_path) -> None:
+    """The whole run: actors send sequences over ZeroMQ to a prioritized shard, the
+    learner samples them and sends priorities back, the evaluator plays with its own
+    recurrent state; the run ends at its confirmed solve, its progress records carrying
+    the stored state's discrepancy. Sequences of 3 with a period of 2 split each 4-step
+    episode: the step that pays is learned only in the second, whose stored state is
+    all that holds the cue."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from apex.learning.metrics import read_metrics
+
+    run_dir = tmp_path / "cue"
+    settings = ["algorithm=r2d2", "learner.target_return=0.8", "learner.confirm_episodes=20",
+                "learner.eval_every_steps=2000", "learner.eval_episodes=20",
+                "learner.hidden=[32]", "actor.hidden=[32]", "learner.learning_rate=3e-3",
+                "learner.batch_size=32", "learner.metrics_interval_s=0.5",
+                "replay.min_size=64", "r2d2.sequence_length=3", "r2d2.sequence_period=2",
+                "r2d2.burn_in=1", "r2d2.n_step=1", "r2d2.lstm_units=16",
+                "r2d2.target_update_period=50"]  # fmt: skip
+    command = [sys.executable, "-m", "launch", "train", "--env", "tests.memory_env:Cue-v0",
+               "--run-dir", str(run_dir), "--plain", "--no-curves", "--max-time", "120",
+               *(part for setting in settings for part in ("--set", setting))]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False,
+                          cwd=Path(__file__).parents[1])  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    records = read_metrics(run_dir)
+    [end] = [r for r in records if r.get("event") == "end"]
+    assert end["reason"] == "solved", done.stdout[-2000:]
+    assert end["delivery"]["transitions_lost"] == 0
+    measured = [r["stored_state_dq"] for r in records if "stored_state_dq" in r]
+    assert measured and all(value >= 0 for value in measured)
