@@ -229,5 +229,6 @@ def evaluator(
         episodes=settings.eval_episodes,
         confirm_episodes=settings.confirm_episodes,
         target_return=solved_return(config.env, settings.target_return),
+        epsilon=settings.eval_epsilon,
     )
     return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)

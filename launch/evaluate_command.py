@@ -112,7 +112,7 @@ def evaluate(run_dir, checkpoint_path, episodes, seed, video, as_json) -> None:
     envs = (_recording(config.env, episodes, video) if video
             else evaluation_envs(config.env, episodes))  # fmt: skip
     try:
-        returns = play_greedy(policy, envs, seed)
+        returns = play_greedy(policy, envs, seed, config.learner.eval_epsilon)
     finally:
         envs.close()
     target = solved_return(config.env, config.learner.target_return)

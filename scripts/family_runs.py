@@ -23,14 +23,6 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 
 
-def _git_commit() -> str | None:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPOSITORY, capture_output=True,
-                          text=True, check=False)  # fmt: skip
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPOSITORY,
-                           capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
-    return None if done.returncode or dirty else done.stdout.strip()
-
-
 def run_one(env: str, max_time_s: float, root: Path, settings: list[str]) -> dict:
     run_dir = root / env.replace("/", "_")
     command = [sys.executable, "-m", "launch", "train", "--env", env, "--max-time",
@@ -67,7 +59,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     options = parser.parse_args()
-    document = {"command": " ".join(sys.argv), "git_commit": _git_commit(),
+    from bench.machine import git_commit
+
+    document = {"command": " ".join(sys.argv), "git": git_commit(REPOSITORY),
                 "max_time_s": options.max_time, "settings": options.set, "runs": []}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="family-runs-") as root:
         for env in options.envs:

@@ -20,7 +20,7 @@ from launch.renames import MOVED
 
 ENVS = {"dqn": "CartPole-v1", "dpg": "Pendulum-v1"}
 # Algorithms "auto" never picks: chosen by name only.
-BY_NAME_ONLY = {"impala": "CartPole-v1"}
+BY_NAME_ONLY = {"impala": "CartPole-v1", "r2d2": "CartPole-v1"}
 
 
 def test_every_registered_algorithm_has_an_env_here_and_auto_picks_by_action_space() -> None:

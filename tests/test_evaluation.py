@@ -119,6 +119,43 @@ def _wire(message: Message) -> Message:
     return decode([bytes(frame) for frame in encode(message)], ApexKind)
 
 
+class Door(gym.Env):
+    """Action 1 opens the door (+1, the episode ends); action 0 waits, for ever but for the
+    time limit."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        opened = int(action) == 1
+        return np.zeros(1, np.float32), float(opened), opened, False, {}
+
+
+class Waits(FeedForward):
+    def explore(self, observations, scales, rng, state=None) -> np.ndarray:
+        return np.zeros(len(observations), np.int64)
+
+
+def test_an_evaluation_epsilon_frees_a_policy_stuck_where_it_never_acts() -> None:
+    """Greedy, a policy that always waits plays each episode to its time limit (0); at
+    ``eval_epsilon`` 0.5 a random action opens the door within a few steps (1)."""
+    envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.TimeLimit(Door(), 500)] * 8,
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)  # fmt: skip
+    assert (play_greedy(Waits(), envs, seed=0) == 0).all()
+    assert (play_greedy(Waits(), envs, seed=0, epsilon=0.5) == 1).all()
+    envs.close()
+    from launch.config import ConfigError, resolve
+
+    assert resolve({"env": "Pong"}).learner.eval_epsilon == 0.05  # the Nature DQN's
+    assert resolve({}).learner.eval_epsilon == 0.0
+    with pytest.raises(ConfigError, match="eval_epsilon"):
+        resolve({"learner": {"eval_epsilon": 1.5}})
+
+
 def test_an_evaluation_crosses_the_wire_intact() -> None:
     sent = Evaluation(7, 123_456, np.array([500.0, 480.0, 499.5]), 4, True, 2)
     got = read_evaluation(_wire(sent.to_message(0)))

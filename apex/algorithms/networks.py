@@ -62,7 +62,7 @@ def image_input(observations: torch.Tensor, layout: ImageLayout) -> torch.Tensor
     return inputs if layout.high == 1.0 else inputs / layout.high
 
 
-def _layout(observation_shape: Sequence[int], observation_high: float) -> ImageLayout:
+def checked_layout(observation_shape: Sequence[int], observation_high: float) -> ImageLayout:
     layout = image_layout(observation_shape, observation_high)
     if layout is None:
         raise ValueError(f"no network for observations of shape {tuple(observation_shape)}: "
@@ -127,7 +127,7 @@ def build_network(
     """
     if builtin_layout(observation_shape) == "vector":
         return DuelingMLP(observation_shape[0], actions, hidden)
-    return ImageQNetwork(_layout(observation_shape, observation_high), actions)
+    return ImageQNetwork(checked_layout(observation_shape, observation_high), actions)
 
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:
@@ -186,13 +186,36 @@ class ActorCritic(nn.Module):
         return self.policy(observations)
 
 
+def feature_torso(
+    observation_shape: Sequence[int], hidden: Sequence[int], observation_high: float = 255.0
+) -> tuple[nn.Sequential, int, ImageLayout | None]:
+    """Layers that give an observation's features, their count, and the image layout they
+    read (None: a vector): an MLP of ``hidden`` (ReLU after each layer) for ``(d,)``
+    vectors; for uint8 images the convolutions of ``apex.algorithms.network_choice``'s
+    rule and their hidden layer (512 units after the Nature convolutions, 128 after the
+    MinAtar one). What IMPALA's and R2D2's networks stand on; :func:`torso_input` makes
+    their input.
+
+    Raises:
+        ValueError: an observation shape no torso takes.
+    """
+    if builtin_layout(observation_shape) == "vector":
+        return nn.Sequential(*mlp([observation_shape[0], *hidden]), nn.ReLU()), hidden[-1], None
+    layout = checked_layout(observation_shape, observation_high)
+    convolutions = image_torso(layout)
+    layers = nn.Sequential(*convolutions, nn.Linear(layout.features, layout.hidden), nn.ReLU())
+    return layers, layout.hidden, layout
+
+
+def torso_input(observations: torch.Tensor, layout: ImageLayout | None) -> torch.Tensor:
+    """Observations as :func:`feature_torso`'s layers take them."""
+    return observations.float() if layout is None else image_input(observations, layout)
+
+
 class PolicyValueNet(nn.Module):
     """IMPALA's network: a torso, then policy logits and a state value side by side.
 
-    The torso is the one its observations take elsewhere here: an MLP of ``hidden`` for
-    ``(d,)``; for uint8 images the convolutions of ``apex.algorithms.network_choice``'s
-    rule and their hidden layer (512 units after the Nature convolutions, 128 after the
-    MinAtar one).
+    The torso is :func:`feature_torso`'s.
 
     Raises:
         ValueError: an observation shape no torso takes.
@@ -206,25 +229,14 @@ class PolicyValueNet(nn.Module):
         observation_high: float = 255.0,
     ) -> None:
         super().__init__()
-        self.layout: ImageLayout | None = None
-        if builtin_layout(observation_shape) == "vector":
-            width = hidden[-1]
-            self.torso = nn.Sequential(*mlp([observation_shape[0], *hidden]), nn.ReLU())
-        else:
-            self.layout = _layout(observation_shape, observation_high)
-            width = self.layout.hidden
-            convolutions = image_torso(self.layout)
-            self.torso = nn.Sequential(*convolutions, nn.Linear(self.layout.features, width),
-                                       nn.ReLU())  # fmt: skip
+        self.torso, width, self.layout = feature_torso(observation_shape, hidden,
+                                                       observation_high)  # fmt: skip
         self.policy = nn.Linear(width, actions)
         self.value = nn.Linear(width, 1)
 
     def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[B, actions]`` and values ``[B]``."""
-        if self.layout is None:
-            features = self.torso(observations.float())
-        else:
-            features = self.torso(image_input(observations, self.layout))
+        features = self.torso(torso_input(observations, self.layout))
         return self.policy(features), self.value(features).squeeze(1)
 
 

@@ -311,6 +311,13 @@ def user_network_factory(entry_point: str, shape) -> Callable[[], nn.Module] | N
     return build
 
 
+def network_or_builtin(entry_point: str, shape, builtin: Callable[[], nn.Module]) -> nn.Module:
+    """A user's network (``learner.network``, for an env of ``shape``), or ``builtin()``
+    where there is none."""
+    user = user_network_factory(entry_point, shape)
+    return builtin() if user is None else user()
+
+
 def _q_network(observation_shape, actions: int, hidden, observation_high: float):
     from apex.algorithms.networks import build_network  # torch: image policies only
 

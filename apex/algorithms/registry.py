@@ -13,6 +13,7 @@ from apex.algorithms.dpg.builder import DPGBuilder
 from apex.algorithms.dqn.builder import DQNBuilder
 from apex.algorithms.impala.builder import ImpalaBuilder
 from apex.algorithms.protocols import Acting, Algorithm, AlgorithmBuilder
+from apex.algorithms.r2d2.builder import R2D2Builder
 
 if TYPE_CHECKING:
     import torch
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
     from apex.settings import ActorConfig, LearnerConfig
 
 # In order of preference: "auto" takes the first that fits the env's action space.
-ALGORITHMS: tuple[AlgorithmBuilder, ...] = (DQNBuilder(), DPGBuilder(), ImpalaBuilder())
+ALGORITHMS: tuple[AlgorithmBuilder, ...] = (DQNBuilder(), DPGBuilder(), ImpalaBuilder(),
+                                             R2D2Builder())  # fmt: skip
 BY_NAME: dict[str, AlgorithmBuilder] = {builder.name: builder for builder in ALGORITHMS}
 # What a run's ``algorithm`` setting may say: a registered name, or "auto" (from the
 # action space).

@@ -6,7 +6,7 @@ torch is imported where each is called, so importing this module costs an actor 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,12 +27,15 @@ class StepResult:
             whose replay has no priorities (IMPALA's queue).
         skipped: the loss or a gradient was not finite, so no parameter changed
             (:func:`descend`); the learner then sends no priorities and counts it.
+        extras: an algorithm's own figures of the update, by name; each progress record
+            carries their mean over its window (R2D2's stored-state discrepancy).
     """
 
     loss: float
     mean_abs_td: float
     new_priorities: torch.Tensor | None
     skipped: bool = False
+    extras: dict[str, float] = field(default_factory=dict)
 
 
 def descend(optimizer: Adam, loss: torch.Tensor, parameters, max_norm: float) -> torch.Tensor:
@@ -60,12 +63,39 @@ def descend(optimizer: Adam, loss: torch.Tensor, parameters, max_norm: float) ->
 
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """``target ← (1 − tau)·target + tau·online``, parameter by parameter (DPG's target
-    networks, DQN's averaged policy)."""
+    networks)."""
     import torch
 
     with torch.no_grad():
         for kept, new in zip(target.parameters(), online.parameters(), strict=True):
             kept.lerp_(new, tau)
+
+
+class OnlineAndTarget:
+    """The checkpoint state of a learner with an online network, its target copy, one
+    optimizer and a count of its updates (DQN's, R2D2's)."""
+
+    online: nn.Module
+    target: nn.Module
+    optimizer: Adam
+    steps: int
+
+    def state_dict(self) -> dict:
+        import torch
+
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "steps": torch.tensor(self.steps),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if "steps" in state:
+            self.steps = int(state["steps"])
 
 
 def adam(parameters, learning_rate: float, epsilon: float) -> Adam:

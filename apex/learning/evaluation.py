@@ -97,20 +97,29 @@ def read_evaluation(message: Message) -> Evaluation:
                       bool(confirmation), skipped)  # fmt: skip
 
 
-def play_greedy(policy: ActingPolicy, envs: gym.vector.VectorEnv, seed: int) -> np.ndarray:
+def play_greedy(
+    policy: ActingPolicy, envs: gym.vector.VectorEnv, seed: int, epsilon: float = 0.0
+) -> np.ndarray:
     """Returns of one greedy episode on each copy of ``envs`` (``apex.envs.vector.evaluation_envs``,
     reset here with ``seed``), played side by side with unclipped rewards: the policy
-    acts at zero exploration (ε 0, noise σ 0)."""
+    acts at zero exploration (ε 0, noise σ 0). ``epsilon``: with ``Discrete`` actions, each
+    step's action is a uniformly random one with this probability instead (the Nature
+    DQN's evaluation protocol plays Atari at 0.05); ignored for ``Box`` actions."""
     episodes = envs.num_envs
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
     greedy = np.zeros(episodes)
-    rng = np.random.default_rng(seed)  # unused at zero scales; the protocol asks for one
+    rng = np.random.default_rng(seed)
+    space = envs.single_action_space
+    choices = int(space.n) if epsilon and isinstance(space, gym.spaces.Discrete) else 0
     state = policy.initial_state(episodes)
     observations, _ = envs.reset(seed=seed)
     policy.begin_episodes(state, np.arange(episodes))
     while running.any():
         actions = policy.explore(observations, greedy, rng, state)
+        if choices:
+            random = rng.random(episodes) < epsilon
+            actions = np.where(random, rng.integers(choices, size=episodes), actions)
         observations, rewards, terminated, truncated, _ = envs.step(actions)
         returns += rewards * running
         ended = np.logical_or(terminated, truncated)

@@ -62,6 +62,8 @@ class EvaluatorConfig:
         confirm_episodes: episodes of a confirmation (0: none; a periodic evaluation at
             the target is then a solve by itself).
         target_return: the mean that asks for a confirmation (None: never).
+        epsilon: the probability of a random action at each evaluation step
+            (``LearnerConfig.eval_epsilon``).
     """
 
     env: str
@@ -70,6 +72,7 @@ class EvaluatorConfig:
     episodes: int
     confirm_episodes: int
     target_return: float | None
+    epsilon: float = 0.0
 
 
 class Evaluator:
@@ -161,7 +164,7 @@ class Evaluator:
     def _play(self, episodes: int, seed: int):
         if episodes not in self._envs:
             self._envs[episodes] = evaluation_envs(self.config.env, episodes)
-        return play_greedy(self._policy, self._envs[episodes], seed)
+        return play_greedy(self._policy, self._envs[episodes], seed, self.config.epsilon)
 
     def _send(self, evaluation: Evaluation) -> None:
         frames = encode(evaluation.to_message(self._sequence))

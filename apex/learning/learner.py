@@ -283,7 +283,7 @@ class Learner:
             self._window.add_trained(self.counters.weight_version - versions)
         self.counters.updates += 1
         self.counters.transitions_trained += batch.source.indices.size
-        self._window.add_update(result.loss, result.mean_abs_td)
+        self._window.add_update(result.loss, result.mean_abs_td, result.extras)
         return True
 
     def _skipped_update(self) -> None:

@@ -48,11 +48,17 @@ class ProgressWindow:
     # unrolls): the learner's version then, less theirs.
     trained_lags: deque[int] = field(default_factory=lambda: deque(maxlen=LAGS_KEPT))
     previous_added: int | None = None  # shards' transitions_added at the last record
+    # An algorithm's own figures (``StepResult.extras``): their sums, and how many.
+    extras: dict[str, list[float]] = field(default_factory=dict)
 
-    def add_update(self, loss: float, mean_abs_td: float) -> None:
+    def add_update(self, loss: float, mean_abs_td: float, extras=None) -> None:
         self.updates += 1
         self.loss += loss
         self.td += mean_abs_td
+        for name, value in (extras or {}).items():
+            total = self.extras.setdefault(name, [0.0, 0])
+            total[0] += value
+            total[1] += 1
 
     def add_trained(self, lags: np.ndarray) -> None:
         self.trained_lags.extend(lags.tolist())
@@ -117,8 +123,10 @@ class ProgressWindow:
             "shards": [_shard_brief(s) for s in shard_states],
             "learner_cpu_s": time.process_time(),
             "refused": refused_total,
+            **{name: total / count for name, (total, count) in self.extras.items()},
         }
         self.updates, self.loss, self.td = 0, 0.0, 0.0
+        self.extras = {}
         self.trained_lags.clear()
         self.previous_added = added
         return record

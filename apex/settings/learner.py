@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from apex.settings.widths import hidden_problems
 from replay.store.field_checks import (
     checked,
+    in_unit_interval,
     named,
     not_positive_integers,
     positive_or_none,
@@ -53,6 +54,10 @@ class LearnerConfig:
         eval_every_steps: env steps (all actors together) between greedy evaluations,
             each in the run's evaluator process (``apex.learning.evaluator``); 0: none.
         eval_episodes: episodes per evaluation.
+        eval_epsilon: with ``Discrete`` actions, the probability of a random action at
+            each evaluation step (0: greedy, the learning benchmark's protocol; the Atari
+            preset's 0.05 is the Nature DQN's, which also frees a policy stuck where it
+            never acts, as Breakout before FIRE).
         confirm_episodes: episodes that confirm an evaluation at the target (0: an
             evaluation at the target is a solve by itself).
         target_return: the mean that solves the env (None: the preset's).
@@ -87,6 +92,7 @@ class LearnerConfig:
     cuda_graph: bool = True
     eval_every_steps: int = 10_000
     eval_episodes: int = 20
+    eval_epsilon: float = 0.0
     confirm_episodes: int = 100
     target_return: float | None = None
     stop_when_solved: bool = True
@@ -150,6 +156,7 @@ class LearnerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 problems.append(f"{prefix}{name} must be an integer >= 0, got {value!r}")
+        problems += in_unit_interval(f"{prefix}eval_epsilon", self.eval_epsilon)
         if not isinstance(self.stop_when_solved, bool):
             problems.append(f"{prefix}stop_when_solved must be true or false, got "
                             f"{self.stop_when_solved!r}")  # fmt: skip

@@ -11,7 +11,7 @@ from apex.algorithms.dqn.learner import DoubleDQN
 from apex.algorithms.dqn.settings import DQNSettings
 from apex.algorithms.network_choice import builtin_network_problems
 from apex.algorithms.nstep_experience import ValuedNStepExperience
-from apex.algorithms.policy import user_network_factory
+from apex.algorithms.policy import network_or_builtin
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,12 +57,11 @@ class DQNBuilder:
     ) -> DoubleDQN:
         from apex.algorithms.networks import build_network  # torch: the learner's process
 
-        user = user_network_factory(config.network, shape)
-        if user is not None:
-            network = user()
-        else:
-            network = build_network(shape.observation_shape, shape.actions, config.hidden,
-                                    shape.observation_high)  # fmt: skip
+        def builtin():
+            return build_network(shape.observation_shape, shape.actions, config.hidden,
+                                 shape.observation_high)  # fmt: skip
+
+        network = network_or_builtin(config.network, shape, builtin)
         return DoubleDQN(config, settings, shape.observation_shape, shape.actions, device,
                          network)  # fmt: skip
 

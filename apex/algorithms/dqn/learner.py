@@ -22,7 +22,7 @@ import copy
 from typing import TYPE_CHECKING
 
 from apex.algorithms.dqn.settings import DQNSettings
-from apex.algorithms.updates import StepResult, adam, descend
+from apex.algorithms.updates import OnlineAndTarget, StepResult, adam, descend
 
 if TYPE_CHECKING:
     import torch
@@ -86,7 +86,7 @@ def dqn_loss(
     return loss, td.detach().abs()
 
 
-class DoubleDQN:
+class DoubleDQN(OnlineAndTarget):
     """Double DQN with dueling heads, n-step targets and a periodic target copy.
 
     Args:
@@ -169,20 +169,3 @@ class DoubleDQN:
         )
         skipped = descend(self.optimizer, loss, self.online.parameters(), self.config.max_grad_norm)
         return loss.detach(), magnitude, skipped
-
-    def state_dict(self) -> dict:
-        import torch
-
-        return {
-            "online": self.online.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "steps": torch.tensor(self.steps),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.online.load_state_dict(state["online"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if "steps" in state:
-            self.steps = int(state["steps"])

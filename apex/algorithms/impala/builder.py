@@ -11,7 +11,7 @@ from apex.algorithms.impala.acting import ImpalaActing, UnrollMaker
 from apex.algorithms.impala.learner import Impala
 from apex.algorithms.impala.settings import ImpalaSettings
 from apex.algorithms.network_choice import builtin_network_problems
-from apex.algorithms.policy import user_network_factory
+from apex.algorithms.policy import network_or_builtin
 from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
@@ -73,12 +73,11 @@ class ImpalaBuilder:
     ) -> Impala:  # fmt: skip
         from apex.algorithms.networks import PolicyValueNet  # torch: the learner's process
 
-        user = user_network_factory(config.network, shape)
-        if user is not None:
-            network = user()
-        else:
-            network = PolicyValueNet(shape.observation_shape, shape.actions, config.hidden,
-                                     shape.observation_high)  # fmt: skip
+        def builtin():
+            return PolicyValueNet(shape.observation_shape, shape.actions, config.hidden,
+                                  shape.observation_high)  # fmt: skip
+
+        network = network_or_builtin(config.network, shape, builtin)
         return Impala(config, settings, shape.observation_shape, shape.actions, device,
                       network)  # fmt: skip
 
