@@ -523,12 +523,17 @@ def test_a_killed_impala_learner_comes_back_inside_the_job(cluster, tmp_path: Pa
 
 @pytest.mark.slow
 def test_a_multi_prog_job_fills_three_nodes_in_rank_order(cluster, tmp_path: Path) -> None:
+    """The multi-prog layout, with R2D2: its sequences cross the hosts to the shard as
+    transitions do (DQN, DPG and IMPALA take the hetjob layout in the jobs above)."""
     run_dir = tmp_path / "run"
     # 1 learner + 1 shard + 3 actors over 3 nodes, 2 tasks per node, nodes in name order:
     # actor (learner, shard), learner (actors 0-1), shard (actor 2).
+    r2d2 = ["algorithm=r2d2", "replay.min_size=64", "learner.batch_size=16",
+            "r2d2.sequence_length=8", "r2d2.sequence_period=4", "r2d2.burn_in=2",
+            "r2d2.lstm_units=16"]  # fmt: skip
     job_id = submit(
         run_dir, "--layout", "multi-prog", "--nodes", "3", "--set", "actors=3",
-        "--max-updates", "400",
+        "--max-updates", "400", *(part for setting in r2d2 for part in ("--set", setting)),
     )  # fmt: skip
     fields = wait_for_job_end(job_id, run_dir, timeout_s=180)
     output = job_output(run_dir)
@@ -536,6 +541,8 @@ def test_a_multi_prog_job_fills_three_nodes_in_rank_order(cluster, tmp_path: Pat
     assert "starts on actor" in output
     end = end_record(run_dir)
     assert end["reason"] == "max_updates" and end["updates"] == 400
+    [start] = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
+    assert start["algorithm"] == "R2D2"
     assert end["delivery"]["actors_heard"] == 3, end["delivery"]
     for actor in end["delivery"]["actors"].values():
         assert actor["transitions_received"] > 0
