@@ -41,6 +41,8 @@ def test_a_missing_extra_names_the_install_command() -> None:
     missing = gym.error.DependencyNotInstalled("Box2D is not installed, run `pip install swig`")
     assert "pip install -e '.[box2d]'" in _install_hint("LunarLander-v3", missing)
     assert "'.[atari]'" in _install_hint("Pong", ImportError("No module named 'ale_py'"))
+    missing_popgym = ImportError("No module named 'popgym'")
+    assert "'.[popgym]'" in _install_hint("popgym:popgym-RepeatPreviousEasy-v0", missing_popgym)
     assert _install_hint("CartPol-v1", gym.error.NameNotFound("no such env")) == ""
 
 

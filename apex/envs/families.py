@@ -244,6 +244,8 @@ def _install_hint(name: str, exc: Exception) -> str:
         extra = "mujoco"
     elif "minatar" in text:
         extra = "minatar"
+    elif "popgym" in text:
+        extra = "popgym"
     else:
         return ""
     return (
