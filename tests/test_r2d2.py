@@ -394,8 +394,7 @@ def test_an_r2d2_run_survives_kill_9_of_its_shard_and_its_learner(tmp_path) -> N
     import re
 
     from apex.learning.metrics import read_metrics
-    from replay.store.snapshot import complete_snapshots
-    from tests.test_train import kill_in_turn, more_updates, processes_of, train
+    from tests.test_train import kill_in_turn, processes_of, shard_and_learner_kills, train
 
     run_dir = tmp_path / "r2d2-kills"
     settings = ["algorithm=r2d2", "replay.snapshot_interval_s=1",
@@ -406,21 +405,7 @@ def test_an_r2d2_run_survives_kill_9_of_its_shard_and_its_learner(tmp_path) -> N
     process = train(run_dir, "--plain", "--actors", "1", "--max-time", "600",
                     "--target-return", "1e9",
                     *(part for setting in settings for part in ("--set", setting)))  # fmt: skip
-    snapshot = (lambda: complete_snapshots(run_dir / "replay" / "shard-0"), "a shard snapshot")
-    checkpoint = (lambda: list((run_dir / "checkpoints").glob("*.pt")), "a periodic checkpoint")
-
-    def resumed_and_training() -> bool:
-        records = read_metrics(run_dir)
-        starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
-        return len(starts) == 2 and any(
-            r.get("event") == "progress" and r["updates"] > records[starts[1]]["updates"]
-            for r in records[starts[1] :]
-        )
-
-    output = kill_in_turn(process, run_dir, [
-        ("shard", snapshot, (more_updates(run_dir, 50), "updates after the shard's restart")),
-        ("learner", checkpoint, (resumed_and_training, "training after the learner's restart")),
-    ])  # fmt: skip
+    output = kill_in_turn(process, run_dir, shard_and_learner_kills(run_dir, 50))
     assert process.returncode == 0, output
     assert "shard 0 died" in output and "from its newest snapshot" in output
     assert "learner 0 died" in output and "from its newest checkpoint" in output

@@ -220,6 +220,26 @@ def more_updates(run_dir: Path, count: int):
     return check
 
 
+def shard_and_learner_kills(run_dir: Path, updates_after: int) -> list[tuple]:
+    """:func:`kill_in_turn`'s kills of shard 0 once it has a snapshot (then
+    ``updates_after`` more updates) and of the learner once it has a checkpoint (then
+    training in its second life)."""
+
+    def resumed_and_training() -> bool:
+        records = read_metrics(run_dir)
+        starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
+        return len(starts) == 2 and any(
+            r.get("event") == "progress" and r["updates"] > records[starts[1]]["updates"]
+            for r in records[starts[1] :]
+        )
+
+    snapshot = (lambda: complete_snapshots(run_dir / "replay" / "shard-0"), "a shard snapshot")
+    checkpoint = (lambda: list((run_dir / "checkpoints").glob("*.pt")), "a periodic checkpoint")
+    more = (more_updates(run_dir, updates_after), "updates after the shard's restart")
+    resumed = (resumed_and_training, "training after the learner's restart")
+    return [("shard", snapshot, more), ("learner", checkpoint, resumed)]
+
+
 @pytest.mark.slow
 def test_a_killed_actor_shard_and_learner_each_come_back_and_sigint_leaves_nothing(
     tmp_path: Path,
@@ -232,21 +252,9 @@ def test_a_killed_actor_shard_and_learner_each_come_back_and_sigint_leaves_nothi
     process = train(run_dir, "--actors", "2", "--max-time", "600", "--target-return", "1e9",
                     "--set", "replay.snapshot_interval_s=1",
                     "--set", "learner.checkpoint_interval_s=1")  # fmt: skip
-    snapshot = (lambda: complete_snapshots(run_dir / "replay" / "shard-0"), "a shard snapshot")
-    checkpoint = (lambda: list((run_dir / "checkpoints").glob("*.pt")), "a periodic checkpoint")
-
-    def resumed_and_training() -> bool:
-        records = read_metrics(run_dir)
-        starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
-        return len(starts) == 2 and any(
-            r.get("event") == "progress" and r["updates"] > records[starts[1]]["updates"]
-            for r in records[starts[1] :]
-        )
-
     output = kill_in_turn(process, run_dir, [
         ("actor", None, None),
-        ("shard", snapshot, (more_updates(run_dir, 200), "updates after the shard's restart")),
-        ("learner", checkpoint, (resumed_and_training, "training after the learner's restart")),
+        *shard_and_learner_kills(run_dir, 200),
     ])  # fmt: skip
     assert process.returncode == 0, output
     assert "actor 0 died" in output and "restarting" in output
