@@ -23,7 +23,7 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   tier=(-m "not slow")
 fi
-APEX_EXTRAS=${APEX_EXTRAS:-dev,bench,box2d,atari,mujoco,minatar} bash scripts/setup.sh
+APEX_EXTRAS=${APEX_EXTRAS:-dev,bench,box2d,atari,mujoco,minatar,popgym} bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # As root (CI), the Slurm tests install and start a real Slurm in network namespaces and

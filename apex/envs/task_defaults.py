@@ -16,8 +16,9 @@ A vector task here gets instead, from its episode limit ``T`` (the spec's
   norm 10, weights published every 20 updates, a target copy every 250 updates, and 4
   samples per inserted transition (other algorithms keep their own learners' defaults).
 
-Which envs take it: those whose preset has no settings, with observations of one
-dimension after flattening (``apex.envs.families``). Images keep the run-wide defaults.
+Which envs take it: those whose preset has no settings for every algorithm (settings of
+one algorithm's go over these), with observations of one dimension after flattening
+(``apex.envs.families``). Images keep the run-wide defaults.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def task_defaults(name: str, algorithm: str) -> dict:
     where they apply (the module's docstring); ``{}`` otherwise, and where the env cannot
     be made here (the run's preflight says why)."""
     chosen = preset(name)
-    if chosen.defaults or chosen.algorithm_defaults or chosen.family != "gymnasium":
+    if chosen.defaults or chosen.family != "gymnasium":
         return {}
     key = json.dumps([chosen.gym_id, chosen.make, dict(chosen.kwargs)], sort_keys=True,
                      default=str)  # fmt: skip

@@ -132,6 +132,10 @@ PPO_ZOO = {
     **{env: (PPO_ATARI, 8, 10_000_000) for env in ("MinAtar/Breakout-v1",
                                                    "MinAtar/SpaceInvaders-v1")},
 }  # fmt: skip
+# sb3-contrib's RecurrentPPO for the partially observed tasks: the zoo has no POPGym
+# entry, so its defaults (an LSTM of 256 cells before both heads, 128 steps a rollout,
+# 10 epochs of 128), on 8 env copies. (settings, env copies)
+RECURRENT_PPO = ({}, 8)
 # Evaluation copies are seeded apart from training's, confirmations apart from both.
 EVAL_SEED_OFFSET = 10**6
 CONFIRM_SEED_OFFSET = 2 * 10**6
@@ -148,10 +152,11 @@ def without_log_folder(model) -> None:
 def gradient_steps(model) -> int:
     """The gradient steps ``model`` has taken. SB3 counts them in ``_n_updates`` for DQN
     and TD3, but PPO adds its epochs there (``n_epochs`` a rollout), each of which takes
-    a gradient step per minibatch: 256 on LunarLander (16 copies x 1,024 steps in 64s)."""
-    from stable_baselines3 import PPO
+    a gradient step per minibatch: 256 on LunarLander (16 copies x 1,024 steps in 64s);
+    sb3-contrib's RecurrentPPO counts as PPO does."""
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-    if not isinstance(model, PPO):
+    if not isinstance(model, OnPolicyAlgorithm):
         return int(model._n_updates)
     rollout = model.n_steps * model.n_envs
     return int(model._n_updates) * -(-rollout // model.batch_size)
@@ -239,7 +244,14 @@ def main() -> None:
             return True
 
     extra = {"policy_kwargs": minatar_torso()} if source is not env_id else {}
-    if request.get("algorithm") == "ppo":
+    if request.get("algorithm") == "recurrent-ppo":
+        from sb3_contrib import RecurrentPPO  # the bench extra
+
+        settings, copies = RECURRENT_PPO
+        zoo_steps = request["max_steps"]
+        model = RecurrentPPO("MlpLstmPolicy", make_vec_env(source, n_envs=copies, seed=seed),
+                             seed=seed, verbose=0, **settings)  # fmt: skip
+    elif request.get("algorithm") == "ppo":
         settings, copies, zoo_steps = PPO_ZOO[env_id]
         model = PPO("MlpPolicy", make_vec_env(source, n_envs=copies, seed=seed), seed=seed,
                     verbose=0, **settings, **extra)  # fmt: skip
