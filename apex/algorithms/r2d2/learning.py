@@ -126,19 +126,20 @@ def batch_td(
     """:func:`sequence_td` of a batch: sequences that start their episode with no burn-in,
     the others with ``settings.burn_in``."""
     starts = sequences["starts"] > 0
-    found = BatchTD(torch.zeros(0, dtype=torch.long, device=starts.device), [], [], None)
-    rows = []
+    rows, deltas, masks, discrepancy = [], [], [], None
     for chosen, burn_in in ((starts, 0), (~starts, settings.burn_in)):
-        if bool(chosen.any()):
-            part = {key: value[chosen] for key, value in sequences.items()}
-            delta, mask, discrepancy = sequence_td(online, target, part, burn_in,
-                                                   settings.n_step)  # fmt: skip
-            rows.append(torch.nonzero(chosen).squeeze(1))
-            found.deltas.append(delta)
-            found.masks.append(mask)
-            found.discrepancy = discrepancy if discrepancy is not None else found.discrepancy
-    found.order = torch.cat(rows)
-    return found
+        if not bool(chosen.any()):
+            continue
+        # A batch of one kind is its own part: no copy of its sequences.
+        whole = bool(chosen.all())
+        part = sequences if whole else {key: value[chosen] for key, value in sequences.items()}
+        delta, mask, measured = sequence_td(online, target, part, burn_in, settings.n_step)
+        rows.append(torch.nonzero(chosen).squeeze(1))
+        deltas.append(delta)
+        masks.append(mask)
+        if measured is not None:  # only a part with a burn-in measures it
+            discrepancy = measured
+    return BatchTD(torch.cat(rows), deltas, masks, discrepancy)
 
 
 def priorities_of(deltas: list[torch.Tensor], masks: list[torch.Tensor], order: torch.Tensor,

@@ -118,9 +118,11 @@ class SequenceBuilder:
         terminated = np.asarray(terminated, bool)
         ended = terminated | np.asarray(truncated, bool)
         self._discount[rows, filled] = np.where(terminated, 0.0, self.gamma)
-        self._obs[rows, filled + 1] = np.where(
-            ended.reshape(-1, *([1] * (observations.ndim - 1))), final_observations,
-            next_observations)  # fmt: skip
+        # What follows each step: the observation its env goes on from, or where the
+        # episode ended its final one (written over, only for those envs).
+        self._obs[rows, filled + 1] = next_observations
+        if ended.any():
+            self._obs[rows[ended], filled[ended] + 1] = final_observations[ended]
         filled += 1
         full = filled == self.length
         emit = full | ended
