@@ -114,8 +114,10 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     # Small transitions only: whole Atari stacks take their path with bigger arrays, and
     # Pong frames' cases are checked apart (below); each window starts its own processes.
     # One round (the turns are tested apart).
+    # R2D2's sequences are checked apart (tests/test_sequence_bench.py).
+    parts = ("--part", "ingest", "--part", "sample", "--part", "queue")
     arguments = ["bench", "shard", "--quick", "--repeats", "1", "--seconds", "0.25", "--curve",
-                 "--kind", "small"]  # fmt: skip
+                 "--kind", "small", *parts]  # fmt: skip
     result = CliRunner().invoke(main, [*arguments, "--ingest-rate", "20000", "--json", str(out)])
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
@@ -144,7 +146,7 @@ def test_the_shard_suite_sends_pong_frames_once_compressed() -> None:
     from bench.parts import shard_suite
 
     result = shard_suite.run(quick=True, repeats=1, seconds_per_repeat=0.25,
-                             kinds=("atari-frames",), shard_counts=(), queue=False)  # fmt: skip
+                             kinds=("atari-frames",), parts=("ingest",))  # fmt: skip
     frames = {(r["implementation"], r["metric"]): r for r in result["records"]
               if r["case"] == "ingest-atari-frames-1p"}  # fmt: skip
     # Each Pong frame sent once, LZ4-compressed: no raw baseline, and far fewer bytes a

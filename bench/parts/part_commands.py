@@ -86,6 +86,11 @@ def bench_replay(
     help="Transitions/s inserted during the sample-service figure (0: unpaced).",
 )
 @click.option("--curve", is_flag=True, help="Also the CURVE cases: with keys beside without.")
+@click.option(
+    "--part", "parts", multiple=True, type=click.Choice(["ingest", "sample", "queue", "sequences"]),
+    help="Only these parts [all]: ingest by kind, the sample service, IMPALA's queue, R2D2's "
+    "sequences (a store of 10M steps, and batches of 64 x 80 from one shard).",
+)  # fmt: skip
 def bench_shard(
     quick,
     repeats,
@@ -96,6 +101,7 @@ def bench_shard(
     markdown_path,
     ingest_rate,
     curve,
+    parts,
 ) -> None:
     """Shard ingest beside raw pyzmq, and the learner's sample service while actors insert."""
     from bench.parts import shard_suite
@@ -110,6 +116,7 @@ def bench_shard(
             ingest_rate=ingest_rate,
             progress=progress,
             curve=curve,
+            parts=parts or shard_suite.PARTS,
         )
 
     run_bench(shard_suite.SUITE, run_suite, json_path, markdown_path)

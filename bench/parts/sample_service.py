@@ -19,6 +19,8 @@ from bench.parts.shard_processes import (
 from launch.local.role_process import stop_all
 
 INFO_TIMEOUT_S = 30.0
+# The most one fill message carries: an R2D2 sequence is 11 KB, 4,096 of them 45 MB.
+FILL_MESSAGE_BYTES = 4 << 20
 
 
 def fill_shards(kind: str, context, endpoints, spec, transitions: int) -> None:
@@ -38,12 +40,13 @@ def fill_shards(kind: str, context, endpoints, spec, transitions: int) -> None:
             source.writer.sent_to(shard, insert)
             sent += len(insert.priorities)
     else:
-        block = make_batch(spec, 4096, 0)
-        for _ in range(transitions // 4096):
-            filler.insert(block, np.ones(4096))
-        rest = transitions % 4096
+        rows = max(1, min(4096, FILL_MESSAGE_BYTES // spec.item_nbytes))
+        block = make_batch(spec, rows, 0)
+        for _ in range(transitions // rows):
+            filler.insert(block, np.ones(rows))
+        rest = transitions % rows
         if rest:
-            filler.insert({name: rows[:rest] for name, rows in block.items()}, np.ones(rest))
+            filler.insert({name: items[:rest] for name, items in block.items()}, np.ones(rest))
     filler.close()
 
 
@@ -54,6 +57,7 @@ def measure_sampling(
     ingest_rate: float,
     kind: str = "small",
     keys: str | None = None,
+    batch_size: int = SAMPLE_BATCH,
 ) -> tuple[list[float], list[float]]:
     from apex.learning.staging import DeviceStager
     from bench.parts.shard_worker import transition_spec
@@ -98,7 +102,7 @@ def measure_sampling(
             time.sleep(0.05)
         config = SamplerConfig(
             endpoints=tuple(r["request"] for r in readies),
-            batch_size=SAMPLE_BATCH,
+            batch_size=batch_size,
             prefetch=SAMPLE_PREFETCH,
             sender=96,
             security=security,

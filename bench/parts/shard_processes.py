@@ -29,7 +29,7 @@ def spawn(module: str, *arguments: str) -> RoleProcess:
 
 
 def field_options(kind: str) -> list[str]:
-    if kind == "unrolls":
+    if kind in ("unrolls", "sequences"):
         from bench.parts.shard_worker import transition_spec
 
         spec = transition_spec(kind)

@@ -50,6 +50,7 @@ DEFAULT_INGEST_RATE = 100_000.0
 # makes 5K transitions/s (about 20 Pong actors of 4 envs on this machine's speed).
 ATARI_SAMPLE_FILL = 20_000
 ATARI_SAMPLE_INGEST_RATE = 5_000.0
+PARTS = ("ingest", "sample", "queue", "sequences")
 
 
 def _record(
@@ -102,9 +103,11 @@ def run(
     ingest_rate: float = DEFAULT_INGEST_RATE,
     progress: Callable[[str], None] | None = None,
     curve: bool = False,
-    queue: bool = True,
+    parts: Sequence[str] = PARTS,
 ) -> dict[str, object]:
-    """Runs the suite and returns ``{"records": [...], "ratios": [...], "config": {...}}``."""
+    """Runs the suite's ``parts`` (``PARTS``: ingest by kind, the sample service, IMPALA's
+    queue, R2D2's sequences) and returns ``{"records": [...], "ratios": [...],
+    "config": {...}}``."""
     from bench.parts.sample_service import measure_sampling
 
     timing = {
@@ -114,7 +117,7 @@ def run(
     }
     pusher_counts = tuple(pusher_counts or ((1,) if quick else (1, 2, 4)))
     records, ratios = [], []
-    for kind in kinds:
+    for kind in kinds if "ingest" in parts else ():
         missing = missing_env("Pong") if kind == "atari-frames" else None  # real Pong frames
         if missing:
             records += [unavailable_record(SUITE, f"ingest-{kind}-{pushers}p", implementation,
@@ -154,7 +157,7 @@ def run(
                         }
                     )  # fmt: skip
     fill = (1 << 12) if quick else (1 << 16)
-    for shard_count in shard_counts:
+    for shard_count in shard_counts if "sample" in parts else ():
         case = f"sample-{shard_count}shard"
         if progress:
             progress(f"shard {case} apex")
@@ -169,7 +172,7 @@ def run(
         records.append(
             _record(case, "apex", "ingest_while_sampling", "transitions/s", ingest, params)
         )
-    if "atari-frames" in kinds and not quick:
+    if "sample" in parts and "atari-frames" in kinds and not quick:
         # Pong stacks of 512 put together by a frame shard (LZ4) while a Pong pusher inserts.
         case, rate = "sample-atari-frames-1shard", ATARI_SAMPLE_INGEST_RATE
         if progress:
@@ -181,7 +184,7 @@ def run(
         records.append(
             _record(case, "apex", "ingest_while_sampling", "transitions/s", ingest, params)
         )
-    if queue:
+    if "queue" in parts:
         # IMPALA's path: unrolls through a queue shard to the learner's sampler.
         from bench.parts.queue_service import (
             QUEUE_CAPACITY,
@@ -198,6 +201,10 @@ def run(
         batches, unrolls = measure_queue(timing)
         records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
         records.append(_record(case, "apex", "unrolls", "unrolls/s", unrolls, params))
+    if "sequences" in parts:  # R2D2's (bench.parts.sequence_cases)
+        from bench.parts.sequence_cases import sequence_records
+
+        records += sequence_records(SUITE, quick, timing, progress)
     if curve:  # the same figures with CURVE keys beside without (bench.parts.curve_cases)
         from bench.parts.curve_cases import curve_cases
 
@@ -211,6 +218,7 @@ def run(
         "config": {
             **timing,
             "curve": curve,
+            "parts": list(parts),
             "pusher_counts": list(pusher_counts),
             "kinds": list(kinds),
             "shard_counts": list(shard_counts),

@@ -42,7 +42,21 @@ FRAME_ENVS, FRAME_N = 4, 3
 UNROLL_STEPS = 20
 
 
+def sequence_spec() -> TransitionSpec:
+    """R2D2's sequences at its paper's sizes (80 steps, an LSTM of 512 units,
+    ``apex.algorithms.r2d2``) of a four-float observation: one item of the sum-tree."""
+    from apex.algorithms.r2d2.builder import R2D2Builder
+    from apex.algorithms.r2d2.settings import R2D2Settings
+    from apex.envs.families import EnvShape
+    from apex.settings.actor import ActorConfig
+
+    shape = EnvShape((4,), np.dtype("float32"), actions=2)
+    return R2D2Builder().transition_spec(shape, ActorConfig(env="CartPole-v1"), R2D2Settings())
+
+
 def transition_spec(kind: str) -> TransitionSpec:
+    if kind == "sequences":
+        return sequence_spec()
     if kind == "unrolls":
         steps = UNROLL_STEPS
         return TransitionSpec.from_dict(
