@@ -65,7 +65,7 @@ def test_an_ended_episode_s_window_is_padded_and_the_next_starts_afresh() -> Non
     assert (single["burn_in_state"] == 0).all() and single["mask"].tolist() == [1, 0, 0, 0]
     np.testing.assert_array_equal(first["mask"], [1, 1, 1, 0])
     np.testing.assert_array_equal(first["discount"], [GAMMA, GAMMA, 0, 0])
-    np.testing.assert_array_equal(first["obs"][:, 0], [0, 1, 2, 3, 0])  # final obs, then 0
+    np.testing.assert_array_equal(first["obs"][:, 0], [0, 1, 2, 3, 3])  # final obs, repeated
     np.testing.assert_array_equal(first["action"], [0, 1, 2, 0])
     np.testing.assert_array_equal(first["reward"], [0, 10, 20, 0])
     # The next episode's window: its first observation is the reset one the env went on
@@ -74,13 +74,35 @@ def test_an_ended_episode_s_window_is_padded_and_the_next_starts_afresh() -> Non
     assert after["starts"] == 1.0 and after["state"][0, 0] == -3.0
 
 
+def test_frame_references_follow_the_observations_padding_and_overlap_included() -> None:
+    # Frame numbers as an actor's frame writer gives them: env 2's frame 10 + t at step t,
+    # the episode's final frame 10 + t + 1 after its last step; terminated at step 4.
+    builder = SequenceBuilder(1, 4, 2, GAMMA, (1,), np.dtype(np.float32), (2, 1), burn_in=1,
+                              references=True)  # fmt: skip
+    emitted = []
+    for t in range(5):
+        observation = np.array([[float(t)]], np.float32)
+        pairs = (np.array([[2, 10 + t]]), np.array([[2, 11 + t]]))
+        out = builder.step(observation, np.zeros((1, 2, 1), np.float32), np.array([t]),
+                           np.ones(1), observation + 1, observation + 1, np.array([t == 4]),
+                           np.array([False]), pairs)  # fmt: skip
+        if out is not None:
+            emitted.append(out)
+    full, padded = emitted
+    np.testing.assert_array_equal(full["refs"], [[2, 10, 11, 12, 13, 14]])
+    # The window kept its last two steps; past the final frame, that frame again.
+    np.testing.assert_array_equal(padded["refs"], [[2, 12, 13, 14, 15, 15]])
+    np.testing.assert_array_equal(padded["obs"][0, :, 0], [2, 3, 4, 5, 5])
+    np.testing.assert_array_equal(padded["mask"], [[1, 1, 1, 0]])
+
+
 def test_a_truncated_episode_keeps_its_discount_and_final_observation_to_bootstrap() -> None:
     # Two full sequences, then truncated at step 4 (a window of steps 2-4 after the shift).
     sequences = _play(_builder(), {4: "truncated"}, steps=5)
     last = sequences[-1]
     np.testing.assert_array_equal(last["mask"], [1, 1, 1, 0])
     np.testing.assert_array_equal(last["discount"], [GAMMA, GAMMA, GAMMA, 0])
-    np.testing.assert_array_equal(last["obs"][:, 0], [2, 3, 4, 5, 0])
+    np.testing.assert_array_equal(last["obs"][:, 0], [2, 3, 4, 5, 5])
     assert last["starts"] == 0.0 and last["state"][0, 0] == -2.0
 
 
@@ -102,7 +124,7 @@ def test_envs_keep_windows_of_their_own() -> None:
         if out is not None:
             got.append(out["obs"].tolist())
     # Env 0 ends after 2 steps (padded), then fills 2-4; env 1 fills 0-2 and 3-5.
-    assert got == [[[0, 1, 2, 0]], [[100, 101, 102, 103]], [[2, 3, 4, 5]],
+    assert got == [[[0, 1, 2, 2]], [[100, 101, 102, 103]], [[2, 3, 4, 5]],
                    [[103, 104, 105, 106]]]  # fmt: skip
     np.testing.assert_array_equal(builder.filled, [1, 0])
 

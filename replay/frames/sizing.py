@@ -8,7 +8,8 @@ import math
 
 from replay.frames.spec import FrameStackSpec
 
-# Frame numbers of a stream that stay findable by number (a record may refer back this far).
+# Frame numbers of a stream that stay findable by number (a record may refer back this far):
+# at least this many, and for items of many steps four items' worth (``default_window``).
 DEFAULT_WINDOW = 256
 DEFAULT_MAX_STREAMS = 8192
 # Arena bytes per frame slot when compressed: a Pong frame takes 245 bytes on average.
@@ -18,6 +19,13 @@ DEFAULT_COMPRESSED_FRAME_BYTES = 640
 # Per frame slot: position, length, stream, number, generation, previous frame and its
 # generation, depth, references (the arrays below).
 FRAME_LINK_BYTES = 8 + 4 + 4 + 8 + 8 + 4 + 8 + 1 + 4
+
+
+def default_window(spec: FrameStackSpec) -> int:
+    """How far back a record may refer: a transition's stacks reach a few frames, an
+    unroll's or sequence's ``steps`` and its stack; the window leaves the stream room to go
+    on three items' worth before the record is taken (an actor sends a few items at once)."""
+    return max(DEFAULT_WINDOW, 4 * ((spec.steps or 1) + spec.stack))
 
 
 def store_sizes(spec: FrameStackSpec, capacity: int, frame_capacity: int | None, compress: bool,
@@ -38,5 +46,5 @@ def planned_nbytes(spec: FrameStackSpec, capacity: int, compress: bool = False) 
     per_item = sum(f.item_nbytes for f in spec.scalars.values())
     per_item += sum(4 * math.prod(spec.record_spec[f"{name}_frame"].shape)
                     for name, _ in spec.stack_fields)  # fmt: skip
-    streams = DEFAULT_MAX_STREAMS * (DEFAULT_WINDOW * 4 + 8)
+    streams = DEFAULT_MAX_STREAMS * (default_window(spec) * 4 + 8)
     return arena + frames * FRAME_LINK_BYTES + int(capacity) * per_item + streams

@@ -60,7 +60,7 @@ from replay.frames.kernels import (
 from replay.frames.lz4_codec import compress_bound, kernels
 from replay.frames.payload import check_blobs
 from replay.frames.reading import FrameStackReader
-from replay.frames.sizing import DEFAULT_MAX_STREAMS, DEFAULT_WINDOW, store_sizes
+from replay.frames.sizing import DEFAULT_MAX_STREAMS, default_window, store_sizes
 from replay.frames.spec import FrameStackSpec, StreamIds, as_int64
 from replay.frames.state import FrameStackState
 from replay.store.parts import default_threads
@@ -80,7 +80,8 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
             most a few steps of its stream older than it; a frame ring about as long as
             the transition ring therefore frees its oldest frames as the oldest
             transitions go. If it runs short, the oldest transitions go a little early.
-        window: frame numbers of a stream findable by number.
+        window: frame numbers of a stream findable by number (default
+            ``replay.frames.sizing.default_window``).
         max_streams: writer streams this store keeps apart at once; a new one beyond it
             takes the place of a stream that holds no frame any more, or is refused.
         compress: keep frames LZ4-compressed (decoded at gather time).
@@ -98,7 +99,7 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         spec: FrameStackSpec,
         capacity: int,
         frame_capacity: int | None = None,
-        window: int = DEFAULT_WINDOW,
+        window: int | None = None,
         max_streams: int = DEFAULT_MAX_STREAMS,
         compress: bool = False,
         arena_bytes: int | None = None,
@@ -106,6 +107,7 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
     ) -> None:
         frame_capacity, arena_bytes = store_sizes(spec, capacity, frame_capacity, compress,
                                                   arena_bytes)  # fmt: skip
+        window = default_window(spec) if window is None else window
         for name, value in (
             ("capacity", capacity), ("frame_capacity", frame_capacity), ("window", window),
             ("max_streams", max_streams), ("stack", spec.stack),

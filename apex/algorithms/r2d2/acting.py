@@ -74,16 +74,20 @@ class SequenceExperience(ActingOnEnvs):
         settings: the run's ``[r2d2]`` (sequence length and period, burn-in, n, η).
         shape: its env's.
         policy: what it acts with.
+        frame_refs: with frame shards: each sequence is sent as ``refs`` to its frames
+            (``apex.algorithms.r2d2.sequences``), its observations kept here only for
+            its priority.
     """
 
     def __init__(self, config: ActorConfig, settings: R2D2Settings, shape: EnvShape,
-                 policy: R2D2Acting) -> None:  # fmt: skip
+                 policy: R2D2Acting, frame_refs: bool = False) -> None:  # fmt: skip
         super().__init__(policy, config.envs_per_actor)
         self._settings = settings
+        self._frame_refs = frame_refs
         self._sequences = SequenceBuilder(
             config.envs_per_actor, settings.sequence_length, settings.sequence_period,
             config.gamma, shape.observation_shape, shape.observation_dtype,
-            (2, settings.lstm_units), settings.burn_in)  # fmt: skip
+            (2, settings.lstm_units), settings.burn_in, references=frame_refs)  # fmt: skip
         self._before = self._state.copy()  # each env's state before its latest action
 
     def act(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:
@@ -94,7 +98,7 @@ class SequenceExperience(ActingOnEnvs):
              terminated, truncated, refs=None):  # fmt: skip
         out = self._sequences.step(observations, self._before, actions, rewards,
                                    next_observations, final_observations, terminated,
-                                   truncated)  # fmt: skip
+                                   truncated, refs)  # fmt: skip
         self._episodes_end(terminated, truncated)
         return out
 
@@ -110,4 +114,6 @@ class SequenceExperience(ActingOnEnvs):
         with torch.no_grad():
             found = batch_td(network, network, tensors, self._settings)
         priorities = priorities_of(found.deltas, found.masks, found.order, self._settings.eta)
+        if self._frame_refs:  # the observations went as frames; the records name them
+            batch = {name: array for name, array in batch.items() if name != "obs"}
         return batch, priorities.numpy() + epsilon

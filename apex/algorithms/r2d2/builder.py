@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from apex.algorithms.network_choice import builtin_network_problems
 from apex.algorithms.r2d2.acting import R2D2Acting, SequenceExperience
 from apex.algorithms.r2d2.settings import R2D2Settings
-from apex.envs.families import stacks_frames
 from replay.store.spec import TransitionSpec
 
 if TYPE_CHECKING:
@@ -35,6 +34,8 @@ class R2D2Builder:
     # 64 of them).
     run_defaults = MappingProxyType({
         "replay": {"capacity": 25_000, "min_size": 500},
+        # A message of a few sequences (11 KB each at the paper's sizes) as they complete.
+        "actor": {"insert_batch": 8},
         "learner": {"batch_size": 64},
     })  # fmt: skip
 
@@ -45,11 +46,7 @@ class R2D2Builder:
         if config.network:
             return ["learner.network: R2D2 builds its recurrent network itself (a torso, an "
                     "LSTM and a dueling head); a user's network is for DQN and IMPALA"]  # fmt: skip
-        problems = builtin_network_problems(shape.observation_shape, config.env)
-        if not problems and stacks_frames(config.env):
-            problems.append(f"{config.env}: R2D2's sequences are stored whole; the frame "
-                            "store of ALE games does not take them yet")  # fmt: skip
-        return problems
+        return builtin_network_problems(shape.observation_shape, config.env)
 
     def exploration_scale(self, settings: R2D2Settings) -> float:
         return settings.epsilon
@@ -94,4 +91,4 @@ class R2D2Builder:
         version: Callable[[], int],
         frame_refs: bool,
     ) -> SequenceExperience:
-        return SequenceExperience(actor, settings, shape, policy)
+        return SequenceExperience(actor, settings, shape, policy, frame_refs)

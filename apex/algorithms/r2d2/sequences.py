@@ -5,7 +5,7 @@ A sequence of env ``e`` holds up to ``m`` consecutive steps of one episode and t
 observation after the last:
 
     obs        s_0 ... s_m          (m + 1 observations; after the last real step, the one
-                                     it led to, then zeros)
+                                     it led to, then that one again as padding)
     action     a_0 ... a_{m-1}
     reward     r_0 ... r_{m-1}
     discount   γ_t = γ, or 0 where the episode terminated at step t (and at padding)
@@ -25,6 +25,11 @@ padded with ``mask`` 0 (it holds at least the step that ended it, in no sequence
 *truncated* episode (a time limit) keeps ``γ`` at its last step and its final
 observation as the next one, so a learner bootstraps from its value; a terminated one has
 ``γ`` 0 there.
+
+With ``references`` (frame shards, ``apex.acting.frame_writer``) each sequence also
+carries ``refs``: its env, then the frame numbers of its ``m + 1`` observations, padding
+repeating the last as ``obs`` does (a frame shard must find every number it is given; the
+mask keeps the learner's loss off padding, whatever it holds).
 
 Steps are written into preallocated per-env windows; only emitted sequences are copied.
 """
@@ -47,6 +52,8 @@ class SequenceBuilder:
         state_shape: one env's recurrent state (an LSTM's ``(2, units)``: h and c).
         burn_in: the step whose state goes with each sequence as ``burn_in_state``,
             in [0, ``m``).
+        references: also build ``refs`` from the ``(env, frame number)`` pairs that
+            :meth:`step` is handed.
 
     Raises:
         ValueError: a length, period or gamma out of range.
@@ -62,6 +69,7 @@ class SequenceBuilder:
         observation_dtype: np.dtype,
         state_shape: tuple[int, ...],
         burn_in: int = 0,
+        references: bool = False,
     ) -> None:
         if length < 2:
             raise ValueError(f"sequence length must be >= 2, got {length}")
@@ -77,6 +85,7 @@ class SequenceBuilder:
         self._reward = np.zeros((env_count, length), np.float32)
         self._discount = np.zeros((env_count, length), np.float32)
         self._state = np.zeros((env_count, length + 1, *state_shape), np.float32)
+        self._refs = np.zeros((env_count, length + 1, 2), np.int64) if references else None
         self._filled = np.zeros(env_count, np.int64)  # steps in each env's window
         self._starts = np.ones(env_count, bool)  # the window starts its episode
         self._rows = np.arange(env_count)
@@ -96,6 +105,7 @@ class SequenceBuilder:
         final_observations: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
+        refs: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray] | None:
         """Adds one vector step; returns the sequences it completes (a leading axis of
         them) or None.
@@ -109,8 +119,12 @@ class SequenceBuilder:
             final_observations: the step's own next observations (an ended episode's
                 final one).
             terminated, truncated: per env.
+            refs: with ``references``, the ``(env, frame number)`` pairs of
+                ``observations`` and of ``final_observations``.
         """
         rows, filled = self._rows, self._filled
+        if self._refs is not None:
+            self._refs[rows, filled], self._refs[rows, filled + 1] = refs
         self._obs[rows, filled] = observations
         self._state[rows, filled] = states
         self._action[rows, filled] = actions
@@ -139,11 +153,15 @@ class SequenceBuilder:
         reached = (self._filled[envs] > self.burn_in).reshape(-1, *([1] * (self._state.ndim - 2)))
         steps = np.arange(self.length)
         mask = (steps[None, :] < self._filled[envs, None]).astype(np.float32)
-        observed = np.arange(self.length + 1)[None, :] <= self._filled[envs, None]
-        obs = self._obs[envs]
-        obs[~observed] = 0
+        # Past the last observation, that one again: padding, the same on either path.
+        kept = np.minimum(np.arange(self.length + 1)[None, :], self._filled[envs, None])
+        references = {}
+        if self._refs is not None:
+            numbers = self._refs[envs[:, None], kept, 1]
+            references["refs"] = np.column_stack([self._refs[envs, 0, 0], numbers])
         return {
-            "obs": obs,
+            **references,
+            "obs": self._obs[envs[:, None], kept],
             "action": np.where(mask > 0, self._action[envs], 0),
             "reward": self._reward[envs] * mask,
             "discount": self._discount[envs] * mask,
@@ -159,6 +177,8 @@ class SequenceBuilder:
         kept = self.length - self.period
         if kept:
             self._obs[env, : kept + 1] = self._obs[env, self.period :]
+            if self._refs is not None:
+                self._refs[env, : kept + 1] = self._refs[env, self.period :]
             self._state[env, :kept] = self._state[env, self.period : self.length]
             self._action[env, :kept] = self._action[env, self.period :]
             self._reward[env, :kept] = self._reward[env, self.period :]
