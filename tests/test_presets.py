@@ -157,22 +157,31 @@ def test_a_run_config_s_own_preset_names_its_env_in_every_process(tmp_path) -> N
 @pytest.mark.slow
 def test_a_user_preset_file_trains_an_env_that_has_no_built_in_preset(tmp_path) -> None:
     """The README's way: a run config with a ``[preset]`` for a user's env, trained by
-    ``apex train my.toml``; the learner's evaluator reads the preset's threshold, and the
-    run ends at its confirmed solve (about 10 s of training; 60 s at most)."""
+    ``apex train my.toml`` until its evaluator has played it, then stopped by SIGINT; the
+    evaluator read the preset's threshold (whether a run solves its env is the learning
+    tests' business)."""
+    import signal
     import subprocess
     import sys
+    import time
 
     from apex.learning.metrics import read_metrics
 
     path, run_dir = tmp_path / "my.toml", tmp_path / "run"
     path.write_text(USER_PRESET)
     command = [sys.executable, "-m", "launch", "train", str(path), "--run-dir", str(run_dir),
-               "--plain", "--no-curves", "--max-time", "60",
-               "--set", "learner.confirm_episodes=10"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+               "--plain", "--no-curves", "--actors", "1", "--max-time", "120"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 150
+        while not any(r["event"] == "evaluation" for r in read_metrics(run_dir)):
+            assert process.poll() is None and time.monotonic() < deadline, "no evaluation"
+            time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
     records = read_metrics(run_dir)
-    assert any(r["event"] == "evaluation" for r in records), "the evaluator played Grid"
     assert next(r["updates"] for r in records if r["event"] == "end") > 0
     evaluator_log = (run_dir / "logs" / "evaluator.log").read_text()
     assert "evaluator: Grid every 1000 env steps" in evaluator_log

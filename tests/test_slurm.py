@@ -41,6 +41,7 @@ from launch.slurm.layout import (
 )
 from launch.slurm.script import render
 from replay.server.credit_desk import MAX_WINDOW
+from replay.store.snapshot import complete_snapshots
 from replay.wire.keys import generate
 
 CLUSTER = Path(__file__).parent.parent / "slurm" / "cluster"
@@ -479,14 +480,15 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes(cluster, tmp_path: Pat
 
 def kept_pid(run_dir: Path, role: str, rank: int = 0) -> int | None:
     """The process of the role that task ``rank`` keeps (``launch.slurm.keeper``), not the task's
-    own process."""
+    own process: ``slurm task ROLE --kept``, or the ``apex replay`` a shard task's becomes."""
+    task = f"slurm task {role} ".encode()
     for pid, found in run_processes(run_dir).items():
         with contextlib.suppress(OSError):
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             if (
                 found == role
-                and b"--kept" in command
+                and (b"--kept" in command or task not in command)
                 and f"SLURM_PROCID={rank}".encode() in environ
             ):
                 return pid
@@ -522,27 +524,46 @@ def test_a_killed_impala_learner_comes_back_inside_the_job(cluster, tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_a_multi_prog_job_fills_three_nodes_in_rank_order(cluster, tmp_path: Path) -> None:
+def test_a_multi_prog_r2d2_job_fills_three_nodes_and_survives_kill_9_of_shard_and_learner(
+    cluster, tmp_path: Path
+) -> None:
     """The multi-prog layout, with R2D2: its sequences cross the hosts to the shard as
-    transitions do (DQN, DPG and IMPALA take the hetjob layout in the jobs above)."""
+    transitions do (DQN, DPG and IMPALA take the hetjob layout in the jobs above), and its
+    shard and learner, killed with -9 together, come back inside the job: the shard from its
+    snapshot of sequences, the learner from its R2D2 checkpoint."""
     run_dir = tmp_path / "run"
     # 1 learner + 1 shard + 3 actors over 3 nodes, 2 tasks per node, nodes in name order:
-    # actor (learner, shard), learner (actors 0-1), shard (actor 2).
+    # actor (learner, shard), learner (actors 0-1), shard (actor 2). Ranks: learner 0,
+    # shard 1, actors 2-4.
     r2d2 = ["algorithm=r2d2", "replay.min_size=64", "learner.batch_size=16",
             "r2d2.sequence_length=8", "r2d2.sequence_period=4", "r2d2.burn_in=2",
-            "r2d2.lstm_units=16"]  # fmt: skip
+            "r2d2.lstm_units=16", "replay.snapshot_interval_s=1",
+            "learner.checkpoint_interval_s=1"]  # fmt: skip
     job_id = submit(
         run_dir, "--layout", "multi-prog", "--nodes", "3", "--set", "actors=3",
-        "--max-updates", "400", *(part for setting in r2d2 for part in ("--set", setting)),
+        "--max-updates", "800", *(part for setting in r2d2 for part in ("--set", setting)),
     )  # fmt: skip
-    fields = wait_for_job_end(job_id, run_dir, timeout_s=180)
+
+    def ready_to_kill() -> bool:
+        return (latest_updates(run_dir) >= 100 and bool(complete_snapshots(run_dir / "replay"
+                / "shard-0")) and bool(list((run_dir / "checkpoints").glob("*.pt"))))  # fmt: skip
+
+    poll(ready_to_kill, 120, "100 updates, a checkpoint and a snapshot")
+    for role, rank in (("shard", 1), ("learner", 0)):
+        os.kill(poll(lambda r=role, k=rank: kept_pid(run_dir, r, k), 30, f"the {role}'s process"),
+                signal.SIGKILL)  # fmt: skip
+    fields = wait_for_job_end(job_id, run_dir, timeout_s=240)
     output = job_output(run_dir)
-    assert fields["JobState"] == "COMPLETED", output
+    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "0", output
     assert "starts on actor" in output
+    assert "shard task 1 died (exit code -9); restarting" in output
+    assert "learner died (exit code -9); restarting" in output
+    assert re.search(r"restored \S+: [1-9]\d* transitions", output), output
+    starts = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
+    assert len(starts) == 2 and starts[1]["updates"] > 0, output  # from its checkpoint
+    assert {r["algorithm"] for r in starts} == {"R2D2"}
     end = end_record(run_dir)
-    assert end["reason"] == "max_updates" and end["updates"] == 400
-    [start] = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
-    assert start["algorithm"] == "R2D2"
+    assert end["reason"] == "max_updates" and end["updates"] == 800
     assert end["delivery"]["actors_heard"] == 3, end["delivery"]
     for actor in end["delivery"]["actors"].values():
         assert actor["transitions_received"] > 0
