@@ -150,7 +150,7 @@ def learner(
     its device, and its channels to the actors."""
     import torch
 
-    from apex.algorithms.registry import build_algorithm
+    from apex.algorithms.registry import build_algorithm, replay_items
     from apex.learning.learner import Learner
     from apex.learning.staging import DeviceStager, resolve_device, uses_io_thread
     from replay.sampling.pump import SamplerConfig
@@ -185,6 +185,7 @@ def learner(
         episodes_port=episodes_port,
         resume_from=resume_from,
         security=config.security,
+        items=replay_items(config.algorithm),
     )
 
 

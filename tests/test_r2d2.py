@@ -404,6 +404,10 @@ def test_apex_train_solves_the_cue_with_r2d2_over_sockets(tmp_path) -> None:
     [end] = [r for r in records if r.get("event") == "end"]
     assert end["reason"] == "solved", done.stdout[-2000:]
     assert end["delivery"]["transitions_lost"] == 0
+    # Its replay items are sequences, and the run's lines say so.
+    assert "sequences trained: " in done.stdout and " sequences/s | " in done.stdout
+    learner_log = (run_dir / "logs" / "learner.log").read_text()
+    assert " sequences/s | " in learner_log and "transitions/s" not in learner_log
     measured = [r["stored_state_dq"] for r in records if "stored_state_dq" in r]
     assert measured and all(value >= 0 for value in measured)
 

@@ -151,6 +151,8 @@ class AlgorithmBuilder(Protocol, Generic[SettingsT]):
         replay: "prioritized" (the sum-tree shards) or "queue" (each item handed out
             once, oldest first: ``replay.store.queue``).
         exploration_symbol: how the actors' logs name its exploration scale (ε, σ, π).
+        items: what one replay item of it is, in the plural ("transitions", "unrolls",
+            "sequences"): what the run's progress lines count.
         settings_type: its section's dataclass; its defaults are the section's.
         run_defaults: run config sections every run of it starts from, over the env
             preset's settings (IMPALA: queues of unrolls); the preset's settings for it
@@ -161,6 +163,7 @@ class AlgorithmBuilder(Protocol, Generic[SettingsT]):
     continuous: bool
     replay: ReplayKind
     exploration_symbol: str
+    items: str
     settings_type: type[SettingsT]
     run_defaults: Mapping[str, object]
 

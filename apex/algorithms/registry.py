@@ -60,6 +60,13 @@ def choose(setting: str, shape: EnvShape, env: str = "the environment") -> Algor
     return builder
 
 
+def replay_items(setting: str) -> str:
+    """What one replay item of ``algorithm = setting`` is, in the plural (the builder's
+    ``items``); "auto" picks DQN or DPG, whose items are both transitions."""
+    builder = BY_NAME.get(setting)
+    return builder.items if builder is not None else "transitions"
+
+
 def build_algorithm(
     config: LearnerConfig, sections: Mapping[str, Any], shape: EnvShape, device: torch.device
 ) -> Algorithm:

@@ -106,9 +106,11 @@ class Learner:
         episodes_port: int = 0,
         resume_from: Path | None = None,
         security: SecurityConfig | None = None,
+        items: str = "transitions",
     ) -> None:
         self.config = config
         self.algorithm = algorithm
+        self.items = items
         self.source = source
         self.run_dir = run_dir
         self._device = device
@@ -362,7 +364,7 @@ class Learner:
         record.update(self._episodes.brief())
         record.update(self._companions_health())
         self._metrics.write(record)
-        logger.info("%s", describe_progress(record))
+        logger.info("%s", describe_progress(record, self.items))
 
     def _companions_health(self) -> dict:
         health: dict = {}

@@ -162,13 +162,14 @@ def _shard_brief(state: dict) -> dict:
     return {"alive": bool(state["alive"]), **{key: info.get(key) for key in SHARD_BRIEF}}
 
 
-def describe(record: dict) -> str:
-    """One log line for a progress record."""
+def describe(record: dict, items: str = "transitions") -> str:
+    """One log line for a progress record; ``items``: what its replay items are called
+    (``AlgorithmBuilder.items``)."""
     per_s = record["transitions_per_s"]
     mean = record["episode_return_mean"]
     return (
         f"update {record['updates']} | {record['updates_per_s']:.0f} updates/s | "
-        f"{'?' if per_s is None else f'{per_s:.0f}'} transitions/s | "
+        f"{'?' if per_s is None else f'{per_s:.0f}'} {items}/s | "
         f"return {'?' if mean is None else f'{mean:.1f}'} | "
         f"lag p50 {record['policy_lag_median']}"
     )

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from apex.algorithms.exploration import run_actors
+from apex.algorithms.registry import replay_items
 from launch import builder
 from launch.config import RunConfig, write_resolved
 from launch.local.log_reasons import role_failure
@@ -83,6 +84,8 @@ class RunSummary:
     """``launch.views.status.security_mode``: curve, insecure or loopback."""
     refused: dict = field(default_factory=dict)
     """Connections the learner and shards refused, by reason (``replay.wire.security``)."""
+    items: str = "transitions"
+    """What the run's replay items are (``AlgorithmBuilder.items``)."""
     unclean_stops: list = field(default_factory=list)
     """Shards and the learner that did not stop cleanly at the end (a crash or a kill
     while stopping): their final snapshot or checkpoint may be missing."""
@@ -101,7 +104,7 @@ class RunSummary:
         evaluator = f" | evaluator restarts: {evaluator}" if evaluator else ""
         evaluator += f" ({trouble})" if trouble else ""
         return (
-            f"{solved} | reason: {self.reason} | updates: {updates} | transitions trained: "
+            f"{solved} | reason: {self.reason} | updates: {updates} | {self.items} trained: "
             f"{trained} | last eval: {last_eval}{evaluator} | actor restarts: "
             f"{self.actor_restarts} | shard restarts: {self.shard_restarts}"
             f"{f' ({self.shards_given_up} given up)' if self.shards_given_up else ''}"
@@ -327,6 +330,7 @@ class Supervisor:
             shards_given_up=sum(c.given_up for c in self._children),
             security=security_mode(self.config.to_dict()["security"]),
             refused=last_refused(self.run_dir),
+            items=replay_items(self.config.algorithm),
             **run_actors(self.config.to_dict()),
         )
         write_summary(self.run_dir, {**summary.__dict__, "line": summary.line()})

@@ -54,7 +54,7 @@ def plain_line(watch: RunWatch, elapsed_s: float) -> str:
     left = watch.time_left_s()
     return " | ".join((
         f"{head} updates {progress['updates']:,} ({figure(progress['updates_per_s'])}/s)",
-        f"{figure(progress.get('transitions_per_s'))} transitions/s",
+        f"{figure(progress.get('transitions_per_s'))} {watch.items}/s",
         f"replay {fill_text(watch)}",
         f"return {figure(progress.get('episode_return_mean'), 1)}",
         evaluation_text(watch),
@@ -76,7 +76,7 @@ def status_table(watch: RunWatch, elapsed_s: float):
     table.add_row("elapsed", f"{duration(elapsed_s)} (training {duration(progress.get('time_s'))})")
     if progress:
         table.add_row("updates", f"{watch.updates():,} ({figure(progress['updates_per_s'])}/s)")
-        table.add_row("transitions/s", figure(progress.get("transitions_per_s")))
+        table.add_row(f"{watch.items}/s", figure(progress.get("transitions_per_s")))
         table.add_row("replay", fill_text(watch))
         lag = (figure(progress.get("policy_lag_median")), figure(progress.get("policy_lag_p90")))
         table.add_row("policy lag", f"p50 {lag[0]}, p90 {lag[1]} versions")

@@ -144,7 +144,7 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
                              f"{figure(progress.get(f'{name}_p90'))}, max "
                              f"{figure(progress.get(f'{name}_max'))}")  # fmt: skip
     learning.add_row("replay", f"{fill_text(watch)} in all, "
-                     f"{figure(progress.get('transitions_per_s'))} transitions/s in")  # fmt: skip
+                     f"{figure(progress.get('transitions_per_s'))} {watch.items}/s in")  # fmt: skip
     shard_count = len(progress.get("shards") or []) or watch.config.get("shards") or "?"
     faults = (
         f"shards alive {progress.get('shards_alive', '?')}/{shard_count}, learner restarts "

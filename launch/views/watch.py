@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from pathlib import Path
 
+from apex.algorithms.registry import replay_items
 from apex.learning.metrics import MetricsTail
 from launch.views.status import read_config, read_summary, target_return
 
@@ -36,6 +37,7 @@ class RunWatch:
         self.run_dir = run_dir
         self.config = read_config(run_dir)
         self.target = target_return(self.config)
+        self.items = replay_items(str(self.config.get("algorithm", "auto")))
         self._tail = MetricsTail(run_dir)
         self.progress: dict | None = None
         self.previous: dict | None = None

@@ -28,6 +28,7 @@ class DPGBuilder:
     continuous = True
     replay = "prioritized"
     exploration_symbol = "σ"
+    items = "transitions"
     run_defaults = MappingProxyType({})  # nothing over the env preset's
     settings_type = DPGSettings
 

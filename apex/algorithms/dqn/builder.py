@@ -30,6 +30,7 @@ class DQNBuilder:
     continuous = False
     replay = "prioritized"
     exploration_symbol = "ε"
+    items = "transitions"
     run_defaults = MappingProxyType({})  # nothing over the env preset's
     settings_type = DQNSettings
 

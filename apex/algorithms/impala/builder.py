@@ -30,6 +30,7 @@ class ImpalaBuilder:
     continuous = False
     replay = "queue"
     exploration_symbol = "π"
+    items = "unrolls"
     settings_type = ImpalaSettings
     # What every IMPALA run starts from, over the env's preset: queues of unrolls.
     run_defaults = tomllib.loads(Path(__file__).with_name("defaults.toml").read_text("utf-8"))

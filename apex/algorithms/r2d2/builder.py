@@ -29,6 +29,7 @@ class R2D2Builder:
     continuous = False
     replay = "prioritized"
     exploration_symbol = "ε"
+    items = "sequences"
     settings_type = R2D2Settings
     # A replay item is a sequence: capacity and warm-up count sequences (R2D2's batch of
     # 64 of them).
