@@ -19,6 +19,7 @@ from apex.algorithms.registry import build_algorithm
 from apex.channels import ApexKind, EpisodeReporter
 from apex.envs.families import env_shape
 from apex.learning.learner import Learner
+from apex.learning.metrics import read_metrics
 from apex.learning.periodic import Periodic
 from apex.learning.staging import DeviceBatch, DeviceStager
 from apex.settings import LearnerConfig
@@ -94,6 +95,26 @@ class StallingSource(LocalSource):
                 threading.Event().wait(min(timeout_s, 0.05))  # the sampler's short poll
                 raise ReplayTimeout("held by the rate limiter")
         return super().next_batch(timeout_s)
+
+
+class FillingSource(LocalSource):
+    """Shards still filling, which have rejected ``rejected`` insert messages: ``start``
+    calls ``waiting`` a few times between polls, as the sampler does, then starts."""
+
+    def __init__(self, store, stage, rejected: int, polls: int = 5) -> None:
+        super().__init__(store, stage)
+        self.rejected, self.polls = rejected, polls
+
+    def start(self, cancelled=None, waiting=None) -> bool:
+        for _ in range(self.polls):
+            threading.Event().wait(0.01)
+            waiting()
+        return super().start(cancelled, waiting)
+
+    def shard_states(self) -> list[dict]:
+        [state] = super().shard_states()
+        state["info"] = {**state["info"], "rejected_total": self.rejected}
+        return [state]
 
 
 class _Policy:
@@ -415,3 +436,34 @@ def test_a_restarted_learner_s_weights_load_though_its_versions_resumed_lower() 
         subscriber.close()
     finally:
         context.destroy(linger=0)
+
+
+def test_while_the_shards_fill_the_learner_says_how_far_they_are_and_what_they_rejected(
+    tmp_path: Path,
+) -> None:
+    """Before its first update the learner writes what the shards hold and what they
+    rejected; a run that cannot fill (every insert refused) says so in its line and in
+    ``apex status``'s faults instead of only waiting."""
+    from launch.views.status import run_status, status_lines
+    from launch.views.watch import RunWatch
+
+    store = filled_store(np.random.default_rng(5))
+    learner = make_learner(tmp_path, store, max_updates=2)
+    learner.source = FillingSource(store, learner.source.stage, rejected=75)
+    (tmp_path / "config.json").write_text(json.dumps({"replay": {"min_size": 1000}}))
+    assert learner.run().reason == "max_updates"
+    records = read_metrics(tmp_path)
+    waiting = [r for r in records if r["event"] == "waiting"]
+    assert len(waiting) == 5, records  # a poll each (metrics every 1 µs here)
+    assert all(r["replay_size"] == 512 and r["rejected_total"] == 75 for r in waiting)
+    first_progress = next(i for i, r in enumerate(records) if r["event"] == "progress")
+    assert all(records.index(r) < first_progress for r in waiting)
+    watch = RunWatch(tmp_path)
+    watch.poll()
+    watch.progress = None  # as the line reads before the first progress record
+    expected = ("waiting for replay to fill: 512 of 1,000 transitions; the shards rejected 75 "
+                "insert messages (their logs say why)")  # fmt: skip
+    assert watch.filling() == expected
+    status = run_status(tmp_path)
+    assert status["faults"]["insert_messages_rejected"] == 75
+    assert any("insert_messages_rejected 75" in line for line in status_lines(status))

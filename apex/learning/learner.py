@@ -34,7 +34,7 @@ from apex.learning.delivery import final_account
 from apex.learning.evaluation import read_evaluation
 from apex.learning.metrics import MetricsWriter
 from apex.learning.periodic import Periodic
-from apex.learning.progress import LearnerCounters, ProgressWindow
+from apex.learning.progress import LearnerCounters, ProgressWindow, waiting_record
 from apex.learning.progress import describe as describe_progress
 from apex.learning.solving import Solving
 from apex.learning.staging import BatchSource
@@ -134,7 +134,7 @@ class Learner:
         self._window = ProgressWindow()
         self._metrics: MetricsWriter | None = None
         self._started = time.monotonic()
-        self._last_progress = self._started
+        self._last_progress = self._last_waiting = self._started
         self._running = False
         # The health of processes kept beside the learner (its evaluator), each a dict
         # that every progress record and the end record carry.
@@ -189,7 +189,7 @@ class Learner:
         first_update = True
         try:
             logger.info("waiting for the shards to hold data to sample")
-            if not self.source.start(cancelled=self._stop, waiting=self._resend_weights_if_due):
+            if not self.source.start(cancelled=self._stop, waiting=self._while_filling):
                 logger.info("stopped before the shards held data")
             else:
                 logger.info("training on %s", self._device)
@@ -310,6 +310,13 @@ class Learner:
         self.counters.weight_version += 1
         self._weights.publish(self.algorithm.policy, self.counters.weight_version,
                               self.counters.updates, self._episodes.env_steps())  # fmt: skip
+
+    def _while_filling(self) -> None:
+        self._resend_weights_if_due()
+        now = time.monotonic()
+        if now - self._last_waiting >= self.config.metrics_interval_s:
+            self._last_waiting = now
+            self._metrics.write(waiting_record(self.source.shard_states(), self._elapsed_s()))
 
     def _resend_weights_if_due(self) -> None:
         # While the learner waits for data (apex.weights.Publications). Weights trained

@@ -157,6 +157,21 @@ SHARD_BRIEF = (
 )
 
 
+def waiting_record(shard_states: list[dict], elapsed_s: float) -> dict:
+    """What the learner writes while the shards fill, before its first update: each
+    shard's brief (its size and what it rejected among them), so that a run whose every
+    insert is refused says so rather than only waiting."""
+    shards = [_shard_brief(s) for s in shard_states]
+    return {
+        "event": "waiting",
+        "time_s": elapsed_s,
+        "replay_size": sum(s["size"] or 0 for s in shards),
+        "rejected_total": sum(s["rejected_total"] or 0 for s in shards),
+        "shards_alive": sum(1 for s in shard_states if s["alive"]),
+        "shards": shards,
+    }
+
+
 def _shard_brief(state: dict) -> dict:
     info = state.get("info") or {}
     return {"alive": bool(state["alive"]), **{key: info.get(key) for key in SHARD_BRIEF}}

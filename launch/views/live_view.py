@@ -50,7 +50,7 @@ def plain_line(watch: RunWatch, elapsed_s: float) -> str:
     head = f"[{elapsed_s:6.1f} s]"
     progress = watch.progress
     if not progress:
-        return f"{head} waiting for replay to fill"
+        return f"{head} {watch.filling()}"
     left = watch.time_left_s()
     return " | ".join((
         f"{head} updates {progress['updates']:,} ({figure(progress['updates_per_s'])}/s)",

@@ -33,6 +33,7 @@ class RunRecords:
     starts: list[dict]
     ends: list[dict]
     confirmations: list[dict]
+    waiting: list[dict]
 
     @classmethod
     def read(cls, run_dir: Path) -> RunRecords:
@@ -43,7 +44,7 @@ class RunRecords:
             return [r for r in records if r.get("event") == event]
 
         return cls(config, of("progress"), of("evaluation"), of("start"), of("end"),
-                   of("confirmation"))  # fmt: skip
+                   of("confirmation"), of("waiting"))  # fmt: skip
 
     @property
     def target_return(self) -> float | None:
@@ -201,6 +202,11 @@ def run_status(run_dir: Path) -> dict:
     elif run.progress and run.progress[-1].get("updates_skipped_nonfinite"):  # still running
         faults["updates_skipped_nonfinite"] = run.progress[-1]["updates_skipped_nonfinite"]
     latest = run.ends[-1] if run.ends else run.progress[-1] if run.progress else {}
+    # What the shards rejected, as their latest brief counts it (before training too).
+    brief = (run.progress or run.waiting or [{}])[-1]
+    rejected = sum(s.get("rejected_total") or 0 for s in brief.get("shards") or [])
+    if rejected:
+        faults["insert_messages_rejected"] = rejected
     if latest.get("evaluator_restarts"):
         faults["evaluator_restarts"] = latest["evaluator_restarts"]
     status["evaluator_trouble"] = evaluator_trouble(latest)

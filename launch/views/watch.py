@@ -46,6 +46,7 @@ class RunWatch:
         self.learner_starts = 0
         self.start: dict | None = None
         self.end: dict | None = None
+        self.waiting: dict | None = None  # the learner's latest, while the shards fill
 
     def poll(self) -> bool:
         """Reads what was appended; True if anything was."""
@@ -58,6 +59,8 @@ class RunWatch:
                 mean = record["eval_return_mean"]
                 self.evaluations.append(mean)
                 self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)
+            elif event == "waiting":
+                self.waiting = record
             elif event == "start":
                 self.learner_starts += 1
                 self.start, self.end = record, None
@@ -123,10 +126,23 @@ class RunWatch:
     def actors_sent_per_s(self) -> float | None:
         return _rate(self.progress, self.previous, "actor_transitions_sent")
 
+    def filling(self) -> str:
+        """What the learner waits for before its first update, and what the shards refused
+        meanwhile (every insert refused: the run cannot start)."""
+        waiting = self.waiting or {}
+        replay = self.config.get("replay") or {}
+        text = "waiting for replay to fill"
+        if waiting and isinstance(replay.get("min_size"), int):
+            text += f": {waiting['replay_size']:,} of {replay['min_size']:,} {self.items}"
+        if waiting.get("rejected_total"):
+            text += (f"; the shards rejected {waiting['rejected_total']:,} insert messages "
+                     "(their logs say why)")  # fmt: skip
+        return text
+
     def state(self) -> str:
         """running, or how it ended (the supervisor's outcome when it wrote one)."""
         if self.end is None:
-            return "running" if self.progress else "starting: waiting for replay to fill"
+            return "running" if self.progress else f"starting: {self.filling()}"
         summary = read_summary(self.run_dir)
         reason = (summary or self.end).get("reason", self.end.get("reason"))
         return "solved" if self.end.get("solved") else f"ended: {reason}"
