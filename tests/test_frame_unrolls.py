@@ -7,14 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from apex.acting.env_group import make_groups
 from apex.acting.frame_writer import FrameWriter
 from apex.algorithms.acting_base import FeedForward
 from apex.algorithms.impala.settings import ImpalaSettings
 from apex.algorithms.protocols import Acting
 from apex.algorithms.registry import BY_NAME
 from apex.envs.families import env_shape
-from apex.envs.vector import AtariStacks
 from apex.settings import ActorConfig
 from replay.errors import InvalidBatchError
 from replay.frames.spec import FrameStackSpec
@@ -24,13 +22,13 @@ from replay.server.ingest import Ingest
 from replay.server.snapshots import replay_state, restore_replay
 from replay.store.snapshot import open_snapshot, write_snapshot
 from replay.wire.layout import decode, encode
+from tests.short_pong import group_experience
 
 pytest.importorskip("ale_py")
 
 ENVS, STEPS = 4, 5
 SETTINGS = ImpalaSettings(unroll_length=STEPS)
-# 50 steps an episode (time limits): a run of 140 steps crosses a few in every env.
-SHORT_FRAMES = 200
+# 50 steps an episode (tests/short_pong.py): a run of 140 steps crosses a few in every env.
 ROUNDS = 140
 
 
@@ -62,27 +60,12 @@ def run(frames: FrameWriter | None, send=None) -> list[dict[str, np.ndarray]]:
     """Every batch of unrolls four short Pong envs make in ROUNDS steps, each handed to
     ``send`` as it is made (an actor sends them before its frames leave its ring)."""
     config = ActorConfig(env="Pong", envs_per_actor=ENVS, algorithm="impala", seed=3)
-    shape = env_shape("Pong")
-
-    def short_pong(name: str, count: int) -> AtariStacks:
-        return AtariStacks(name, count, training=True, threads=1, max_frames=SHORT_FRAMES)
-
     acting = Acting(FramePolicy(), BY_NAME["impala"], SETTINGS)
-    [group] = make_groups(config, shape, acting, frames, lambda: 7, np.ones(ENVS),
-                          envs=short_pong)  # fmt: skip
     made = []
-    try:
-        group.begin(config.actor_seed)
-        group.act(np.random.default_rng(0))
-        for _ in range(ROUNDS):
-            done = group.finish()
-            group.act(np.random.default_rng(0))
-            if done.experience is not None:
-                made.append(done.experience)
-                if send is not None:
-                    send(done.experience)
-    finally:
-        group.close()
+    for _, experience in group_experience(config, acting, frames, np.ones(ENVS), ROUNDS):
+        made.append(experience)
+        if send is not None:
+            send(experience)
     return made
 
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from apex.acting.env_group import make_groups
 from apex.acting.frame_writer import FrameWriter
 from apex.algorithms.protocols import Acting
 from apex.algorithms.r2d2.acting import R2D2Acting
 from apex.algorithms.r2d2.settings import R2D2Settings
 from apex.algorithms.registry import BY_NAME
 from apex.envs.families import env_shape
-from apex.envs.vector import AtariStacks
 from apex.settings import ActorConfig
 from replay.frames.spec import FrameStackSpec
 from replay.protocol.sample_reply import SampleReply
@@ -24,13 +22,13 @@ from replay.server.ingest import Ingest
 from replay.server.snapshots import replay_state, restore_replay
 from replay.store.snapshot import open_snapshot, write_snapshot
 from replay.wire.layout import decode, encode
+from tests.short_pong import group_experience
 
 pytest.importorskip("ale_py")
 
 ENVS = 4
 SETTINGS = R2D2Settings(sequence_length=6, sequence_period=3, burn_in=2, n_step=2, lstm_units=8)
-# 50 steps an episode (time limits): a run of 120 steps crosses two in every env.
-SHORT_FRAMES = 200
+# 50 steps an episode (tests/short_pong.py): a run of 120 steps crosses two in every env.
 ROUNDS = 120
 
 
@@ -42,29 +40,16 @@ def run(frames: FrameWriter | None, send=None) -> tuple[list[dict], list[np.ndar
     """Every batch of sequences four short Pong envs make in ROUNDS steps, and each one's
     initial priorities; each batch is handed to ``send`` as it is made, with what the
     actor would send of it and those priorities."""
-    config, shape = actor_config(), env_shape("Pong")
-
-    def short_pong(name: str, count: int) -> AtariStacks:
-        return AtariStacks(name, count, training=True, threads=1, max_frames=SHORT_FRAMES)
-
-    acting = Acting(R2D2Acting(config, shape, SETTINGS), BY_NAME["r2d2"], SETTINGS)
-    [group] = make_groups(config, shape, acting, frames, lambda: 7, np.full(ENVS, 0.3),
-                          envs=short_pong)  # fmt: skip
+    config = actor_config()
+    acting = Acting(R2D2Acting(config, env_shape("Pong"), SETTINGS), BY_NAME["r2d2"], SETTINGS)
     made, priorities = [], []
-    try:
-        group.begin(config.actor_seed)
-        group.act(np.random.default_rng(0))
-        for _ in range(ROUNDS):
-            done = group.finish()
-            group.act(np.random.default_rng(0))
-            if done.experience is not None and len(done.experience["action"]):
-                sent, initial = group.maker.priorities(dict(done.experience), 0.0)
-                made.append(done.experience)
-                priorities.append(initial)
-                if send is not None:
-                    send(sent, initial)
-    finally:
-        group.close()
+    for maker, experience in group_experience(config, acting, frames, np.full(ENVS, 0.3),
+                                              ROUNDS):  # fmt: skip
+        sent, initial = maker.priorities(dict(experience), 0.0)
+        made.append(experience)
+        priorities.append(initial)
+        if send is not None:
+            send(sent, initial)
     return made, priorities
 
 
