@@ -82,6 +82,8 @@ class RunConfig:
         env_make: a user's env factory, ``"package.module:function"`` (the ``[env]``
             table's ``make``), called with ``env_kwargs`` in every role's process; ""
             for ``gymnasium.make(env)``.
+        env_stack: the newest observations side by side (the ``[env]`` table's ``stack``,
+            ``apex.envs.observation_stack``); 1 for none.
         algorithm: "dqn" (Discrete actions), "dpg" (Box actions), or "auto": the one the
             env's action space calls for.
         seed: root seed; each role derives its own.
@@ -113,6 +115,7 @@ class RunConfig:
     preset: Mapping[str, Any] | None = None
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     env_make: str = ""
+    env_stack: int = 1
 
     @property
     def queues(self) -> bool:
@@ -128,9 +131,10 @@ class RunConfig:
         top level under its name."""
         values = dataclasses.asdict(self)
         values.update(values.pop("algorithms"))
-        kwargs, make = values.pop("env_kwargs"), values.pop("env_make")
-        if kwargs or make:
-            values["env"] = {"id": self.env, "kwargs": kwargs, **({"make": make} if make else {})}
+        kwargs, make, stack = (values.pop(f"env_{key}") for key in ("kwargs", "make", "stack"))
+        if kwargs or make or stack != 1:
+            values["env"] = {"id": self.env, "kwargs": kwargs, **({"make": make} if make else {}),
+                             **({"stack": stack} if stack != 1 else {})}  # fmt: skip
         return values
 
     def problems(self) -> list[str]:
@@ -275,7 +279,7 @@ def resolve(
     file_values, overrides = _env_tables(file_values or {}, overrides or {})
     values = moved(merge_overrides(file_values, overrides))
     problems: list[str] = []
-    env, env_kwargs, env_make = _env_table(values.get("env", RunConfig.env), problems)
+    env, env_kwargs, env_make, env_stack = _env_table(values.get("env", RunConfig.env), problems)
     values["env"] = env
     algorithm = values.get("algorithm", RunConfig.algorithm)
     # The preset is this config's: none left from another run resolved in this process.
@@ -288,15 +292,19 @@ def resolve(
             problems += exc.problems
     chosen = preset(str(env))
     # This run's arguments and factory, none left from another run resolved here.
-    if env_kwargs or env_make or chosen.kwargs or chosen.make:
+    if any((env_kwargs, env_make, env_stack != 1, chosen.kwargs, chosen.make, chosen.stack != 1)):
         if env_kwargs and chosen.atari:
             problems.append(f"[env] kwargs: {env} is an ALE game, made by ale-py's vector "
                             "env, which takes none")  # fmt: skip
+        if env_stack != 1 and chosen.atari and not env_make:
+            problems.append(f"[env] stack: {env} is an ALE game, whose pipeline stacks its "
+                            "frames itself (4)")  # fmt: skip
         register(
             dataclasses.replace(
                 chosen,
                 kwargs=env_kwargs,
                 make=env_make,
+                stack=env_stack,
                 family="gymnasium" if env_make else chosen.family,
             )
         )
@@ -308,7 +316,7 @@ def resolve(
     values = merge_overrides(defaults, values)
     values = refuse_renamed(values, problems)
     top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS)
-    top_level -= {"algorithms", "env_kwargs", "env_make"}
+    top_level -= {"algorithms", "env_kwargs", "env_make", "env_stack"}
     for key in values:
         if key not in top_level | set(SECTIONS):
             problems.append(f"unknown top-level setting {key!r}")
@@ -337,6 +345,7 @@ def resolve(
         security=security,
         env_kwargs=env_kwargs,
         env_make=env_make,
+        env_stack=env_stack,
         **{k: v for k, v in values.items() if k in top_level},
     )
     problems += config.problems()
@@ -354,14 +363,19 @@ def _env_tables(*layers: dict) -> list[dict]:
             else layer for layer in layers]  # fmt: skip
 
 
-def _env_table(env: object, problems: list[str]) -> tuple[object, dict, str]:
-    """The env's name, constructor arguments and factory: ``env = "Id"``, or an ``[env]``
-    table of ``id``, ``kwargs`` and ``make`` (the name defaults to the factory's)."""
+def _env_table(env: object, problems: list[str]) -> tuple[object, dict, str, int]:
+    """The env's name, constructor arguments, factory and stack: ``env = "Id"``, or an
+    ``[env]`` table of ``id``, ``kwargs``, ``make`` (the name defaults to the factory's)
+    and ``stack``."""
     if not isinstance(env, dict):
-        return env, {}, ""
-    for key in sorted(set(env) - {"id", "kwargs", "make"}):
-        problems.append(f"[env]: unknown key {key!r} (known: id, kwargs, make)")
-    make, kwargs = env.get("make", ""), env.get("kwargs", {})
+        return env, {}, "", 1
+    for key in sorted(set(env) - {"id", "kwargs", "make", "stack"}):
+        problems.append(f"[env]: unknown key {key!r} (known: id, kwargs, make, stack)")
+    make, kwargs, stack = env.get("make", ""), env.get("kwargs", {}), env.get("stack", 1)
+    if isinstance(stack, bool) or not isinstance(stack, int) or stack < 1:
+        problems.append(f"[env] stack must be a whole number of observations >= 1, got "
+                        f"{stack!r}")  # fmt: skip
+        stack = 1
     if not isinstance(make, str):
         problems.append(f"[env] make must be package.module:function, got {make!r}")
         make = ""
@@ -373,7 +387,7 @@ def _env_table(env: object, problems: list[str]) -> tuple[object, dict, str]:
     if not isinstance(kwargs, dict):
         problems.append(f"[env] kwargs must be a table of the env's arguments, got {kwargs!r}")
         kwargs = {}
-    return name, kwargs, make
+    return name, kwargs, make, stack
 
 
 def write_resolved(config: RunConfig, run_dir: Path) -> Path:

@@ -4,7 +4,8 @@
 # update's time goes), then real `apex train` runs on Pong with the CUDA learner (threaded
 # replay I/O, pinned memory, non-blocking copies): a short one with every update eager
 # (learner.cuda_graph=false, the baseline of the same call), then one of PONG_SECONDS with
-# the update in a CUDA graph, its curve and metrics packed into OUT_DIR/pong.tar.gz.
+# the update in a CUDA graph, its curve and metrics packed into OUT_DIR/pong.tar.gz; then
+# R2D2 on Pong for R2D2_SECONDS (its sequences on the frame store, packed beside them).
 #
 #   OUT_DIR=/tmp/gpu PONG_SECONDS=300 PONG_BASELINE_SECONDS=60 bash scripts/gpu_check.sh
 #
@@ -21,8 +22,10 @@ DEVICE=${DEVICE:-cuda}
 PONG_SECONDS=${PONG_SECONDS:-300}
 PONG_BASELINE_SECONDS=${PONG_BASELINE_SECONDS:-60}  # 0: no eager baseline run
 # Seconds after this script's start by which the last run must be over (a lent machine's
-# call has a limit): the graph run is shortened to fit, with 45 s for its start and stop.
+# call has a limit): the graph run is shortened to fit, with 45 s for its start and stop
+# and R2D2_SECONDS more for the R2D2 run after it.
 PONG_UNTIL=${PONG_UNTIL:-0}  # 0: no limit
+R2D2_SECONDS=${R2D2_SECONDS:-120}  # 0: no R2D2 run
 PONG_ACTORS=${PONG_ACTORS:-10}
 PONG_SHARDS=${PONG_SHARDS:-2}
 LEARNER_REPEATS=${LEARNER_REPEATS:-3}
@@ -76,9 +79,13 @@ if [ "$PONG_BASELINE_SECONDS" -gt 0 ]; then
     pong eager "$PONG_BASELINE_SECONDS" --set learner.cuda_graph=false
 fi
 seconds=$PONG_SECONDS
-if [ "$PONG_UNTIL" -gt 0 ] && [ $((PONG_UNTIL - SECONDS - 45)) -lt "$seconds" ]; then
-    seconds=$((PONG_UNTIL - SECONDS - 45))
+r2d2_share=$(( R2D2_SECONDS > 0 ? R2D2_SECONDS + 45 : 0 ))
+if [ "$PONG_UNTIL" -gt 0 ] && [ $((PONG_UNTIL - SECONDS - 45 - r2d2_share)) -lt "$seconds" ]; then
+    seconds=$((PONG_UNTIL - SECONDS - 45 - r2d2_share))
 fi
 [ "$seconds" -ge 30 ] && pong graph "$seconds"
+if [ "$R2D2_SECONDS" -gt 0 ]; then
+    pong r2d2 "$R2D2_SECONDS" --set algorithm=r2d2
+fi
 "$PYTHON" -m launch status "$RUN_ROOT/graph" 2>&1 | tail -30
 ls -la "$OUT_DIR"

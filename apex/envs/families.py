@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from apex.envs.observation_stack import ObservationStack
 from apex.envs.presets import extra_installed, preset
 from apex.envs.user_code import load_entry_point
 from replay.store.spec import TransitionSpec
@@ -71,13 +72,15 @@ def make_env(name: str, *, training: bool) -> gym.Env:
         gymnasium.error.Error: an unknown id or a missing optional dependency.
     """
     chosen = preset(name)
+    if chosen.atari:
+        return make_atari(chosen.gym_id, training=training)
     if chosen.minatar:
-        return _make_minatar(chosen.gym_id, chosen.kwargs)
-    if chosen.make:
-        return flat_observations(_made_by_user(chosen.make, chosen.kwargs), name)
-    if not chosen.atari:
-        return flat_observations(gym.make(chosen.gym_id, **chosen.kwargs), name)
-    return make_atari(chosen.gym_id, training=training)
+        env = _make_minatar(chosen.gym_id, chosen.kwargs)
+    elif chosen.make:
+        env = flat_observations(_made_by_user(chosen.make, chosen.kwargs), name)
+    else:
+        env = flat_observations(gym.make(chosen.gym_id, **chosen.kwargs), name)
+    return ObservationStack(env, chosen.stack) if chosen.stack != 1 else env
 
 
 def _made_by_user(make: str, kwargs: Mapping) -> gym.Env:

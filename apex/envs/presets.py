@@ -68,6 +68,8 @@ class EnvPreset:
             config's ``[env] make``), called with ``kwargs``; "" for ``gym.make``.
         extra: the project's optional dependency it needs (``pip install -e '.[box2d]'``),
             "" for none.
+        stack: observations side by side (a run config's ``[env] stack``,
+            ``apex.envs.observation_stack``); 1 for none.
     """
 
     name: str
@@ -80,6 +82,7 @@ class EnvPreset:
     kwargs: Mapping[str, object] = field(default_factory=dict)
     make: str = ""
     extra: str = ""
+    stack: int = 1
 
     @property
     def atari(self) -> bool:

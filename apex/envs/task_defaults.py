@@ -67,8 +67,8 @@ def task_defaults(name: str, algorithm: str) -> dict:
     chosen = preset(name)
     if chosen.defaults or chosen.family != "gymnasium":
         return {}
-    key = json.dumps([chosen.gym_id, chosen.make, dict(chosen.kwargs)], sort_keys=True,
-                     default=str)  # fmt: skip
+    key = json.dumps([chosen.gym_id, chosen.make, dict(chosen.kwargs), chosen.stack],
+                     sort_keys=True, default=str)  # fmt: skip
     return _probed(name, key, algorithm)
 
 

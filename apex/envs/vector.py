@@ -52,7 +52,7 @@ def evaluation_envs(name: str, count: int) -> gym.vector.VectorEnv:
     if chosen.atari:
         return AtariStacks(name, count, training=False, threads=1)
     # gymnasium's own vector version, where it has one for the env as made here.
-    plain = not (chosen.minatar or chosen.kwargs or chosen.make)
+    plain = not (chosen.minatar or chosen.kwargs or chosen.make or chosen.stack != 1)
     if plain and registered_spec(chosen.gym_id).vector_entry_point is not None:
         return gym.make_vec(chosen.gym_id, num_envs=count, vectorization_mode="vector_entry_point")
     return gym.vector.SyncVectorEnv(env_factories(name, count, training=False))

@@ -57,13 +57,15 @@ TASKS = {
     task.case: task
     for task in (
         # Partially observed (the popgym extra): R2D2 against sb3-contrib's RecurrentPPO,
-        # and DQN on the same task (apex's own side of the "dqn/" task) as the memoryless
-        # control. Returns at the budgets: POPGym gives no thresholds.
+        # DQN on the same task (apex's own side of the "dqn/" task) as the memoryless
+        # control, and DQN on the newest 4 observations ("dqn-stack4/"). Returns at the
+        # budgets: POPGym gives no thresholds.
         *(Task(f"popgym:popgym-{game}-v0", "sb3-recurrent-ppo", None, 600.0, 5_000, 20, 0,
-               TEN_SEEDS, (60.0, 120.0, 300.0, 600.0), 10_000_000, (f"algorithm={name}",),
+               TEN_SEEDS, (60.0, 120.0, 300.0, 600.0), 10_000_000, settings,
                f"{name}/popgym-{game}")
           for game in ("RepeatPreviousEasy", "PositionOnlyCartPoleEasy")
-          for name in ("r2d2", "dqn")),
+          for name, settings in (("r2d2", ("algorithm=r2d2",)), ("dqn", ("algorithm=dqn",)),
+                                 ("dqn-stack4", ("algorithm=dqn", "env.stack=4")))),
         # gymnasium's definition: 475 over 100 consecutive episodes.
         Task("CartPole-v1", "sb3-dqn", 475.0, 180.0, 2_000, 20, 100, TEN_SEEDS,
              (15.0, 30.0, 60.0, 120.0), 500_000),

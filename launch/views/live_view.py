@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from launch.views.status import evaluator_trouble
+from launch.views.status import env_name, evaluator_trouble
 from launch.views.watch import RunWatch
 
 PLAIN_INTERVAL_S = 5.0
@@ -71,7 +71,7 @@ def status_table(watch: RunWatch, elapsed_s: float):
     table.add_column(style="bold cyan", justify="right")
     table.add_column()
     progress = watch.progress or {}
-    env = watch.config.get("env", "?")
+    env = env_name(watch.config)
     table.add_row("run", f"{watch.run_dir} ({env}) – {watch.state()}")
     table.add_row("elapsed", f"{duration(elapsed_s)} (training {duration(progress.get('time_s'))})")
     if progress:

@@ -66,6 +66,13 @@ class RunRecords:
         return timeline
 
 
+def env_name(config: dict) -> str:
+    """The run's env as ``--env`` names it: config.json holds an ``[env]`` table where the
+    run gave its env arguments, a factory or a stack."""
+    env = config.get("env", "?")
+    return str(env.get("id", "?")) if isinstance(env, dict) else str(env)
+
+
 def target_return(config: dict) -> float | None:
     """The evaluation mean that counts as solved: the config's, else its env preset's (the
     run's own ``[preset]``, where it has one)."""
@@ -78,12 +85,12 @@ def target_return(config: dict) -> float | None:
         from replay.errors import ConfigError
 
         try:
-            return preset_of_file(own, str(config["env"]), "config.json").solved_return
+            return preset_of_file(own, env_name(config), "config.json").solved_return
         except ConfigError:
             return None
     from apex.envs.families import solved_return
 
-    return solved_return(config["env"], target)
+    return solved_return(env_name(config), target)
 
 
 def read_config(run_dir: Path) -> dict:
@@ -155,7 +162,7 @@ def run_status(run_dir: Path) -> dict:
     config = run.config
     status: dict = {
         "run_dir": str(run_dir),
-        "env": config.get("env"),
+        "env": env_name(config) if "env" in config else None,
         "shards": config.get("shards"),
         "target_return": run.target_return,
         "learner_starts": len(run.starts),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from launch.local.processes import cpu_seconds, resident_bytes, run_processes
 from launch.views.live_view import duration, evaluation_text, figure, fill_text
+from launch.views.status import env_name
 from launch.views.watch import RunWatch
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -83,7 +84,7 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
     from rich.table import Table
 
     progress = watch.progress or {}
-    env = watch.config.get("env", "?")
+    env = env_name(watch.config)
     head = (
         f"[bold]{watch.run_dir}[/] ({env}) – {watch.state()} – training "
         f"{duration(progress.get('time_s'))} – time left {duration(watch.time_left_s())}"
