@@ -107,3 +107,26 @@ def test_the_views_read_a_run_whose_env_is_a_table(tmp_path) -> None:
     assert isinstance(config["env"], dict)
     assert RunWatch(tmp_path).target == 475.0
     assert run_status(tmp_path)["env"] == "CartPole-v1"
+
+
+def test_a_minatar_game_can_hide_planes_and_shows_the_others_unchanged() -> None:
+    """``[env] kwargs.hidden_planes``: Breakout without its trail is partially observed
+    (the ball, not where it goes); the planes it keeps are the full game's, step for step."""
+    pytest.importorskip("minatar")
+
+    def breakout(**kwargs) -> gym.Env:
+        resolve({"env": {"id": "MinAtar/Breakout-v1", "kwargs": kwargs}})
+        return make_env("MinAtar/Breakout-v1", training=True)
+
+    full, partial = breakout(), breakout(hidden_planes=["trail"])
+    assert partial.observation_space.shape == (10, 10, 3)
+    seen, shown = full.reset(seed=4)[0], partial.reset(seed=4)[0]
+    for action in [0, 1, 2, 1, 1, 0, 2, 2]:
+        # planes paddle, ball, trail, brick: the trail (2) is the one left out
+        np.testing.assert_array_equal(shown, seen[..., [0, 1, 3]])
+        seen, shown = full.step(action)[0], partial.step(action)[0]
+    with pytest.raises(ValueError, match=r"has the planes \['paddle', 'ball', 'trail', 'brick'\]"):
+        breakout(hidden_planes=["ghost"])
+    with pytest.raises(ValueError, match="must keep one"):
+        breakout(hidden_planes=["paddle", "ball", "trail", "brick"])
+    resolve({"env": "MinAtar/Breakout-v1"})  # the next test's Breakout shows every plane

@@ -159,14 +159,32 @@ def make_atari(
 def _make_minatar(gym_id: str, kwargs: Mapping) -> gym.Env:
     """A MinAtar game (the minimal action set, ``-v1``) with its boolean planes as uint8,
     which the replay stores and sends as it does Atari frames, and an episode limit:
-    MinAtar has none, and a good SpaceInvaders agent could otherwise play on for ever."""
+    MinAtar has none, and a good SpaceInvaders agent could otherwise play on for ever.
+
+    ``kwargs`` go to MinAtar but ``hidden_planes``: names of planes the agent is not shown,
+    which makes a partially observed game of a fully observed one (Breakout without its
+    ``trail``, where the ball was a step before, shows the ball but not where it goes).
+
+    Raises:
+        ValueError: a hidden plane the game does not have, or every plane hidden.
+    """
     from minatar import gym as minatar_gym  # the minatar extra
 
+    kwargs = dict(kwargs)
+    hidden = set(kwargs.pop("hidden_planes", ()))
     if gym_id not in gym.registry:
         minatar_gym.register_envs()
     env = gym.make(gym_id, max_episode_steps=MINATAR_MAX_EPISODE_STEPS, **kwargs)
-    space = gym.spaces.Box(0, 1, env.observation_space.shape, np.uint8)
-    return gym.wrappers.TransformObservation(env, lambda planes: planes.astype(np.uint8), space)
+    channels = env.unwrapped.game.env.channels  # plane name -> index
+    if hidden - set(channels) or hidden >= set(channels):
+        env.close()
+        raise ValueError(f"[env] kwargs.hidden_planes {sorted(hidden)}: {gym_id} has the planes "
+                         f"{sorted(channels, key=channels.get)}, and must keep one")  # fmt: skip
+    kept = np.array(sorted(i for name, i in channels.items() if name not in hidden))
+    space = gym.spaces.Box(0, 1, (*env.observation_space.shape[:2], len(kept)), np.uint8)
+    return gym.wrappers.TransformObservation(
+        env, lambda planes: planes[..., kept].astype(np.uint8), space
+    )
 
 
 def registered_spec(gym_id: str) -> gym.envs.registration.EnvSpec:
