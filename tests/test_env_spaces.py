@@ -63,7 +63,7 @@ def test_env_tables_from_the_command_line_and_their_mistakes() -> None:
     with pytest.raises(ConfigError) as refused:
         resolve({"env": {"kwargs": 4, "name": "x"}})
     assert refused.value.problems == [
-        "[env]: unknown key 'name' (known: id, kwargs, make)",
+        "[env]: unknown key 'name' (known: id, kwargs, make, stack)",
         "[env] needs an id (a gymnasium id or preset name) or a make, got None",
         "[env] kwargs must be a table of the env's arguments, got 4",
     ]
