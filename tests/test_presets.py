@@ -163,20 +163,21 @@ def test_a_user_preset_file_trains_an_env_that_has_no_built_in_preset(tmp_path) 
     import signal
     import subprocess
     import sys
-    import time
 
     from apex.learning.metrics import read_metrics
+    from tests.test_train import wait_until
 
     path, run_dir = tmp_path / "my.toml", tmp_path / "run"
     path.write_text(USER_PRESET)
     command = [sys.executable, "-m", "launch", "train", str(path), "--run-dir", str(run_dir),
                "--plain", "--no-curves", "--actors", "1", "--max-time", "120"]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def evaluated() -> bool:
+        return any(r["event"] == "evaluation" for r in read_metrics(run_dir))
+
     try:
-        deadline = time.monotonic() + 150
-        while not any(r["event"] == "evaluation" for r in read_metrics(run_dir)):
-            assert process.poll() is None and time.monotonic() < deadline, "no evaluation"
-            time.sleep(0.2)
+        wait_until(process, [], evaluated, 150, "the evaluator to play Grid")
     finally:
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=120)

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from apex.envs.image_axes import channels_first
+
 # The smallest side the Nature convolutions take (36 -> 8 -> 3 -> 1), and the smallest a
 # 3x3 convolution leaves more than one position of.
 NATURE_MIN_SIDE = 36
@@ -86,7 +88,7 @@ def image_layout(observation_shape: Sequence[int], high: float = 255.0) -> Image
     shape = tuple(observation_shape)
     if len(shape) == 2:
         layout = ImageLayout(1, shape[0], shape[1], channels_last=False, high=high, rank=2)
-    elif len(shape) == 3 and shape[0] < min(shape[1], shape[2]):
+    elif len(shape) == 3 and channels_first(shape):
         layout = ImageLayout(shape[0], shape[1], shape[2], channels_last=False, high=high)
     elif len(shape) == 3:
         layout = ImageLayout(shape[2], shape[0], shape[1], channels_last=True, high=high)

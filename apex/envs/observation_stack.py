@@ -17,11 +17,13 @@ from collections import deque
 import gymnasium as gym
 import numpy as np
 
+from apex.envs.image_axes import channels_first
+
 
 def stack_axis(shape: tuple[int, ...]) -> int:
-    """The axis the copies go side by side on: a vector's, an image's channel axis (the
-    first where it is smaller than both others, else the last); ``(h, w)`` gains one."""
-    if len(shape) == 3 and shape[0] < min(shape[1], shape[2]):
+    """The axis the copies go side by side on: a vector's, an image's channel axis
+    (``apex.envs.image_axes``); ``(h, w)`` gains one."""
+    if len(shape) == 3 and channels_first(shape):
         return 0
     return len(shape) - 1 if len(shape) != 2 else 2
 
