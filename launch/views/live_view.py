@@ -97,6 +97,7 @@ class ProgressDisplay:
         self._started = time.monotonic()
         self._next = self._started + (LIVE_INTERVAL_S if live else PLAIN_INTERVAL_S)
         self._live = None
+        self._redrawn = live
         if live:
             from rich.live import Live
 
@@ -119,9 +120,16 @@ class ProgressDisplay:
             self._next = now + PLAIN_INTERVAL_S
 
     def close(self) -> None:
-        """Draws the last status and leaves it on the screen."""
-        if self._live is not None:
+        """Draws the last status and leaves it on the screen; plain lines end with the
+        run's last figures, so a run shorter than one interval still logs them."""
+        if not self._redrawn:
             self._watch.poll()
-            self._live.update(status_table(self._watch, time.monotonic() - self._started))
-            self._live.stop()
-            self._live = None
+            if self._watch.progress:
+                self._echo(plain_line(self._watch, time.monotonic() - self._started))
+            return
+        if self._live is None:
+            return
+        self._watch.poll()
+        self._live.update(status_table(self._watch, time.monotonic() - self._started))
+        self._live.stop()
+        self._live = None
