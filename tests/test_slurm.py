@@ -489,8 +489,8 @@ def test_a_killed_impala_learner_comes_back_inside_the_job(cluster, tmp_path: Pa
     (DQN's learner restart is the local fault suite's, its requeue the test above)."""
     run_dir = tmp_path / "run"
     # The kill comes at about 160 updates (2 s in, at the first checkpoint); the CPU
-    # learner makes 500 about 3 s later, 1,000 leaves it a margin under load.
-    job_id = submit(run_dir, "--max-updates", "1000", "--set", "learner.checkpoint_interval_s=2",
+    # learner makes 500 about 3 s later, 700 leaves it a margin under load.
+    job_id = submit(run_dir, "--max-updates", "700", "--set", "learner.checkpoint_interval_s=2",
                     "--set", "algorithm=impala")  # fmt: skip
     poll(lambda: latest_updates(run_dir) >= 100 and list((run_dir / "checkpoints").glob("*.pt")),
          120, "100 updates and a checkpoint")  # fmt: skip
@@ -506,7 +506,7 @@ def test_a_killed_impala_learner_comes_back_inside_the_job(cluster, tmp_path: Pa
     assert len(starts) == 2 and starts[1]["updates"] > 0, output  # from its checkpoint
     assert starts[1]["algorithm"] == "IMPALA"
     end = end_record(run_dir)
-    assert end["reason"] == "max_updates" and end["updates"] == 1000
+    assert end["reason"] == "max_updates" and end["updates"] == 700
     assert end["delivery"]["transitions_lost"] == 0, end["delivery"]
 
 
@@ -528,7 +528,7 @@ def test_a_multi_prog_r2d2_job_fills_three_nodes_and_survives_kill_9_of_shard_an
             "learner.checkpoint_interval_s=1"]  # fmt: skip
     job_id = submit(
         run_dir, "--layout", "multi-prog", "--nodes", "3", "--set", "actors=3",
-        "--max-updates", "800", *(part for setting in r2d2 for part in ("--set", setting)),
+        "--max-updates", "500", *(part for setting in r2d2 for part in ("--set", setting)),
     )  # fmt: skip
 
     def ready_to_kill() -> bool:
@@ -550,7 +550,7 @@ def test_a_multi_prog_r2d2_job_fills_three_nodes_and_survives_kill_9_of_shard_an
     assert len(starts) == 2 and starts[1]["updates"] > 0, output  # from its checkpoint
     assert {r["algorithm"] for r in starts} == {"R2D2"}
     end = end_record(run_dir)
-    assert end["reason"] == "max_updates" and end["updates"] == 800
+    assert end["reason"] == "max_updates" and end["updates"] == 500
     assert end["delivery"]["actors_heard"] == 3, end["delivery"]
     for actor in end["delivery"]["actors"].values():
         assert actor["transitions_received"] > 0
