@@ -31,7 +31,7 @@ def bench_faults(quick, faults, slurm, json_path, markdown_path) -> None:
 
 
 @click.command("fleet")
-@click.option("--quick", is_flag=True, help="Fleets of 16 and 64, 6 s windows.")
+@click.option("--quick", is_flag=True, help="Fleets of 16 and 64, 12 s windows.")
 @click.option("--env", "env_name", type=click.Choice(["CartPole-v1", "Pong"]),
               default="CartPole-v1", help="Whose recorded transitions it sends.")  # fmt: skip
 @click.option("--actors", "fleet_sizes", multiple=True, type=click.IntRange(min=1),
