@@ -9,10 +9,10 @@
 #                                   to pytest, e.g. --fast tests/test_wire.py
 #
 # Tests run in APEX_TEST_WORKERS (2) pytest-xdist workers, a test file to a worker, the
-# longest files first (tests/conftest.py). Most of the suite waits on child processes,
-# sockets and Slurm; three workers finish a minute sooner on a 2-core machine, but three
-# of four full runs there each failed a different test that times real training under
-# load, so two it is. A fixture made once (the Slurm
+# longest files first (tests/conftest.py: the Slurm file alone takes 4.5 minutes). Most of
+# the suite waits on child processes, sockets and Slurm; three workers finish a minute
+# sooner on a 2-core machine, but three of four full runs there each failed a different
+# test that times real training under load, so two it is. A fixture made once (the Slurm
 # cluster, a training run, a fleet) serves only the tests of its own file, so no two
 # workers make it.
 # APEX_TEST_WORKERS=0 runs them in this process, e.g. for pdb.
@@ -31,7 +31,5 @@ APEX_EXTRAS=${APEX_EXTRAS:-dev,bench,box2d,atari,mujoco,minatar,popgym} bash scr
 if [ "$(id -u)" = 0 ]; then export APEX_REQUIRE_SLURM=${APEX_REQUIRE_SLURM:-1}; fi
 workers=${APEX_TEST_WORKERS:-2}
 parallel=()
-# --no-loadscope-reorder: the files go out longest first (tests/conftest.py), not by
-# their number of tests, xdist's default.
-if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder); fi
+if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
 exec .venv/bin/python -m pytest "${parallel[@]}" "${tier[@]}" "$@"
