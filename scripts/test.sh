@@ -8,13 +8,15 @@
 #                                   load, emulators, property searches); other arguments go
 #                                   to pytest, e.g. --fast tests/test_wire.py
 #
-# Tests run in APEX_TEST_WORKERS (2) pytest-xdist workers, a test file to a worker, the
-# longest files first (tests/conftest.py: the Slurm file alone takes 4.5 minutes). Most of
-# the suite waits on child processes, sockets and Slurm; three workers finish a minute
-# sooner on a 2-core machine, but three of four full runs there each failed a different
-# test that times real training under load, so two it is. A fixture made once (the Slurm
-# cluster, a training run, a fleet) serves only the tests of its own file, so no two
-# workers make it.
+# Tests run in APEX_TEST_WORKERS (2) pytest-xdist workers, a test file to a worker, in
+# xdist's order (files of more tests first). Handing out the longest files first was
+# measured worse: their training runs then share the cores, slow each other, and a run
+# that ends at its solve trains longer (481 s and 476 s of pytest against 457-464 s).
+# Most of the suite waits on child processes, sockets and Slurm; three workers finish a
+# minute sooner on a 2-core machine, but three of four full runs there each failed a
+# different test that times real training under load, so two it is. A fixture made once
+# (the Slurm cluster, a training run, a fleet) serves only the tests of its own file, so
+# no two workers make it.
 # APEX_TEST_WORKERS=0 runs them in this process, e.g. for pdb.
 set -euo pipefail
 cd "$(dirname "$0")/.."

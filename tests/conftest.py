@@ -31,21 +31,6 @@ SMALL_SPEC = TransitionSpec.from_dict(
 )
 
 
-# The files that take longest, longest first: pytest-xdist hands each worker a file at a
-# time in collection order (``--dist loadfile``), and a long file handed out last keeps
-# one worker busy while the other idles (the Slurm file alone takes about 4.5 minutes).
-LONGEST_FILES = ("test_slurm.py", "test_bench_cli.py", "test_train.py", "test_cost_model.py",
-                 "test_bench_learning.py", "test_dpg.py", "test_live_views.py")  # fmt: skip
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
-
-    items.sort(key=rank)  # stable: each file keeps its own order
-
-
 @pytest.fixture(autouse=True)
 def denormals_as_ieee_says():
     """A role run in-process (``apex learner`` through click's runner) flushes denormals
