@@ -23,15 +23,17 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "$f
   exit 0
 fi
 # uv installs the same packages as pip, resolving and unpacking in parallel: a fresh .venv
-# takes about 10 s instead of pip's 50. It reads the find-links pip is given here (the
-# local torch wheel; uv wants them comma-separated). Where uv cannot be had, or fails,
-# pip does the same install.
+# takes about 20 s instead of pip's 50. It reads the find-links pip is given here (the
+# local torch wheel; uv wants them comma-separated). Like pip it compiles the bytecode at
+# install: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) nothing
+# else would, and every process would compile torch again (2.8 s instead of 1.4 s an
+# import). Where uv cannot be had, or fails, pip does the same install.
 if [ -n "${PIP_FIND_LINKS:-}" ] && [ -z "${UV_FIND_LINKS:-}" ]; then
   export UV_FIND_LINKS=${PIP_FIND_LINKS// /,}
 fi
 install() {
   if { [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -qq uv 2>/dev/null; } &&
-      .venv/bin/uv pip install -q --python .venv/bin/python "$@"; then
+      .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "$@"; then
     return
   fi
   .venv/bin/python -m pip install -qq --disable-pip-version-check "$@"
@@ -42,18 +44,4 @@ fi
 # -q: installer notices (an editable-install banner) are noise on every run; errors
 # still print.
 install -e ".[${EXTRAS}]"
-# pip compiles what it installs to bytecode; uv does not, and where PYTHONDONTWRITEBYTECODE
-# is set (as on this project's machines) no process would write it either: each would
-# compile torch again (2.8 s an import instead of 1.4 s). Importing what the roles, the
-# benchmarks' peers and the tests import, once, with bytecode allowed, writes it in about
-# 4 s (compiling everything uv installed takes 11 s).
-warm="import torch, numba, numpy, zmq, gymnasium, click, rich, matplotlib.pyplot
-import launch.cli, launch.role_commands, apex.learning.learner, apex.acting.actor
-import replay.server.shard
-for name in ('ale_py', 'stable_baselines3', 'sb3_contrib', 'pytest', 'hypothesis'):
-    try:
-        __import__(name)
-    except ImportError:  # an extra not asked for
-        pass"
-env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "$warm"
 echo "$want" > "$stamp"
