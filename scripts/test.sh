@@ -10,8 +10,8 @@
 #
 # Tests run in APEX_TEST_WORKERS (2) pytest-xdist workers, a test file to a worker, in
 # xdist's order (files of more tests first). Handing out the longest files first was
-# measured worse: their training runs then share the cores, slow each other, and a run
-# that ends at its solve trains longer (481 s and 476 s of pytest against 457-464 s).
+# measured slower (bench/HISTORY.md has the runs): their training runs then share the
+# cores and slow each other, and a run that ends at its solve trains longer.
 # Most of the suite waits on child processes, sockets and Slurm; three workers finish a
 # minute sooner on a 2-core machine, but three of four full runs there each failed a
 # different test that times real training under load, so two it is. A fixture made once
