@@ -97,7 +97,6 @@ class ProgressDisplay:
         self._started = time.monotonic()
         self._next = self._started + (LIVE_INTERVAL_S if live else PLAIN_INTERVAL_S)
         self._live = None
-        self._redrawn = live
         if live:
             from rich.live import Live
 
@@ -120,16 +119,15 @@ class ProgressDisplay:
             self._next = now + PLAIN_INTERVAL_S
 
     def close(self) -> None:
-        """Draws the last status and leaves it on the screen; plain lines end with the
-        run's last figures, so a run shorter than one interval still logs them."""
-        if not self._redrawn:
-            self._watch.poll()
-            if self._watch.progress:
-                self._echo(plain_line(self._watch, time.monotonic() - self._started))
-            return
-        if self._live is None:
-            return
+        """Draws the last status and leaves it on the screen (called once, at the end);
+        plain lines end with the run's last figures, so a run shorter than one interval
+        still logs them."""
         self._watch.poll()
-        self._live.update(status_table(self._watch, time.monotonic() - self._started))
+        elapsed = time.monotonic() - self._started
+        if self._live is None:
+            if self._watch.progress:
+                self._echo(plain_line(self._watch, elapsed))
+            return
+        self._live.update(status_table(self._watch, elapsed))
         self._live.stop()
         self._live = None
