@@ -151,3 +151,24 @@ def test_the_keeper_survives_a_second_sigterm_after_its_stop() -> None:
         if keeper.poll() is None:
             keeper.kill()
         keeper.stdout.close()
+
+
+# A role still starting up: no stop handler yet, so SIGTERM kills it.
+STARTING_UP = "import signal; print('up', flush=True); signal.pause()"
+
+
+def test_a_child_stopped_while_it_starts_up_ends_the_task_cleanly() -> None:
+    """A restarted actor still importing its modules when the job ends dies of the TERM
+    that stops the step: that is the stop the job asked for, not a failure of the task."""
+    keeper = subprocess.Popen(
+        [sys.executable, "-c", KEEPER, STARTING_UP, "x"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert keeper.stdout.readline().strip() == "up"
+        os.killpg(keeper.pid, signal.SIGTERM)
+        assert keeper.wait(20) == 0  # not 241: -SIGTERM as an exit status
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+        keeper.stdout.close()

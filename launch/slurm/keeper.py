@@ -57,6 +57,13 @@ def run_restarting(
     while True:
         child = subprocess.Popen(command)
         code = _wait(child, stopping, forward_after_s)
+        if stopping.is_set() and code == -signal.SIGTERM:
+            # A role takes TERM as its stop once its handler is in place, before it takes
+            # any data; one that dies of it was still starting (a restarted actor
+            # importing torch when the job ended: the job FAILED, seen in CI), and the
+            # stop it was sent is the one that happened.
+            logger.info("%s stopped while starting up", what)
+            return 0
         if stopping.is_set() or not restart_if(code):
             return code
         if restarts >= budget:
