@@ -117,6 +117,23 @@ class FillingSource(LocalSource):
         return [state]
 
 
+class NeverFillingSource(LocalSource):
+    """Shards that never hold enough to sample: ``start`` polls as the sampler does until
+    it is cancelled (or, bounded, for ``give_up_s``)."""
+
+    def __init__(self, store, stage, give_up_s: float = 10.0) -> None:
+        super().__init__(store, stage)
+        self.give_up_s, self.polls = give_up_s, 0
+
+    def start(self, cancelled=None, waiting=None) -> bool:
+        deadline = time.monotonic() + self.give_up_s
+        while time.monotonic() < deadline and not cancelled.is_set():
+            threading.Event().wait(0.01)
+            self.polls += 1
+            waiting()
+        return False
+
+
 class _Policy:
     """Takes published weights the way an actor's policy does (apex.weights.WeightTaker)."""
 
@@ -467,3 +484,17 @@ def test_while_the_shards_fill_the_learner_says_how_far_they_are_and_what_they_r
     status = run_status(tmp_path)
     assert status["faults"]["insert_messages_rejected"] == 75
     assert any("insert_messages_rejected 75" in line for line in status_lines(status))
+
+
+def test_the_time_limit_ends_a_run_whose_shards_never_fill(tmp_path: Path) -> None:
+    """``--max-time`` bounds the wait for data too: a run whose replay never reaches its
+    ``min_size`` ends at its limit, with its final checkpoint, instead of waiting on."""
+    store = filled_store(np.random.default_rng(6))
+    learner = make_learner(tmp_path, store, max_time_s=0.2)
+    learner.source = source = NeverFillingSource(store, learner.source.stage)
+    outcome = learner.run()
+    assert outcome.reason == "max_time" and outcome.counters.updates == 0
+    assert source.polls < 100  # 0.2 s of 10-ms polls, not the 10-s bound
+    assert list((tmp_path / "checkpoints").glob("checkpoint-*.pt"))
+    [end] = [r for r in read_metrics(tmp_path) if r["event"] == "end"]
+    assert end["reason"] == "max_time" and end["updates"] == 0

@@ -190,14 +190,19 @@ class Learner:
         try:
             logger.info("waiting for the shards to hold data to sample")
             if not self.source.start(cancelled=self._stop, waiting=self._while_filling):
-                logger.info("stopped before the shards held data")
+                if self._out_of_time():
+                    outcome.reason = "max_time"
+                    logger.warning("the run's %g s ran out before the shards held data to "
+                                   "sample: no update made", config.max_time_s)  # fmt: skip
+                else:
+                    logger.info("stopped before the shards held data")
             else:
                 logger.info("training on %s", self._device)
             while not self._stop.is_set():
                 if config.max_updates is not None and self.counters.updates >= config.max_updates:
                     outcome.reason = "max_updates"
                     break
-                if config.max_time_s is not None and self._elapsed_s() >= config.max_time_s:
+                if self._out_of_time():
                     outcome.reason = "max_time"
                     break
                 if not self._train_one():
@@ -311,7 +316,13 @@ class Learner:
         self._weights.publish(self.algorithm.policy, self.counters.weight_version,
                               self.counters.updates, self._episodes.env_steps())  # fmt: skip
 
+    def _out_of_time(self) -> bool:
+        return self.config.max_time_s is not None and self._elapsed_s() >= self.config.max_time_s
+
     def _while_filling(self) -> None:
+        if self._out_of_time():  # the time limit bounds the wait for data too
+            self._stop.set()
+            return
         self._resend_weights_if_due()
         now = time.monotonic()
         if now - self._last_waiting >= self.config.metrics_interval_s:
