@@ -76,20 +76,27 @@ sys.exit(0)
 """
 
 
-def test_a_signal_to_the_whole_step_reaches_the_child_once() -> None:
-    keeper_code = KEEPER.replace("forward_after_s=0.5", "forward_after_s=10.0")
+def _keeper_exit_after_a_step_signal(keeper_code: str, child_code: str) -> int:
+    """The exit status of a keeper of ``child_code`` once the child is up and the whole
+    process group gets SIGTERM, as slurmstepd sends a step's tasks."""
     keeper = subprocess.Popen(
-        [sys.executable, "-c", keeper_code, SLOW_STOPPER, "x"],
+        [sys.executable, "-c", keeper_code, child_code, "x"],
         stdout=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
         assert keeper.stdout.readline().strip() == "up"
-        os.killpg(keeper.pid, signal.SIGTERM)  # what slurmstepd does to a step's tasks
-        assert keeper.wait(20) == 0  # the child finished its stop, not killed by a second
+        os.killpg(keeper.pid, signal.SIGTERM)
+        return keeper.wait(20)
     finally:
         if keeper.poll() is None:
             keeper.kill()
         keeper.stdout.close()
+
+
+def test_a_signal_to_the_whole_step_reaches_the_child_once() -> None:
+    keeper_code = KEEPER.replace("forward_after_s=0.5", "forward_after_s=10.0")
+    # The child finished its stop, not killed by a second signal.
+    assert _keeper_exit_after_a_step_signal(keeper_code, SLOW_STOPPER) == 0
 
 
 # The roles' stop handler: counts stop requests, then is interrupted by a second SIGINT.
@@ -160,15 +167,4 @@ STARTING_UP = "import signal; print('up', flush=True); signal.pause()"
 def test_a_child_stopped_while_it_starts_up_ends_the_task_cleanly() -> None:
     """A restarted actor still importing its modules when the job ends dies of the TERM
     that stops the step: that is the stop the job asked for, not a failure of the task."""
-    keeper = subprocess.Popen(
-        [sys.executable, "-c", KEEPER, STARTING_UP, "x"],
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        assert keeper.stdout.readline().strip() == "up"
-        os.killpg(keeper.pid, signal.SIGTERM)
-        assert keeper.wait(20) == 0  # not 241: -SIGTERM as an exit status
-    finally:
-        if keeper.poll() is None:
-            keeper.kill()
-        keeper.stdout.close()
+    assert _keeper_exit_after_a_step_signal(KEEPER, STARTING_UP) == 0  # not 241: -SIGTERM
