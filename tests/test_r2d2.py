@@ -410,33 +410,3 @@ def test_apex_train_solves_the_cue_with_r2d2_over_sockets(tmp_path) -> None:
     assert " sequences/s | " in learner_log and "transitions/s" not in learner_log
     measured = [r["stored_state_dq"] for r in records if "stored_state_dq" in r]
     assert measured and all(value >= 0 for value in measured)
-
-
-@pytest.mark.slow
-def test_an_r2d2_run_survives_kill_9_of_its_shard_and_its_learner(tmp_path) -> None:
-    """The recoveries a transition shard and a DQN learner have, for sequences: the shard
-    comes back from its snapshot of sequences and training goes on; the learner resumes
-    from its R2D2 checkpoint and trains on."""
-    import re
-
-    from apex.learning.metrics import read_metrics
-    from tests.test_train import kill_in_turn, processes_of, shard_and_learner_kills, train
-
-    run_dir = tmp_path / "r2d2-kills"
-    settings = ["algorithm=r2d2", "replay.snapshot_interval_s=1",
-                "learner.checkpoint_interval_s=1", "replay.min_size=64",
-                "learner.batch_size=16", "learner.hidden=[32]", "actor.hidden=[32]",
-                "r2d2.sequence_length=8", "r2d2.sequence_period=4", "r2d2.burn_in=2",
-                "r2d2.lstm_units=16"]  # fmt: skip
-    process = train(run_dir, "--plain", "--actors", "1", "--max-time", "600",
-                    "--target-return", "1e9",
-                    *(part for setting in settings for part in ("--set", setting)))  # fmt: skip
-    output = kill_in_turn(process, run_dir, shard_and_learner_kills(run_dir, 50))
-    assert process.returncode == 0, output
-    assert "shard 0 died" in output and "from its newest snapshot" in output
-    assert "learner 0 died" in output and "from its newest checkpoint" in output
-    log = (run_dir / "logs" / "shard-0.log").read_text()
-    assert re.search(r"restored \S+: [1-9]\d* transitions", log), log[-2000:]
-    starts = [r for r in read_metrics(run_dir) if r.get("event") == "start"]
-    assert starts[1]["algorithm"] == "R2D2" and starts[1]["updates"] > 0
-    assert processes_of(run_dir) == []

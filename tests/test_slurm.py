@@ -517,7 +517,9 @@ def test_a_multi_prog_r2d2_job_fills_three_nodes_and_survives_kill_9_of_shard_an
     """The multi-prog layout, with R2D2: its sequences cross the hosts to the shard as
     transitions do (DQN, DPG and IMPALA take the hetjob layout in the jobs above), and its
     shard and learner, killed with -9 together, come back inside the job: the shard from its
-    snapshot of sequences, the learner from its R2D2 checkpoint."""
+    snapshot of sequences, the learner from its R2D2 checkpoint. R2D2's recoveries are
+    proved here; the local supervisor's restarts, the same for every algorithm, are
+    tests/test_train.py's."""
     run_dir = tmp_path / "run"
     # 1 learner + 1 shard + 3 actors over 3 nodes, 2 tasks per node, nodes in name order:
     # actor (learner, shard), learner (actors 0-1), shard (actor 2). Ranks: learner 0,
