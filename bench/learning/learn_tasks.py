@@ -53,17 +53,22 @@ class Task:
 MINATAR_GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
 QUICK_BUDGET_S = 8.0
 TEN_SEEDS = tuple(range(10))
+POPGYM_GAMES = (  # the game, its budget in seconds, the times its returns are read
+    ("RepeatFirstEasy", 300.0, (30.0, 60.0, 120.0, 300.0)),
+    ("RepeatPreviousEasy", 600.0, (60.0, 120.0, 300.0, 600.0)),
+    ("PositionOnlyCartPoleEasy", 600.0, (60.0, 120.0, 300.0, 600.0)),
+)
 TASKS = {
     task.case: task
     for task in (
         # Partially observed (the popgym extra): R2D2 against sb3-contrib's RecurrentPPO,
         # DQN on the same task (apex's own side of the "dqn/" task) as the memoryless
         # control, and DQN on the newest 4 observations ("dqn-stack4/"). Returns at the
-        # budgets: POPGym gives no thresholds.
-        *(Task(f"popgym:popgym-{game}-v0", "sb3-recurrent-ppo", None, 600.0, 5_000, 20, 0,
-               TEN_SEEDS, (60.0, 120.0, 300.0, 600.0), 10_000_000, settings,
-               f"{name}/popgym-{game}")
-          for game in ("RepeatPreviousEasy", "PositionOnlyCartPoleEasy")
+        # budgets: POPGym gives no thresholds. RepeatFirst's cue is the episode's first
+        # card, past any stack; RepeatPreviousEasy's is 4 steps back, inside one.
+        *(Task(f"popgym:popgym-{game}-v0", "sb3-recurrent-ppo", None, budget_s, 5_000, 20,
+               0, TEN_SEEDS, checkpoints_s, 10_000_000, settings, f"{name}/popgym-{game}")
+          for game, budget_s, checkpoints_s in POPGYM_GAMES
           for name, settings in (("r2d2", ("algorithm=r2d2",)), ("dqn", ("algorithm=dqn",)),
                                  ("dqn-stack4", ("algorithm=dqn", "env.stack=4")))),
         # gymnasium's definition: 475 over 100 consecutive episodes.
