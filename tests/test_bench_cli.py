@@ -206,10 +206,15 @@ def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, su
             "nature-cnn-cpu-b32",
             "ddpg-mlp-cpu-b256",
             "td3-mlp-cpu-b256",
+            "r2d2-mlp-cpu-b32",
         } <= cases
         by_case = {(r["case"], r["metric"]): r["median"] for r in ok}
         assert by_case[("mlp-cpu-b512", "samples")] == pytest.approx(
             512 * by_case[("mlp-cpu-b512", "updates")]
+        )
+        # A sequence's samples are its steps: 32 sequences of the popgym preset's 20.
+        assert by_case[("r2d2-mlp-cpu-b32", "samples")] == pytest.approx(
+            32 * 20 * by_case[("r2d2-mlp-cpu-b32", "updates")]
         )
     else:
         assert {"CartPole-v1-k1", "CartPole-v1-k8", "Pendulum-v1-k4", "HalfCheetah-v5-k1",

@@ -3,7 +3,11 @@ present, for the dueling MLP (vector observations), the Nature CNN (Atari frames
 Ape-X DPG's update at HalfCheetah's sizes, plain (``ddpg-mlp``, the default) and with
 TD3's fixes (``td3-mlp``), and IMPALA's V-trace update on batches of unrolls of T = 20
 (``impala-mlp`` at CartPole's sizes, ``impala-nature-cnn`` at Atari's; its ``samples``
-count the unrolls' steps, B × T a batch).
+count the unrolls' steps, B × T a batch), and R2D2's update on batches of sequences
+(``r2d2-mlp``: the popgym preset's LSTM of 64 on sequences of 20 with a burn-in of 5;
+``r2d2-nature-cnn``: R2D2's defaults, an LSTM of 512 on sequences of 80 with a burn-in of
+40; a fifth of each batch starts its episode, as on a short-episode task; ``samples``
+count B × m steps).
 
 Each figure times ``apex.algorithms.dqn.learner.dqn_step`` (forward, double-DQN target, backward,
 clipping, fused Adam) on a fixed random batch already on the device, so it is the learner's compute
@@ -27,6 +31,7 @@ from apex.algorithms.dpg.learner import DPG
 from apex.algorithms.dqn.learner import DoubleDQN, dqn_step
 from apex.algorithms.dqn.settings import DQNSettings
 from apex.algorithms.networks import build_network
+from apex.algorithms.r2d2.settings import R2D2Settings
 from apex.algorithms.updates import adam
 from apex.learning.staging import DeviceBatch
 from apex.settings import LearnerConfig
@@ -88,6 +93,11 @@ def run(
     # IMPALA: batches of unrolls (its default is 32).
     cases.append(("impala-mlp", (4,), (256, 256), (32,) if quick else (8, 32, 128)))
     cases.append(("impala-nature-cnn", (4, 84, 84), (256,), (8,) if quick else (8, 32)))
+    # R2D2: batches of sequences (its default is 64; the popgym preset's 32). An update of
+    # 64 x 80 Atari steps takes seconds on the CPU: there, only the smallest batch.
+    cases.append(("r2d2-mlp", (4,), (64,), (32,) if quick else (16, 32, 64)))
+    if not quick:
+        cases.append(("r2d2-nature-cnn", (4, 84, 84), (512,), (8, 64)))
     per_repeat = seconds_per_repeat or (0.05 if quick else 0.5)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(torch_threads)
@@ -112,7 +122,7 @@ def run(
                     }  # fmt: skip
                     base = {"suite": SUITE, "case": case, "implementation": "apex", "status": "ok"}
                     records.append({**base, **updates, "params": params})
-                    steps = batch_size * (UNROLL_LENGTH if network.startswith("impala") else 1)
+                    steps = batch_size * _steps_per_item(network)
                     records.append({**base, **_scaled(updates, steps), "params": params})
                     if batch_size in PHASE_BATCHES.get((network, device.type, quick), ()):
                         phase_timing = {**timing, "seconds_per_repeat": min(per_repeat, 0.25)}
@@ -187,9 +197,69 @@ def _measure_impala(shape, hidden, batch_size: int, device: torch.device, timing
     return measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
 
 
+def _r2d2_settings(network: str):
+    from launch.config import resolve
+
+    if network == "r2d2-mlp":  # the popgym preset's, read without making its env
+        run = resolve({"env": "popgym:popgym-RepeatFirstEasy-v0", "algorithm": "r2d2"},
+                      sized=False)  # fmt: skip
+        return run.learner, run.algorithms["r2d2"]
+    run = resolve({"env": "CartPole-v1", "algorithm": "r2d2"}, sized=False)
+    return run.learner, R2D2Settings()  # R2D2's own defaults: sequences of 80, an LSTM of 512
+
+
+def _steps_per_item(network: str) -> int:
+    if network.startswith("impala"):
+        return UNROLL_LENGTH
+    if network.startswith("r2d2"):
+        return _r2d2_settings(network)[1].sequence_length
+    return 1
+
+
+def _measure_r2d2(
+    network: str, shape, hidden, batch_size: int, device: torch.device, timing: dict
+) -> dict:
+    from apex.algorithms.r2d2.learning import R2D2
+    from apex.algorithms.r2d2.network import RecurrentQNetwork
+
+    config, settings = _r2d2_settings(network)
+    config = dataclasses.replace(config, hidden=hidden)
+    actions = 6
+    online = RecurrentQNetwork(shape, actions, hidden, settings.lstm_units)
+    algorithm = R2D2(config, settings, online, device)
+    steps, units = settings.sequence_length, settings.lstm_units
+    if len(shape) == 3:
+        observations = torch.randint(0, 256, (batch_size, steps + 1, *shape), dtype=torch.uint8,
+                                     device=device)  # fmt: skip
+    else:
+        observations = torch.randn(batch_size, steps + 1, *shape, device=device)
+    generator = torch.Generator().manual_seed(0)
+    sequences = {
+        "obs": observations,
+        "action": torch.randint(0, actions, (batch_size, steps), device=device),
+        "reward": torch.randn(batch_size, steps, device=device),
+        "discount": torch.full((batch_size, steps), 0.99, device=device),
+        "mask": torch.ones(batch_size, steps, device=device),
+        "state": torch.randn(batch_size, 2, units, device=device),
+        "burn_in_state": torch.randn(batch_size, 2, units, device=device),
+        "starts": (torch.rand(batch_size, generator=generator) < 0.2).float().to(device),
+    }
+    batch = DeviceBatch(sequences, torch.ones(batch_size, device=device), None)
+
+    def step() -> None:
+        algorithm.step(batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    warmup = 2 if len(shape) == 3 else 10
+    return measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
+
+
 def _measure(
     network: str, shape, hidden, batch_size: int, device: torch.device, timing: dict
 ) -> dict:
+    if network.startswith("r2d2"):
+        return _measure_r2d2(network, shape, hidden, batch_size, device, timing)
     if network in ("ddpg-mlp", "td3-mlp"):
         return _measure_dpg(network, shape, hidden, batch_size, device, timing)
     if network.startswith("impala"):
