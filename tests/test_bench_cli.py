@@ -38,6 +38,7 @@ def test_every_registered_suite_has_a_command_with_help(name: str) -> None:
         (["bench", "replay", "--peer-python", "torchrl"], "is not NAME=PATH"),
         (["bench", "replay", "--peer-python", "torchrl=/no/such/python"], "does not exist"),
         (["bench", "nosuchsuite"], "No such command"),
+        (["bench", "learner", "--network", "lstm"], "--network: no lstm; there are mlp"),
     ],
 )
 def test_bad_options_are_refused_with_a_clear_message(arguments, message) -> None:

@@ -77,27 +77,18 @@ def run(
     seconds_per_repeat: float | None = None,
     torch_threads: int = 2,
     device_types: tuple[str, ...] = ("cpu", "cuda"),
+    networks: tuple[str, ...] = (),
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, object]:
     """Updates/s of each case on each device in ``device_types`` that torch sees here, and
     the phases of the DQN update (:mod:`bench.parts.learner_phases`) at the batch sizes in
-    :data:`PHASE_BATCHES`."""
+    :data:`PHASE_BATCHES`; only the cases of ``networks`` (:data:`NETWORKS`) where given."""
     available = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     devices = [torch.device(kind) for kind in available if kind in device_types]
-    cases = [("mlp", (4,), (256, 256), (32, 128, 512) if quick else (32, 64, 128, 256, 512))]
-    cases.append(("nature-cnn", (4, 84, 84), (256,), (32,) if quick else (32, 64, 128, 256, 512)))
-    # Ape-X DPG at HalfCheetah's sizes (17 observations, 6 actions, 256x256 nets): the
-    # default DDPG update, and TD3's (two critics; the policy every second update).
-    for variant in ("ddpg-mlp", "td3-mlp"):
-        cases.append((variant, (17,), (256, 256), (256,) if quick else (64, 256, 512)))
-    # IMPALA: batches of unrolls (its default is 32).
-    cases.append(("impala-mlp", (4,), (256, 256), (32,) if quick else (8, 32, 128)))
-    cases.append(("impala-nature-cnn", (4, 84, 84), (256,), (8,) if quick else (8, 32)))
-    # R2D2: batches of sequences (its default is 64; the popgym preset's 32). An update of
-    # 64 x 80 Atari steps takes seconds on the CPU: there, only the smallest batch.
-    cases.append(("r2d2-mlp", (4,), (64,), (32,) if quick else (16, 32, 64)))
-    if not quick:
-        cases.append(("r2d2-nature-cnn", (4, 84, 84), (512,), (8, 64)))
+    unknown = set(networks) - set(NETWORKS)
+    if unknown:
+        raise ValueError(f"no learner case {sorted(unknown)}; the cases: {', '.join(NETWORKS)}")
+    cases = [case for case in _cases(quick) if not networks or case[0] in networks]
     per_repeat = seconds_per_repeat or (0.05 if quick else 0.5)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(torch_threads)
@@ -106,7 +97,9 @@ def run(
     try:
         for device in devices:
             # On CUDA, DQN's update also as the learner runs it there: captured in a graph.
-            graphed = [(f"{network}-graph", *rest) for network, *rest in cases[:2]]
+            graphed = [
+                (f"{network}-graph", *rest) for network, *rest in cases if network in GRAPHED
+            ]
             for network, shape, hidden, batch_sizes in cases + (
                 graphed if device.type == "cuda" else []
             ):
@@ -133,6 +126,30 @@ def run(
         torch.set_flush_denormal(False)  # the default, for whatever runs next in-process
     config = {"quick": quick, "repeats": repeats, "seconds_per_repeat": per_repeat}
     return {"records": records, "ratios": [], "config": {**config, "torch_threads": torch_threads}}
+
+
+NETWORKS = ("mlp", "nature-cnn", "ddpg-mlp", "td3-mlp", "impala-mlp", "impala-nature-cnn",
+            "r2d2-mlp", "r2d2-nature-cnn")  # fmt: skip
+GRAPHED = ("mlp", "nature-cnn")  # on CUDA, also as the learner runs DQN there: in a graph
+
+
+def _cases(quick: bool) -> list[tuple]:
+    """(network, observation shape, hidden, batch sizes) of every case."""
+    cases = [("mlp", (4,), (256, 256), (32, 128, 512) if quick else (32, 64, 128, 256, 512))]
+    cases.append(("nature-cnn", (4, 84, 84), (256,), (32,) if quick else (32, 64, 128, 256, 512)))
+    # Ape-X DPG at HalfCheetah's sizes (17 observations, 6 actions, 256x256 nets): the
+    # default DDPG update, and TD3's (two critics; the policy every second update).
+    for variant in ("ddpg-mlp", "td3-mlp"):
+        cases.append((variant, (17,), (256, 256), (256,) if quick else (64, 256, 512)))
+    # IMPALA: batches of unrolls (its default is 32).
+    cases.append(("impala-mlp", (4,), (256, 256), (32,) if quick else (8, 32, 128)))
+    cases.append(("impala-nature-cnn", (4, 84, 84), (256,), (8,) if quick else (8, 32)))
+    # R2D2: batches of sequences (its default is 64; the popgym preset's 32). An update of
+    # 64 x 80 Atari steps takes seconds on the CPU: there, only the smallest batch.
+    cases.append(("r2d2-mlp", (4,), (64,), (32,) if quick else (16, 32, 64)))
+    if not quick:
+        cases.append(("r2d2-nature-cnn", (4, 84, 84), (512,), (8, 64)))
+    return cases
 
 
 def _measure_dpg(

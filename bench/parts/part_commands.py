@@ -130,8 +130,12 @@ def bench_shard(
     "--device", "devices", type=click.Choice(["cpu", "cuda"]), multiple=True,
     help="Only these devices (repeatable) [the CPU, and CUDA where torch sees it].",
 )  # fmt: skip
+@click.option(
+    "--network", "networks", multiple=True,
+    help="Only this network's cases (repeatable; mlp, nature-cnn, r2d2-mlp, ...) [all].",
+)  # fmt: skip
 @report_options
-def bench_learner(quick, repeats, threads, devices, json_path, markdown_path) -> None:
+def bench_learner(quick, repeats, threads, devices, networks, json_path, markdown_path) -> None:
     """Learner updates/s by batch size (MLP and Nature CNN), CPU and CUDA when present,
     and where a DQN update's time goes (staging, forward, backward, optimizer, read back)."""
     from bench.parts import learner_suite
@@ -141,11 +145,15 @@ def bench_learner(quick, repeats, threads, devices, json_path, markdown_path) ->
 
         if not torch.cuda.is_available():
             raise click.UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
+    unknown = sorted(set(networks) - set(learner_suite.NETWORKS))
+    if unknown:
+        raise click.UsageError(f"--network: no {', '.join(unknown)}; there are "
+                               f"{', '.join(learner_suite.NETWORKS)}")  # fmt: skip
 
     def run_suite(memory_bytes: int | None) -> dict:
         return learner_suite.run(
             quick=quick, repeats=repeats, torch_threads=threads, progress=progress,
-            device_types=tuple(devices) or ("cpu", "cuda"),
+            device_types=tuple(devices) or ("cpu", "cuda"), networks=tuple(networks),
         )  # fmt: skip
 
     run_bench(learner_suite.SUITE, run_suite, json_path, markdown_path)
