@@ -188,7 +188,9 @@ def test_the_n_step_targets_are_the_rescaled_returns_bootstrapped_within_the_epi
 
     network, sequences = _network(value=2.0), _sequences()
     sequences["discount"][1, 2] = 0.0  # the second sequence's episode terminates at step 2
-    delta, mask, _ = sequence_td(network, network, sequences, burn_in=1, n_step=3)
+    found = sequence_td(network, network, sequences, burn_in=1, n_step=3)
+    delta, mask = found.delta[:, 1:], found.mask[:, 1:]  # the burn-in's step: not trained
+    assert not found.delta[:, 0].any() and not found.mask[:, 0].any()
     reward, discount = sequences["reward"], sequences["discount"]
     tail = unrescale(torch.tensor(2.0))
     expected = torch.zeros(2, 5)
@@ -204,25 +206,37 @@ def test_the_n_step_targets_are_the_rescaled_returns_bootstrapped_within_the_epi
     np.testing.assert_array_equal(mask.numpy(), sequences["mask"][:, 1:].numpy())
 
 
+def _gradients(burn_in: int, starts: tuple[float, float]) -> dict:
+    from apex.algorithms.r2d2.learning import sequence_td
+
+    sequences = _sequences(real=(6, 6))
+    sequences["starts"] = torch.tensor(starts)
+    sequences["obs"].requires_grad_(True)
+    sequences["state"].requires_grad_(True)
+    sequence_td(
+        _network(), _network(), sequences, burn_in, n_step=2
+    ).delta.square().sum().backward()
+    return {"obs": sequences["obs"].grad, "state": sequences["state"].grad}
+
+
 def test_a_burn_in_carries_no_gradient() -> None:
     """The steps of the burn-in move the state forward and nothing else: no gradient
     reaches their observations, or the stored state; without a burn-in both get one."""
-    from apex.algorithms.r2d2.learning import sequence_td
+    grad = _gradients(2, starts=(0.0, 0.0))
+    assert grad["obs"][:, :2].abs().sum() == 0 and grad["state"] is None
+    assert (grad["obs"][:, 2:-1].abs().sum((1, 2)) > 0).all()
+    grad = _gradients(0, starts=(0.0, 0.0))
+    assert (grad["obs"][:, :-1].abs().sum((1, 2)) > 0).all()
+    assert (grad["state"].abs().sum((1, 2)) > 0).all()
 
-    network = _network()
-    for burn_in in (2, 0):
-        sequences = _sequences()
-        sequences["obs"].requires_grad_(True)
-        sequences["state"].requires_grad_(True)
-        delta, *_ = sequence_td(network, network, sequences, burn_in=burn_in, n_step=2)
-        delta.square().sum().backward()
-        burnt = sequences["obs"].grad[:, :burn_in].abs().sum()
-        after = sequences["obs"].grad[:, burn_in:-1].abs().sum()
-        assert after > 0
-        if burn_in:
-            assert burnt == 0 and sequences["state"].grad is None
-        else:
-            assert sequences["state"].grad.abs().sum() > 0
+
+def test_a_sequence_that_starts_its_episode_trains_its_first_steps_beside_burnt_ones() -> None:
+    """In one batch, the row that starts its episode trains from its first step (gradient
+    on its first observations and its state); the other's burn-in still carries none."""
+    grad = _gradients(2, starts=(1.0, 0.0))
+    assert grad["obs"][0, :2].abs().sum() > 0 and grad["state"][0].abs().sum() > 0
+    assert grad["obs"][1, :2].abs().sum() == 0 and grad["state"][1].abs().sum() == 0
+    assert (grad["obs"][:, 2:-1].abs().sum((1, 2)) > 0).all()
 
 
 def test_the_stored_state_discrepancy_is_zero_where_the_burn_in_reaches_the_actor_s_state() -> None:
@@ -235,14 +249,17 @@ def test_the_stored_state_discrepancy_is_zero_where_the_burn_in_reaches_the_acto
     with torch.no_grad():
         _, burnt = network(sequences["obs"][:, :2], unpack(sequences["state"]))
     sequences["burn_in_state"] = pack(burnt)
-    *_, exact = sequence_td(network, network, sequences, burn_in=2, n_step=2)
-    torch.testing.assert_close(exact, torch.zeros(2), atol=1e-6, rtol=0)
+    exact = sequence_td(network, network, sequences, burn_in=2, n_step=2)
+    torch.testing.assert_close(exact.discrepancy, torch.zeros(2), atol=1e-6, rtol=0)
+    assert exact.measured.tolist() == [1.0, 1.0]
     sequences["burn_in_state"] = torch.zeros_like(sequences["state"])
-    *_, stale = sequence_td(network, network, sequences, burn_in=2, n_step=2)
-    assert (stale > 0).all()
+    stale = sequence_td(network, network, sequences, burn_in=2, n_step=2)
+    assert (stale.discrepancy > 0).all()
     short = _sequences(real=(6, 1))  # the second never reaches step 2: measured on one
     short["burn_in_state"] = torch.zeros_like(short["state"])
-    assert len(sequence_td(network, network, short, burn_in=2, n_step=2)[2]) == 1
+    assert sequence_td(network, network, short, burn_in=2, n_step=2).measured.tolist() == [1, 0]
+    short["starts"] = torch.tensor([1.0, 0.0])  # nor does one with no burn-in
+    assert sequence_td(network, network, short, burn_in=2, n_step=2).measured.tolist() == [0, 0]
 
 
 def test_an_update_gives_each_sequence_its_eta_priority_and_starts_skip_the_burn_in() -> None:
@@ -259,8 +276,10 @@ def test_an_update_gives_each_sequence_its_eta_priority_and_starts_skip_the_burn
     expected = []
     for row, burn_in in ((0, 0), (1, 2)):
         part = {key: value[row : row + 1] for key, value in sequences.items()}
-        delta, mask, _ = sequence_td(learner.online, learner.target, part, burn_in, 2)
-        expected.append(float(sequence_priorities(delta.detach().abs(), mask)[0]) + 1e-3)
+        found = sequence_td(learner.online, learner.target, part, burn_in, 2)
+        expected.append(
+            float(sequence_priorities(found.delta.detach().abs(), found.mask)[0]) + 1e-3
+        )
     result = learner.step(DeviceBatch(sequences, torch.ones(2), None))
     np.testing.assert_allclose(result.new_priorities.numpy(), expected, rtol=1e-5)
     assert not result.skipped and np.isfinite(result.loss)

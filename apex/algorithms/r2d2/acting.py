@@ -107,13 +107,14 @@ class SequenceExperience(ActingOnEnvs):
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         import torch
 
-        from apex.algorithms.r2d2.learning import batch_td, priorities_of
+        from apex.algorithms.r2d2.learning import batch_td
+        from apex.algorithms.r2d2.targets import sequence_priorities
 
         network = self._policy.network.network
         tensors = {name: torch.from_numpy(array) for name, array in batch.items()}
         with torch.no_grad():
             found = batch_td(network, network, tensors, self._settings)
-        priorities = priorities_of(found.deltas, found.masks, found.order, self._settings.eta)
+        priorities = sequence_priorities(found.delta.abs(), found.mask, self._settings.eta)
         if self._frame_refs:  # the observations went as frames; the records name them
             batch = {name: array for name, array in batch.items() if name != "obs"}
-        return batch, priorities.numpy() + epsilon
+        return batch, priorities.double().numpy() + epsilon

@@ -6,7 +6,8 @@ For a batch of sequences (``apex.algorithms.r2d2.sequences``) of ``m`` steps:
 - **burn-in**: the online and the target network each run the first ``l`` steps from the
   stored state without gradient; the loss covers steps ``l .. m − 1``. A sequence that
   starts its episode has the exact initial state, and no burn-in: its loss covers every
-  step (an episode's first ``l`` steps would otherwise never train).
+  step (an episode's first ``l`` steps would otherwise never train). Both kinds share
+  each network's passes: the rows differ only in their masks and where gradient flows.
 - **targets**: ``y_t = h(Σ_k γ_{t..t+k} r_{t+k} + γ_{t..t+n_t} h⁻¹(Q_target(s_{t+n_t},
   a*)))`` with ``a* = argmax Q_online(s_{t+n_t})`` (double Q), ``n_t = min(n, steps left
   in the sequence's episode part)``, ``h`` the value rescaling (``targets``); a
@@ -44,77 +45,109 @@ def sequence_td(
     sequences: dict[str, torch.Tensor],
     burn_in: int,
     n_step: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``δ`` of the steps after ``burn_in`` (``[B, m − burn_in]``, with gradient through
-    ``Q_online(s_t, a_t)`` only), their mask (real steps: 1), and after a burn-in each
-    sequence's :func:`stored_state_discrepancy` where it reaches step ``burn_in`` (None
-    without a burn-in)."""
+) -> BatchTD:
+    """``δ`` of every step of a batch of sequences (``[B, m]``, with gradient through
+    ``Q_online(s_t, a_t)`` only), the steps the loss covers, and the stored-state
+    discrepancy after the burn-in.
+
+    A sequence that starts its episode (``starts``, none where absent) has no burn-in: its
+    loss covers every real step and its gradient reaches its first ``burn_in`` steps. The
+    target network reads a batch in one pass, the online one in two split at ``burn_in``
+    (and the starting rows' burn-in again with gradient), so an update costs the same few
+    launches whatever its mix of sequences.
+    """
     obs, state = sequences["obs"], unpack(sequences["state"])
-    steps = sequences["action"].shape[1]
-    online_state = target_state = state
-    if burn_in:
-        with torch.no_grad():
-            _, online_state = online(obs[:, :burn_in], state)
-            _, target_state = target(obs[:, :burn_in], state)
-    q_online, _ = online(obs[:, burn_in:], online_state)  # [B, m + 1 − l, A]
+    batch, steps = sequences["action"].shape
+    starts = sequences["starts"] > 0 if "starts" in sequences else None
+    # Whether any row trains on its first steps: a read back, so only where a burn-in is.
+    any_start = burn_in > 0 and starts is not None and bool(starts.any())
     with torch.no_grad():
-        q_target, _ = target(obs[:, burn_in:], target_state)
+        q_target, _ = target(obs, state)  # [B, m + 1, A]: the burn-in carries its state
+    if burn_in:  # the state crosses into the loss's steps with gradient on starts only
+        q_burnt, state = _burn_in(online, obs[:, :burn_in], state, starts if any_start else None)
+        q_rest, _ = online(obs[:, burn_in:], state)
+        q_online = torch.cat([q_burnt, q_rest], 1)  # [B, m + 1, A]
+    else:
+        q_online, _ = online(obs, state)
+    mask = sequences["mask"]
+    with torch.no_grad():
         chosen = q_online.detach().argmax(2, keepdim=True)
-        bootstrap = unrescale(q_target.gather(2, chosen).squeeze(2))  # [B, m + 1 − l]
-        reward = sequences["reward"][:, burn_in:]
-        discount = sequences["discount"][:, burn_in:]
-        mask = sequences["mask"][:, burn_in:]
-        real = mask.sum(1, keepdim=True)  # the sequence's steps left after the burn-in
-        span = steps - burn_in
-        positions = torch.arange(span, device=obs.device).expand(len(reward), span)
+        bootstrap = unrescale(q_target.gather(2, chosen).squeeze(2))  # [B, m + 1]
+        reward, discount = sequences["reward"], sequences["discount"]
+        real = mask.sum(1, keepdim=True)  # a sequence's real steps: a prefix of its m
+        positions = torch.arange(steps, device=obs.device).expand(batch, steps)
         returns = torch.zeros_like(reward)
         carried = torch.ones_like(reward)  # γ over the steps summed so far
         taken = torch.zeros_like(reward)  # steps summed: n_t
         for k in range(n_step):
             index = positions + k
             inside = (index < real).float()
-            at = index.clamp(max=span - 1)
+            at = index.clamp(max=steps - 1)
             returns = returns + inside * carried * reward.gather(1, at)
             carried = torch.where(inside > 0, carried * discount.gather(1, at), carried)
             taken = taken + inside
-        ahead = (positions + taken).long().clamp(max=span)
+        ahead = (positions + taken).long().clamp(max=steps)
         targets = rescale(returns + carried * bootstrap.gather(1, ahead))
-    actions = sequences["action"][:, burn_in:].long().unsqueeze(2)
-    q_taken = q_online[:, :span].gather(2, actions).squeeze(2)
-    discrepancy = None
+        trained = positions >= burn_in
+        if starts is not None:
+            trained = trained | starts.unsqueeze(1)
+        loss_mask = mask * trained.float()
+    q_taken = q_online[:, :steps].gather(2, sequences["action"].long().unsqueeze(2)).squeeze(2)
+    discrepancy = measured = None
     if burn_in and "burn_in_state" in sequences:
-        discrepancy = stored_state_discrepancy(online, sequences, burn_in, q_online[:, 0])
-    return (targets - q_taken) * mask, mask, discrepancy
+        discrepancy, measured = stored_state_discrepancy(online, sequences, burn_in,
+                                                         q_online[:, burn_in], starts)  # fmt: skip
+    return BatchTD((targets - q_taken) * loss_mask, loss_mask, discrepancy, measured)
+
+
+def _burn_in(online: RecurrentQNetwork, obs: torch.Tensor, state, starts: torch.Tensor | None):
+    """The online network over the burn-in's steps, without gradient; where some rows
+    start their episode (``starts``), those rows again with gradient, put in their place
+    (the rest's burn-in trains nothing, and its backward would be most of the work)."""
+    with torch.no_grad():
+        q, (h, c) = online(obs, state)
+    if starts is None or not torch.is_grad_enabled():
+        return q, (h, c)
+    rows = torch.nonzero(starts).squeeze(1)
+    q_rows, (h_rows, c_rows) = online(obs[rows], (state[0][rows], state[1][rows]))
+    return q.index_put((rows,), q_rows), (
+        h.index_put((rows,), h_rows),
+        c.index_put((rows,), c_rows),
+    )
 
 
 def stored_state_discrepancy(
     online: RecurrentQNetwork, sequences: dict[str, torch.Tensor], burn_in: int,
-    burnt_q: torch.Tensor,
-) -> torch.Tensor:  # fmt: skip
+    burnt_q: torch.Tensor, starts: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """R2D2's ΔQ at the first step after the burn-in, ``‖Q(s_l; ĥ_l) − Q(s_l; h_l)‖₂ /
-    |max_a Q(s_l; h_l)|``, for the sequences that reach step ``l``: ``ĥ_l`` the state the
-    burn-in from the stored state gives with the learner's weights (``burnt_q`` its
-    Q-values), ``h_l`` the one the actor had there along the episode. How far the stored
-    state and its burn-in leave the learner from the state the policy acted in."""
-    reached = sequences["mask"][:, burn_in] > 0
+    |max_a Q(s_l; h_l)|``, per sequence, and where it is measured (1.0: a sequence with a
+    burn-in that reaches step ``l``; its ΔQ is 0 elsewhere): ``ĥ_l`` the state the burn-in
+    from the stored state gives with the learner's weights (``burnt_q`` its Q-values),
+    ``h_l`` the one the actor had there along the episode. How far the stored state and its
+    burn-in leave the learner from the state the policy acted in."""
+    measured = sequences["mask"][:, burn_in] > 0
+    if starts is not None:
+        measured = measured & ~starts
     with torch.no_grad():
-        step = sequences["obs"][reached, burn_in : burn_in + 1]
-        acted, _ = online(step, unpack(sequences["burn_in_state"][reached]))
+        step = sequences["obs"][:, burn_in : burn_in + 1]
+        acted, _ = online(step, unpack(sequences["burn_in_state"]))
         acted = acted[:, 0]
-        gap = (burnt_q.detach()[reached] - acted).norm(dim=1)
-        return gap / acted.abs().amax(dim=1).clamp(min=1e-6)
+        gap = (burnt_q.detach() - acted).norm(dim=1)
+        ratio = gap / acted.abs().amax(dim=1).clamp(min=1e-6)
+        return ratio * measured, measured.float()
 
 
 @dataclass
 class BatchTD:
-    """A batch's TD errors: the batch rows of each part in order (episode starts, then the
-    rest), each part's ``δ`` and mask, and the burnt-in part's stored-state discrepancy
-    per sequence (None: no sequence was burnt in to a real step)."""
+    """A batch's TD errors ``δ`` (``[B, m]``, 0 where the loss does not reach), the steps
+    the loss covers (1.0), and each sequence's stored-state discrepancy and where it was
+    measured (both ``[B]``; None without a burn-in)."""
 
-    order: torch.Tensor
-    deltas: list[torch.Tensor]
-    masks: list[torch.Tensor]
+    delta: torch.Tensor
+    mask: torch.Tensor
     discrepancy: torch.Tensor | None
+    measured: torch.Tensor | None
 
 
 def batch_td(
@@ -123,33 +156,8 @@ def batch_td(
     sequences: dict[str, torch.Tensor],
     settings: R2D2Settings,
 ) -> BatchTD:
-    """:func:`sequence_td` of a batch: sequences that start their episode with no burn-in,
-    the others with ``settings.burn_in``."""
-    starts = sequences["starts"] > 0
-    rows, deltas, masks, discrepancy = [], [], [], None
-    for chosen, burn_in in ((starts, 0), (~starts, settings.burn_in)):
-        if not bool(chosen.any()):
-            continue
-        # A batch of one kind is its own part: no copy of its sequences.
-        whole = bool(chosen.all())
-        part = sequences if whole else {key: value[chosen] for key, value in sequences.items()}
-        delta, mask, measured = sequence_td(online, target, part, burn_in, settings.n_step)
-        rows.append(torch.nonzero(chosen).squeeze(1))
-        deltas.append(delta)
-        masks.append(mask)
-        if measured is not None:  # only a part with a burn-in measures it
-            discrepancy = measured
-    return BatchTD(torch.cat(rows), deltas, masks, discrepancy)
-
-
-def priorities_of(deltas: list[torch.Tensor], masks: list[torch.Tensor], order: torch.Tensor,
-                  eta: float) -> torch.Tensor:  # fmt: skip
-    """Each sequence's ``η max|δ| + (1 − η) mean|δ|``, float64, in batch order."""
-    priorities = torch.empty(len(order), dtype=torch.float64, device=order.device)
-    magnitudes = [sequence_priorities(delta.detach().abs(), mask, eta)
-                  for delta, mask in zip(deltas, masks, strict=True)]  # fmt: skip
-    priorities[order] = torch.cat(magnitudes).double()
-    return priorities
+    """:func:`sequence_td` of a batch with ``settings``' burn-in and n."""
+    return sequence_td(online, target, sequences, settings.burn_in, settings.n_step)
 
 
 class R2D2(OnlineAndTarget):
@@ -169,6 +177,9 @@ class R2D2(OnlineAndTarget):
         self.config, self.settings = config, settings
         self.online = network.to(device)
         self.target = copy.deepcopy(self.online)
+        # A copy's LSTM weights are separate tensors; cuDNN wants them in one block, and
+        # would otherwise compact them again on every call.
+        self.target.lstm.flatten_parameters()
         self.target.requires_grad_(False)
         self.optimizer = adam(self.online.parameters(), config.learning_rate, config.adam_epsilon)
         self.steps = 0
@@ -185,23 +196,23 @@ class R2D2(OnlineAndTarget):
         """One update; a priority per sequence."""
         settings = self.settings
         found = batch_td(self.online, self.target, batch.transitions, settings)
-        order, deltas, masks = found.order, found.deltas, found.masks
-        weights = batch.weights[order].split([len(delta) for delta in deltas])
-        per_sequence = [
-            weight * (0.5 * delta.square()).sum(1) / mask.sum(1).clamp(min=1)
-            for delta, mask, weight in zip(deltas, masks, weights, strict=True)
-        ]
-        loss = torch.cat(per_sequence).mean()
+        delta, mask = found.delta, found.mask
+        per_sequence = batch.weights * (0.5 * delta.square()).sum(1) / mask.sum(1).clamp(min=1)
+        loss = per_sequence.mean()
         skipped = descend(self.optimizer, loss, self.online.parameters(),
                           self.config.max_grad_norm)  # fmt: skip
         self.steps += 1
         if self.steps % settings.target_update_period == 0:
             self.target.load_state_dict(self.online.state_dict())
-        priorities = priorities_of(deltas, masks, order, settings.eta)
-        steps = sum(mask.sum() for mask in masks).clamp(min=1)
-        td_mean = float(sum(delta.detach().abs().sum() for delta in deltas) / steps)
-        priorities = (priorities + self.config.priority_epsilon).cpu()
-        extras = {}
-        if found.discrepancy is not None and len(found.discrepancy):
-            extras["stored_state_dq"] = float(found.discrepancy.mean())
-        return StepResult(float(loss.detach()), td_mean, priorities, bool(skipped), extras)
+        with torch.no_grad():
+            priorities = sequence_priorities(delta.abs(), mask, settings.eta).double()
+            measured = found.measured if found.measured is not None else torch.zeros_like(loss)
+            dq = found.discrepancy if found.discrepancy is not None else torch.zeros_like(loss)
+            sums = torch.stack([loss.detach(), delta.abs().sum(), mask.sum(), skipped,
+                                dq.sum(), measured.sum()]).double()  # fmt: skip
+            # One read back of all the host needs, priorities and figures together.
+            read = torch.cat([priorities + self.config.priority_epsilon, sums]).cpu()
+        priorities, (loss_value, td_sum, steps, skip, dq_sum, dq_count) = read[:-6], read[-6:]
+        extras = {"stored_state_dq": float(dq_sum / dq_count)} if dq_count > 0 else {}
+        return StepResult(float(loss_value), float(td_sum / max(float(steps), 1.0)),
+                          priorities, bool(skip > 0), extras)  # fmt: skip
