@@ -11,8 +11,10 @@
 #   OUT_DIR=/tmp/gpu RUNS="pong:dqn:Pong:300 eager:dqn:Pong:60:learner.cuda_graph=false" \
 #       bash scripts/gpu_check.sh
 #
-# Run from the repository root with the project importable (an installed .venv, or
-# PYTHONPATH holding the root and its dependencies). DEVICE=cpu runs the same steps on the
+# Run from the repository root with the project installed (an installed .venv; or, where
+# only torch is, `pip install --no-deps --no-build-isolation --target DIR .` beside the
+# dependencies' wheels and PYTHONPATH=DIR: apex's commands are entry points, which a bare
+# PYTHONPATH holding the root does not provide). DEVICE=cpu runs the same steps on the
 # CPU, to try the script where no GPU is. On a machine that got the tree without its .git,
 # set APEX_GIT_COMMIT to the commit sent, so that the records name it (as stated; such a
 # record is not one of a clean tree). At most 8 files come back from a lent machine: the
