@@ -64,7 +64,14 @@ def quoted_numbers(cell: str) -> list[tuple[str, float, int, str | None]]:
         for match in NUMBER.finditer(bold):
             digits, suffix = match.group(1).replace(",", ""), match.group(2)
             decimals = len(digits.partition(".")[2])
-            quoted.append((match.group(0).strip(), float(digits), decimals, suffix))
+            start = match.start()
+            # A minus that begins the figure is its sign; one between figures (2.2-3.0)
+            # is a range's dash.
+            negative = (
+                start > 0 and bold[start - 1] in "-−" and bold[: start - 1].strip(" [(") == ""
+            )
+            value = -float(digits) if negative else float(digits)
+            quoted.append((match.group(0).strip(), value, decimals, suffix))
     return quoted
 
 

@@ -59,3 +59,12 @@ def test_suffixed_figures_match_records_in_bytes_fractions_or_their_own_unit(
     [(_, value, decimals, suffix)] = quoted_numbers(f"**{shown}**")
     assert occurs(value, decimals, suffix, [recorded])
     assert not occurs(value * 1.1, decimals, suffix, [recorded])
+
+
+def test_a_leading_minus_is_a_figure_s_sign_and_a_dash_between_figures_is_not() -> None:
+    from bench.doc_figures import occurs, quoted_numbers
+
+    [(_, value, decimals, suffix)] = quoted_numbers("**-0.67**")
+    assert value == -0.67 and occurs(value, decimals, suffix, [-0.6667])
+    assert not occurs(value, decimals, suffix, [0.6667])
+    assert [quoted[1] for quoted in quoted_numbers("**2.2-3.0**")] == [2.2, 3.0]
