@@ -204,14 +204,7 @@ def _measure_impala(shape, hidden, batch_size: int, device: torch.device, timing
         "version": torch.zeros(batch_size, dtype=torch.int64, device=device),
     }
     batch = DeviceBatch(unrolls, torch.ones(batch_size, device=device), None)
-
-    def step() -> None:
-        algorithm.step(batch)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    warmup = 3 if len(shape) == 3 else 20
-    return measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
+    return _update_rate(algorithm, batch, device, 3 if len(shape) == 3 else 20, timing)
 
 
 def _r2d2_settings(network: str):
@@ -262,13 +255,17 @@ def _measure_r2d2(
         "starts": (torch.rand(batch_size, generator=generator) < 0.2).float().to(device),
     }
     batch = DeviceBatch(sequences, torch.ones(batch_size, device=device), None)
+    return _update_rate(algorithm, batch, device, 2 if len(shape) == 3 else 10, timing)
+
+
+def _update_rate(algorithm, batch, device: torch.device, warmup: int, timing: dict) -> dict:
+    """Updates/s of ``algorithm.step`` on one batch already on the device."""
 
     def step() -> None:
         algorithm.step(batch)
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    warmup = 2 if len(shape) == 3 else 10
     return measure_rate("updates", "updates/s", step, warmup_calls=warmup, **timing).to_record()
 
 
