@@ -38,13 +38,15 @@ def test_an_impala_run_trains_on_queued_unrolls_and_learns(tmp_path) -> None:
     start = next(r for r in records if r.get("event") == "start")
     assert start["algorithm"] == "IMPALA"
     progress = [r for r in records if r.get("event") == "progress"]
-    assert progress and progress[-1]["updates"] > 100
+    end = [r for r in records if r.get("event") == "end"][-1]
+    # It trained: 100 updates, or a confirmed solve sooner (seen once under the suite's
+    # load, the last progress record at 95); the end's count is the run's last.
+    assert progress and (end["updates"] > 100 or (end["solved"] and end["updates"] > 0)), end
     # Each trained unroll's policy lag: small, the queue being a few batches deep.
     lags = [r["trained_lag_median"] for r in progress if r["trained_lag_median"] is not None]
     assert lags and min(lags) >= 0 and max(lags) < 50, lags
     evaluations = [r["eval_return_mean"] for r in records if r.get("event") == "evaluation"]
     assert evaluations and max(evaluations) >= 4 * RANDOM_CARTPOLE_RETURN, evaluations
-    end = [r for r in records if r.get("event") == "end"][-1]
     assert end["reason"] in ("max_time", "solved")
     # Nothing lost on the way: every unroll an actor sent is in a shard.
     assert end["delivery"]["transitions_lost"] == 0, end["delivery"]
