@@ -130,6 +130,26 @@ def test_a_repeated_sigterm_asks_again_and_a_second_sigint_interrupts() -> None:
     assert result.stdout.split() == ["1", "True", "interrupted", "2"]
 
 
+# A role that ends by itself: nothing stopped it, and it exits as a TERM comes.
+ENDS_BY_ITSELF = """
+import atexit, signal
+from launch.local.signals import on_stop_signal
+on_stop_signal(lambda: None)
+atexit._run_exitfuncs()
+print(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN, flush=True)
+"""
+
+
+def test_a_role_that_ends_by_itself_ignores_a_sigterm_while_it_exits() -> None:
+    """A learner that solved is exiting when the supervisor, stopped by the user, sends it
+    SIGTERM: Python's default handler, put back during shutdown, killed it (exit -15, an
+    unclean stop) though its final checkpoint was written."""
+    result = subprocess.run([sys.executable, "-c", ENDS_BY_ITSELF], capture_output=True,
+                            text=True, timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True"]
+
+
 # Exits 0 on its first TERM; the keeper then takes another TERM as the job's end sends it.
 KEEPER_AFTER_ITS_STOP = """
 import signal, sys

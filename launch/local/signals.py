@@ -8,6 +8,10 @@ job's steps); taking the second as a kill cut shards' final snapshots short. So 
 SIGTERM also sets the signal to be ignored: Python puts its handlers back to the default
 while the interpreter shuts down, and a repeated TERM arriving then killed a shard that had
 already written its final snapshot and stopped (its task reported exit code 241).
+For the same reason a role that ends by itself (a learner that solved, an actor at its
+step limit) ignores SIGTERM once it is exiting: a stop request that arrives then, as a
+user's Ctrl-C reaches the supervisor while the learner finishes, has nothing left to stop,
+and under the default handler it killed a learner whose final checkpoint was written.
 
 The handler only calls the given stop function (which sets an event) and, for SIGINT,
 restores the previous handler; it never logs or does work inside the signal context.
@@ -15,6 +19,7 @@ restores the previous handler; it never logs or does work inside the signal cont
 
 from __future__ import annotations
 
+import atexit
 import signal
 from collections.abc import Callable
 
@@ -32,3 +37,5 @@ def on_stop_signal(stop: Callable[[], None]) -> None:
 
     signal.signal(signal.SIGINT, on_interrupt)
     signal.signal(signal.SIGTERM, on_terminate)
+    # Exit handlers run after the threads have joined and before Python resets its handlers.
+    atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
