@@ -300,3 +300,31 @@ def test_a_run_past_its_deadline_is_killed_with_every_process_it_started(tmp_pat
             return True
 
     wait_for(ended, timeout_s=10.0, what="the run's child killed with its session")
+
+
+def test_a_task_s_env_arguments_reach_both_sides(monkeypatch) -> None:
+    """Breakout without its trail plane: apex's command sets ``[env] kwargs``, which
+    resolve to the run's env arguments, and the peer makes the same 3-plane frames."""
+    pytest.importorskip("minatar")
+    from bench.learning import learn_runs
+    from bench.learning.sb3_worker import env_source
+    from launch.config import resolve
+    from launch.overrides import run_overrides
+
+    task = TASKS["r2d2/MinAtar/Breakout-no-trail"]
+    commands = []
+    monkeypatch.setattr(
+        learn_runs, "_spawned", lambda c, task: (commands.append(c), (0.0, None))[1]
+    )
+    learn_runs.run_apex(task, 0)
+    learn_runs.run_peer(task, 0)
+    apex, peer = commands
+    settings = tuple(apex[i + 1] for i, part in enumerate(apex) if part == "--set")
+    assert 'env.kwargs.hidden_planes=["trail"]' in settings
+    config = resolve(None, run_overrides(env=task.env, settings=settings))
+    assert config.algorithm == "r2d2" and config.env_kwargs == {"hidden_planes": ["trail"]}
+    request = json.loads(peer[-1])
+    assert request["env_kwargs"] == {"hidden_planes": ["trail"]}
+    env = env_source(request["env"], request["env_kwargs"])()
+    assert env.observation_space.shape == (10, 10, 3)  # paddle, ball, brick: no trail
+    env.close()

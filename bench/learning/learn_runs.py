@@ -100,6 +100,9 @@ def run_apex(
             "--set", f"learner.stop_when_solved={'true' if stops else 'false'}",
             *(part for setting in (*task.apex_settings, *settings)
               for part in ("--set", setting)),
+            # A JSON value of strings, numbers, booleans and lists of them is TOML's too.
+            *(part for key, value in task.env_kwargs
+              for part in ("--set", f"env.kwargs.{key}={json.dumps(value)}")),
         ]  # fmt: skip
         if task.target is not None:
             command += ["--target-return", str(task.target)]
@@ -131,6 +134,7 @@ def run_peer(task: Task, seed: int, keep_training: bool = False) -> dict:
         "eval_episodes": task.eval_episodes, "confirm_episodes": task.confirm_episodes,
         "target_return": task.target, "stop_when_solved": not keep_training,
         "torch_threads": 2, "algorithm": task.peer.removeprefix("sb3-"),
+        "env_kwargs": dict(task.env_kwargs),
     }  # fmt: skip
     command = [sys.executable, "-m", "bench.learning.sb3_worker", json.dumps(request)]
     spawned, completed = _spawned(command, task)

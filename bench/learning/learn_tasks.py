@@ -29,6 +29,8 @@ class Task:
             wall clock).
         apex_settings: ``--set`` settings every apex run of the task gets (its algorithm).
         name: what ``--task`` calls it and records name it by; the env if empty.
+        env_kwargs: the env's arguments (``[env] kwargs``), the same on both sides, as
+            ``(name, value)`` pairs.
     """
 
     env: str
@@ -43,6 +45,7 @@ class Task:
     peer_max_steps: int
     apex_settings: tuple[str, ...] = ()
     name: str = ""
+    env_kwargs: tuple[tuple[str, object], ...] = ()
 
     @property
     def case(self) -> str:
@@ -59,6 +62,12 @@ POPGYM_GAMES = (
     ("RepeatFirstEasy", 300.0, (30.0, 60.0, 120.0, 300.0)),
     ("PositionOnlyCartPoleEasy", 300.0, (30.0, 60.0, 120.0, 300.0)),
 )
+# Memory against a stack against neither, by the "r2d2/", "dqn-stack4/" and "dqn/" tasks.
+MEMORY_ARMS = (("r2d2", ("algorithm=r2d2",)), ("dqn", ("algorithm=dqn",)),
+               ("dqn-stack4", ("algorithm=dqn", "env.stack=4")))  # fmt: skip
+# MinAtar Breakout without its trail plane (where the ball was a step before): a single
+# frame shows the ball but not where it goes.
+NO_TRAIL = (("hidden_planes", ("trail",)),)
 TASKS = {
     task.case: task
     for task in (
@@ -71,8 +80,7 @@ TASKS = {
         *(Task(f"popgym:popgym-{game}-v0", "sb3-recurrent-ppo", None, budget_s, 5_000, 20,
                0, TEN_SEEDS, checkpoints_s, 10_000_000, settings, f"{name}/popgym-{game}")
           for game, budget_s, checkpoints_s in POPGYM_GAMES
-          for name, settings in (("r2d2", ("algorithm=r2d2",)), ("dqn", ("algorithm=dqn",)),
-                                 ("dqn-stack4", ("algorithm=dqn", "env.stack=4")))),
+          for name, settings in MEMORY_ARMS),
         # gymnasium's definition: 475 over 100 consecutive episodes.
         Task("CartPole-v1", "sb3-dqn", 475.0, 180.0, 2_000, 20, 100, TEN_SEEDS,
              (15.0, 30.0, 60.0, 120.0), 500_000),
@@ -91,6 +99,12 @@ TASKS = {
         *(Task(env, "sb3-dqn", None, 1200.0, 50_000, 10, 0, (0, 1, 2),
                (300.0, 600.0, 900.0, 1200.0), 5_000_000)
           for env in (f"MinAtar/{game}-v1" for game in MINATAR_GAMES)),
+        # Breakout on single frames: the same arms as POPGym's, the peer SB3's DQN (the
+        # MinAtar paper's settings) on single frames too.
+        *(Task("MinAtar/Breakout-v1", "sb3-dqn", None, 1200.0, 50_000, 10, 0, (0, 1, 2),
+               (300.0, 600.0, 900.0, 1200.0), 5_000_000, settings,
+               f"{name}/MinAtar/Breakout-no-trail", NO_TRAIL)
+          for name, settings in MEMORY_ARMS),
         # IMPALA (V-trace on queued unrolls) against SB3's PPO, same protocol.
         Task("CartPole-v1", "sb3-ppo", 475.0, 180.0, 2_000, 20, 100, TEN_SEEDS,
              (15.0, 30.0, 60.0, 120.0), 1_000_000, ("algorithm=impala",),

@@ -183,6 +183,25 @@ def minatar_torso():
     return {"features_extractor_class": MinAtarTorso, "net_arch": []}
 
 
+def env_source(env_id: str, env_kwargs: dict):
+    """What SB3's ``make_vec_env`` makes the env from: its id, or a function that makes it
+    with ``env_kwargs`` (MinAtar's through apex, which registers the games, makes their
+    planes uint8 and takes ``hidden_planes``, as apex's side gets them)."""
+    if env_id.startswith("MinAtar/"):
+        import dataclasses
+
+        from apex.envs.families import make_env
+        from apex.envs.presets import preset, register
+
+        register(dataclasses.replace(preset(env_id), kwargs=dict(env_kwargs)))
+        return lambda: make_env(env_id, training=True)
+    if env_kwargs:
+        import gymnasium as gym
+
+        return lambda: gym.make(env_id, **env_kwargs)
+    return env_id
+
+
 def main() -> None:
     request = json.loads(sys.argv[1])
     import numpy as np
@@ -194,12 +213,8 @@ def main() -> None:
     from stable_baselines3.common.noise import NormalActionNoise
 
     env_id, seed = request["env"], request["seed"]
-    source = env_id
-    if env_id.startswith("MinAtar/"):  # registered, and its planes made uint8, by apex
-        from apex.envs.families import make_env
-
-        def source():
-            return make_env(env_id, training=True)
+    source = env_source(env_id, request.get("env_kwargs") or {})
+    minatar = env_id.startswith("MinAtar/")
 
     torch.set_num_threads(request.get("torch_threads", 2))
     deadline = STARTED_UNIX + request["max_seconds"]
@@ -243,7 +258,7 @@ def main() -> None:
                 return not request.get("stop_when_solved", True)
             return True
 
-    extra = {"policy_kwargs": minatar_torso()} if source is not env_id else {}
+    extra = {"policy_kwargs": minatar_torso()} if minatar else {}
     if request.get("algorithm") == "recurrent-ppo":
         from sb3_contrib import RecurrentPPO  # the bench extra
 
@@ -257,12 +272,12 @@ def main() -> None:
                     verbose=0, **settings, **extra)  # fmt: skip
     elif env_id in TD3_ZOO:
         settings, zoo_steps = TD3_ZOO[env_id]
-        env = make_vec_env(env_id, n_envs=1, seed=seed)
+        env = make_vec_env(source, n_envs=1, seed=seed)
         size = env.action_space.shape[0]
         noise = NormalActionNoise(np.zeros(size), 0.1 * np.ones(size))
         model = TD3("MlpPolicy", env, seed=seed, verbose=0, action_noise=noise, **settings)
     else:
-        settings, zoo_steps = MINATAR_DQN if source is not env_id else DQN_ZOO[env_id]
+        settings, zoo_steps = MINATAR_DQN if minatar else DQN_ZOO[env_id]
         model = DQN("MlpPolicy", make_vec_env(source, n_envs=1, seed=seed), seed=seed,
                     verbose=0, **settings, **extra)  # fmt: skip
     without_log_folder(model)
