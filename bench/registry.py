@@ -23,6 +23,7 @@ COMMANDS = {
     "lag": "bench.learning.lag_command:bench_lag",
     "fuzz": "bench.faults.fuzz_command:bench_fuzz",
     "compare": "bench.compare_command:bench_compare",
+    "arms": "bench.learning.arms_command:bench_arms",
     "run": "bench.run_command:bench_run",
 }
 
