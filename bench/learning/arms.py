@@ -100,7 +100,7 @@ def compare(reference: Arm, other: Arm) -> list[dict]:
         higher = bool(mine["higher_is_better"])
         sign = 1.0 if higher else -1.0
         apart = mine["ci_high"] < theirs["ci_low"] or theirs["ci_high"] < mine["ci_low"]
-        better, worse = (mine, theirs) if higher else (theirs, mine)
+        numerator, denominator = (mine, theirs) if higher else (theirs, mine)
         comparison = {
             "suite": ARMS_SUITE, "metric": metric, "unit": mine["unit"],
             "reference": reference.label, "other": other.label,
@@ -112,8 +112,8 @@ def compare(reference: Arm, other: Arm) -> list[dict]:
             "reference_ahead": apart and sign * (mine["iqm"] - theirs["iqm"]) > 0,
             "bound": bool(mine.get("lower_bound") or theirs.get("lower_bound")),
         }  # fmt: skip
-        if better["iqm"] > 0 and worse["iqm"] > 0:
-            comparison["ratio"] = better["iqm"] / worse["iqm"]
+        if numerator["iqm"] > 0 and denominator["iqm"] > 0:
+            comparison["ratio"] = numerator["iqm"] / denominator["iqm"]
         found.append(comparison)
     return found
 
