@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.learning.learn_suite import SUITE
+from bench.learning.learn_suite import SUITE, intervals_apart
 from bench.learning.learning_stats import probability_of_improvement
 
 ARMS_SUITE = "arms"
@@ -47,6 +47,22 @@ def read_record(path: Path) -> dict:
         raise ArmsError(f"{path}: not a readable JSON record ({exc})") from exc
 
 
+def _algorithm_and_subject(task: dict) -> tuple[str, str]:
+    """A task's algorithm prefix and what it is of: ``r2d2/MinAtar/Breakout-no-trail``
+    gives ``r2d2`` and ``MinAtar/Breakout-no-trail``; a task without a prefix is apex's
+    default algorithm on its env."""
+    name = task.get("name")
+    if name and "/" in name:
+        algorithm, rest = name.split("/", 1)
+        return algorithm, rest
+    return "apex", task["env"]
+
+
+def subject(task: dict) -> str:
+    """What an arm's task is of, past its algorithm."""
+    return _algorithm_and_subject(task)[1]
+
+
 def arms_of(document: dict, source: str) -> list[Arm]:
     """One arm per side of a learning record, in the record's order."""
     try:
@@ -55,8 +71,7 @@ def arms_of(document: dict, source: str) -> list[Arm]:
         records = [r for r in document["records"] if r["suite"] == SUITE]
     except (KeyError, TypeError) as exc:
         raise ArmsError(f"{source}: not a learning record (no {exc})") from exc
-    name = task.get("name") or task["env"]
-    algorithm = name.split("/")[0] if task.get("name") and "/" in name else "apex"
+    algorithm = _algorithm_and_subject(task)[0]
     arms = []
     for implementation in dict.fromkeys(r["implementation"] for r in records):
         mine = [r for r in records if r["implementation"] == implementation]
@@ -99,30 +114,23 @@ def compare(reference: Arm, other: Arm) -> list[dict]:
             continue
         higher = bool(mine["higher_is_better"])
         sign = 1.0 if higher else -1.0
-        apart = mine["ci_high"] < theirs["ci_low"] or theirs["ci_high"] < mine["ci_low"]
+        apart = intervals_apart(mine, theirs)
+        difference = sign * (mine["iqm"] - theirs["iqm"])
         numerator, denominator = (mine, theirs) if higher else (theirs, mine)
         comparison = {
             "suite": ARMS_SUITE, "metric": metric, "unit": mine["unit"],
-            "reference": reference.label, "other": other.label,
-            "difference": sign * (mine["iqm"] - theirs["iqm"]),
+            "reference": reference.label, "other": other.label, "difference": difference,
             "probability_of_improvement": probability_of_improvement(
                 {metric: mine["params"]["values"]}, {metric: theirs["params"]["values"]},
                 higher_is_better=higher),
             "intervals_overlap": not apart,
-            "reference_ahead": apart and sign * (mine["iqm"] - theirs["iqm"]) > 0,
+            "reference_ahead": apart and difference > 0,
             "bound": bool(mine.get("lower_bound") or theirs.get("lower_bound")),
         }  # fmt: skip
         if numerator["iqm"] > 0 and denominator["iqm"] > 0:
             comparison["ratio"] = numerator["iqm"] / denominator["iqm"]
         found.append(comparison)
     return found
-
-
-def subject(task: dict) -> str:
-    """What an arm's task is of, past its algorithm: ``r2d2/MinAtar/Breakout-no-trail``
-    gives ``MinAtar/Breakout-no-trail``; a task without a prefix, its env."""
-    name = task.get("name")
-    return name.split("/", 1)[1] if name and "/" in name else task["env"]
 
 
 def result(arms: list[Arm]) -> dict:

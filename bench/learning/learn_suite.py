@@ -83,6 +83,11 @@ def _interval(values: Sequence[float], case: str, higher_is_better: bool) -> dic
     return {"iqm": point, "ci_low": low, "ci_high": high, "higher_is_better": higher_is_better}
 
 
+def intervals_apart(a: dict, b: dict) -> bool:
+    """Whether two figures' 95% intervals do not overlap."""
+    return a["ci_high"] < b["ci_low"] or b["ci_high"] < a["ci_low"]
+
+
 def _record(case: str, implementation: str, metric: str, unit: str, values: list[float],
             params: dict, **figures) -> dict:  # fmt: skip
     return {"suite": SUITE, "case": case, "implementation": implementation, "status": "ok",
@@ -160,8 +165,7 @@ def comparisons(task: Task, records: list[dict]) -> list[dict]:
         "ratio": numerator["iqm"] / denominator["iqm"],
         "probability_of_improvement": probability_of_improvement(
             apex_values, peer_values, higher_is_better=not solving),
-        "intervals_overlap": not (apex["ci_high"] < peer["ci_low"]
-                                  or peer["ci_high"] < apex["ci_low"]),
+        "intervals_overlap": not intervals_apart(apex, peer),
         "ratio_lower_bound": bool(peer.get("lower_bound")),
     }]  # fmt: skip
 
