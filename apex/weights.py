@@ -90,8 +90,9 @@ class WeightPublisher:
 
 
 class Publications:
-    """A learner's publications: each version with the updates behind it (for the
-    evaluations made on it), sent again while the learner waits for data, since a PUB
+    """A learner's publications: each version with the updates behind it and the learner's
+    training time when it went out (for the evaluations made on it: a solve is timed at the
+    publication of the weights that passed, not when the evaluator's verdict came), sent again while the learner waits for data, since a PUB
     reaches only the subscribers it has when it sends and an actor that joined since
     (a lock-step one waits on them) must get them.
 
@@ -104,7 +105,7 @@ class Publications:
     def __init__(self, publisher: WeightPublisher, resend_every_s: float, kept: int) -> None:
         self._publisher = publisher
         self._resend_every_s = resend_every_s
-        self._published: deque[tuple[int, int]] = deque(maxlen=kept)
+        self._published: deque[tuple[int, int, float]] = deque(maxlen=kept)
         self._resend_at = 0.0
         self._life_start_updates = 0
 
@@ -117,9 +118,16 @@ class Publications:
         of this life, which lock-step actors wait on (``apex.acting.actor``)."""
         self._life_start_updates = updates
 
-    def publish(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
-        """A new version, made after ``updates``."""
-        self._published.append((version, updates))
+    def publish(
+        self,
+        module: torch.nn.Module,
+        version: int,
+        updates: int,
+        env_steps: int,
+        time_s: float = 0.0,
+    ) -> None:
+        """A new version, made after ``updates``, at ``time_s`` of the learner's training."""
+        self._published.append((version, updates, time_s))
         self._send_state(module.state_dict(), version, updates, env_steps)
 
     def send(self, module: torch.nn.Module, version: int, updates: int, env_steps: int) -> None:
@@ -138,7 +146,14 @@ class Publications:
 
     def updates_behind(self, version: int) -> int | None:
         """The updates made before ``version`` was published (None: not remembered)."""
-        return next((updates for v, updates in reversed(self._published) if v == version), None)
+        return next((updates for v, updates, _ in reversed(self._published) if v == version),
+                    None)  # fmt: skip
+
+    def published_at_s(self, version: int) -> float | None:
+        """The learner's training seconds when ``version`` was first published (None: not
+        remembered)."""
+        return next((time_s for v, _, time_s in reversed(self._published) if v == version),
+                    None)  # fmt: skip
 
     def close(self) -> None:
         self._publisher.close()

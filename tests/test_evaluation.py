@@ -290,3 +290,36 @@ def test_the_learner_stops_only_on_a_confirmed_solve(tmp_path: Path, confirmed: 
         assert outcome.reason == "max_updates" and not outcome.solved
     rejected = [r["episode_messages_rejected"] for r in records if r["event"] == "progress"]
     assert max(rejected) == 1
+
+
+@pytest.mark.slow
+def test_a_solve_is_timed_at_the_publication_of_the_weights_it_played(tmp_path: Path) -> None:
+    """A confirmation that reaches the learner long after the weights it played went out
+    (a slow evaluator) times the solve at their publication; the time it was heard is kept
+    beside it, in the counters and in the metrics."""
+    store = filled_store(np.random.default_rng(6))
+    learner = make_learner(tmp_path, store, max_updates=100_000, eval_every_steps=1000,
+                           target_return=475.0)  # fmt: skip
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(outcome=learner.run()), daemon=True)
+    thread.start()
+    try:
+        # Version 1 goes out before the first update; the verdict on it comes 300 later.
+        wait_for(lambda: learner.counters.updates >= 300, 60.0, "300 updates", interval_s=0.01)
+        _send_evaluations(learner.episodes_endpoint, [
+            Evaluation(1, 1000, np.full(20, 490.0), 0, False),
+            Evaluation(1, 1000, np.full(100, 480.0), 0, True),
+        ])  # fmt: skip
+        thread.join(timeout=60.0)
+    finally:
+        learner.stop()
+        thread.join(timeout=30.0)
+    assert not thread.is_alive()
+    counters = result["outcome"].counters
+    assert result["outcome"].reason == "solved"
+    [confirmation] = [r for r in read_metrics(tmp_path) if r["event"] == "confirmation"]
+    assert confirmation["weights_time_s"] == counters.solved_at_s
+    assert counters.solve_heard_at_s == confirmation["time_s"]
+    # 300 updates lie between the two, whatever this machine's speed.
+    first_update = next(r for r in read_metrics(tmp_path) if r["event"] == "first_update")
+    assert counters.solved_at_s <= first_update["time_s"] < counters.solve_heard_at_s

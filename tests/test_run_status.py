@@ -129,10 +129,12 @@ def test_status_names_the_confirmed_solve_and_never_an_unconfirmed_one(tmp_path:
     metrics = MetricsWriter(tmp_path)
     for mean, solved in ((470.0, False), (480.0, True)):
         metrics.write({"event": "confirmation", "time_s": 21.0, "env_steps": 41_000,
-                       "episodes": 100, "eval_return_mean": mean, "solved": solved})  # fmt: skip
+                       "episodes": 100, "eval_return_mean": mean, "solved": solved,
+                       "weights_time_s": 17.5})  # fmt: skip
     metrics.close()
     out = CliRunner().invoke(main, ["status", str(tmp_path)]).output
-    assert "solved: confirmed at 480.0 over 100 episodes, 41,000 env steps, 21.0 s" in out
+    assert ("solved: confirmed at 480.0 over 100 episodes, 41,000 env steps, weights "
+            "published at 17.5 s of training, confirmed at 21.0 s") in out  # fmt: skip
     assert "470.0" not in out
 
 

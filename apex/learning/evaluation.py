@@ -43,13 +43,21 @@ class Evaluation:
         return float(self.returns.mean())
 
     def record(
-        self, time_s: float, updates: int, weights_updates: int | None, solves: bool
+        self,
+        time_s: float,
+        updates: int,
+        weights_updates: int | None,
+        solves: bool,
+        weights_time_s: float | None = None,
     ) -> dict:
         """The learner's metrics record of it: heard at ``time_s`` of training, after
-        ``updates``; ``weights_updates``: the updates behind the weights evaluated."""
+        ``updates``; ``weights_updates`` and ``weights_time_s``: the updates behind the
+        weights evaluated and the training seconds when they were published (None: not
+        known)."""
         return {
             "event": "confirmation" if self.confirmation else "evaluation",
             "time_s": time_s,
+            "weights_time_s": weights_time_s,
             "updates": updates,
             "weights_updates": weights_updates,
             "weight_version": self.weight_version,

@@ -314,7 +314,8 @@ class Learner:
     def _publish(self) -> None:
         self.counters.weight_version += 1
         self._weights.publish(self.algorithm.policy, self.counters.weight_version,
-                              self.counters.updates, self._episodes.env_steps())  # fmt: skip
+                              self.counters.updates, self._episodes.env_steps(),
+                              self._elapsed_s())  # fmt: skip
 
     def _out_of_time(self) -> bool:
         return self.config.max_time_s is not None and self._elapsed_s() >= self.config.max_time_s
@@ -356,7 +357,9 @@ class Learner:
         evaluation = read_evaluation(message)
         if not evaluation.confirmation:
             self.counters.evaluations += 1
-        solves = self.solving.take(evaluation, self.counters, self._elapsed_s())
+        published_s = self._weights.published_at_s(evaluation.weight_version)
+        heard_s = self._elapsed_s()
+        solves = self.solving.take(evaluation, self.counters, heard_s, published_s)
         logger.info("%s %d (weights %d, %d env steps): greedy mean %.1f over %d episodes%s",
                     "confirmation of evaluation" if evaluation.confirmation else "evaluation",
                     evaluation.index, evaluation.weight_version, evaluation.env_steps,
@@ -364,9 +367,10 @@ class Learner:
                     ": solved" if solves else "")  # fmt: skip
         if self._metrics is not None:
             weights_updates = self._weights.updates_behind(evaluation.weight_version)
-            # Timed when the learner heard it: a run is solved once its confirmation is in.
-            self._metrics.write(evaluation.record(self._elapsed_s(), self.counters.updates,
-                                                  weights_updates, solves))  # fmt: skip
+            # Timed both when the learner heard it and when the weights it played went out.
+            self._metrics.write(evaluation.record(heard_s, self.counters.updates,
+                                                  weights_updates, solves,
+                                                  published_s))  # fmt: skip
 
     def _write_progress(self) -> None:
         now = time.monotonic()

@@ -29,7 +29,11 @@ class LearnerCounters:
     train_seconds: float = 0.0
     episodes_seen: int = 0
     best_eval_return: float | None = None
+    # Training seconds at the publication of the weights that the confirmed solve played
+    # (the learner's time to the result), and when that confirmation reached the learner
+    # (the first plus the evaluator's latency, which more actors do not shorten).
     solved_at_s: float | None = None
+    solve_heard_at_s: float | None = None
     # Updates whose loss or gradient was not finite: skipped, nothing changed or published.
     updates_skipped: int = 0
     evaluations: int = 0  # periodic ones heard, confirmations aside

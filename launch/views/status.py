@@ -195,7 +195,8 @@ def run_status(run_dir: Path) -> dict:
     solves = [c for c in run.confirmations if c.get("solved")]
     if solves:
         status["confirmed"] = {k: solves[0].get(k) for k in
-                               ("eval_return_mean", "episodes", "env_steps", "time_s")}  # fmt: skip
+                               ("eval_return_mean", "episodes", "env_steps", "time_s",
+                                "weights_time_s")}  # fmt: skip
     newest = checkpoint.latest(run_dir / "checkpoints")
     status["checkpoint"] = str(newest) if newest else None
     faults: dict = {}
@@ -310,9 +311,15 @@ def status_lines(status: dict) -> list[str]:
         lines.append(f"  evaluation: none yet{target_text}{f': {trouble}' if trouble else ''}")
     if "confirmed" in status:
         confirmed = status["confirmed"]
+        # The result is the learner's at the weights' publication; the verdict's arrival
+        # adds the evaluator's latency (runs before the publication time was kept: only it).
+        published = confirmed.get("weights_time_s")
+        when = (f"weights published at {_number(published)} s of training, confirmed at "
+                f"{_number(confirmed['time_s'])} s" if published is not None
+                else f"{_number(confirmed['time_s'])} s of training")  # fmt: skip
         lines.append(f"  solved: confirmed at {_number(confirmed['eval_return_mean'])} over "
                      f"{confirmed['episodes']} episodes, {confirmed['env_steps']:,} env steps, "
-                     f"{_number(confirmed['time_s'])} s of training")  # fmt: skip
+                     f"{when}")  # fmt: skip
     restarts = status.get("restarts") or {}
     lines.append("  restarts: " + (", ".join(f"{r} {n}" for r, n in restarts.items()) or "none"))
     faults = status.get("faults") or {}
