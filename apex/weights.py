@@ -92,9 +92,10 @@ class WeightPublisher:
 class Publications:
     """A learner's publications: each version with the updates behind it and the learner's
     training time when it went out (for the evaluations made on it: a solve is timed at the
-    publication of the weights that passed, not when the evaluator's verdict came), sent again while the learner waits for data, since a PUB
-    reaches only the subscribers it has when it sends and an actor that joined since
-    (a lock-step one waits on them) must get them.
+    publication of the weights that passed, not when the evaluator's verdict came), sent
+    again while the learner waits for data, since a PUB reaches only the subscribers it has
+    when it sends and an actor that joined since (a lock-step one waits on them) must get
+    them.
 
     Args:
         publisher: the learner's PUB.

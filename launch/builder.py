@@ -231,5 +231,6 @@ def evaluator(
         confirm_episodes=settings.confirm_episodes,
         target_return=solved_return(config.env, settings.target_return),
         epsilon=settings.eval_epsilon,
+        stepping=acting.env_stepping,
     )
     return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)

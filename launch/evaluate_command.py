@@ -110,7 +110,7 @@ def evaluate(run_dir, checkpoint_path, episodes, seed, video, as_json) -> None:
 
     config, policy, path = trained_policy(run_dir, checkpoint_path)
     envs = (_recording(config.env, episodes, video) if video
-            else evaluation_envs(config.env, episodes))  # fmt: skip
+            else evaluation_envs(config.env, episodes, config.actor.env_stepping))  # fmt: skip
     try:
         returns = play_greedy(policy, envs, seed, config.learner.eval_epsilon)
     finally:

@@ -130,13 +130,14 @@ def make_groups(
     """``config.env_groups`` groups of the actor's envs, in order.
 
     ``envs(name, count)`` makes a group's vector env (default: ``actor_envs`` with the
-    actor's emulator threads)."""
+    actor's emulator threads and env stepping)."""
     problems = config.group_problems()
     if problems:
         raise ValueError("; ".join(problems))
     count = config.envs_per_actor // config.env_groups
     share = dataclasses.replace(config, envs_per_actor=count)
-    make_envs = envs or (lambda name, n: actor_envs(name, n, threads=config.env_threads))
+    make_envs = envs or (lambda name, n: actor_envs(name, n, threads=config.env_threads,
+                                                    stepping=config.env_stepping))  # fmt: skip
     groups = []
     for first in range(0, config.envs_per_actor, count):
         builder = acting.experience(share, shape, version, frame_refs=frames is not None)

@@ -21,6 +21,7 @@ before any process starts, as is an image no network of the run takes.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from apex.envs.observation_stack import ObservationStack
-from apex.envs.presets import extra_installed, preset
+from apex.envs.presets import EnvPreset, extra_installed, preset, register
 from apex.envs.user_code import load_entry_point
 from replay.store.spec import TransitionSpec
 
@@ -197,7 +198,17 @@ def registered_spec(gym_id: str) -> gym.envs.registration.EnvSpec:
 
 
 def env_factories(name: str, count: int, *, training: bool) -> list[Callable[[], gym.Env]]:
-    return [lambda: make_env(name, training=training) for _ in range(count)]
+    """``count`` factories of ``name``'s copies, each carrying its preset, so a copy made in
+    a process of its own (``apex.envs.stepping``) is the run's env there too."""
+    return [functools.partial(_make_copy, preset(name), training) for _ in range(count)]
+
+
+def _make_copy(chosen: EnvPreset, training: bool) -> gym.Env:
+    # A copy's own process knows none of the run's presets (a user's [env] or [preset])
+    # until it is told this one.
+    if preset(chosen.name) != chosen:
+        register(chosen)
+    return make_env(chosen.name, training=training)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 ALE games run in ale-py's C++ ``AtariVectorEnv``: a pool of emulators stepped on threads
 of its own, with the DQN preprocessing built in (frame skip 4 with the last two frames
 max-pooled, 84×84 grayscale, up to 30 no-op starts, 4 stacked frames, rewards clipped to
-their sign while training). Every other env is gymnasium's ``SyncVectorEnv`` of
-``apex.envs.families.make_env`` copies (CartPole's numpy implementation for evaluation, which
-steps 20 copies in a third of the time).
+their sign while training). Every other env is a vector env of
+``apex.envs.families.make_env`` copies stepped as ``actor.env_stepping`` says
+(``apex.envs.stepping``: one after another by default; CartPole's numpy implementation for
+a serial evaluation, which steps 20 copies in a third of the time).
 
 The two Atari paths give the same stacks and rewards for the same seeds and actions
 (``tests/test_vector_envs.py``) with two differences:
@@ -28,34 +29,40 @@ import gymnasium as gym
 import numpy as np
 
 from apex.envs.families import ATARI_MAX_FRAMES, NOOP_MAX, env_factories, preset, registered_spec
+from apex.envs.stepping import EnvStepping, vector_env
 
 
-def actor_envs(name: str, count: int, *, threads: int = 1) -> gym.vector.VectorEnv:
+def actor_envs(
+    name: str, count: int, *, threads: int = 1, stepping: EnvStepping = "serial"
+) -> gym.vector.VectorEnv:
     """``count`` training copies of ``name`` stepping in lock-step, autoresetting in the
     same step (the final observation in ``info["final_obs"]``), rewards as trained on.
 
-    ``threads``: the emulator threads of an ALE game's vector env (ignored otherwise)."""
+    ``threads``: the emulator threads of an ALE game's vector env; ``stepping``: how any
+    other env's copies step (``apex.envs.stepping``)."""
     if preset(name).atari:
         return AtariStacks(name, count, training=True, threads=threads)
-    return gym.vector.SyncVectorEnv(
-        env_factories(name, count, training=True),
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
+    return vector_env(env_factories(name, count, training=True), stepping,
+                      gym.vector.AutoresetMode.SAME_STEP)  # fmt: skip
 
 
-def evaluation_envs(name: str, count: int) -> gym.vector.VectorEnv:
+def evaluation_envs(
+    name: str, count: int, stepping: EnvStepping = "serial"
+) -> gym.vector.VectorEnv:
     """``count`` copies of ``name`` side by side with unclipped rewards, seeded by
     ``reset(seed=...)``; copy ``i`` seeded ``seed + i`` (CartPole's numpy version draws
     every copy's start from one generator seeded ``seed``). Evaluation plays one episode
-    per copy, so how a copy resets after it is of no matter."""
+    per copy, so how a copy resets after it is of no matter. ``stepping``: as the actors'
+    (``apex.envs.stepping``), so an evaluation of a slow env keeps its cadence."""
     chosen = preset(name)
     if chosen.atari:
         return AtariStacks(name, count, training=False, threads=1)
     # gymnasium's own vector version, where it has one for the env as made here.
     plain = not (chosen.minatar or chosen.kwargs or chosen.make or chosen.stack != 1)
-    if plain and registered_spec(chosen.gym_id).vector_entry_point is not None:
+    if (stepping == "serial" and plain
+            and registered_spec(chosen.gym_id).vector_entry_point is not None):  # fmt: skip
         return gym.make_vec(chosen.gym_id, num_envs=count, vectorization_mode="vector_entry_point")
-    return gym.vector.SyncVectorEnv(env_factories(name, count, training=False))
+    return vector_env(env_factories(name, count, training=False), stepping)
 
 
 def rom_name(gym_id: str) -> str:

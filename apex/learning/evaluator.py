@@ -64,6 +64,9 @@ class EvaluatorConfig:
         target_return: the mean that asks for a confirmation (None: never).
         epsilon: the probability of a random action at each evaluation step
             (``LearnerConfig.eval_epsilon``).
+        stepping: how its copies step (the actors' ``env_stepping``): with a slow env,
+            ``"threads"`` plays an evaluation's episodes side by side in about one
+            episode's time, where one after another they took the episodes' sum.
     """
 
     env: str
@@ -73,6 +76,7 @@ class EvaluatorConfig:
     confirm_episodes: int
     target_return: float | None
     epsilon: float = 0.0
+    stepping: str = "serial"
 
 
 class Evaluator:
@@ -163,7 +167,8 @@ class Evaluator:
 
     def _play(self, episodes: int, seed: int):
         if episodes not in self._envs:
-            self._envs[episodes] = evaluation_envs(self.config.env, episodes)
+            self._envs[episodes] = evaluation_envs(self.config.env, episodes,
+                                                   self.config.stepping)  # fmt: skip
         return play_greedy(self._policy, self._envs[episodes], seed, self.config.epsilon)
 
     def _send(self, evaluation: Evaluation) -> None:

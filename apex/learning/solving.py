@@ -4,8 +4,9 @@ A periodic evaluation at the target asks the evaluator for a confirmation; a con
 (or the periodic one itself, where ``confirm_episodes`` is 0) solves the run. The solve is
 timed at the publication of the weights it played: that is when the learner had the
 result, and the evaluator's own latency (episodes of a slow simulator, a confirmation of
-100 of them) is kept apart as the time the verdict was heard. A run that trains on past its solve (``stop_when_solved = false``) goes on as
-before it, and its evaluations say whether it stays solved.
+100 of them) is kept apart as the time the verdict was heard. A run that trains on past
+its solve (``stop_when_solved = false``) goes on as before it, and its evaluations say
+whether it stays solved.
 """
 
 from __future__ import annotations

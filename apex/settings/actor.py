@@ -16,6 +16,8 @@ from replay.store.field_checks import (
 )
 
 ACTING_PRECISIONS = ("float32", "int8")
+# apex.envs.stepping's modes (named here too: settings import no env code).
+ENV_STEPPINGS = ("serial", "threads", "processes")
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,13 @@ class ActorConfig:
         torch_threads: intra-op threads of the forward passes of a torch policy (image
             observations; vector observations act in numpy, single-threaded).
         env_threads: emulator threads of an ALE game's C++ vector env (other envs step
-            on the actor's own thread); per env group.
+            as ``env_stepping`` says); per env group.
+        env_stepping: how the copies of any other env step (``apex.envs.stepping``):
+            "serial" (one after another on the actor's thread: a step of microseconds),
+            "threads" (each on a thread of its own: an env whose step waits, a simulator
+            elsewhere) or "processes" (each in a process of its own over shared memory:
+            an env whose step computes in Python, given cores for it). The evaluator
+            steps its copies the same way.
         env_groups: groups the envs step in, taking turns (``apex.acting.env_group``): with 2,
             one group's emulators play while the actor acts on the other's (ALE games
             only; it must divide ``envs_per_actor``).
@@ -98,6 +106,7 @@ class ActorConfig:
     seed: int = 0
     torch_threads: int = 1
     env_threads: int = 1
+    env_stepping: str = "serial"
     env_groups: int = 1
     acting_precision: str = "float32"
     max_steps: int | None = None
@@ -138,6 +147,9 @@ class ActorConfig:
         if not 0 < self.reward_scale < math.inf:
             problems.append(f"{prefix}reward_scale must be finite and > 0, "
                             f"got {self.reward_scale}")  # fmt: skip
+        if self.env_stepping not in ENV_STEPPINGS:
+            problems.append(f"{prefix}env_stepping must be one of {ENV_STEPPINGS}, "
+                            f"got {self.env_stepping!r}")  # fmt: skip
         if self.acting_precision not in ACTING_PRECISIONS:
             problems.append(f"{prefix}acting_precision must be one of {ACTING_PRECISIONS}, "
                             f"got {self.acting_precision!r}")  # fmt: skip
