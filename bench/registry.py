@@ -24,6 +24,7 @@ COMMANDS = {
     "fuzz": "bench.faults.fuzz_command:bench_fuzz",
     "compare": "bench.compare_command:bench_compare",
     "arms": "bench.learning.arms_command:bench_arms",
+    "scaling": "bench.scaling.scaling_command:bench_scaling",
     "run": "bench.run_command:bench_run",
 }
 

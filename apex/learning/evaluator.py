@@ -64,7 +64,7 @@ class EvaluatorConfig:
         target_return: the mean that asks for a confirmation (None: never).
         epsilon: the probability of a random action at each evaluation step
             (``LearnerConfig.eval_epsilon``).
-        stepping: how its copies step (the actors' ``env_stepping``): with a slow env,
+        stepping: how its copies step (``LearnerConfig.eval_stepping``): with a slow env,
             ``"threads"`` plays an evaluation's episodes side by side in about one
             episode's time, where one after another they took the episodes' sum.
     """

@@ -44,24 +44,24 @@ def _solve_fields(confirmations: list[list[float]], target: float | None) -> dic
             "solve_updates": None if first[2] is None else int(first[2])}  # fmt: skip
 
 
-def _spawned(command: list[str], task: Task, grace_s: float = GRACE_S
-             ) -> tuple[float, subprocess.CompletedProcess | None]:  # fmt: skip
+def spawned(command: list[str], budget_s: float, grace_s: float = GRACE_S
+            ) -> tuple[float, subprocess.CompletedProcess | None]:  # fmt: skip
     """Runs ``command`` from the repository, timed from its spawn (``time.time()``); the
-    completed process, or None when it ran past the budget and its grace. It runs in a
+    completed process, or None when it ran past ``budget_s`` and its grace. It runs in a
     session of its own, all of which is killed at the deadline: a run's roles are its
     children, and killing the supervisor alone would leave them running."""
-    spawned = time.time()
+    started = time.time()
     with subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(), text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           start_new_session=True) as process:  # fmt: skip
         try:
-            stdout, stderr = process.communicate(timeout=task.budget_s + grace_s)
+            stdout, stderr = process.communicate(timeout=budget_s + grace_s)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
-            return spawned, None
-    return spawned, subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+            return started, None
+    return started, subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _run(base: dict, task: Task, spawned: float, evaluations: list, confirmations: list,
@@ -106,7 +106,7 @@ def run_apex(
         ]  # fmt: skip
         if task.target is not None:
             command += ["--target-return", str(task.target)]
-        spawned, completed = _spawned(command, task)
+        spawned_at, completed = spawned(command, task.budget_s)
         ended = time.time()
         if completed is None:
             return {**base, "error": f"apex train ran past {task.budget_s + GRACE_S:.0f} s"}
@@ -121,7 +121,7 @@ def run_apex(
 
     end = next((r for r in records if r.get("event") == "end"), {})
     base["updates"] = end.get("updates")
-    return _run(base, task, spawned, events("evaluation"), events("confirmation"), ended)
+    return _run(base, task, spawned_at, events("evaluation"), events("confirmation"), ended)
 
 
 def run_peer(task: Task, seed: int, keep_training: bool = False) -> dict:
@@ -137,7 +137,7 @@ def run_peer(task: Task, seed: int, keep_training: bool = False) -> dict:
         "env_kwargs": dict(task.env_kwargs),
     }  # fmt: skip
     command = [sys.executable, "-m", "bench.learning.sb3_worker", json.dumps(request)]
-    spawned, completed = _spawned(command, task)
+    spawned_at, completed = spawned(command, task.budget_s)
     if completed is None:
         return {**base, "error": f"the peer ran past {task.budget_s + GRACE_S:.0f} s"}
     lines = completed.stdout.strip().splitlines()
@@ -145,5 +145,5 @@ def run_peer(task: Task, seed: int, keep_training: bool = False) -> dict:
         tail = completed.stderr.strip().splitlines()[-1:] or ["no output"]
         return {**base, "error": f"the peer exited {completed.returncode}: {tail[0]}"}
     result = json.loads(lines[-1])
-    return _run(base, task, spawned, result["evaluations"], result["confirmations"],
+    return _run(base, task, spawned_at, result["evaluations"], result["confirmations"],
                 result["ended_unix"])  # fmt: skip

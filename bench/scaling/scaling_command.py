@@ -1,0 +1,121 @@
+"""``apex bench scaling``: time to a confirmed solve against actor count
+(``bench.scaling.scaling_suite``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from bench.cli_options import progress
+from bench.scaling.scaling_tasks import ACTOR_COUNTS, FIVE_SEEDS, TASKS, quick_task
+
+
+def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
+    """The runs of the scaling records at ``paths`` (of task ``name``).
+
+    Raises:
+        click.BadParameter: a file that is no scaling record of the task.
+    """
+    runs = []
+    for path in paths:
+        try:
+            config = json.loads(path.read_text())["suites"]["scaling"]["config"]
+            held = config["task"]["name"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise click.BadParameter(
+                f"{path}: not a scaling record ({exc})", param_hint="--resume"
+            ) from exc
+        if held != name:
+            raise click.BadParameter(f"{path} holds {held}, not {name}", param_hint="--resume")
+        runs += config["runs"]
+    return runs
+
+
+@click.command("scaling")
+@click.option(
+    "--task",
+    "name",
+    type=click.Choice(list(TASKS)),
+    default="cartpole-sleep5ms",
+    help="The task (bench.scaling.scaling_tasks).",
+)
+@click.option(
+    "--actors",
+    "counts",
+    multiple=True,
+    type=click.IntRange(1, 1024),
+    help=f"Actor counts [{', '.join(map(str, ACTOR_COUNTS))}].",
+)
+@click.option(
+    "--seed", "seeds", multiple=True, type=int, help=f"Seeds [{', '.join(map(str, FIVE_SEEDS))}]."
+)
+@click.option(
+    "--parallel-up-to",
+    type=click.IntRange(0),
+    default=0,
+    help="Points of at most this many actors run their seeds side by side.",
+)
+@click.option(
+    "--resume",
+    "resume_paths",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Records whose runs count and are not run again (sittings merged).",
+)
+@click.option("--quick", is_flag=True, help="Seconds a run: plumbing only, no figure.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The record, rewritten after every run.",
+)
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--plots",
+    "plot_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the PNG goes [none].",
+)
+def bench_scaling(
+    name, counts, seeds, parallel_up_to, resume_paths, quick, json_path, markdown_path, plot_dir
+) -> None:
+    """Time to a confirmed solve against actor count, with speedups, efficiencies, the
+    knee and what binds each point."""
+    from bench import report
+    from bench.scaling import scaling_report, scaling_suite
+    from bench.workers import REPO_ROOT
+
+    task = quick_task(TASKS[name]) if quick else TASKS[name]
+    previous = previous_runs(resume_paths, name)
+    document = report.new_document(REPO_ROOT)
+
+    def save(result: dict) -> None:
+        report.replace_suite(document, scaling_suite.SUITE, result, json_path)
+
+    def saved_so_far(runs: list[dict]) -> None:
+        if json_path:  # the runs alone: a sitting stopped midway resumes from them
+            save({"records": [], "ratios": [], "config": {"task": vars(task), "runs": runs}})
+
+    result = scaling_suite.run(
+        task,
+        counts=counts or ACTOR_COUNTS,
+        seeds=seeds or FIVE_SEEDS,
+        parallel_up_to=parallel_up_to,
+        previous=previous,
+        progress=progress,
+        on_run=saved_so_far,
+        warm_up=not quick,
+    )
+    save(result)
+    text = scaling_report.markdown(document)
+    if markdown_path:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(text)
+    click.echo(text)
+    if plot_dir:
+        click.echo(f"plot: {scaling_report.plot(document, plot_dir)}")
+    problems = report.validate(document)
+    if problems:
+        raise click.ClickException("scaling record failed validation: " + "; ".join(problems))

@@ -1,0 +1,172 @@
+"""One run of the scaling benchmark: ``apex train`` of a scaling task with N actors and one
+seed, and what its run directory says about it.
+
+A run is a plain dict, what the record keeps per (actors, seed)::
+
+    {"actors", "seed", "budget_s", "git",
+     "solved", "solve_s", "solve_heard_s",          # training seconds; None when unsolved
+     "solve_env_steps", "solve_updates",
+     "evaluations": [[s, env steps, updates, mean], ...],   # s: the weights' publication
+     "confirmations": [[s, env steps, updates, mean], ...],
+     "wall_s",                                        # from spawn to exit
+     "throughput": {...},                             # :func:`throughput`
+     "machine_busy_cores",                            # this machine's, over the run
+     "error" (only when it failed)}
+
+A solve is timed in the learner's training seconds at the publication of the weights its
+confirmation played (``apex.learning.solving``): the evaluator's latency is not in it, and
+neither is the start of the run's processes before the learner's clock begins.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from apex.learning.metrics import read_metrics
+from bench.learning.learn_runs import GRACE_S, spawned
+from bench.machine import git_commit
+from bench.scaling.scaling_tasks import ScalingTask
+from bench.workers import REPO_ROOT
+
+
+def cpu_jiffies() -> tuple[int, int]:
+    """This machine's busy and total CPU time so far (``/proc/stat``, in clock ticks)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_cores(before: tuple[int, int], after: tuple[int, int], cores: int) -> float:
+    """Cores busy on average between two :func:`cpu_jiffies` readings."""
+    total = after[1] - before[1]
+    return cores * (after[0] - before[0]) / total if total > 0 else 0.0
+
+
+def _rate(first: dict, last: dict, key: str) -> float | None:
+    elapsed = last["time_s"] - first["time_s"]
+    if elapsed <= 0 or first.get(key) is None or last.get(key) is None:
+        return None
+    return (last[key] - first[key]) / elapsed
+
+
+def _shard_cpu(record: dict) -> float:
+    return sum(s.get("cpu_s") or 0.0 for s in record.get("shards") or [])
+
+
+def throughput(records: list[dict]) -> dict:
+    """What the progress records of one run's training say, each figure over the window
+    from the first progress record after the first update to the last one:
+
+    - ``env_steps_per_s``, ``updates_per_s``: the actors' env steps and the learner's
+      updates per second;
+    - ``learner_cores``, ``shard_cores``: CPU cores the learner and the shards used;
+    - ``inserts_held``: the share of records in which a shard's rate limiter held the
+      actors' inserts (the learner was behind); ``samples_waited``: the share in which
+      the learner's requests waited for data (the actors were behind);
+    - ``policy_lag_p50``: the median of the records' median policy lag (versions);
+    - ``replay_fill``: the replay's fill at the end.
+    """
+    progress = [r for r in records if r.get("event") == "progress" and r.get("updates")]
+    if len(progress) < 2:
+        return {}
+    first, last = progress[0], progress[-1]
+    elapsed = last["time_s"] - first["time_s"]
+    shards = [r.get("shards") or [] for r in progress]
+    lags = [r["policy_lag_median"] for r in progress if r.get("policy_lag_median") is not None]
+    capacity = sum(s.get("capacity") or 0 for s in shards[-1])
+    return {
+        "window_s": elapsed,
+        "env_steps_per_s": _rate(first, last, "env_steps"),
+        "updates_per_s": _rate(first, last, "updates"),
+        "learner_cores": _rate(first, last, "learner_cpu_s"),
+        "shard_cores": (_shard_cpu(last) - _shard_cpu(first)) / elapsed if elapsed > 0 else None,
+        "inserts_held": statistics.fmean(
+            any(s.get("inserts_waiting") for s in group) for group in shards
+        ),
+        "samples_waited": statistics.fmean(
+            any((s.get("samples_waiting") or 0) > 0 for s in group) for group in shards
+        ),
+        "policy_lag_p50": statistics.median(lags) if lags else None,
+        "replay_fill": sum(s.get("size") or 0 for s in shards[-1]) / capacity if capacity else None,
+    }
+
+
+def _events(records: list[dict], kind: str) -> list[list]:
+    """A run's evaluations (or confirmations) as ``[s, env steps, updates, mean]``, timed at
+    the publication of the weights they played (when it heard them where not known)."""
+    return [
+        [
+            r["weights_time_s"] if r.get("weights_time_s") is not None else r["time_s"],
+            r["env_steps"],
+            r.get("weights_updates"),
+            r["eval_return_mean"],
+        ]
+        for r in records
+        if r.get("event") == kind
+    ]
+
+
+def read_run(run_dir: Path, task: ScalingTask) -> dict:
+    """What a finished run directory says: its solve, evaluations and throughput."""
+    records = read_metrics(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    outcome = summary.get("outcome") or {}
+    confirmations = _events(records, "confirmation")
+    solve = next((c for c in confirmations if c[3] >= task.target), None)
+    solved = bool(outcome.get("solved")) and solve is not None
+    return {
+        "solved": solved,
+        "solve_s": outcome.get("solved_at_s") if solved else None,
+        "solve_heard_s": outcome.get("solve_heard_at_s") if solved else None,
+        "solve_env_steps": int(solve[1]) if solved else None,
+        "solve_updates": solve[2] if solved else None,
+        "evaluations": _events(records, "evaluation"),
+        "confirmations": confirmations,
+        "train_s": outcome.get("train_seconds"),
+        "updates": outcome.get("updates"),
+        "reason": summary.get("reason"),
+        "throughput": throughput(records),
+    }
+
+
+def run_point(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
+    """``apex train`` of ``task`` with ``actors`` actor processes and ``seed``."""
+    base = {"actors": actors, "seed": seed, "budget_s": task.budget_s, "git": git_commit(REPO_ROOT)}
+    with tempfile.TemporaryDirectory(prefix="apex-scaling-") as directory:
+        run_dir = Path(directory) / "run"
+        command = [
+            sys.executable,
+            "-m",
+            "launch",
+            "train",
+            "--env",
+            task.env,
+            "--seed",
+            str(seed),
+            "--actors",
+            str(actors),
+            "--max-time",
+            str(task.budget_s),
+            "--target-return",
+            str(task.target),
+            "--run-dir",
+            str(run_dir),
+            "--plain",
+            "--no-curves",
+            *(part for setting in task.train_settings() for part in ("--set", setting)),
+        ]
+        before = cpu_jiffies()
+        started, completed = spawned(command, task.budget_s + GRACE_S)
+        base["machine_busy_cores"] = busy_cores(before, cpu_jiffies(), cores)
+        if completed is None:
+            return {**base, "error": f"apex train ran past {task.budget_s + 2 * GRACE_S:.0f} s"}
+        base["wall_s"] = time.time() - started
+        if completed.returncode != 0 or not (run_dir / "summary.json").exists():
+            tail = completed.stdout.strip().splitlines()[-1:] or ["no output"]
+            return {**base, "error": f"apex train exited {completed.returncode}: {tail[0]}"}
+        return {**base, **read_run(run_dir, task)}

@@ -1,0 +1,93 @@
+"""The scaling benchmark's tasks: a preset's env whose steps cost a fixed time
+(``bench.scaling.step_cost``), trained on the preset's own settings at every actor count.
+
+Every point of a sweep runs the same settings (replay ratio, batch, learning rate, ε spread
+over the run's copies, evaluation rule); only ``actors`` changes, so each point learns from
+the same data per update and a faster solve comes from more data per second alone.
+Evaluation seeds are 0-4; nothing here was tuned on them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from bench.scaling.step_cost import cost_problems
+
+# Powers of two up to 64; 128 and 256 where the machine holds them (asked for by name).
+ACTOR_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+FIVE_SEEDS = (0, 1, 2, 3, 4)
+
+
+@dataclass(frozen=True)
+class ScalingTask:
+    """One task of the scaling benchmark.
+
+    Attributes:
+        name: what ``--task`` calls it and records name it by.
+        env: the preset whose settings, threshold and gymnasium id it keeps.
+        cost_s: seconds each step and reset costs.
+        cost_kind: ``"sleep"`` (a simulator on a core elsewhere) or ``"cpu"`` (one on this
+            machine's cores, competing for them).
+        target: the greedy mean that solves it, confirmed on ``confirm_episodes``.
+        budget_s: the learner's training seconds a run may take (``apex train --max-time``).
+        eval_every_steps, eval_episodes, confirm_episodes: the evaluation rule.
+        checkpoints_s: training seconds at which each run's greedy return is read.
+        settings: more ``--set`` settings every run gets.
+    """
+
+    name: str
+    env: str
+    cost_s: float
+    cost_kind: str
+    target: float
+    budget_s: float
+    eval_every_steps: int = 2_000
+    eval_episodes: int = 20
+    confirm_episodes: int = 100
+    checkpoints_s: tuple[float, ...] = (15.0, 30.0, 60.0, 120.0)
+    settings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = cost_problems(self.cost_s, self.cost_kind)
+        if problems:
+            raise ValueError(f"scaling task {self.name}: {'; '.join(problems)}")
+
+    def train_settings(self) -> list[str]:
+        """``apex train --set`` values: the env made through the step cost, under the
+        preset's name (so its settings and threshold stay), and the evaluation rule."""
+        values = {
+            "env.make": "bench.scaling.step_cost:make",
+            "env.kwargs.id": self.env,
+            "env.kwargs.cost_s": self.cost_s,
+            "env.kwargs.cost_kind": self.cost_kind,
+            "learner.eval_every_steps": self.eval_every_steps,
+            "learner.eval_episodes": self.eval_episodes,
+            "learner.confirm_episodes": self.confirm_episodes,
+            # An evaluation's episodes side by side: about one episode's time at any cost,
+            # so evaluations keep their cadence however fast the actors feed the learner.
+            "learner.eval_stepping": "threads",
+        }
+        # A JSON value of strings, numbers and booleans is TOML's too.
+        return [f"{key}={json.dumps(value)}" for key, value in values.items()] + list(self.settings)
+
+
+TASKS = {
+    task.name: task
+    for task in (
+        # A simulator elsewhere: each step waits 5 ms without a core, so one actor of 8
+        # copies stepped in turn carries about 200 steps/s, and 32 of them what 32 cores
+        # of simulator would.
+        ScalingTask("cartpole-sleep5ms", "CartPole-v1", 0.005, "sleep", 475.0, 900.0),
+        # A simulator on this machine: each step busy for 1 ms of CPU; two actors fill
+        # the two cores, and the learner and evaluator compete with them.
+        ScalingTask("cartpole-cpu1ms", "CartPole-v1", 0.001, "cpu", 475.0, 600.0),
+    )
+}
+
+
+def quick_task(task: ScalingTask) -> ScalingTask:
+    """The plumbing of a sweep in seconds: no figure."""
+    from dataclasses import replace
+
+    return replace(task, budget_s=8.0, checkpoints_s=(4.0,))
