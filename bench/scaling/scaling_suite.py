@@ -37,6 +37,7 @@ from bench.learning.learn_suite import return_at
 from bench.learning.learning_stats import censored_iqm, iqm, stratified_bootstrap_ci
 from bench.scaling.scaling_runs import run_point
 from bench.scaling.scaling_tasks import ScalingTask
+from launch.views.binding import what_binds
 
 SUITE = "scaling"
 BOOTSTRAP_REPS = 2000
@@ -44,10 +45,6 @@ WARM_UP_S = 8.0
 # The knee: the first point below either efficiency.
 KNEE_TIME_EFFICIENCY = 0.6
 KNEE_STEP_EFFICIENCY = 0.8
-# A point is held by the learner when the limiter held inserts in at least this share of
-# its progress records, by the env when the learner waited for data that often.
-HELD_SHARE = 0.5
-BUSY_SHARE = 0.9
 THROUGHPUT_FIGURES = (  # the run's throughput key, metric, unit
     ("env_steps_per_s", "env_steps_per_s", "steps/s"),
     ("updates_per_s", "updates_per_s", "updates/s"),
@@ -101,14 +98,15 @@ def speedup(base: Sequence[float], times: Sequence[float], seed: int = 0) -> dic
 
 
 def bound_by(figures: dict, cores: int) -> str:
-    """What holds a point back, from its median throughput figures."""
-    if (figures.get("inserts_held") or 0.0) >= HELD_SHARE:
-        return "learner (the rate limiter held the actors' inserts)"
-    if (figures.get("machine_busy_cores") or 0.0) >= BUSY_SHARE * cores:
-        return "this machine's cores (actors, learner and shards compete)"
-    if (figures.get("samples_waited") or 0.0) >= HELD_SHARE:
-        return "env steps (the learner waited for data)"
-    return "none clearly (neither side waited most of the time)"
+    """What holds a point back, from its median figures (``launch.views.binding``'s rule)."""
+    binding = what_binds(
+        inserts_held=figures.get("inserts_held") or 0.0,
+        samples_waited=figures.get("samples_waited") or 0.0,
+        shard_cores=[figures.get("shard_cores") or 0.0],
+        machine_busy_cores=figures.get("machine_busy_cores"),
+        cores=cores,
+    )
+    return binding.line() if binding else "none clearly (neither side waited most of the time)"
 
 
 def _medians(runs: Sequence[dict]) -> dict:

@@ -3,7 +3,8 @@
 
 Both show the same figures, rounded for a person: time, updates and their rate,
 transitions per second, replay fill, the episode return, the last and best evaluation
-against the target, policy lag, and the time left before a limit stops the run.
+against the target, policy lag, the time left before a limit stops the run, and what holds
+it back (``launch.views.binding``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def plain_line(watch: RunWatch, elapsed_s: float) -> str:
         evaluation_text(watch),
         f"policy lag p50 {figure(progress.get('policy_lag_median'))}",
         *((f"left {duration(left)}",) if left is not None else ()),
+        *((f"bound by {binding}",) if (binding := watch.binding()) else ()),
     ))  # fmt: skip
 
 
@@ -83,6 +85,7 @@ def status_table(watch: RunWatch, elapsed_s: float):
         table.add_row("return", f"{figure(progress.get('episode_return_mean'), 1)} (episodes, "
                       "mean of the last 100)")  # fmt: skip
     table.add_row("evaluation", evaluation_text(watch).removeprefix("eval "))
+    table.add_row("bound by", watch.binding() or "–")
     table.add_row("time left", duration(watch.time_left_s()))
     return table
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from apex.learning.metrics import read_metrics
+from launch.views.binding import run_binding
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +189,8 @@ def run_status(run_dir: Path) -> dict:
             if final.get("transitions_added") is not None:
                 status["progress"]["transitions_added"] = final["transitions_added"]
         status["refused"] = last.get("refused") or {}
+        binding = run_binding(run.progress)
+        status["bound_by"] = binding.line() if binding else None
     if run.evaluations:
         means = [e["eval_return_mean"] for e in run.evaluations]
         status["evaluations"] = len(means)
@@ -294,6 +297,8 @@ def status_lines(status: dict) -> list[str]:
             lines.append(f"  policy lag of what was trained on: p50 {lag}, p90 {p90}")
         lines.append(f"  episode return (mean of the last 100): "
                      f"{_number(progress['episode_return_mean'])}")  # fmt: skip
+        if status.get("bound_by"):
+            lines.append(f"  bound by {status['bound_by']}")
     else:
         lines.append("  no progress recorded yet")
     target = status.get("target_return")

@@ -139,6 +139,7 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
                      "mean of the last 100)")  # fmt: skip
     learning.add_row("evaluation", evaluation_text(watch).removeprefix("eval "))
     learning.add_row("curve", sparkline(list(watch.evaluations), top=watch.target) or "–")
+    learning.add_row("bound by", watch.binding() or "–")
     for label, name in (("policy lag", "policy_lag"), ("lag trained", "trained_lag")):
         if name == "policy_lag" or progress.get(f"{name}_median") is not None:  # IMPALA's
             learning.add_row(label, f"p50 {figure(progress.get(f'{name}_median'))}, p90 "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from apex.algorithms.registry import replay_items
 from apex.learning.metrics import MetricsTail
+from launch.views.binding import evaluator_behind, progress_binding
 from launch.views.status import read_config, read_summary, target_return
 
 # Evaluation means kept for the dashboard's curve.
@@ -43,6 +44,7 @@ class RunWatch:
         self.previous: dict | None = None
         self.evaluations: deque[float] = deque(maxlen=EVALUATIONS_KEPT)
         self.best_eval: float | None = None
+        self.evaluated_steps: int | None = None  # the newest evaluation's weights'
         self.learner_starts = 0
         self.start: dict | None = None
         self.end: dict | None = None
@@ -59,6 +61,7 @@ class RunWatch:
                 mean = record["eval_return_mean"]
                 self.evaluations.append(mean)
                 self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)
+                self.evaluated_steps = record.get("env_steps")
             elif event == "waiting":
                 self.waiting = record
             elif event == "start":
@@ -119,6 +122,16 @@ class RunWatch:
         after the last progress record), else the last progress record's."""
         latest = self.end or self.progress or {}
         return latest.get("updates") or 0
+
+    def binding(self) -> str | None:
+        """What holds training back now (``launch.views.binding``), and the evaluator where
+        it is behind; None while neither is clear."""
+        shard_cores = [r["cpu_cores"] for r in self.shard_rows() if r["cpu_cores"] is not None]
+        found = [progress_binding(self.progress, shard_cores)]
+        every = (self.config.get("learner") or {}).get("eval_every_steps")
+        steps = (self.progress or {}).get("env_steps")
+        found.append(evaluator_behind(steps, self.evaluated_steps, every))
+        return "; ".join(b.line() for b in found if b is not None) or None
 
     def learner_cpu_cores(self) -> float | None:
         return _rate(self.progress, self.previous, "learner_cpu_s")

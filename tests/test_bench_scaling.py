@@ -1,0 +1,218 @@
+"""The scaling benchmark (``apex bench scaling``): what a run directory says about a run
+(its solve at the weights' publication, its throughput), how points are scored (speedups
+with intervals, efficiencies, what binds, the knee), and the command's refusals. The
+sweep itself is a benchmark, never a timed test."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from apex.learning.metrics import MetricsWriter
+from bench.scaling import scaling_report, scaling_suite
+from bench.scaling.scaling_runs import busy_cores, read_run, throughput
+from bench.scaling.scaling_tasks import TASKS, ScalingTask
+from launch.cli import main
+from launch.views.status import write_summary
+
+TASK = replace(TASKS["cartpole-sleep5ms"], budget_s=100.0, checkpoints_s=(10.0, 50.0))
+
+
+def progress(
+    time_s: float,
+    env_steps: int,
+    updates: int,
+    learner_cpu_s: float,
+    held: bool = False,
+    waiting: int = 0,
+    lag: float = 1.0,
+) -> dict:
+    shard = {
+        "size": env_steps,
+        "capacity": 100_000,
+        "cpu_s": time_s / 10,
+        "inserts_waiting": held,
+        "samples_waiting": waiting,
+    }
+    return {
+        "event": "progress",
+        "time_s": time_s,
+        "env_steps": env_steps,
+        "updates": updates,
+        "learner_cpu_s": learner_cpu_s,
+        "shards": [shard],
+        "policy_lag_median": lag,
+    }
+
+
+def test_throughput_is_read_over_the_training_window() -> None:
+    records = [
+        progress(1.0, 1_000, 0, 0.5),  # before the first update: not in the window
+        progress(2.0, 2_000, 10, 1.0, held=True),
+        progress(4.0, 6_000, 110, 2.0, held=True, lag=3.0),
+        progress(6.0, 10_000, 210, 3.0, waiting=4, lag=5.0),
+    ]
+    figures = throughput(records)
+    assert figures["window_s"] == 4.0
+    assert figures["env_steps_per_s"] == 2_000.0 and figures["updates_per_s"] == 50.0
+    assert figures["learner_cores"] == 0.5 and figures["shard_cores"] == pytest.approx(0.1)
+    assert figures["inserts_held"] == pytest.approx(2 / 3)
+    assert figures["samples_waited"] == pytest.approx(1 / 3)
+    assert figures["policy_lag_p50"] == 3.0 and figures["replay_fill"] == 0.1
+    assert throughput(records[:2]) == {}  # one record of training: no window
+
+
+def test_a_run_is_solved_at_the_publication_of_the_weights_its_confirmation_played(
+    tmp_path: Path,
+) -> None:
+    metrics = MetricsWriter(tmp_path)
+    metrics.write(progress(2.0, 2_000, 10, 1.0))
+    metrics.write(progress(12.0, 12_000, 310, 6.0))
+    for event, heard, published, mean in (
+        ("evaluation", 9.0, 8.0, 300.0),
+        ("evaluation", 14.0, 12.5, 490.0),
+        ("confirmation", 17.0, 12.5, 481.0),
+    ):
+        metrics.write(
+            {
+                "event": event,
+                "time_s": heard,
+                "weights_time_s": published,
+                "env_steps": int(1000 * published),
+                "weights_updates": 300,
+                "eval_return_mean": mean,
+            }
+        )
+    metrics.close()
+    write_summary(
+        tmp_path,
+        {
+            "reason": "solved",
+            "outcome": {
+                "solved": True,
+                "solved_at_s": 12.5,
+                "solve_heard_at_s": 17.0,
+                "train_seconds": 17.2,
+                "updates": 400,
+            },
+        },
+    )
+    run = read_run(tmp_path, TASK)
+    assert run["solved"] and (run["solve_s"], run["solve_heard_s"]) == (12.5, 17.0)
+    assert run["solve_env_steps"] == 12_500 and run["solve_updates"] == 300
+    assert [e[0] for e in run["evaluations"]] == [8.0, 12.5]  # at the weights' publication
+    assert run["throughput"]["env_steps_per_s"] == 1_000.0
+
+
+def point_runs(actors: int, times: list[float | None], rate: float, **figures) -> list[dict]:
+    """Runs of one point: each solved at its time (None: unsolved), at ``rate`` env
+    steps/s."""
+    runs = []
+    for seed, solve_s in enumerate(times):
+        solved = solve_s is not None
+        evaluations = [[1.0, 100, 10, 20.0]]
+        runs.append(
+            {
+                "actors": actors,
+                "seed": seed,
+                "budget_s": TASK.budget_s,
+                "solved": solved,
+                "solve_s": solve_s,
+                "solve_env_steps": 1000 if solved else None,
+                "evaluations": evaluations,
+                "confirmations": [[solve_s, 1000, 10, 480.0]] if solved else [],
+                "machine_busy_cores": figures.get("busy", 0.3),
+                "throughput": {
+                    "env_steps_per_s": rate,
+                    "updates_per_s": rate / 32,
+                    "inserts_held": figures.get("held", 0.0),
+                    "samples_waited": figures.get("waited", 1.0),
+                },
+            }
+        )
+    return runs
+
+
+def test_points_are_scored_with_speedups_efficiencies_the_binding_and_the_knee() -> None:
+    runs = (
+        point_runs(1, [80.0, 90.0, 100.0, 110.0, 120.0], 200.0)
+        + point_runs(2, [40.0, 45.0, 50.0, 55.0, 60.0], 400.0)
+        + point_runs(4, [25.0, 30.0, 35.0, 40.0, 45.0], 790.0, held=0.9, waited=0.0)
+        + point_runs(8, [20.0, 25.0, 30.0, 35.0, None], 1_000.0, busy=1.95)
+    )
+    scored = scaling_suite.score(TASK, runs, cores=2)
+    points = {p["actors"]: p for p in scored["points"]}
+    assert points[2]["speedup_vs_1"]["speedup"] == pytest.approx(2.0)
+    assert points[2]["speedup_vs_1"]["efficiency"] == pytest.approx(1.0)
+    low, high = points[2]["speedup_vs_1"]["ci_low"], points[2]["speedup_vs_1"]["ci_high"]
+    assert low < 2.0 < high  # the interval resamples both points' runs
+    assert points[4]["speedup_vs_2"]["speedup"] == pytest.approx(50.0 / 35.0)
+    assert points[4]["step_efficiency"] == pytest.approx(790.0 / 800.0)
+    assert points[2]["bound_by"].startswith("env steps")
+    assert points[4]["bound_by"].startswith("learner")
+    assert points[8]["bound_by"].startswith("machine (all 2 cores busy")
+    assert points[8]["solved"] == 4 and "speedup_vs_1" in points[8]
+    # 8 actors: 100 / 30 = 3.3x of 8 (0.42) is the first below 0.6.
+    assert scored["knee"]["actors"] == 8 and scored["knee"]["bound_by"].startswith("machine")
+    [time_at_8] = [
+        r
+        for r in scored["records"]
+        if r["metric"] == "time_to_confirmed_solve" and r["params"]["actors"] == 8
+    ]
+    assert time_at_8["unsolved"] == 1 and time_at_8["params"]["values"][-1] == TASK.budget_s
+    assert not any(
+        r["metric"] == "env_steps_to_confirmed_solve" and r["params"]["actors"] == 8
+        for r in scored["records"]
+    )  # an unsolved run: no step count
+    ratios = {(r["numerator"], r["denominator"]): r for r in scored["ratios"]}
+    assert ratios[("1 actor", "8 actors")]["efficiency"] == pytest.approx(
+        points[8]["speedup_vs_1"]["efficiency"]
+    )
+
+
+def test_the_report_has_a_row_per_point_and_names_the_knee(tmp_path: Path) -> None:
+    runs = point_runs(1, [100.0] * 3, 200.0) + point_runs(16, [50.0] * 3, 3_000.0, held=1.0)
+    scored = scaling_suite.score(TASK, runs, cores=2)
+    config = {"task": vars(TASK), "cores": 2, "points": scored["points"], "knee": scored["knee"]}
+    document = {
+        "git": {"commit": "abcdef0"},
+        "records": scored["records"],
+        "suites": {"scaling": {"config": config}},
+    }
+    text = scaling_report.markdown(document)
+    assert "| 16 | 3/3 | 50.0 [50.0, 50.0] | 2.0× [2.0, 2.0] (eff. 0.12)" in text
+    assert "Knee: 16 actors, learner" in text
+    assert scaling_report.plot(document, tmp_path).exists()
+
+
+def test_busy_cores_are_the_share_of_ticks_not_idle() -> None:
+    assert busy_cores((100, 1000), (400, 2000), cores=2) == pytest.approx(0.6)
+    assert busy_cores((5, 5), (5, 5), cores=2) == 0.0
+
+
+def test_a_task_with_a_bad_cost_is_refused() -> None:
+    with pytest.raises(ValueError, match="cost_kind must be one of"):
+        ScalingTask("bad", "CartPole-v1", 0.001, "gpu", 475.0, 10.0)
+
+
+def test_the_train_settings_keep_the_preset_and_make_it_through_the_step_cost() -> None:
+    settings = dict(s.split("=", 1) for s in TASK.train_settings())
+    assert settings["env.make"] == '"bench.scaling.step_cost:make"'
+    assert settings["env.kwargs.cost_kind"] == '"sleep"'
+    assert settings["learner.eval_stepping"] == '"threads"'
+
+
+def test_resuming_from_another_task_or_no_record_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(
+        json.dumps({"suites": {"scaling": {"config": {"task": {"name": "x"}, "runs": []}}}})
+    )
+    junk = tmp_path / "junk.json"
+    junk.write_text("[]")
+    for path, match in ((other, "holds x, not cartpole-sleep5ms"), (junk, "not a scaling record")):
+        result = CliRunner().invoke(main, ["bench", "scaling", "--resume", str(path)])
+        assert result.exit_code == 2 and match in result.output
