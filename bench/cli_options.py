@@ -83,10 +83,30 @@ def run_bench(suite: str, run_suite, json_path: Path | None, markdown_path: Path
     problems = report.validate(document)
     if json_path:
         report.write_json(document, json_path)
-    text = report.markdown(document)
+    echo_markdown(report.markdown(document), markdown_path)
+    if problems:
+        raise click.ClickException("benchmark document failed validation: " + "; ".join(problems))
+
+
+def echo_markdown(text: str, markdown_path: Path | None) -> None:
+    """Prints a suite's markdown, and writes it to ``markdown_path`` if given."""
     if markdown_path:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(text)
     click.echo(text)
-    if problems:
-        raise click.ClickException("benchmark document failed validation: " + "; ".join(problems))
+
+
+def sitting_savers(document: dict, suite: str, task: dict, json_path: Path | None):
+    """``(save, saved_so_far)`` for a sitting of runs: ``save(result)`` makes ``result`` the
+    document's suite and rewrites the JSON; ``saved_so_far(runs)`` writes the runs alone, so
+    a sitting stopped midway resumes from them."""
+    from bench import report
+
+    def save(result: dict) -> None:
+        report.replace_suite(document, suite, result, json_path)
+
+    def saved_so_far(runs: list[dict]) -> None:
+        if json_path:
+            save({"records": [], "ratios": [], "config": {"task": task, "runs": runs}})
+
+    return save, saved_so_far

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli_options import progress
+from bench.cli_options import echo_markdown, progress, sitting_savers
 from bench.learning.learn_tasks import QUICK_BUDGET_S, TASKS, quick_task
 
 
@@ -77,23 +77,13 @@ def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, k
     previous = previous_runs(resume_paths, env, keep_sides)
     document = report.new_document(REPO_ROOT)
 
-    def save(result: dict) -> None:
-        report.replace_suite(document, learn_suite.SUITE, result, json_path)
-
-    def saved_so_far(runs: list[dict]) -> None:
-        if json_path:  # the runs alone: a sitting stopped midway resumes from them
-            save({"records": [], "ratios": [], "config": {"task": vars(task), "runs": runs}})
-
+    save, saved_so_far = sitting_savers(document, learn_suite.SUITE, vars(task), json_path)
     result = learn_suite.run(task, seeds=seeds or task.seeds, implementations=sides or
                              ("apex", "peer"), previous=previous, keep_training=keep_training,
                              apex_settings=apex_settings, progress=progress,
                              on_run=saved_so_far, warm_up=not quick)  # fmt: skip
     save(result)
-    text = learn_report.markdown(document)
-    if markdown_path:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(text)
-    click.echo(text)
+    echo_markdown(learn_report.markdown(document), markdown_path)
     if plot_dir is None and (apex_settings or seeds or quick):
         # A check, a tuning sitting or a few seeds must not draw over a record's curves.
         click.echo("curves: not drawn for a --quick, --set or --seed run (give --plots DIR)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli_options import progress
+from bench.cli_options import echo_markdown, progress, sitting_savers
 from bench.scaling.scaling_tasks import ACTOR_COUNTS, FIVE_SEEDS, TASKS, quick_task
 
 
@@ -91,13 +91,7 @@ def bench_scaling(
     previous = previous_runs(resume_paths, name)
     document = report.new_document(REPO_ROOT)
 
-    def save(result: dict) -> None:
-        report.replace_suite(document, scaling_suite.SUITE, result, json_path)
-
-    def saved_so_far(runs: list[dict]) -> None:
-        if json_path:  # the runs alone: a sitting stopped midway resumes from them
-            save({"records": [], "ratios": [], "config": {"task": vars(task), "runs": runs}})
-
+    save, saved_so_far = sitting_savers(document, scaling_suite.SUITE, vars(task), json_path)
     result = scaling_suite.run(
         task,
         counts=counts or ACTOR_COUNTS,
@@ -109,11 +103,7 @@ def bench_scaling(
         warm_up=not quick,
     )
     save(result)
-    text = scaling_report.markdown(document)
-    if markdown_path:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(text)
-    click.echo(text)
+    echo_markdown(scaling_report.markdown(document), markdown_path)
     if plot_dir:
         click.echo(f"plot: {scaling_report.plot(document, plot_dir)}")
     problems = report.validate(document)
