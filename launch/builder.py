@@ -221,8 +221,10 @@ def evaluator(
 
     # The learned policy as it is: in float, whatever precision the actors act in.
     acting = dataclasses.replace(config.actor_config(0), acting_precision="float32")
-    policy = build_acting(acting, config.algorithms, env_shape(config.env)).policy
     settings = config.learner
+    shape = env_shape(config.env)
+    policies = [build_acting(acting, config.algorithms, shape).policy
+                for _ in range(settings.eval_lanes)]  # fmt: skip
     evaluation = EvaluatorConfig(
         env=config.env,
         seed=settings.seed,
@@ -234,5 +236,6 @@ def evaluator(
         stepping=acting.env_stepping
         if settings.eval_stepping == "actors"
         else settings.eval_stepping,
+        lanes=settings.eval_lanes,
     )
-    return Evaluator(evaluation, policy, weights, episodes, config.security, parent_pid)
+    return Evaluator(evaluation, policies, weights, episodes, config.security, parent_pid)

@@ -204,6 +204,7 @@ def test_the_train_settings_keep_the_preset_and_make_it_through_the_step_cost() 
     assert settings["env.make"] == '"bench.scaling.step_cost:make"'
     assert settings["env.kwargs.cost_kind"] == '"sleep"'
     assert settings["learner.eval_stepping"] == '"threads"'
+    assert settings["learner.eval_lanes"] == "4"
 
 
 def test_resuming_from_another_task_or_no_record_is_refused(tmp_path: Path) -> None:

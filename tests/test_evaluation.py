@@ -186,7 +186,7 @@ def test_a_malformed_evaluation_is_refused(mangle, match: str) -> None:
 
 
 @contextlib.contextmanager
-def evaluator_on_sockets(config: EvaluatorConfig, policy: ScriptedPolicy):
+def evaluator_on_sockets(config: EvaluatorConfig, policy: ScriptedPolicy | list[ScriptedPolicy]):
     """An evaluator on a thread between a real weight publisher and episode collector.
     Yields the evaluations heard, ``published_until(count, module, version, steps)`` (which
     publishes until ``count`` evaluations are in) and the publisher."""
@@ -323,3 +323,43 @@ def test_a_solve_is_timed_at_the_publication_of_the_weights_it_played(tmp_path: 
     # 300 updates lie between the two, whatever this machine's speed.
     first_update = next(r for r in read_metrics(tmp_path) if r["event"] == "first_update")
     assert counters.solved_at_s <= first_update["time_s"] < counters.solve_heard_at_s
+
+
+class HeldPolicy(ScriptedPolicy):
+    """Plays as :class:`ScriptedPolicy`, except that weights of gain -2 hold every step
+    until ``release`` is set: an evaluation that takes as long as the test says."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__()
+        self.release = release
+
+    def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
+        if self.gain == -2.0:
+            assert self.release.wait(timeout=30.0), "never released"
+        return super().explore(observations, scales, rng, state)
+
+
+@pytest.mark.slow
+def test_a_second_lane_evaluates_while_the_first_still_plays() -> None:
+    """With two lanes, weights at the next cadence point are evaluated while an evaluation
+    of older weights is still under way (one lane would hold them until it ended); each
+    lane plays on its own copy of the policy."""
+    release = threading.Event()
+    config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=4,
+                             confirm_episodes=0, target_return=None, lanes=2)  # fmt: skip
+    policies = [HeldPolicy(release), HeldPolicy(release)]
+    with evaluator_on_sockets(config, policies) as (got, published_until, publisher):
+
+        def taken() -> bool:  # again until taken (PUB drops what it sends before a SUB joins)
+            publisher.publish(Gain(-2.0), 1, 1000)
+            return policies[0].gain == -2.0
+
+        wait_for(taken, timeout_s=30, what="version 1 taken by the first lane", interval_s=0.05)
+        published_until(1, Gain(1.0), 2, 2000)  # heard while version 1 is held
+        assert [(e.weight_version, e.mean >= 475) for e in got] == [(2, True)]
+        release.set()
+        published_until(2, Gain(1.0), 2, 2000)
+        assert [e.weight_version for e in got] == [2, 1] and got[1].mean < 475
+        assert sorted(e.index for e in got) == [0, 1]
+    with pytest.raises(ValueError, match="1 policies for 2 evaluation lanes"):
+        Evaluator(config, ScriptedPolicy(), "tcp://127.0.0.1:1", "tcp://127.0.0.1:2")

@@ -14,6 +14,12 @@ more episodes on other seeds (gymnasium's definition of solving CartPole-v1 is a
 first confirmed solve (a run that trains on) evaluations are periodic only: confirming
 every later one kept a CartPole evaluator busy on a core.
 
+An evaluation of a slow env is long (20 episodes of 500 steps at 5 ms a step: 2.5 s with
+its copies side by side, as many again to confirm), and weights published meanwhile are
+never evaluated, so a solve is seen up to one evaluation late. With ``lanes`` > 1 the
+evaluator plays that many evaluations at once, each lane on threads, envs and a copy of
+the policy of its own: a free lane takes the next cadence point while the others play.
+
 Results go to the learner's episodes socket as EVALUATION messages (``apex.learning.evaluation``);
 the learner writes them to its metrics and stops on a confirmed solve. The evaluator
 stops on SIGTERM, and by itself once the process that started it (the learner's role) is
@@ -25,9 +31,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import zmq
@@ -67,6 +76,8 @@ class EvaluatorConfig:
         stepping: how its copies step (``LearnerConfig.eval_stepping``): with a slow env,
             ``"threads"`` plays an evaluation's episodes side by side in about one
             episode's time, where one after another they took the episodes' sum.
+        lanes: evaluations played at once (``LearnerConfig.eval_lanes``), one policy given
+            per lane.
     """
 
     env: str
@@ -77,6 +88,20 @@ class EvaluatorConfig:
     target_return: float | None
     epsilon: float = 0.0
     stepping: str = "serial"
+    lanes: int = 1
+
+
+@dataclass
+class _Lane:
+    """One evaluation at a time: a policy, its envs by episode count, what it plays now."""
+
+    policy: ActingPolicy
+    envs: dict[int, gym.vector.VectorEnv] = field(default_factory=dict)
+    playing: Future | None = None
+
+    @property
+    def free(self) -> bool:
+        return self.playing is None or self.playing.done()
 
 
 class Evaluator:
@@ -85,7 +110,7 @@ class Evaluator:
     Args:
         config: what and when.
         policy: the run's acting policy (``apex.algorithms.registry.build_acting``), played at zero
-            exploration.
+            exploration; with ``config.lanes`` > 1, one such policy per lane.
         weights, episodes: the learner's endpoints.
         security: the run's keys, as an actor's.
         parent_pid: stop once this process is gone (None: never look).
@@ -94,14 +119,21 @@ class Evaluator:
     def __init__(
         self,
         config: EvaluatorConfig,
-        policy: ActingPolicy,
+        policy: ActingPolicy | Sequence[ActingPolicy],
         weights: str,
         episodes: str,
         security: SecurityConfig | None = None,
         parent_pid: int | None = None,
     ) -> None:
         self.config = config
-        self._policy = policy
+        policies = list(policy) if isinstance(policy, Sequence) else [policy]
+        if len(policies) != config.lanes:
+            raise ValueError(f"{len(policies)} policies for {config.lanes} evaluation lanes")
+        # Made once and reset with new seeds: an Atari copy loads its ROM when made.
+        self._lanes = [_Lane(p) for p in policies]
+        self._pool = ThreadPoolExecutor(config.lanes, thread_name_prefix="evaluation")
+        self._finished: queue.SimpleQueue[Evaluation] = queue.SimpleQueue()
+        self._solved_lock = threading.Lock()
         self._parent_pid = parent_pid
         self._context = make_context(security, need_server_secret=False)
         self._weights = WeightSubscriber(self._context, weights)
@@ -111,8 +143,6 @@ class Evaluator:
         self._sequence = 0
         self.evaluations = 0
         self.solved_mean: float | None = None  # the first confirmed mean at the target
-        # Made once and reset with new seeds: an Atari copy loads its ROM when made.
-        self._envs: dict[int, gym.vector.VectorEnv] = {}
         self._next_at = config.every_steps
 
     def stop(self) -> None:
@@ -124,52 +154,74 @@ class Evaluator:
 
     def run(self) -> None:
         config = self.config
-        logger.info("evaluator: %s every %d env steps, %d episodes (confirmed on %d at %s)",
-                    config.env, config.every_steps, config.episodes, config.confirm_episodes,
-                    config.target_return)  # fmt: skip
+        logger.info("evaluator: %s every %d env steps, %d episodes (confirmed on %d at %s), "
+                    "%d lane(s), copies stepped %s", config.env, config.every_steps,
+                    config.episodes, config.confirm_episodes, config.target_return, config.lanes,
+                    config.stepping)  # fmt: skip
         try:
             while not self._stop.is_set() and not self._orphaned():
-                if not self._weights.poll(self._policy, timeout_ms=POLL_MS):
+                self._send_finished()
+                lane = next((lane for lane in self._lanes if lane.free), None)
+                if lane is None:  # every lane plays: wait for one, or the poll's time
+                    wait([lane.playing for lane in self._lanes], timeout=POLL_MS / 1000,
+                         return_when="FIRST_COMPLETED")  # fmt: skip
+                    continue
+                if lane.playing is not None:
+                    lane.playing.result()  # an evaluation that raised raises here
+                    lane.playing = None
+                # Weights load into the free lane's policy; the others play on theirs.
+                if not self._weights.poll(lane.policy, timeout_ms=POLL_MS):
                     continue
                 steps = self._weights.env_steps
                 if steps < self._next_at:
                     continue
                 skipped = (steps - self._next_at) // config.every_steps
                 self._next_at = (steps // config.every_steps + 1) * config.every_steps
-                self._evaluate(steps, skipped)
+                lane.playing = self._pool.submit(self._evaluate, lane, self._weights.version,
+                                                 steps, skipped, self.evaluations)  # fmt: skip
+                self.evaluations += 1
         finally:
             self.close()
 
-    def _evaluate(self, steps: int, skipped: int) -> None:
-        config, version = self.config, self._weights.version
-        index = self.evaluations
+    def _evaluate(self, lane: _Lane, version: int, steps: int, skipped: int, index: int) -> None:
+        """One periodic evaluation on ``lane`` (its confirmation too, at the target); what
+        it finds goes to the run's thread, which owns the socket."""
+        config = self.config
         started = time.monotonic()
-        returns = self._play(config.episodes, config.seed + EVAL_SEED_OFFSET + 1000 * index)
+        returns = self._play(lane, config.episodes, config.seed + EVAL_SEED_OFFSET + 1000 * index)
         periodic = Evaluation(version, steps, returns, index, False, skipped)
-        self._send(periodic)
+        self._finished.put(periodic)
         logger.info("evaluation %d: weights %d at %d env steps, mean %.1f over %d episodes "
                     "(%.2f s)", index, version, steps, periodic.mean, returns.size,
                     time.monotonic() - started)  # fmt: skip
-        self.evaluations += 1
         target = config.target_return
         if target is None or periodic.mean < target or not config.confirm_episodes:
             return
-        if self.solved_mean is not None:
-            return
-        returns = self._play(config.confirm_episodes,
+        with self._solved_lock:
+            if self.solved_mean is not None:
+                return
+        returns = self._play(lane, config.confirm_episodes,
                              config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
         confirmation = Evaluation(version, steps, returns, index, True, skipped)
-        self._send(confirmation)
+        self._finished.put(confirmation)
         if confirmation.mean >= target:
-            self.solved_mean = confirmation.mean
+            with self._solved_lock:
+                if self.solved_mean is None:
+                    self.solved_mean = confirmation.mean
         logger.info("evaluation %d confirmed on %d episodes: mean %.1f (target %s)", index,
                     returns.size, confirmation.mean, target)  # fmt: skip
 
-    def _play(self, episodes: int, seed: int):
-        if episodes not in self._envs:
-            self._envs[episodes] = evaluation_envs(self.config.env, episodes,
-                                                   self.config.stepping)  # fmt: skip
-        return play_greedy(self._policy, self._envs[episodes], seed, self.config.epsilon)
+    def _send_finished(self) -> None:
+        while True:
+            try:
+                self._send(self._finished.get_nowait())
+            except queue.Empty:
+                return
+
+    def _play(self, lane: _Lane, episodes: int, seed: int):
+        if episodes not in lane.envs:
+            lane.envs[episodes] = evaluation_envs(self.config.env, episodes, self.config.stepping)
+        return play_greedy(lane.policy, lane.envs[episodes], seed, self.config.epsilon)
 
     def _send(self, evaluation: Evaluation) -> None:
         frames = encode(evaluation.to_message(self._sequence))
@@ -180,8 +232,12 @@ class Evaluator:
             send_frames(self._results, frames, zmq.NOBLOCK)
 
     def close(self) -> None:
-        for envs in self._envs.values():
-            envs.close()
+        # The evaluations under way finish (an episode of a slow env, seconds) and are sent.
+        self._pool.shutdown(wait=True)
+        self._send_finished()
+        for lane in self._lanes:
+            for envs in lane.envs.values():
+                envs.close()
         self._weights.close()
         self._results.close(linger=1000)
         self._context.term()

@@ -65,6 +65,10 @@ class LearnerConfig:
             takes about one episode's time where "serial" takes their sum (20 episodes of
             CartPole at 5 ms a step: 2.5 s against 50 s), and evaluations keep their
             cadence however many actors feed the learner.
+        eval_lanes: evaluations the evaluator plays at once, each on a copy of the policy
+            and envs of its own (``apex.learning.evaluator``): with a slow env an evaluation
+            takes seconds, and weights published meanwhile would never be evaluated, so a
+            solve would be seen up to one evaluation late.
         confirm_episodes: episodes that confirm an evaluation at the target (0: an
             evaluation at the target is a solve by itself).
         target_return: the mean that solves the env (None: the preset's).
@@ -101,6 +105,7 @@ class LearnerConfig:
     eval_episodes: int = 20
     eval_epsilon: float = 0.0
     eval_stepping: str = "actors"
+    eval_lanes: int = 1
     confirm_episodes: int = 100
     target_return: float | None = None
     stop_when_solved: bool = True
@@ -141,6 +146,7 @@ class LearnerConfig:
             "publish_period",
             "prefetch",
             "eval_episodes",
+            "eval_lanes",
             "torch_threads",
         )
         problems = not_positive_integers(named(self, prefix, counts))
