@@ -237,5 +237,6 @@ def evaluator(
         if settings.eval_stepping == "actors"
         else settings.eval_stepping,
         lanes=settings.eval_lanes,
+        backlog=settings.eval_backlog,
     )
     return Evaluator(evaluation, policies, weights, episodes, config.security, parent_pid)

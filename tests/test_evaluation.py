@@ -206,6 +206,7 @@ def evaluator_on_sockets(config: EvaluatorConfig, policy: ScriptedPolicy | list[
 
         wait_for(heard, timeout_s=30, what=f"{count} evaluations", interval_s=0.05)
 
+    published_until.evaluator = evaluator  # type: ignore[attr-defined]
     try:
         yield got, published_until, publisher
     finally:
@@ -363,3 +364,37 @@ def test_a_second_lane_evaluates_while_the_first_still_plays() -> None:
         assert sorted(e.index for e in got) == [0, 1]
     with pytest.raises(ValueError, match="1 policies for 2 evaluation lanes"):
         Evaluator(config, ScriptedPolicy(), "tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("backlog", "expected"),
+    [(8, [(1, 0), (2, 0), (3, 0), (4, 0)]), (2, [(1, 0), (2, 0), (4, 1)])],
+)
+def test_a_backlog_evaluates_every_cadence_point_in_order_however_late(
+    backlog: int, expected: list[tuple[int, int]]
+) -> None:
+    """While the one lane is held, three more cadence points pass: with a backlog of 8
+    each is evaluated afterwards, in order, on the weights published at it; a backlog of 2
+    keeps the oldest waiting point and the newest, the one between counted as skipped."""
+    release = threading.Event()
+    config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=2,
+                             confirm_episodes=0, target_return=None, backlog=backlog)  # fmt: skip
+    policy = HeldPolicy(release)
+    with evaluator_on_sockets(config, policy) as (got, published_until, publisher):
+        evaluator = published_until.evaluator
+
+        def taken(version: int, gain: float, steps: int, started: bool = False) -> bool:
+            # Again until taken in (a PUB drops what it sends before a SUB joins).
+            publisher.publish(Gain(gain), version, steps)
+            return policy.gain == gain if started else evaluator.weights_version == version
+
+        wait_for(lambda: taken(1, -2.0, 1000, started=True), 30, "version 1 playing",
+                 interval_s=0.05)  # fmt: skip
+        for version in (2, 3, 4):  # each taken in before the next is published
+            wait_for(lambda v=version: taken(v, float(v), 1000 * v), 30,
+                     f"version {version} taken in", interval_s=0.05)  # fmt: skip
+        release.set()
+        published_until(len(expected), Gain(9.0), 4, 4000)
+        assert [(e.weight_version, e.skipped) for e in got] == expected
+        assert [e.index for e in got] == list(range(len(expected)))

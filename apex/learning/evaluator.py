@@ -19,6 +19,10 @@ its copies side by side, as many again to confirm), and weights published meanwh
 never evaluated, so a solve is seen up to one evaluation late. With ``lanes`` > 1 the
 evaluator plays that many evaluations at once, each lane on threads, envs and a copy of
 the policy of its own: a free lane takes the next cadence point while the others play.
+With a ``backlog``, every cadence point's weights are kept as they pass (up to that
+many) and evaluated in order, however late: a solve is then found at the first cadence
+point that reaches it, and timed at that point's publication, at the cost of a verdict
+that comes later when the evaluator is behind.
 
 Results go to the learner's episodes socket as EVALUATION messages (``apex.learning.evaluation``);
 the learner writes them to its metrics and stops on a confirmed solve. The evaluator
@@ -34,11 +38,13 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import gymnasium as gym
+import numpy as np
 import zmq
 
 from apex.algorithms.protocols import ActingPolicy
@@ -78,6 +84,9 @@ class EvaluatorConfig:
             episode's time, where one after another they took the episodes' sum.
         lanes: evaluations played at once (``LearnerConfig.eval_lanes``), one policy given
             per lane.
+        backlog: cadence points whose weights wait for a free lane, oldest first
+            (``LearnerConfig.eval_backlog``); 0 or 1: only the newest waits, and the
+            points it passed are skipped.
     """
 
     env: str
@@ -89,6 +98,32 @@ class EvaluatorConfig:
     epsilon: float = 0.0
     stepping: str = "serial"
     lanes: int = 1
+    backlog: int = 0
+
+
+@dataclass
+class _Pending:
+    """A cadence point's weights, waiting for a free lane."""
+
+    version: int
+    steps: int
+    skipped: int
+    arrays: dict[str, np.ndarray]
+
+
+class _Arriving:
+    """Takes each published set of weights as arrays of its own (a ``WeightTaker``), so
+    that a cadence point's weights wait for a lane while later ones arrive."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        self._shapes = shapes
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return self._shapes
+
+    def load(self, arrays) -> None:
+        self.arrays = {name: np.array(array, copy=True) for name, array in arrays.items()}
 
 
 @dataclass
@@ -144,6 +179,13 @@ class Evaluator:
         self.evaluations = 0
         self.solved_mean: float | None = None  # the first confirmed mean at the target
         self._next_at = config.every_steps
+        self._arriving = _Arriving(policies[0].parameter_shapes())
+        self._pending: deque[_Pending] = deque()
+
+    @property
+    def weights_version(self) -> int:
+        """The newest weights version taken in (-1: none yet)."""
+        return self._weights.version
 
     def stop(self) -> None:
         """Asks :meth:`run` to return after the evaluation under way (signal-safe)."""
@@ -161,32 +203,46 @@ class Evaluator:
         try:
             while not self._stop.is_set() and not self._orphaned():
                 self._send_finished()
-                lane = next((lane for lane in self._lanes if lane.free), None)
-                if lane is None:  # every lane plays: wait for one, or the poll's time
-                    wait([lane.playing for lane in self._lanes], timeout=POLL_MS / 1000,
-                         return_when="FIRST_COMPLETED")  # fmt: skip
-                    continue
-                if lane.playing is not None:
-                    lane.playing.result()  # an evaluation that raised raises here
-                    lane.playing = None
-                # Weights load into the free lane's policy; the others play on theirs.
-                if not self._weights.poll(lane.policy, timeout_ms=POLL_MS):
-                    continue
-                steps = self._weights.env_steps
-                if steps < self._next_at:
-                    continue
-                skipped = (steps - self._next_at) // config.every_steps
-                self._next_at = (steps // config.every_steps + 1) * config.every_steps
-                lane.playing = self._pool.submit(self._evaluate, lane, self._weights.version,
-                                                 steps, skipped, self.evaluations)  # fmt: skip
-                self.evaluations += 1
+                self._start_free_lanes()
+                # Every cadence point's weights are kept as they pass (up to the backlog);
+                # the lanes take them oldest first.
+                if self._weights.poll(self._arriving, timeout_ms=POLL_MS):
+                    self._take(self._weights.version, self._weights.env_steps)
         finally:
             self.close()
 
-    def _evaluate(self, lane: _Lane, version: int, steps: int, skipped: int, index: int) -> None:
+    def _take(self, version: int, steps: int) -> None:
+        """Weights just arrived: pending if they are the first at or past a cadence point."""
+        config = self.config
+        if steps < self._next_at:
+            return
+        skipped = (steps - self._next_at) // config.every_steps
+        self._next_at = (steps // config.every_steps + 1) * config.every_steps
+        pending = _Pending(version, steps, skipped, self._arriving.arrays)
+        if len(self._pending) >= max(1, config.backlog):
+            # Full: the newest waiting point gives way to these, and counts as skipped.
+            pending.skipped += self._pending.pop().skipped + 1
+        self._pending.append(pending)
+
+    def _start_free_lanes(self) -> None:
+        for lane in self._lanes:
+            if not self._pending:
+                return
+            if not lane.free:
+                continue
+            if lane.playing is not None:
+                lane.playing.result()  # an evaluation that raised raises here
+                lane.playing = None
+            pending = self._pending.popleft()
+            lane.policy.load(pending.arrays)  # the other lanes play on their own copies
+            lane.playing = self._pool.submit(self._evaluate, lane, pending, self.evaluations)
+            self.evaluations += 1
+
+    def _evaluate(self, lane: _Lane, pending: _Pending, index: int) -> None:
         """One periodic evaluation on ``lane`` (its confirmation too, at the target); what
         it finds goes to the run's thread, which owns the socket."""
         config = self.config
+        version, steps, skipped = pending.version, pending.steps, pending.skipped
         started = time.monotonic()
         returns = self._play(lane, config.episodes, config.seed + EVAL_SEED_OFFSET + 1000 * index)
         periodic = Evaluation(version, steps, returns, index, False, skipped)

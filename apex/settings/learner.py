@@ -69,6 +69,11 @@ class LearnerConfig:
             and envs of its own (``apex.learning.evaluator``): with a slow env an evaluation
             takes seconds, and weights published meanwhile would never be evaluated, so a
             solve would be seen up to one evaluation late.
+        eval_backlog: cadence points whose weights wait for a free evaluation lane, oldest
+            first (0: only the newest waits, and the points it passed are skipped). With a
+            backlog every cadence point is evaluated in order however late, so a solve is
+            found at the first point that reaches it; each waiting point holds a copy of
+            the weights (a Nature CNN's: 7 MB).
         confirm_episodes: episodes that confirm an evaluation at the target (0: an
             evaluation at the target is a solve by itself).
         target_return: the mean that solves the env (None: the preset's).
@@ -106,6 +111,7 @@ class LearnerConfig:
     eval_epsilon: float = 0.0
     eval_stepping: str = "actors"
     eval_lanes: int = 1
+    eval_backlog: int = 0
     confirm_episodes: int = 100
     target_return: float | None = None
     stop_when_solved: bool = True
@@ -166,7 +172,7 @@ class LearnerConfig:
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 problems.append(f"{prefix}{name} must be finite and > 0, got {value}")
-        for name in ("eval_every_steps", "confirm_episodes"):
+        for name in ("eval_every_steps", "confirm_episodes", "eval_backlog"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 problems.append(f"{prefix}{name} must be an integer >= 0, got {value!r}")

@@ -20,6 +20,8 @@ FIVE_SEEDS = (0, 1, 2, 3, 4)
 # Evaluations played at once (learner.eval_lanes): 20 greedy episodes of a solved CartPole
 # at 5 ms a step take 2.5 s, and 100 more to confirm as long again.
 EVAL_LANES = 4
+# Cadence points kept for evaluation (CartPole's weights: 70 KB each).
+EVAL_BACKLOG = 512
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,9 @@ class ScalingTask:
             # evaluated too: a solve is seen within a cadence point or so at any count.
             "learner.eval_stepping": "threads",
             "learner.eval_lanes": EVAL_LANES,
+            # Every cadence point evaluated, in order, however late: the solve is found at
+            # the first point that reaches it, at every count alike.
+            "learner.eval_backlog": EVAL_BACKLOG,
         }
         # A JSON value of strings, numbers and booleans is TOML's too.
         return [f"{key}={json.dumps(value)}" for key, value in values.items()] + list(self.settings)
