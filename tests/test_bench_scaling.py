@@ -217,3 +217,42 @@ def test_resuming_from_another_task_or_no_record_is_refused(tmp_path: Path) -> N
     for path, match in ((other, "holds x, not cartpole-sleep5ms"), (junk, "not a scaling record")):
         result = CliRunner().invoke(main, ["bench", "scaling", "--resume", str(path)])
         assert result.exit_code == 2 and match in result.output
+
+
+@pytest.mark.slow
+def test_the_stepping_suite_measures_every_mode_against_its_ideal() -> None:
+    """Plumbing and schema (a benchmark, never a speed check): every mode of one actor's
+    copies on a sleep task and a CPU task, with the ideal each can reach here."""
+    from bench.scaling import stepping_suite
+
+    tasks = [
+        replace(TASK, name="t-sleep", cost_s=0.002),
+        replace(TASK, name="t-cpu", cost_s=0.001, cost_kind="cpu"),
+    ]
+    result = stepping_suite.run(tasks, copies=2, seconds=0.1, repeats=1)
+    records = {(r["case"], r["implementation"]): r for r in result["records"]}
+    assert set(records) == {
+        (t, m) for t in ("t-sleep", "t-cpu") for m in ("serial", "threads", "processes")
+    }
+    assert records[("t-sleep", "threads")]["params"]["ideal_steps_per_s"] == 1000.0
+    assert records[("t-sleep", "serial")]["params"]["ideal_steps_per_s"] == 500.0
+    assert records[("t-cpu", "threads")]["params"]["ideal_steps_per_s"] == 1000.0
+    assert all(r["median"] > 0 for r in result["records"])
+    assert [(r["case"], r["numerator"]) for r in result["ratios"]] == [
+        ("t-sleep", "threads"),
+        ("t-sleep", "processes"),
+        ("t-cpu", "threads"),
+        ("t-cpu", "processes"),
+    ]
+    document = {
+        "schema": "apex-bench/1",
+        "machine": {},
+        "packages": {},
+        "git": {},
+        "suites": {"stepping": {"config": result["config"]}},
+        "records": result["records"],
+        "ratios": result["ratios"],
+    }
+    from bench import report
+
+    assert report.validate(document) == []

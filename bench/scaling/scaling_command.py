@@ -66,6 +66,12 @@ def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
 )
 @click.option("--quick", is_flag=True, help="Seconds a run: plumbing only, no figure.")
 @click.option(
+    "--stepping",
+    is_flag=True,
+    help="Instead of the sweep: one actor's copies stepped serially, on threads "
+    "and in processes, on every task's env (actor.env_stepping).",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -79,13 +85,37 @@ def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
     help="Where the PNG goes [none].",
 )
 def bench_scaling(
-    name, counts, seeds, parallel_up_to, resume_paths, quick, json_path, markdown_path, plot_dir
+    name,
+    counts,
+    seeds,
+    parallel_up_to,
+    resume_paths,
+    quick,
+    stepping,
+    json_path,
+    markdown_path,
+    plot_dir,
 ) -> None:
     """Time to a confirmed solve against actor count, with speedups, efficiencies, the
     knee and what binds each point."""
     from bench import report
     from bench.scaling import scaling_report, scaling_suite
     from bench.workers import REPO_ROOT
+
+    if stepping:
+        from bench.cli_options import run_bench
+        from bench.scaling import stepping_suite
+
+        seconds, repeats = (0.5, 1) if quick else (3.0, 3)
+        run_bench(
+            stepping_suite.SUITE,
+            lambda _memory: stepping_suite.run(
+                list(TASKS.values()), seconds=seconds, repeats=repeats, progress=progress
+            ),
+            json_path,
+            markdown_path,
+        )
+        return
 
     task = quick_task(TASKS[name]) if quick else TASKS[name]
     previous = previous_runs(resume_paths, name)
