@@ -238,5 +238,6 @@ def evaluator(
         else settings.eval_stepping,
         lanes=settings.eval_lanes,
         backlog=settings.eval_backlog,
+        niceness=settings.eval_niceness,
     )
     return Evaluator(evaluation, policies, weights, episodes, config.security, parent_pid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -132,6 +133,9 @@ def run_evaluator(evaluator: Evaluator) -> int:
     """Runs the evaluator built by ``launch.builder.evaluator`` until SIGINT/SIGTERM or its
     parent's end."""
     on_stop_signal(evaluator.stop)
+    # Measured on a 2-core machine, evaluations of a slow env beside 16-64 actors took a
+    # core from them: the evaluator takes what the run's roles leave.
+    os.nice(evaluator.config.niceness)
     announce("ready", {"evaluator": evaluator.config.env})
     evaluator.run()
     return EXIT_OK

@@ -5,6 +5,7 @@ the learner stopping on a confirmed solve only."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -398,3 +399,50 @@ def test_a_backlog_evaluates_every_cadence_point_in_order_however_late(
         published_until(len(expected), Gain(9.0), 4, 4000)
         assert [(e.weight_version, e.skipped) for e in got] == expected
         assert [e.index for e in got] == list(range(len(expected)))
+
+
+@pytest.mark.slow
+def test_the_evaluator_process_runs_at_the_run_s_niceness(tmp_path: Path) -> None:
+    """An evaluation measures training: its process takes only the cores the run's roles
+    leave (learner.eval_niceness)."""
+    from launch.config import resolve
+    from launch.evaluator_process import EvaluatorProcess
+
+    context = zmq.Context()
+    publisher = WeightPublisher(context)
+    collector = EpisodeCollector(context)
+    evaluator = EvaluatorProcess(
+        resolve({}, {"learner": {"eval_niceness": 7}}),
+        tmp_path,
+        publisher.endpoint,
+        collector.endpoint,
+    )
+    try:
+        evaluator.start()
+        wait_for(
+            lambda: evaluator.state == "up", timeout_s=60, what="the evaluator up", interval_s=0.05
+        )
+        stat = Path(f"/proc/{evaluator._process.process.pid}/stat").read_text()
+        niceness = int(stat.rsplit(")", 1)[1].split()[16])  # field 19 of proc(5)
+        assert niceness == os.nice(0) + 7
+    finally:
+        evaluator.stop()
+        publisher.close()
+        collector.close()
+        context.term()
+
+
+@pytest.mark.parametrize(
+    ("setting", "problem"),
+    [
+        ({"eval_niceness": 20}, "learner.eval_niceness must be an integer in [0, 19], got 20"),
+        ({"eval_lanes": 0}, "learner.eval_lanes"),
+        ({"eval_backlog": -1}, "learner.eval_backlog must be an integer >= 0, got -1"),
+        ({"eval_stepping": "fibers"}, "learner.eval_stepping must be one of"),
+    ],
+)
+def test_evaluation_settings_are_checked(setting: dict, problem: str) -> None:
+    from apex.settings import LearnerConfig
+
+    [found] = LearnerConfig(**setting).problems()
+    assert found.startswith(problem)

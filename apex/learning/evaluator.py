@@ -84,6 +84,8 @@ class EvaluatorConfig:
             episode's time, where one after another they took the episodes' sum.
         lanes: evaluations played at once (``LearnerConfig.eval_lanes``), one policy given
             per lane.
+        niceness: what its process's niceness is raised by (``LearnerConfig.eval_niceness``;
+            its launcher applies it).
         backlog: cadence points whose weights wait for a free lane, oldest first
             (``LearnerConfig.eval_backlog``); 0 or 1: only the newest waits, and the
             points it passed are skipped.
@@ -99,6 +101,7 @@ class EvaluatorConfig:
     stepping: str = "serial"
     lanes: int = 1
     backlog: int = 0
+    niceness: int = 0
 
 
 @dataclass

@@ -17,6 +17,7 @@ from replay.store.field_checks import (
 DEVICES = ("auto", "cpu", "cuda")
 REPLAY_IO_MODES = ("auto", "thread", "inline")
 EVAL_STEPPINGS = ("actors", "serial", "threads", "processes")
+MAX_NICENESS = 19
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,9 @@ class LearnerConfig:
             backlog every cadence point is evaluated in order however late, so a solve is
             found at the first point that reaches it; each waiting point holds a copy of
             the weights (a Nature CNN's: 7 MB).
+        eval_niceness: the evaluator process's niceness (0-19, ``os.nice``): an evaluation
+            measures training, so it takes the cores the actors, shards and learner leave
+            (with a backlog its verdict comes later but finds the same weights).
         confirm_episodes: episodes that confirm an evaluation at the target (0: an
             evaluation at the target is a solve by itself).
         target_return: the mean that solves the env (None: the preset's).
@@ -112,6 +116,7 @@ class LearnerConfig:
     eval_stepping: str = "actors"
     eval_lanes: int = 1
     eval_backlog: int = 0
+    eval_niceness: int = 10
     confirm_episodes: int = 100
     target_return: float | None = None
     stop_when_solved: bool = True
@@ -177,6 +182,9 @@ class LearnerConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 problems.append(f"{prefix}{name} must be an integer >= 0, got {value!r}")
         problems += in_unit_interval(f"{prefix}eval_epsilon", self.eval_epsilon)
+        if not (isinstance(self.eval_niceness, int) and 0 <= self.eval_niceness <= MAX_NICENESS):
+            problems.append(f"{prefix}eval_niceness must be an integer in [0, {MAX_NICENESS}], "
+                            f"got {self.eval_niceness!r}")  # fmt: skip
         if self.eval_stepping not in EVAL_STEPPINGS:
             problems.append(f"{prefix}eval_stepping must be one of {EVAL_STEPPINGS}, got "
                             f"{self.eval_stepping!r}")  # fmt: skip
