@@ -184,7 +184,7 @@ def test_the_report_has_a_row_per_point_and_names_the_knee(tmp_path: Path) -> No
         "suites": {"scaling": {"config": config}},
     }
     text = scaling_report.markdown(document)
-    assert "| 16 | 3/3 | 50.0 [50.0, 50.0] | 2.0× [2.0, 2.0] (eff. 0.12)" in text
+    assert "| 16 | – | 3/3 | 50.0 [50.0, 50.0] | 2.0× [2.0, 2.0] (eff. 0.12)" in text
     assert "Knee: 16 actors, learner" in text
     assert scaling_report.plot(document, tmp_path).exists()
 
@@ -256,3 +256,26 @@ def test_the_stepping_suite_measures_every_mode_against_its_ideal() -> None:
     from bench import report
 
     assert report.validate(document) == []
+
+
+def test_a_weak_sweep_grows_the_batch_past_its_count_and_reuses_only_runs_that_fit() -> None:
+    weak = replace(TASK, weak_from=16)
+    assert [weak.batch_size(n) for n in (1, 16, 32, 64)] == [64, 64, 128, 256]
+    assert "learner.batch_size=128" in weak.train_settings(32)
+    assert not any(s.startswith("learner.batch_size") for s in weak.train_settings(16))
+    strong = point_runs(16, [50.0], 3_000.0) + point_runs(32, [40.0], 5_000.0)
+    for run in strong:
+        run["batch_size"] = 64
+    kept = scaling_suite.run(
+        weak,
+        counts=(16, 32),
+        seeds=(0,),
+        previous=strong,
+        warm_up=False,
+        runner=lambda task, n, seed, cores: {
+            **point_runs(n, [30.0], 6_000.0)[0],
+            "batch_size": 128,
+        },
+    )
+    runs = kept["config"]["runs"]
+    assert [(r["actors"], r["batch_size"]) for r in runs] == [(16, 64), (32, 128)]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -64,6 +65,12 @@ def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Records whose runs count and are not run again (sittings merged).",
 )
+@click.option(
+    "--weak-from",
+    type=click.IntRange(1),
+    default=None,
+    help="Weak scaling: past this many actors the learner's batch grows with them.",
+)
 @click.option("--quick", is_flag=True, help="Seconds a run: plumbing only, no figure.")
 @click.option(
     "--stepping",
@@ -90,6 +97,7 @@ def bench_scaling(
     seeds,
     parallel_up_to,
     resume_paths,
+    weak_from,
     quick,
     stepping,
     json_path,
@@ -118,6 +126,8 @@ def bench_scaling(
         return
 
     task = quick_task(TASKS[name]) if quick else TASKS[name]
+    if weak_from:
+        task = dataclasses.replace(task, weak_from=weak_from)
     previous = previous_runs(resume_paths, name)
     document = report.new_document(REPO_ROOT)
 

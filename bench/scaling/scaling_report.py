@@ -32,12 +32,17 @@ def markdown(document: dict) -> str:
     lines = [
         f"## Scaling: {task['name']} ({task['env']}, every step and reset costs "
         f"{task['cost_s'] * 1000:g} ms as {task['cost_kind']}), {cores} cores, "
-        f"git {document['git'].get('commit', '?')[:7]}",
+        f"git {document['git'].get('commit', '?')[:7]}"
+        + (
+            f"; weak scaling: the batch grows past {task['weak_from']} actors"
+            if task.get("weak_from")
+            else ""
+        ),
         "",
-        "| actors | solved | s to confirmed solve, IQM [95%] | speedup vs 1 | "
+        "| actors | batch | solved | s to confirmed solve, IQM [95%] | speedup vs 1 | "
         f"vs one node ({cores}) | env steps/s (eff.) | updates/s | learner cores | "
         "inserts held | lag p50 | machine cores | bound by |",
-        "|" + "---|" * 12,
+        "|" + "---|" * 13,
     ]
     for point in config["points"]:
         n = point["actors"]
@@ -50,7 +55,8 @@ def markdown(document: dict) -> str:
         )
         efficiency = point.get("step_efficiency")
         lines.append(
-            f"| {n} | {point['solved']}/{point['seeds']} | {when} | {_speedup(point, 1)} | "
+            f"| {n} | {point.get('batch_size') or '–'} | {point['solved']}/{point['seeds']} | "
+            f"{when} | {_speedup(point, 1)} | "
             f"{_speedup(point, cores)} | {_number(point['env_steps_per_s'], 0)}"
             f"{f' ({efficiency:.2f})' if efficiency is not None else ''} | "
             f"{_number(point['updates_per_s'], 0)} | {_number(point['learner_cores'], 2)} | "

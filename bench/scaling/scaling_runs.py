@@ -136,7 +136,13 @@ def read_run(run_dir: Path, task: ScalingTask) -> dict:
 
 def run_point(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
     """``apex train`` of ``task`` with ``actors`` actor processes and ``seed``."""
-    base = {"actors": actors, "seed": seed, "budget_s": task.budget_s, "git": git_commit(REPO_ROOT)}
+    base = {
+        "actors": actors,
+        "seed": seed,
+        "budget_s": task.budget_s,
+        "batch_size": task.batch_size(actors),
+        "git": git_commit(REPO_ROOT),
+    }
     with tempfile.TemporaryDirectory(prefix="apex-scaling-") as directory:
         run_dir = Path(directory) / "run"
         command = [
@@ -158,7 +164,7 @@ def run_point(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
             str(run_dir),
             "--plain",
             "--no-curves",
-            *(part for setting in task.train_settings() for part in ("--set", setting)),
+            *(part for setting in task.train_settings(actors) for part in ("--set", setting)),
         ]
         before = cpu_jiffies()
         started, completed = spawned(command, task.budget_s + GRACE_S)

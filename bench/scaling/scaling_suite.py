@@ -192,6 +192,7 @@ def score(task: ScalingTask, runs: Sequence[dict], cores: int) -> dict:
         points.append(
             {
                 "actors": n,
+                "batch_size": mine[0].get("batch_size"),
                 "seeds": len(mine),
                 "solved": sum(solved),
                 "time_iqm": censored["iqm"],
@@ -274,17 +275,26 @@ def run(
     on_run: Callable[[list[dict]], None] | None = None,
     warm_up: bool = True,
     cores: int | None = None,
+    runner: Callable[[ScalingTask, int, int, int], dict] = run_point,
 ) -> dict[str, object]:
     """Runs every (count, seed) not already in ``previous``, fewest actors first, then
     scores them all. A point of at most ``parallel_up_to`` actors runs its seeds side by
-    side; ``on_run`` gets every run so far after each one (to save the record as it fills)."""
+    side; ``on_run`` gets every run so far after each one (to save the record as it fills);
+    ``runner(task, actors, seed, cores)`` makes one run (``scaling_runs.run_point``)."""
     cores = cores or os.cpu_count() or 1
-    runs = [r for r in previous if "error" not in r]
+    # A previous run counts where it ran the settings this sweep runs at its count (a weak
+    # sweep takes a strong sweep's runs up to the count its batch starts growing from).
+    runs = [
+        r
+        for r in previous
+        if "error" not in r
+        and r.get("batch_size", task.batch_size(r["actors"])) == task.batch_size(r["actors"])
+    ]
     done = {(r["actors"], r["seed"]) for r in runs}
     if warm_up and any((n, s) not in done for n in counts for s in seeds):
         if progress:
             progress(f"scaling {task.name}: warm-up (untimed)")
-        run_point(replace(task, budget_s=WARM_UP_S), 1, seeds[0], cores)
+        runner(replace(task, budget_s=WARM_UP_S), 1, seeds[0], cores)
     for n in sorted(counts):
         to_run = [seed for seed in seeds if (n, seed) not in done]
         if not to_run:
@@ -296,7 +306,7 @@ def run(
                 f"{f', {side_by_side} side by side' if side_by_side > 1 else ''}"
             )
         with ThreadPoolExecutor(max_workers=side_by_side) as pool:
-            for outcome in pool.map(lambda seed, n=n: run_point(task, n, seed, cores), to_run):
+            for outcome in pool.map(lambda seed, n=n: runner(task, n, seed, cores), to_run):
                 outcome["side_by_side"] = side_by_side
                 runs.append(outcome)
                 if on_run:

@@ -39,6 +39,9 @@ class ScalingTask:
         eval_every_steps, eval_episodes, confirm_episodes: the evaluation rule.
         checkpoints_s: training seconds at which each run's greedy return is read.
         settings: more ``--set`` settings every run gets.
+        weak_from: 0, or the actor count past which the learner's batch grows with the
+            actors (``batch · N / weak_from``, as SRL's weak scaling does): the updates per
+            second a point needs then stay those of ``weak_from`` actors.
     """
 
     name: str
@@ -52,15 +55,28 @@ class ScalingTask:
     confirm_episodes: int = 100
     checkpoints_s: tuple[float, ...] = (15.0, 30.0, 60.0, 120.0)
     settings: tuple[str, ...] = ()
+    weak_from: int = 0
 
     def __post_init__(self) -> None:
         problems = cost_problems(self.cost_s, self.cost_kind)
         if problems:
             raise ValueError(f"scaling task {self.name}: {'; '.join(problems)}")
 
-    def train_settings(self) -> list[str]:
+    def batch_size(self, actors: int) -> int:
+        """The learner's batch at ``actors``: the preset's, grown past ``weak_from``."""
+        from apex.envs.presets import preset
+
+        base = int(preset(self.env).settings_for("dqn").get("learner", {}).get("batch_size", 0))
+        if not base:
+            raise ValueError(f"the {self.env} preset names no learner.batch_size to scale")
+        if self.weak_from and actors > self.weak_from:
+            return base * actors // self.weak_from
+        return base
+
+    def train_settings(self, actors: int = 1) -> list[str]:
         """``apex train --set`` values: the env made through the step cost, under the
-        preset's name (so its settings and threshold stay), and the evaluation rule."""
+        preset's name (so its settings and threshold stay), the evaluation rule, and for
+        a weak-scaling point its grown batch."""
         values = {
             "env.make": "bench.scaling.step_cost:make",
             "env.kwargs.id": self.env,
@@ -78,6 +94,8 @@ class ScalingTask:
             # the first point that reaches it, at every count alike.
             "learner.eval_backlog": EVAL_BACKLOG,
         }
+        if self.weak_from and actors > self.weak_from:
+            values["learner.batch_size"] = self.batch_size(actors)
         # A JSON value of strings, numbers and booleans is TOML's too.
         return [f"{key}={json.dumps(value)}" for key, value in values.items()] + list(self.settings)
 
