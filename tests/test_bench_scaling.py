@@ -51,10 +51,12 @@ def progress(
 
 def test_throughput_is_read_over_the_training_window() -> None:
     records = [
+        {"event": "start", "actor_processes": 2},
         progress(1.0, 1_000, 0, 0.5),  # before the first update: not in the window
+        {"event": "first_update", "time_s": 1.5},
         progress(2.0, 2_000, 10, 1.0, held=True),
-        progress(4.0, 6_000, 110, 2.0, held=True, lag=3.0),
-        progress(6.0, 10_000, 210, 3.0, waiting=4, lag=5.0),
+        {**progress(4.0, 6_000, 110, 2.0, held=True, lag=3.0), "actors_heard": 1},
+        {**progress(6.0, 10_000, 210, 3.0, waiting=4, lag=5.0), "actors_heard": 2},
     ]
     figures = throughput(records)
     assert figures["window_s"] == 4.0
@@ -63,7 +65,8 @@ def test_throughput_is_read_over_the_training_window() -> None:
     assert figures["inserts_held"] == pytest.approx(2 / 3)
     assert figures["samples_waited"] == pytest.approx(1 / 3)
     assert figures["policy_lag_p50"] == 3.0 and figures["replay_fill"] == 0.1
-    assert throughput(records[:2]) == {}  # one record of training: no window
+    assert figures["first_update_s"] == 1.5 and figures["all_actors_heard_s"] == 6.0
+    assert throughput(records[:4]) == {}  # one record of training: no window
 
 
 def test_a_run_is_solved_at_the_publication_of_the_weights_its_confirmation_played(

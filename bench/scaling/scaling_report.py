@@ -41,8 +41,8 @@ def markdown(document: dict) -> str:
         "",
         "| actors | batch | solved | s to confirmed solve, IQM [95%] | speedup vs 1 | "
         f"vs one node ({cores}) | env steps/s (eff.) | updates/s | learner cores | "
-        "inserts held | lag p50 | machine cores | bound by |",
-        "|" + "---|" * 13,
+        "inserts held | lag p50 | all actors heard, s | machine cores | bound by |",
+        "|" + "---|" * 14,
     ]
     for point in config["points"]:
         n = point["actors"]
@@ -61,6 +61,7 @@ def markdown(document: dict) -> str:
             f"{f' ({efficiency:.2f})' if efficiency is not None else ''} | "
             f"{_number(point['updates_per_s'], 0)} | {_number(point['learner_cores'], 2)} | "
             f"{_number(point['inserts_held'], 2)} | {_number(point['policy_lag_p50'])} | "
+            f"{_number(point.get('all_actors_heard_s'))} | "
             f"{_number(point['machine_busy_cores'], 2)} | {point['bound_by']} |"
         )
     knee = config.get("knee")

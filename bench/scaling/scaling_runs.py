@@ -69,11 +69,21 @@ def throughput(records: list[dict]) -> dict:
       actors' inserts (the learner was behind); ``samples_waited``: the share in which
       the learner's requests waited for data (the actors were behind);
     - ``policy_lag_p50``: the median of the records' median policy lag (versions);
-    - ``replay_fill``: the replay's fill at the end.
+    - ``replay_fill``: the replay's fill at the end;
+    - ``first_update_s``: training seconds to the learner's first update;
+    - ``all_actors_heard_s``: training seconds to the first progress record that has
+      heard every actor: on a machine of few cores, many actor processes start one after
+      another while the learner's clock runs.
     """
     progress = [r for r in records if r.get("event") == "progress" and r.get("updates")]
     if len(progress) < 2:
         return {}
+    start = next((r for r in records if r.get("event") == "start"), {})
+    actors = start.get("actor_processes")
+    heard = next(
+        (r["time_s"] for r in progress if actors and (r.get("actors_heard") or 0) >= actors), None
+    )
+    first_update = next((r["time_s"] for r in records if r.get("event") == "first_update"), None)
     first, last = progress[0], progress[-1]
     elapsed = last["time_s"] - first["time_s"]
     shards = [r.get("shards") or [] for r in progress]
@@ -93,6 +103,8 @@ def throughput(records: list[dict]) -> dict:
         ),
         "policy_lag_p50": statistics.median(lags) if lags else None,
         "replay_fill": sum(s.get("size") or 0 for s in shards[-1]) / capacity if capacity else None,
+        "first_update_s": first_update,
+        "all_actors_heard_s": heard,
     }
 
 

@@ -53,6 +53,8 @@ THROUGHPUT_FIGURES = (  # the run's throughput key, metric, unit
     ("inserts_held", "inserts_held_share", "fraction"),
     ("samples_waited", "samples_waited_share", "fraction"),
     ("policy_lag_p50", "policy_lag_p50", "versions"),
+    ("first_update_s", "first_update_s", "s"),
+    ("all_actors_heard_s", "all_actors_heard_s", "s"),
 )
 
 
