@@ -191,7 +191,7 @@ class Evaluator:
         return self._weights.version
 
     def stop(self) -> None:
-        """Asks :meth:`run` to return after the evaluation under way (signal-safe)."""
+        """Asks :meth:`run` to return after the evaluations under way (signal-safe)."""
         self._stop.set()
 
     def _orphaned(self) -> bool:
