@@ -252,7 +252,7 @@ def test_apex_stops_at_a_solve_only_where_the_task_has_a_target(monkeypatch, env
 
     commands = []
     monkeypatch.setattr(
-        learn_runs, "_spawned", lambda c, task: (commands.append(c), (0.0, None))[1]
+        learn_runs, "spawned", lambda c, budget_s: (commands.append(c), (0.0, None))[1]
     )
     run = learn_runs.run_apex(TASKS[env], 0, keep)
     assert "error" in run  # the stand-in ran past its budget
@@ -283,14 +283,14 @@ def test_the_peer_s_updates_are_its_gradient_steps_for_ppo_too() -> None:
 def test_a_run_past_its_deadline_is_killed_with_every_process_it_started(tmp_path) -> None:
     """A benchmark run's roles are its supervisor's children: at the deadline the whole
     session goes, none of them left running."""
-    from bench.learning.learn_runs import _spawned
+    from bench.learning.learn_runs import spawned
     from tests.conftest import wait_for
 
     pid_file = tmp_path / "child.pid"
     script = f"sleep 60 & echo $! > {pid_file}; wait"
     task = dataclasses.replace(TASK, budget_s=0.5)
-    spawned, completed = _spawned(["bash", "-c", script], task, grace_s=0.5)
-    assert completed is None and spawned > 0
+    started, completed = spawned(["bash", "-c", script], task.budget_s, grace_s=0.5)
+    assert completed is None and started > 0
     child = Path(f"/proc/{int(pid_file.read_text())}/stat")
 
     def ended() -> bool:  # gone, or dead and waiting for init to reap it
@@ -314,7 +314,7 @@ def test_a_task_s_env_arguments_reach_both_sides(monkeypatch) -> None:
     task = TASKS["r2d2/MinAtar/Breakout-no-trail"]
     commands = []
     monkeypatch.setattr(
-        learn_runs, "_spawned", lambda c, task: (commands.append(c), (0.0, None))[1]
+        learn_runs, "spawned", lambda c, budget_s: (commands.append(c), (0.0, None))[1]
     )
     learn_runs.run_apex(task, 0)
     learn_runs.run_peer(task, 0)

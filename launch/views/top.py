@@ -139,7 +139,6 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
                      "mean of the last 100)")  # fmt: skip
     learning.add_row("evaluation", evaluation_text(watch).removeprefix("eval "))
     learning.add_row("curve", sparkline(list(watch.evaluations), top=watch.target) or "–")
-    learning.add_row("bound by", watch.binding() or "–")
     for label, name in (("policy lag", "policy_lag"), ("lag trained", "trained_lag")):
         if name == "policy_lag" or progress.get(f"{name}_median") is not None:  # IMPALA's
             learning.add_row(label, f"p50 {figure(progress.get(f'{name}_median'))}, p90 "
@@ -147,6 +146,8 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
                              f"{figure(progress.get(f'{name}_max'))}")  # fmt: skip
     learning.add_row("replay", f"{fill_text(watch)} in all, "
                      f"{figure(progress.get('transitions_per_s'))} {watch.items}/s in")  # fmt: skip
+    # Short here (the dashboard fills a screen); apex status says what would move it.
+    learning.add_row("bound by", watch.binding(remedy=False) or "–")
     shard_count = len(progress.get("shards") or []) or watch.config.get("shards") or "?"
     faults = (
         f"shards alive {progress.get('shards_alive', '?')}/{shard_count}, learner restarts "

@@ -123,15 +123,17 @@ class RunWatch:
         latest = self.end or self.progress or {}
         return latest.get("updates") or 0
 
-    def binding(self) -> str | None:
+    def binding(self, remedy: bool = True) -> str | None:
         """What holds training back now (``launch.views.binding``), and the evaluator where
-        it is behind; None while neither is clear."""
+        it is behind, with the settings that move them (``remedy``); None while neither
+        is clear."""
         shard_cores = [r["cpu_cores"] for r in self.shard_rows() if r["cpu_cores"] is not None]
         found = [progress_binding(self.progress, shard_cores)]
         every = (self.config.get("learner") or {}).get("eval_every_steps")
         steps = (self.progress or {}).get("env_steps")
         found.append(evaluator_behind(steps, self.evaluated_steps, every))
-        return "; ".join(b.line() for b in found if b is not None) or None
+        lines = [b.line() if remedy else f"{b.part} ({b.evidence})" for b in found if b]
+        return "; ".join(lines) or None
 
     def learner_cpu_cores(self) -> float | None:
         return _rate(self.progress, self.previous, "learner_cpu_s")
