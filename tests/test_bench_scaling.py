@@ -35,6 +35,7 @@ def progress(
         "size": env_steps,
         "capacity": 100_000,
         "cpu_s": time_s / 10,
+        "uptime_s": time_s,
         "inserts_waiting": held,
         "samples_waiting": waiting,
     }

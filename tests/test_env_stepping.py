@@ -13,9 +13,10 @@ import pytest
 from apex.acting.env_group import make_groups
 from apex.envs.families import env_shape
 from apex.envs.presets import EnvPreset, register, unregister
-from apex.envs.stepping import ThreadedVectorEnv, vector_env
+from apex.envs.stepping import ENV_STEPPINGS, ThreadedVectorEnv, vector_env
 from apex.envs.vector import actor_envs, evaluation_envs
 from apex.settings import ActorConfig
+from apex.settings.actor import ENV_STEPPINGS as SETTINGS_STEPPINGS
 from tests.scripted_acting import scripted
 from tests.test_env_group import PoleAnglePolicy
 
@@ -121,6 +122,7 @@ def test_concurrent_copies_make_the_transitions_lock_step_makes(stepping: str) -
 def test_an_unknown_stepping_is_refused() -> None:
     with pytest.raises(ValueError, match="env stepping must be one of"):
         vector_env([lambda: gym.make("CartPole-v1")], "fibers")  # type: ignore[arg-type]
+    assert SETTINGS_STEPPINGS == ENV_STEPPINGS  # the settings name the modes without env code
     [problem] = ActorConfig(env_stepping="fibers").problems()
     assert problem == ("actor.env_stepping must be one of ('serial', 'threads', 'processes'), "
                        "got 'fibers'")  # fmt: skip

@@ -115,18 +115,22 @@ class _Pending:
 
 
 class _Arriving:
-    """Takes each published set of weights as arrays of its own (a ``WeightTaker``), so
-    that a cadence point's weights wait for a lane while later ones arrive."""
+    """Holds the newest published weights (a ``WeightTaker``) until :meth:`kept` copies
+    them for a cadence point; weights between cadence points are never copied."""
 
     def __init__(self, shapes: dict[str, tuple[int, ...]]) -> None:
         self._shapes = shapes
-        self.arrays: dict[str, np.ndarray] = {}
+        self._arrays: dict[str, np.ndarray] = {}
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         return self._shapes
 
     def load(self, arrays) -> None:
-        self.arrays = {name: np.array(array, copy=True) for name, array in arrays.items()}
+        self._arrays = dict(arrays)
+
+    def kept(self) -> dict[str, np.ndarray]:
+        """A copy of the newest weights of their own, to wait for a lane."""
+        return {name: np.array(array, copy=True) for name, array in self._arrays.items()}
 
 
 @dataclass
@@ -134,6 +138,7 @@ class _Lane:
     """One evaluation at a time: a policy, its envs by episode count, what it plays now."""
 
     policy: ActingPolicy
+    # Made once and reset with new seeds: an Atari copy loads its ROM when made.
     envs: dict[int, gym.vector.VectorEnv] = field(default_factory=dict)
     playing: Future | None = None
 
@@ -167,7 +172,6 @@ class Evaluator:
         policies = list(policy) if isinstance(policy, Sequence) else [policy]
         if len(policies) != config.lanes:
             raise ValueError(f"{len(policies)} policies for {config.lanes} evaluation lanes")
-        # Made once and reset with new seeds: an Atari copy loads its ROM when made.
         self._lanes = [_Lane(p) for p in policies]
         self._pool = ThreadPoolExecutor(config.lanes, thread_name_prefix="evaluation")
         self._finished: queue.SimpleQueue[Evaluation] = queue.SimpleQueue()
@@ -221,7 +225,7 @@ class Evaluator:
             return
         skipped = (steps - self._next_at) // config.every_steps
         self._next_at = (steps // config.every_steps + 1) * config.every_steps
-        pending = _Pending(version, steps, skipped, self._arriving.arrays)
+        pending = _Pending(version, steps, skipped, self._arriving.kept())
         if len(self._pending) >= max(1, config.backlog):
             # Full: the newest waiting point gives way to these, and counts as skipped.
             pending.skipped += self._pending.pop().skipped + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from apex.settings.actor import ENV_STEPPINGS
 from apex.settings.widths import hidden_problems
 from replay.store.field_checks import (
     checked,
@@ -16,7 +17,7 @@ from replay.store.field_checks import (
 
 DEVICES = ("auto", "cpu", "cuda")
 REPLAY_IO_MODES = ("auto", "thread", "inline")
-EVAL_STEPPINGS = ("actors", "serial", "threads", "processes")
+EVAL_STEPPINGS = ("actors", *ENV_STEPPINGS)
 MAX_NICENESS = 19
 
 

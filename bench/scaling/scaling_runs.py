@@ -32,30 +32,20 @@ from bench.learning.learn_runs import GRACE_S, spawned
 from bench.machine import git_commit
 from bench.scaling.scaling_tasks import ScalingTask
 from bench.workers import REPO_ROOT
+from launch.local.processes import machine_cpu_seconds
+from launch.views.binding import (
+    inserts_held,
+    rate_between,
+    samples_waited,
+    shard_cores,
+    training_records,
+)
 
 
-def cpu_jiffies() -> tuple[int, int]:
-    """This machine's busy and total CPU time so far (``/proc/stat``, in clock ticks)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def busy_cores(before: tuple[int, int], after: tuple[int, int], cores: int) -> float:
-    """Cores busy on average between two :func:`cpu_jiffies` readings."""
+def busy_cores(before: tuple[float, float], after: tuple[float, float], cores: int) -> float:
+    """Cores busy on average between two ``machine_cpu_seconds`` readings."""
     total = after[1] - before[1]
     return cores * (after[0] - before[0]) / total if total > 0 else 0.0
-
-
-def _rate(first: dict, last: dict, key: str) -> float | None:
-    elapsed = last["time_s"] - first["time_s"]
-    if elapsed <= 0 or first.get(key) is None or last.get(key) is None:
-        return None
-    return (last[key] - first[key]) / elapsed
-
-
-def _shard_cpu(record: dict) -> float:
-    return sum(s.get("cpu_s") or 0.0 for s in record.get("shards") or [])
 
 
 def throughput(records: list[dict]) -> dict:
@@ -75,7 +65,7 @@ def throughput(records: list[dict]) -> dict:
       heard every actor: on a machine of few cores, many actor processes start one after
       another while the learner's clock runs.
     """
-    progress = [r for r in records if r.get("event") == "progress" and r.get("updates")]
+    progress = training_records([r for r in records if r.get("event") == "progress"])
     if len(progress) < 2:
         return {}
     start = next((r for r in records if r.get("event") == "start"), {})
@@ -85,24 +75,20 @@ def throughput(records: list[dict]) -> dict:
     )
     first_update = next((r["time_s"] for r in records if r.get("event") == "first_update"), None)
     first, last = progress[0], progress[-1]
-    elapsed = last["time_s"] - first["time_s"]
-    shards = [r.get("shards") or [] for r in progress]
     lags = [r["policy_lag_median"] for r in progress if r.get("policy_lag_median") is not None]
-    capacity = sum(s.get("capacity") or 0 for s in shards[-1])
+    capacity = sum(s.get("capacity") or 0 for s in last["shards"])
     return {
-        "window_s": elapsed,
-        "env_steps_per_s": _rate(first, last, "env_steps"),
-        "updates_per_s": _rate(first, last, "updates"),
-        "learner_cores": _rate(first, last, "learner_cpu_s"),
-        "shard_cores": (_shard_cpu(last) - _shard_cpu(first)) / elapsed if elapsed > 0 else None,
-        "inserts_held": statistics.fmean(
-            any(s.get("inserts_waiting") for s in group) for group in shards
-        ),
-        "samples_waited": statistics.fmean(
-            any((s.get("samples_waiting") or 0) > 0 for s in group) for group in shards
-        ),
+        "window_s": last["time_s"] - first["time_s"],
+        "env_steps_per_s": rate_between(last, first, "env_steps"),
+        "updates_per_s": rate_between(last, first, "updates"),
+        "learner_cores": rate_between(last, first, "learner_cpu_s"),
+        "shard_cores": sum(shard_cores(first, last)),
+        "inserts_held": statistics.fmean(map(inserts_held, progress)),
+        "samples_waited": statistics.fmean(map(samples_waited, progress)),
         "policy_lag_p50": statistics.median(lags) if lags else None,
-        "replay_fill": sum(s.get("size") or 0 for s in shards[-1]) / capacity if capacity else None,
+        "replay_fill": sum(s.get("size") or 0 for s in last["shards"]) / capacity
+        if capacity
+        else None,
         "first_update_s": first_update,
         "all_actors_heard_s": heard,
     }
@@ -178,9 +164,9 @@ def run_point(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
             "--no-curves",
             *(part for setting in task.train_settings(actors) for part in ("--set", setting)),
         ]
-        before = cpu_jiffies()
+        before = machine_cpu_seconds()
         started, completed = spawned(command, task.budget_s + GRACE_S)
-        base["machine_busy_cores"] = busy_cores(before, cpu_jiffies(), cores)
+        base["machine_busy_cores"] = busy_cores(before, machine_cpu_seconds(), cores)
         if completed is None:
             return {**base, "error": f"apex train ran past {task.budget_s + 2 * GRACE_S:.0f} s"}
         base["wall_s"] = time.time() - started

@@ -10,7 +10,7 @@ Evaluation seeds are 0-4; nothing here was tuned on them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.scaling.step_cost import cost_problems
 
@@ -120,6 +120,4 @@ TASKS = {
 
 def quick_task(task: ScalingTask) -> ScalingTask:
     """The plumbing of a sweep in seconds: no figure."""
-    from dataclasses import replace
-
     return replace(task, budget_s=8.0, checkpoints_s=(4.0,))

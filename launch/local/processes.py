@@ -76,6 +76,15 @@ def resident_bytes(pid: int) -> int | None:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """This machine's busy and total CPU seconds so far, all cores together (idle and
+    waiting on I/O are not busy): two readings give its busy cores between them."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
 def softirq_seconds() -> float:
     """CPU seconds this machine has spent in soft interrupts (network receive, bridging)
     so far, all cores together: work no process is charged for."""

@@ -115,36 +115,62 @@ def evaluator_behind(
     )
 
 
-def progress_binding(progress: dict | None, shard_cores: Sequence[float] = ()) -> Binding | None:
-    """What binds training in one progress record (a shard's back-pressure flags at that
-    moment; ``shard_cores`` from the last two records)."""
-    shards = (progress or {}).get("shards") or []
-    if not progress or not progress.get("updates") or not shards:
+def rate_between(
+    new: dict | None, old: dict | None, key: str, clock: str = "time_s"
+) -> float | None:
+    """``key``'s change per second of ``clock`` between two records, or None (a record or
+    a value missing, or no time between them)."""
+    if not new or not old:
         return None
-    held = any(s.get("inserts_waiting") for s in shards)
-    waited = any((s.get("samples_waiting") or 0) > 0 for s in shards)
+    values = new.get(key), old.get(key), new.get(clock), old.get(clock)
+    if any(v is None for v in values) or values[2] <= values[3]:
+        return None
+    return (values[0] - values[1]) / (values[2] - values[3])
+
+
+def inserts_held(record: dict) -> bool:
+    """Whether a shard's rate limiter held the actors' inserts at this progress record."""
+    return any(s.get("inserts_waiting") for s in record.get("shards") or [])
+
+
+def samples_waited(record: dict) -> bool:
+    """Whether the learner's sample requests waited at a shard at this progress record."""
+    return any((s.get("samples_waiting") or 0) > 0 for s in record.get("shards") or [])
+
+
+def shard_cores(first: dict, last: dict) -> list[float]:
+    """Each shard's CPU cores between two progress records (its own clock, ``uptime_s``)."""
+    pairs = zip(first.get("shards") or [], last.get("shards") or [], strict=False)
+    cores = (rate_between(after, before, "cpu_s", "uptime_s") for before, after in pairs)
+    return [c for c in cores if c is not None]
+
+
+def progress_binding(progress: dict | None, cores: Sequence[float] = ()) -> Binding | None:
+    """What binds training in one progress record (a shard's back-pressure flags at that
+    moment; ``cores``: the shards' CPU from the last two records)."""
+    if not progress or not progress.get("updates") or not progress.get("shards"):
+        return None
     return what_binds(
-        inserts_held=float(held), samples_waited=float(waited), shard_cores=shard_cores
+        inserts_held=float(inserts_held(progress)),
+        samples_waited=float(samples_waited(progress)),
+        shard_cores=cores,
     )
+
+
+def training_records(progress: Sequence[dict]) -> list[dict]:
+    """The progress records written while the learner trained (updates made, shards known)."""
+    return [r for r in progress if r.get("updates") and r.get("shards")]
 
 
 def run_binding(progress: Sequence[dict]) -> Binding | None:
     """What bound training over a run's progress records: the shares of records in which
     inserts were held and requests waited, and each shard's CPU from the first record of
     training to the last."""
-    training = [r for r in progress if r.get("updates") and r.get("shards")]
+    training = training_records(progress)
     if not training:
         return None
-    held = sum(any(s.get("inserts_waiting") for s in r["shards"]) for r in training)
-    waited = sum(any((s.get("samples_waiting") or 0) > 0 for s in r["shards"]) for r in training)
-    first, last = training[0]["shards"], training[-1]["shards"]
-    shard_cores = []
-    for before, after in zip(first, last, strict=False):
-        elapsed = (after.get("uptime_s") or 0.0) - (before.get("uptime_s") or 0.0)
-        if elapsed > 0 and after.get("cpu_s") is not None and before.get("cpu_s") is not None:
-            shard_cores.append((after["cpu_s"] - before["cpu_s"]) / elapsed)
     return what_binds(
-        inserts_held=held / len(training),
-        samples_waited=waited / len(training),
-        shard_cores=shard_cores,
+        inserts_held=sum(map(inserts_held, training)) / len(training),
+        samples_waited=sum(map(samples_waited, training)) / len(training),
+        shard_cores=shard_cores(training[0], training[-1]),
     )

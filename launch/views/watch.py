@@ -14,21 +14,11 @@ from pathlib import Path
 
 from apex.algorithms.registry import replay_items
 from apex.learning.metrics import MetricsTail
-from launch.views.binding import evaluator_behind, progress_binding
+from launch.views.binding import evaluator_behind, progress_binding, rate_between
 from launch.views.status import read_config, read_summary, target_return
 
 # Evaluation means kept for the dashboard's curve.
 EVALUATIONS_KEPT = 400
-
-
-def _rate(new: dict | None, old: dict | None, key: str, clock: str = "time_s") -> float | None:
-    """``key``'s change per second of ``clock`` between two records, or None."""
-    if not new or not old:
-        return None
-    values = new.get(key), old.get(key), new.get(clock), old.get(clock)
-    if any(v is None for v in values) or values[2] <= values[3]:
-        return None
-    return (values[0] - values[1]) / (values[2] - values[3])
 
 
 class RunWatch:
@@ -111,9 +101,9 @@ class RunWatch:
             rows.append({
                 **shard,
                 "index": index,
-                "in_per_s": _rate(shard, before, "transitions_added", "uptime_s"),
-                "samples_per_s": _rate(shard, before, "samples_served", "uptime_s"),
-                "cpu_cores": _rate(shard, before, "cpu_s", "uptime_s"),
+                "in_per_s": rate_between(shard, before, "transitions_added", "uptime_s"),
+                "samples_per_s": rate_between(shard, before, "samples_served", "uptime_s"),
+                "cpu_cores": rate_between(shard, before, "cpu_s", "uptime_s"),
             })  # fmt: skip
         return rows
 
@@ -136,10 +126,10 @@ class RunWatch:
         return "; ".join(lines) or None
 
     def learner_cpu_cores(self) -> float | None:
-        return _rate(self.progress, self.previous, "learner_cpu_s")
+        return rate_between(self.progress, self.previous, "learner_cpu_s")
 
     def actors_sent_per_s(self) -> float | None:
-        return _rate(self.progress, self.previous, "actor_transitions_sent")
+        return rate_between(self.progress, self.previous, "actor_transitions_sent")
 
     def filling(self) -> str:
         """What the learner waits for before its first update, and what the shards refused
