@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from apex.learning.metrics import MetricsWriter
 from bench.scaling import scaling_report, scaling_suite
 from bench.scaling.scaling_runs import busy_cores, read_run, throughput
-from bench.scaling.scaling_tasks import TASKS, ScalingTask
+from bench.scaling.scaling_tasks import TASKS, ScalingTask, throughput_task
 from launch.cli import main
 from launch.views.status import write_summary
 
@@ -283,3 +283,52 @@ def test_a_weak_sweep_grows_the_batch_past_its_count_and_reuses_only_runs_that_f
     )
     runs = kept["config"]["runs"]
     assert [(r["actors"], r["batch_size"]) for r in runs] == [(16, 64), (32, 128)]
+
+
+def test_rates_are_read_from_when_every_actor_is_running() -> None:
+    records = [
+        {"event": "start", "actor_processes": 2},
+        {"event": "first_update", "time_s": 0.5},
+        {**progress(1.0, 1_000, 10, 0.5), "actors_heard": 1},  # one actor still starting
+        {**progress(4.0, 2_000, 40, 1.0), "actors_heard": 2},
+        {**progress(8.0, 10_000, 240, 3.0), "actors_heard": 2},
+    ]
+    figures = throughput(records)
+    assert figures["window_s"] == 4.0 and figures["env_steps_per_s"] == 2_000.0
+    assert figures["updates_per_s"] == 50.0 and figures["all_actors_heard_s"] == 4.0
+
+
+def test_a_throughput_sweep_trains_the_whole_budget_and_reports_rates_alone() -> None:
+    task = throughput_task(TASK, 60.0)
+    assert task.budget_s == 60.0 and task.throughput_only
+    assert "learner.stop_when_solved=false" in task.train_settings(8)
+    assert "learner.stop_when_solved=false" not in TASK.train_settings(8)
+    runs = point_runs(1, [None], 200.0) + point_runs(64, [None], 6_400.0, held=0.9, waited=0.0)
+    for run in runs:
+        run.update(budget_s=60.0, throughput_only=True)
+    scored = scaling_suite.score(task, runs, cores=2)
+    metrics = {r["metric"] for r in scored["records"]}
+    assert "env_steps_per_s" in metrics and "time_to_confirmed_solve" not in metrics
+    assert scored["ratios"] == []
+    points = {p["actors"]: p for p in scored["points"]}
+    assert points[64]["step_efficiency"] == pytest.approx(0.5)
+    assert scored["knee"]["actors"] == 64 and scored["knee"]["bound_by"].startswith("learner")
+    # A throughput run of another length, or a run to a solve, is not reused.
+    previous = [
+        *runs,
+        {**runs[0], "budget_s": 30.0, "seed": 1},
+        {**point_runs(1, [50.0], 200.0)[0], "seed": 2},
+    ]
+    made = []
+    scaling_suite.run(
+        task,
+        counts=(1,),
+        seeds=(0, 1, 2),
+        previous=previous,
+        warm_up=False,
+        runner=lambda task, n, seed, cores: (
+            made.append(seed)
+            or {**point_runs(n, [None], 200.0)[0], "seed": seed, "throughput_only": True}
+        ),
+    )
+    assert made == [1, 2]

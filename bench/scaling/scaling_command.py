@@ -10,7 +10,13 @@ from pathlib import Path
 import click
 
 from bench.cli_options import echo_markdown, progress, sitting_savers
-from bench.scaling.scaling_tasks import ACTOR_COUNTS, FIVE_SEEDS, TASKS, quick_task
+from bench.scaling.scaling_tasks import (
+    ACTOR_COUNTS,
+    FIVE_SEEDS,
+    TASKS,
+    quick_task,
+    throughput_task,
+)
 
 
 def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
@@ -71,6 +77,14 @@ def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
     default=None,
     help="Weak scaling: past this many actors the learner's batch grows with them.",
 )
+@click.option(
+    "--throughput",
+    "throughput_s",
+    type=click.FloatRange(min=10.0),
+    default=None,
+    help="Throughput alone: every run trains this many seconds, a solve does not end it "
+    "[seed 0 only unless --seed is given].",
+)
 @click.option("--quick", is_flag=True, help="Seconds a run: plumbing only, no figure.")
 @click.option(
     "--stepping",
@@ -98,6 +112,7 @@ def bench_scaling(
     parallel_up_to,
     resume_paths,
     weak_from,
+    throughput_s,
     quick,
     stepping,
     json_path,
@@ -128,6 +143,9 @@ def bench_scaling(
     task = quick_task(TASKS[name]) if quick else TASKS[name]
     if weak_from:
         task = dataclasses.replace(task, weak_from=weak_from)
+    if throughput_s:
+        task = throughput_task(task, throughput_s)
+        seeds = seeds or (0,)
     previous = previous_runs(resume_paths, name)
     document = report.new_document(REPO_ROOT)
 

@@ -37,6 +37,11 @@ def markdown(document: dict) -> str:
             f"; weak scaling: the batch grows past {task['weak_from']} actors"
             if task.get("weak_from")
             else ""
+        )
+        + (
+            f"; throughput only: every run trains {task['budget_s']:g} s"
+            if task.get("throughput_only")
+            else ""
         ),
         "",
         "| actors | batch | solved | s to confirmed solve, IQM [95%] | speedup vs 1 | "

@@ -50,7 +50,8 @@ def busy_cores(before: tuple[float, float], after: tuple[float, float], cores: i
 
 def throughput(records: list[dict]) -> dict:
     """What the progress records of one run's training say, each figure over the window
-    from the first progress record after the first update to the last one:
+    from the first progress record after the first update that has heard every actor (or
+    the first after the first update, where none has) to the last one:
 
     - ``env_steps_per_s``, ``updates_per_s``: the actors' env steps and the learner's
       updates per second;
@@ -74,7 +75,11 @@ def throughput(records: list[dict]) -> dict:
         (r["time_s"] for r in progress if actors and (r.get("actors_heard") or 0) >= actors), None
     )
     first_update = next((r["time_s"] for r in records if r.get("event") == "first_update"), None)
-    first, last = progress[0], progress[-1]
+    # Rates from the moment every actor is running: 256 processes start over a minute on
+    # two cores, and a window that holds their start is not the rate they keep.
+    steady = [r for r in progress if heard is not None and r["time_s"] >= heard]
+    window = steady if len(steady) >= 2 else progress
+    first, last = window[0], window[-1]
     lags = [r["policy_lag_median"] for r in progress if r.get("policy_lag_median") is not None]
     capacity = sum(s.get("capacity") or 0 for s in last["shards"])
     return {
@@ -139,6 +144,7 @@ def run_point(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
         "seed": seed,
         "budget_s": task.budget_s,
         "batch_size": task.batch_size(actors),
+        "throughput_only": task.throughput_only,
         "git": git_commit(REPO_ROOT),
     }
     with tempfile.TemporaryDirectory(prefix="apex-scaling-") as directory:

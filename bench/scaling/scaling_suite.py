@@ -123,6 +123,53 @@ def _medians(runs: Sequence[dict]) -> dict:
     return out
 
 
+def _solve_figures(
+    task: ScalingTask, n: int, mine: Sequence[dict], params: dict, times: list, censored: dict
+) -> list[dict]:
+    """A point's time and env steps to a confirmed solve and its returns at fixed times."""
+    records = [
+        _figure(
+            task.name,
+            n,
+            "time_to_confirmed_solve",
+            "s",
+            times,
+            params,
+            unsolved=censored["unsolved"],
+            lower_bound=censored["lower_bound"],
+            **_interval(times, False),
+        )
+    ]
+    steps = [float(r["solve_env_steps"]) for r in mine if r["solved"]]
+    if len(steps) == len(mine):
+        records.append(
+            _figure(
+                task.name,
+                n,
+                "env_steps_to_confirmed_solve",
+                "env steps",
+                steps,
+                params,
+                **_interval(steps, False),
+            )
+        )
+    for seconds in task.checkpoints_s:
+        values = [v for v in (return_at(r, seconds) for r in mine) if v is not None]
+        if len(values) == len(mine) and seconds <= task.budget_s:
+            records.append(
+                _figure(
+                    task.name,
+                    n,
+                    f"return_at_{seconds:g}s",
+                    "return",
+                    values,
+                    params,
+                    **_interval(values, True),
+                )
+            )
+    return records
+
+
 def score(task: ScalingTask, runs: Sequence[dict], cores: int) -> dict:
     """Records, speedups and the knee of every point that has runs."""
     ok = [r for r in runs if "error" not in r]
@@ -144,46 +191,8 @@ def score(task: ScalingTask, runs: Sequence[dict], cores: int) -> dict:
         times = solve_times(mine)
         solved = [r["solved"] for r in mine]
         censored = censored_iqm(times, solved, task.budget_s)
-        records.append(
-            _figure(
-                task.name,
-                n,
-                "time_to_confirmed_solve",
-                "s",
-                times,
-                params,
-                unsolved=censored["unsolved"],
-                lower_bound=censored["lower_bound"],
-                **_interval(times, False),
-            )
-        )
-        steps = [float(r["solve_env_steps"]) for r in mine if r["solved"]]
-        if len(steps) == len(mine):
-            records.append(
-                _figure(
-                    task.name,
-                    n,
-                    "env_steps_to_confirmed_solve",
-                    "env steps",
-                    steps,
-                    params,
-                    **_interval(steps, False),
-                )
-            )
-        for seconds in task.checkpoints_s:
-            values = [v for v in (return_at(r, seconds) for r in mine) if v is not None]
-            if len(values) == len(mine) and seconds <= task.budget_s:
-                records.append(
-                    _figure(
-                        task.name,
-                        n,
-                        f"return_at_{seconds:g}s",
-                        "return",
-                        values,
-                        params,
-                        **_interval(values, True),
-                    )
-                )
+        if not task.throughput_only:
+            records += _solve_figures(task, n, mine, params, times, censored)
         for key, metric, unit in THROUGHPUT_FIGURES:
             values = [
                 r["throughput"][key] for r in mine if r.get("throughput", {}).get(key) is not None
@@ -203,7 +212,7 @@ def score(task: ScalingTask, runs: Sequence[dict], cores: int) -> dict:
                 "bound_by": bound_by(medians, cores),
             }
         )
-    ratios = _speedups(task, by_count, points, cores)
+    ratios = _speedups(task, by_count, points, cores, solves=not task.throughput_only)
     return {
         "records": records,
         "ratios": ratios,
@@ -213,16 +222,18 @@ def score(task: ScalingTask, runs: Sequence[dict], cores: int) -> dict:
     }
 
 
-def _speedups(task: ScalingTask, by_count: dict, points: list[dict], cores: int) -> list[dict]:
-    """Each point's speedup against 1 actor and against one node's worth (``cores``
-    actors), and its env-step efficiency; written into ``points`` too."""
+def _speedups(
+    task: ScalingTask, by_count: dict, points: list[dict], cores: int, solves: bool = True
+) -> list[dict]:
+    """Each point's env-step efficiency and (with ``solves``) its speedup against 1 actor
+    and against one node's worth (``cores`` actors); written into ``points`` too."""
     ratios = []
     base_rate = next((p["env_steps_per_s"] for p in points if p["actors"] == 1), None)
     for point in points:
         n = point["actors"]
         if base_rate and point["env_steps_per_s"]:
             point["step_efficiency"] = point["env_steps_per_s"] / (n * base_rate)
-        for base in sorted({1, cores}):
+        for base in sorted({1, cores}) if solves else ():
             if base not in by_count or n <= base:
                 continue
             figure = speedup(solve_times(by_count[base]), solve_times(by_count[n]))
@@ -285,12 +296,15 @@ def run(
     ``runner(task, actors, seed, cores)`` makes one run (``scaling_runs.run_point``)."""
     cores = cores or os.cpu_count() or 1
     # A previous run counts where it ran the settings this sweep runs at its count (a weak
-    # sweep takes a strong sweep's runs up to the count its batch starts growing from).
+    # sweep takes a strong sweep's runs up to the count its batch starts growing from), and
+    # ran to a solve or for throughput as this sweep does (for as long).
     runs = [
         r
         for r in previous
         if "error" not in r
         and r.get("batch_size", task.batch_size(r["actors"])) == task.batch_size(r["actors"])
+        and bool(r.get("throughput_only")) == task.throughput_only
+        and (not task.throughput_only or r["budget_s"] == task.budget_s)
     ]
     done = {(r["actors"], r["seed"]) for r in runs}
     if warm_up and any((n, s) not in done for n in counts for s in seeds):

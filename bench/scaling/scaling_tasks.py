@@ -42,6 +42,8 @@ class ScalingTask:
         weak_from: 0, or the actor count past which the learner's batch grows with the
             actors (``batch · N / weak_from``, as SRL's weak scaling does): the updates per
             second a point needs then stay those of ``weak_from`` actors.
+        throughput_only: every run trains for the whole budget (a solve does not end it)
+            and a point reports its throughput alone (see :func:`throughput_task`).
     """
 
     name: str
@@ -56,6 +58,7 @@ class ScalingTask:
     checkpoints_s: tuple[float, ...] = (15.0, 30.0, 60.0, 120.0)
     settings: tuple[str, ...] = ()
     weak_from: int = 0
+    throughput_only: bool = False
 
     def __post_init__(self) -> None:
         problems = cost_problems(self.cost_s, self.cost_kind)
@@ -96,6 +99,8 @@ class ScalingTask:
         }
         if self.weak_from and actors > self.weak_from:
             values["learner.batch_size"] = self.batch_size(actors)
+        if self.throughput_only:
+            values["learner.stop_when_solved"] = False
         # A JSON value of strings, numbers and booleans is TOML's too.
         return [f"{key}={json.dumps(value)}" for key, value in values.items()] + list(self.settings)
 
@@ -116,6 +121,14 @@ TASKS = {
         ),
     )
 }
+
+
+def throughput_task(task: ScalingTask, seconds: float) -> ScalingTask:
+    """``task`` measured for its throughput: every run trains ``seconds`` with the same
+    settings, evaluations included, and is not ended by a solve, so a point's rates come
+    from the same window at every count (the cost model's check, and counts too many for
+    five seeds to a solve)."""
+    return replace(task, budget_s=seconds, checkpoints_s=(), throughput_only=True)
 
 
 def quick_task(task: ScalingTask) -> ScalingTask:
