@@ -125,10 +125,12 @@ TASKS = {
 
 def throughput_task(task: ScalingTask, seconds: float) -> ScalingTask:
     """``task`` measured for its throughput: every run trains ``seconds`` with the same
-    settings, evaluations included, and is not ended by a solve, so a point's rates come
-    from the same window at every count (the cost model's check, and counts too many for
-    five seeds to a solve)."""
-    return replace(task, budget_s=seconds, checkpoints_s=(), throughput_only=True)
+    settings but no evaluator, and is not ended by a solve, so a point's rates are the
+    system's alone, from the same window at every count (what the scaling model predicts,
+    and counts too many for five seeds to a solve)."""
+    return replace(
+        task, budget_s=seconds, checkpoints_s=(), eval_every_steps=0, throughput_only=True
+    )
 
 
 def quick_task(task: ScalingTask) -> ScalingTask:

@@ -11,6 +11,7 @@ runs checked should be measured in the same sitting as the unit costs.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -121,6 +122,64 @@ def fleet_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
     return checks
 
 
+def scaling_checks(paths: Sequence[Path], seconds: float, progress: Callable[[str], None]) -> dict:
+    """Each scaling record's points against the scaling model, its task's unit costs
+    measured once (``bench.scaling.scaling_model``), and the knee it predicts."""
+    from bench.scaling import scaling_model
+    from bench.scaling.scaling_tasks import TASKS
+
+    configs = {
+        str(path): json.loads(path.read_text())["suites"]["scaling"]["config"] for path in paths
+    }
+    units, windows, checks, knees = {}, {}, [], {}
+    for source, config in configs.items():
+        name = config["task"]["name"]
+        if name not in units:
+            counts = {
+                point["actors"]
+                for config in configs.values()
+                if config["task"]["name"] == name
+                for point in config["points"]
+            }
+            measured, windows[name] = scaling_model.measure_units(
+                TASKS[name], seconds, progress, counts
+            )
+            units[name] = measured
+            knees[name] = scaling_model.knee(measured)
+        checks += scaling_model.check_points(units[name], config, source)
+    met = sum(check["within"] for check in checks)
+    return {
+        "units": {name: u.to_dict() for name, u in units.items()},
+        "calibration": windows,
+        "checks": checks,
+        "checks_within": f"{met}/{len(checks)}",
+        "knees": knees,
+    }
+
+
+def pong_cluster(costs: UnitCosts) -> list[dict]:
+    """Nodes of 16, 32 and 64 cores of Pong actors (the preset's envs per actor, cores
+    shared as a packed node's are) until a CUDA learner binds, at each committed rate."""
+    from bench.scaling import scaling_model
+
+    config = resolve({"env": "Pong"})
+    step_s = costs.actor_step_s(config.actor.envs_per_actor) * costs.actor_shared_factor
+    ratio = config.replay.samples_per_insert or scaling_model.PAPER_REPLAY_RATIO
+    rows = []
+    for source, updates in scaling_model.CUDA_LEARNER_RATES.items():
+        for row in scaling_model.cluster_table(step_s, updates, config.learner.batch_size, ratio):
+            rows.append(
+                {
+                    "learner": source,
+                    "learner_updates_per_s": updates,
+                    "replay_ratio": ratio,
+                    "actor_step_s": step_s,
+                    **row,
+                }
+            )
+    return rows
+
+
 def run(
     envs: Sequence[str] = ("CartPole-v1", "Pong"),
     seconds: float = 3.0,
@@ -128,9 +187,12 @@ def run(
     learner_rates: Sequence[float] = (cost_model.PAPER_LEARNER_UPDATES,),
     progress: Callable[[str], None] = print,
     repeats: int = 3,
+    scaling_records: Sequence[Path] = (),
+    scaling_seconds: float = 20.0,
 ) -> dict:
     """Unit costs are the medians of ``repeats`` measurements (this VM's noise moves one
-    window by 20-40%)."""
+    window by 20-40%). ``scaling_records`` (``apex bench scaling`` records) are checked
+    against the scaling model (:func:`scaling_checks`)."""
     records, checks, plans, unit_costs, all_costs = [], [], [], {}, {}
     documents = {str(path): cost_units.load_measured(path) for path in measured}
     rounds = [cost_units.measure(list(envs), seconds, progress) for _ in range(repeats)]
@@ -161,6 +223,17 @@ def run(
         for kind in ("predicted", "measured"):
             records.append(ok_record(SUITE, f"check-{check['case']}-{check['role']}", kind,
                                      "cpu", "cores", [check[kind]], params))  # fmt: skip
+    scaling = scaling_checks(scaling_records, scaling_seconds, progress) if scaling_records else {}
+    for check in scaling.get("checks", []):
+        params = {key: check[key] for key in ("source", "bound_by", "error", "within")}
+        for kind in ("predicted", "measured"):
+            case = f"scaling-{check['actors']}-actors"
+            figure = [check[kind]]
+            records.append(
+                ok_record(SUITE, case, kind, "env_steps_per_s", "steps/s", figure, params)
+            )
+    if "Pong" in all_costs:
+        scaling["pong_cluster"] = pong_cluster(all_costs["Pong"])
     met = sum(check["within"] for check in checks)
     return {
         "records": records,
@@ -176,5 +249,6 @@ def run(
             "checks_within": f"{met}/{len(checks)}",
             "plans": plans,
             "shard_busy_target": cost_model.SHARD_BUSY_TARGET,
+            "scaling": scaling,
         },
     }

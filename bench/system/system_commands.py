@@ -63,11 +63,36 @@ def bench_fleet(quick, env_name, fleet_sizes, shards, seconds, hosts, json_path,
               help="Learner updates/s to plan for [19: the Ape-X paper's GPU].")  # fmt: skip
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write model-checks.png and model-plan.png here.")  # fmt: skip
+@click.option(
+    "--scaling",
+    "scaling_records",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="apex bench scaling records whose points the scaling model predicts [none].",
+)
+@click.option(
+    "--scaling-seconds",
+    type=click.FloatRange(min=5.0),
+    default=20.0,
+    help="Each calibration window of the scaling model.",
+)
 @report_options
-def bench_model(envs, seconds, repeats, measured, learner_rates, plot_dir, json_path,
-                markdown_path) -> None:  # fmt: skip
+def bench_model(
+    envs,
+    seconds,
+    repeats,
+    measured,
+    learner_rates,
+    plot_dir,
+    scaling_records,
+    scaling_seconds,
+    json_path,
+    markdown_path,
+) -> None:
     """Unit costs measured here, the cost model checked against measured runs, and the
-    shards, actor cores and bandwidth 360, 1,000 and 4,000 Ape-X actors need."""
+    shards, actor cores and bandwidth 360, 1,000 and 4,000 Ape-X actors need; with
+    --scaling, each point of a scaling sweep and its knee predicted, and (with Pong's
+    costs) the nodes of actors until a CUDA learner binds."""
     from bench import plots
     from bench.system import cost_model, model_suite
 
@@ -75,9 +100,16 @@ def bench_model(envs, seconds, repeats, measured, learner_rates, plot_dir, json_
     measured = measured or sorted([*results.glob("system-*.json"), *results.glob("fleet-*.json")])
 
     def run_suite(memory_bytes: int | None) -> dict:
-        result = model_suite.run(envs or ("CartPole-v1", "Pong"), seconds, measured,
-                                 learner_rates or (cost_model.PAPER_LEARNER_UPDATES,),
-                                 progress, repeats)  # fmt: skip
+        result = model_suite.run(
+            envs or ("CartPole-v1", "Pong"),
+            seconds,
+            measured,
+            learner_rates or (cost_model.PAPER_LEARNER_UPDATES,),
+            progress,
+            repeats,
+            scaling_records,
+            scaling_seconds,
+        )
         if plot_dir:
             for path in plots.plot_model(result["config"], plot_dir):
                 progress(f"wrote {path}")

@@ -44,7 +44,7 @@ START_TIMEOUT_S = 180.0
 ENVS_PER_ACTOR = 4
 
 
-def _cpu_by_role(run_dir: Path) -> dict[str, float]:
+def cpu_by_role(run_dir: Path) -> dict[str, float]:
     totals: dict[str, float] = {}
     for pid, role in run_processes(run_dir).items():
         if role == "train":
@@ -65,7 +65,7 @@ def _rss_by_role(run_dir: Path) -> dict[str, list[int]]:
     return sizes
 
 
-def _wait_for_progress(run_dir: Path, process: subprocess.Popen, timeout_s: float) -> None:
+def wait_for_progress(run_dir: Path, process: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -102,12 +102,12 @@ def _measure(actors: int, envs: int, shards: int, seconds: float, warmup_s: floa
             stderr=subprocess.DEVNULL,
         )
         try:
-            _wait_for_progress(run_dir, process, START_TIMEOUT_S)
+            wait_for_progress(run_dir, process, START_TIMEOUT_S)
             time.sleep(warmup_s)
             window_start = time.monotonic()
-            cpu_before = _cpu_by_role(run_dir)
+            cpu_before = cpu_by_role(run_dir)
             time.sleep(seconds)
-            cpu_after = _cpu_by_role(run_dir)
+            cpu_after = cpu_by_role(run_dir)
             elapsed = time.monotonic() - window_start
             rss = _rss_by_role(run_dir)
         finally:
