@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from apex.learning.metrics import MetricsWriter
+from bench.learning.learning_stats import iqm
 from bench.scaling import scaling_report, scaling_suite
 from bench.scaling.scaling_runs import busy_cores, read_run, throughput
 from bench.scaling.scaling_tasks import TASKS, ScalingTask, throughput_task
@@ -332,3 +333,88 @@ def test_a_throughput_sweep_trains_the_whole_budget_and_reports_rates_alone() ->
         ),
     )
     assert made == [1, 2]
+
+
+def baseline_runs(times: list[float | None]) -> list[dict]:
+    return [
+        {
+            "peer": "sb3-dqn",
+            "seed": seed,
+            "copies": 2,
+            "budget_s": TASK.budget_s,
+            "solved": solve_s is not None,
+            "solve_s": solve_s,
+            "solve_env_steps": 40_000 if solve_s is not None else None,
+            "evaluations": [],
+            "confirmations": [],
+            "env_steps": 30_000,
+            "train_s": 100.0,
+        }
+        for seed, solve_s in enumerate(times)
+    ]
+
+
+def test_points_are_sped_up_against_the_single_node_baseline(tmp_path: Path) -> None:
+    runs = point_runs(1, [80.0] * 3, 200.0) + point_runs(8, [10.0] * 3, 1_600.0)
+    runs += baseline_runs([90.0, 90.0, None])  # one unsolved: counted at the budget, 100 s
+    scored = scaling_suite.score(TASK, runs, cores=2)
+    baseline = scored["baseline"]
+    assert baseline["solved"] == 2 and baseline["copies"] == 2
+    assert baseline["env_steps_per_s"] == 300.0
+    points = {p["actors"]: p for p in scored["points"]}
+    assert set(points) == {1, 8}  # the baseline is no actor count
+    expected = iqm([90.0, 90.0, 100.0]) / 10.0
+    assert points[8]["speedup_vs_baseline"]["speedup"] == pytest.approx(expected)
+    ratios = [r for r in scored["ratios"] if r["numerator"].startswith("sb3-dqn")]
+    assert [r["denominator"] for r in ratios] == ["1 actors", "8 actors"]
+    [record] = [r for r in scored["records"] if r["implementation"] == "sb3-dqn"]
+    assert record["unsolved"] == 1 and record["params"]["copies"] == 2
+    config = {
+        "task": vars(TASK),
+        "cores": 2,
+        "points": scored["points"],
+        "knee": scored["knee"],
+        "baseline": baseline,
+    }
+    document = {"git": {}, "records": scored["records"], "suites": {"scaling": {"config": config}}}
+    text = scaling_report.markdown(document)
+    assert "Single-node baseline (sb3-dqn, 2 env copies in processes): 2/3 solved" in text
+    assert f"8 actors {expected:.1f}×" in text
+
+
+def test_the_baseline_runs_every_seed_once_across_sittings() -> None:
+    made = []
+
+    def baseline_runner(task, seed, cores):
+        made.append(seed)
+        return baseline_runs([50.0])[0] | {"seed": seed}
+
+    result = scaling_suite.run(
+        TASK,
+        counts=(1,),
+        seeds=(0, 1),
+        previous=[*point_runs(1, [80.0, 80.0], 200.0), baseline_runs([60.0])[0]],
+        warm_up=False,
+        runner=lambda *args: pytest.fail("no apex run is missing"),
+        baseline_seeds=(0, 1),
+        baseline_runner=baseline_runner,
+    )
+    assert made == [1]
+    assert result["config"]["baseline"]["seeds"] == 2
+
+
+@pytest.mark.slow
+def test_the_baseline_runs_sb3_on_copies_that_pay_the_step_cost() -> None:
+    from bench.scaling.baseline import run_baseline
+
+    # A target random play reaches: the confirmation path, timed without the evaluations.
+    task = replace(
+        TASK, budget_s=20.0, eval_every_steps=200, eval_episodes=2, confirm_episodes=2, target=9.0
+    )
+    run = run_baseline(task, seed=0, cores=2)
+    assert "error" not in run, run.get("error")
+    assert run["solved"] and run["copies"] == 2
+    solve_s = run["solve_s"]
+    assert 0.0 < solve_s < run["train_s"] <= run["wall_s"]
+    # 200 env steps from 2 copies at 5 ms a step in processes of their own: 0.5 s or more.
+    assert run["solve_env_steps"] >= 200 and solve_s >= 0.5

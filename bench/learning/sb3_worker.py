@@ -9,7 +9,14 @@ env steps the greedy policy plays ``eval_episodes`` episodes on copies stepped t
 on copies seeded apart, and a confirmed solve ends the run unless ``stop_when_solved`` is
 false. Evaluation runs inline, as SB3's ``EvalCallback`` does: SB3 has no evaluator of its
 own. Every event carries its wall-clock time (``time.time()``), so the benchmark times
-both sides from the moment it spawned them.
+both sides from the moment it spawned them, and as a fifth field the training seconds at
+its weights: from the start of learning, without the evaluations' time.
+
+For the scaling benchmark's single-node baseline, DQN's request may name ``step_cost``
+(``{"cost_s", "cost_kind"}``: every training step and reset costs that, as
+``bench.scaling.step_cost`` makes it; evaluations play the env without it), ``env_copies``
+(SB3 steps them together, one transition each a step) and ``env_stepping = "processes"``
+(each copy in a process of its own, SB3's ``SubprocVecEnv``).
 
 The zoo's schedules are laid over the zoo's own step budget (``n_timesteps``): DQN's ε
 decays over ``exploration_fraction`` of it, and a seed not solved by then trains on with ε
@@ -183,10 +190,20 @@ def minatar_torso():
     return {"features_extractor_class": MinAtarTorso, "net_arch": []}
 
 
-def env_source(env_id: str, env_kwargs: dict):
+def env_source(env_id: str, env_kwargs: dict, step_cost: dict | None = None):
     """What SB3's ``make_vec_env`` makes the env from: its id, or a function that makes it
     with ``env_kwargs`` (MinAtar's through apex, which registers the games, makes their
-    planes uint8 and takes ``hidden_planes``, as apex's side gets them)."""
+    planes uint8 and takes ``hidden_planes``, as apex's side gets them); with
+    ``step_cost`` (``{"cost_s", "cost_kind"}``), every step and reset costs that
+    (``bench.scaling.step_cost``), made by a function a subprocess can unpickle."""
+    if step_cost:
+        import functools
+
+        from bench.scaling.step_cost import make
+
+        return functools.partial(
+            make, env_id, step_cost["cost_s"], step_cost["cost_kind"], **env_kwargs
+        )
     if env_id.startswith("MinAtar/"):
         import dataclasses
 
@@ -213,23 +230,44 @@ def main() -> None:
     from stable_baselines3.common.noise import NormalActionNoise
 
     env_id, seed = request["env"], request["seed"]
-    source = env_source(env_id, request.get("env_kwargs") or {})
+    source = env_source(env_id, request.get("env_kwargs") or {}, request.get("step_cost"))
+    # A step cost is latency that changes no episode: evaluations play the env without it,
+    # and their time is left out of the training seconds below either way.
+    eval_source = env_source(env_id, request.get("env_kwargs") or {})
     minatar = env_id.startswith("MinAtar/")
+    copies = request.get("env_copies", 1)
+    vec_options = {}
+    if request.get("env_stepping") == "processes":
+        from stable_baselines3.common.vec_env import SubprocVecEnv
+
+        vec_options = {"vec_env_cls": SubprocVecEnv,
+                       "vec_env_kwargs": {"start_method": "forkserver"}}  # fmt: skip
 
     torch.set_num_threads(request.get("torch_threads", 2))
     deadline = STARTED_UNIX + request["max_seconds"]
     target = request.get("target_return")
     every = request["eval_every_steps"]
-    periodic_env = make_vec_env(source, n_envs=request["eval_episodes"],
+    periodic_env = make_vec_env(eval_source, n_envs=request["eval_episodes"],
                                 seed=seed + EVAL_SEED_OFFSET)  # fmt: skip
     confirm_env = None
     # [unix time, env steps, gradient steps, greedy mean] per evaluation.
     result = {"started_unix": STARTED_UNIX, "evaluations": [], "confirmations": [],
               "solved": False}  # fmt: skip
 
+    # Seconds spent evaluating so far, and when learning began: an event's fifth field is
+    # the training seconds at its weights, the learner's clock without its evaluations.
+    evaluating = {"s": 0.0, "learn_started": None}
+
     def greedy_mean(model, env) -> float:
+        started = time.time()
         mean, _ = evaluate_policy(model, env, n_eval_episodes=env.num_envs, deterministic=True)
+        evaluating["s"] += time.time() - started
         return float(mean)
+
+    def training_s(at: float) -> float | None:
+        if evaluating["learn_started"] is None:
+            return None
+        return at - evaluating["learn_started"] - evaluating["s"]
 
     next_evaluation = every
 
@@ -244,15 +282,16 @@ def main() -> None:
                 return True
             next_evaluation += every * ((self.num_timesteps - next_evaluation) // every + 1)
             steps, updates = self.num_timesteps, gradient_steps(self.model)
+            trained = training_s(time.time())
             mean = greedy_mean(self.model, periodic_env)
-            result["evaluations"].append([time.time(), steps, updates, mean])
+            result["evaluations"].append([time.time(), steps, updates, mean, trained])
             if target is None or mean < target or not request["confirm_episodes"]:
                 return True
             if confirm_env is None:
-                confirm_env = make_vec_env(source, n_envs=request["confirm_episodes"],
+                confirm_env = make_vec_env(eval_source, n_envs=request["confirm_episodes"],
                                            seed=seed + CONFIRM_SEED_OFFSET)  # fmt: skip
             confirmed = greedy_mean(self.model, confirm_env)
-            result["confirmations"].append([time.time(), steps, updates, confirmed])
+            result["confirmations"].append([time.time(), steps, updates, confirmed, trained])
             if confirmed >= target and not result["solved"]:
                 result["solved"] = True
                 return not request.get("stop_when_solved", True)
@@ -278,10 +317,11 @@ def main() -> None:
         model = TD3("MlpPolicy", env, seed=seed, verbose=0, action_noise=noise, **settings)
     else:
         settings, zoo_steps = MINATAR_DQN if minatar else DQN_ZOO[env_id]
-        model = DQN("MlpPolicy", make_vec_env(source, n_envs=1, seed=seed), seed=seed,
-                    verbose=0, **settings, **extra)  # fmt: skip
+        env = make_vec_env(source, n_envs=copies, seed=seed, **vec_options)
+        model = DQN("MlpPolicy", env, seed=seed, verbose=0, **settings, **extra)
     without_log_folder(model)
     callback = Protocol()
+    evaluating["learn_started"] = result["learn_started_unix"] = time.time()
     model.learn(total_timesteps=zoo_steps, callback=callback)
     more_steps = request["max_steps"] - model.num_timesteps
     finished = result["solved"] and request.get("stop_when_solved", True)

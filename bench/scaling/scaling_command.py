@@ -85,6 +85,12 @@ def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
     help="Throughput alone: every run trains this many seconds, a solve does not end it "
     "[seed 0 only unless --seed is given].",
 )
+@click.option(
+    "--baseline",
+    is_flag=True,
+    help="Also the single-node baseline (SB3's DQN on one node's worth of env copies), "
+    "every seed, in the same sitting.",
+)
 @click.option("--quick", is_flag=True, help="Seconds a run: plumbing only, no figure.")
 @click.option(
     "--stepping",
@@ -113,6 +119,7 @@ def bench_scaling(
     resume_paths,
     weak_from,
     throughput_s,
+    baseline,
     quick,
     stepping,
     json_path,
@@ -144,6 +151,10 @@ def bench_scaling(
     if weak_from:
         task = dataclasses.replace(task, weak_from=weak_from)
     if throughput_s:
+        if baseline:
+            raise click.BadParameter(
+                "a throughput sweep has no solve to compare", param_hint="--baseline"
+            )
         task = throughput_task(task, throughput_s)
         seeds = seeds or (0,)
     previous = previous_runs(resume_paths, name)
@@ -159,6 +170,7 @@ def bench_scaling(
         progress=progress,
         on_run=saved_so_far,
         warm_up=not quick,
+        baseline_seeds=(seeds or FIVE_SEEDS) if baseline else (),
     )
     save(result)
     echo_markdown(scaling_report.markdown(document), markdown_path)

@@ -20,6 +20,28 @@ def _speedup(point: dict, base: int) -> str:
     )
 
 
+def _baseline_lines(baseline: dict, points: list[dict], time: dict | None) -> str:
+    """The single-node baseline's time and each point's speedup against it."""
+    when = (
+        f"{_number(time['iqm'])} s [{_number(time['ci_low'])}, {_number(time['ci_high'])}]"
+        f"{' (lower bound)' if time.get('lower_bound') else ''}"
+        if time
+        else "–"
+    )
+    against = "; ".join(
+        f"{p['actors']} actors "
+        f"{p['speedup_vs_baseline']['speedup']:.1f}× [{p['speedup_vs_baseline']['ci_low']:.1f}, "
+        f"{p['speedup_vs_baseline']['ci_high']:.1f}]"
+        for p in points
+        if p.get("speedup_vs_baseline")
+    )
+    return (
+        f"Single-node baseline ({baseline['peer']}, {baseline['copies']} env copies in "
+        f"processes): {baseline['solved']}/{baseline['seeds']} solved, {when} to a confirmed "
+        f"solve (training seconds, evaluations left out); speedup against it: {against or '–'}."
+    )
+
+
 def markdown(document: dict) -> str:
     """The sweep's table: one row per actor count."""
     config = document["suites"]["scaling"]["config"]
@@ -69,6 +91,9 @@ def markdown(document: dict) -> str:
             f"{_number(point.get('all_actors_heard_s'))} | "
             f"{_number(point['machine_busy_cores'], 2)} | {point['bound_by']} |"
         )
+    baseline = config.get("baseline")
+    if baseline:
+        lines += ["", _baseline_lines(baseline, config["points"], intervals.get(0))]
     knee = config.get("knee")
     lines.append("")
     lines.append(

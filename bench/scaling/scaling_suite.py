@@ -31,16 +31,20 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-import numpy as np
-
-from bench.learning.learn_suite import return_at
-from bench.learning.learning_stats import censored_iqm, iqm, stratified_bootstrap_ci
+from bench.learning.learning_stats import censored_iqm
+from bench.scaling.baseline import PEER, run_baseline
+from bench.scaling.scaling_figures import (
+    SUITE,
+    against_baseline,
+    figure,
+    solve_figures,
+    solve_times,
+    speedup,
+)
 from bench.scaling.scaling_runs import run_point
 from bench.scaling.scaling_tasks import ScalingTask
 from launch.views.binding import what_binds
 
-SUITE = "scaling"
-BOOTSTRAP_REPS = 2000
 WARM_UP_S = 8.0
 # The knee: the first point below either efficiency.
 KNEE_TIME_EFFICIENCY = 0.6
@@ -56,47 +60,6 @@ THROUGHPUT_FIGURES = (  # the run's throughput key, metric, unit
     ("first_update_s", "first_update_s", "s"),
     ("all_actors_heard_s", "all_actors_heard_s", "s"),
 )
-
-
-def _figure(
-    case: str, actors: int, metric: str, unit: str, values: list[float], params: dict, **more
-) -> dict:
-    return {
-        "suite": SUITE,
-        "case": case,
-        "implementation": "apex",
-        "status": "ok",
-        "metric": metric,
-        "unit": unit,
-        "median": float(np.median(values)),
-        "min": float(min(values)),
-        "max": float(max(values)),
-        "repeats": len(values),
-        "params": {**params, "actors": actors, "values": values},
-        **more,
-    }
-
-
-def _interval(values: Sequence[float], higher_is_better: bool) -> dict:
-    point, low, high = stratified_bootstrap_ci({"runs": values}, reps=BOOTSTRAP_REPS)
-    return {"iqm": point, "ci_low": low, "ci_high": high, "higher_is_better": higher_is_better}
-
-
-def solve_times(runs: Sequence[dict]) -> list[float]:
-    """Each run's training seconds to its confirmed solve, an unsolved one at its budget."""
-    return [r["solve_s"] if r["solved"] else r["budget_s"] for r in runs]
-
-
-def speedup(base: Sequence[float], times: Sequence[float], seed: int = 0) -> dict:
-    """``IQM(base) / IQM(times)`` with a 95% interval over resamples of both."""
-
-    def ratio(scores) -> float:
-        return iqm(scores["base"]) / iqm(scores["point"])
-
-    point, low, high = stratified_bootstrap_ci(
-        {"base": base, "point": times}, ratio, reps=BOOTSTRAP_REPS, seed=seed
-    )
-    return {"speedup": point, "ci_low": low, "ci_high": high}
 
 
 def bound_by(figures: dict, cores: int) -> str:
@@ -123,60 +86,16 @@ def _medians(runs: Sequence[dict]) -> dict:
     return out
 
 
-def _solve_figures(
-    task: ScalingTask, n: int, mine: Sequence[dict], params: dict, times: list, censored: dict
-) -> list[dict]:
-    """A point's time and env steps to a confirmed solve and its returns at fixed times."""
-    records = [
-        _figure(
-            task.name,
-            n,
-            "time_to_confirmed_solve",
-            "s",
-            times,
-            params,
-            unsolved=censored["unsolved"],
-            lower_bound=censored["lower_bound"],
-            **_interval(times, False),
-        )
-    ]
-    steps = [float(r["solve_env_steps"]) for r in mine if r["solved"]]
-    if len(steps) == len(mine):
-        records.append(
-            _figure(
-                task.name,
-                n,
-                "env_steps_to_confirmed_solve",
-                "env steps",
-                steps,
-                params,
-                **_interval(steps, False),
-            )
-        )
-    for seconds in task.checkpoints_s:
-        values = [v for v in (return_at(r, seconds) for r in mine) if v is not None]
-        if len(values) == len(mine) and seconds <= task.budget_s:
-            records.append(
-                _figure(
-                    task.name,
-                    n,
-                    f"return_at_{seconds:g}s",
-                    "return",
-                    values,
-                    params,
-                    **_interval(values, True),
-                )
-            )
-    return records
-
-
 def score(task: ScalingTask, runs: Sequence[dict], cores: int) -> dict:
-    """Records, speedups and the knee of every point that has runs."""
+    """Records, speedups and the knee of every point that has runs, and the single-node
+    baseline's point where it has runs (those that name a ``peer``)."""
+    baseline_runs = [r for r in runs if r.get("peer") and "error" not in r]
+    runs = [r for r in runs if not r.get("peer") or "error" in r]
     ok = [r for r in runs if "error" not in r]
     counts = sorted({r["actors"] for r in ok})
     by_count = {n: [r for r in ok if r["actors"] == n] for n in counts}
     failed = [
-        {"actors": r["actors"], "seed": r["seed"], "error": r["error"]}
+        {"actors": r.get("actors", r.get("peer")), "seed": r["seed"], "error": r["error"]}
         for r in runs
         if "error" in r
     ]
@@ -192,13 +111,13 @@ def score(task: ScalingTask, runs: Sequence[dict], cores: int) -> dict:
         solved = [r["solved"] for r in mine]
         censored = censored_iqm(times, solved, task.budget_s)
         if not task.throughput_only:
-            records += _solve_figures(task, n, mine, params, times, censored)
+            records += solve_figures(task, n, mine, params, times, censored)
         for key, metric, unit in THROUGHPUT_FIGURES:
             values = [
                 r["throughput"][key] for r in mine if r.get("throughput", {}).get(key) is not None
             ]
             if values:
-                records.append(_figure(task.name, n, metric, unit, values, params))
+                records.append(figure(task.name, n, metric, unit, values, params))
         medians = _medians(mine)
         points.append(
             {
@@ -213,11 +132,19 @@ def score(task: ScalingTask, runs: Sequence[dict], cores: int) -> dict:
             }
         )
     ratios = _speedups(task, by_count, points, cores, solves=not task.throughput_only)
+    baseline = None
+    if baseline_runs:
+        baseline, more_records, more_ratios = against_baseline(
+            task, baseline_runs, by_count, points
+        )
+        records += more_records
+        ratios += more_ratios
     return {
         "records": records,
         "ratios": ratios,
         "points": points,
         "knee": knee(points),
+        "baseline": baseline,
         "failed": failed,
     }
 
@@ -236,11 +163,11 @@ def _speedups(
         for base in sorted({1, cores}) if solves else ():
             if base not in by_count or n <= base:
                 continue
-            figure = speedup(solve_times(by_count[base]), solve_times(by_count[n]))
-            efficiency = figure["speedup"] / (n / base)
+            ratio = speedup(solve_times(by_count[base]), solve_times(by_count[n]))
+            efficiency = ratio["speedup"] / (n / base)
             lower = bool(point["time_lower_bound"])  # an unsolved run in the middle half
             label = "1 actor" if base == 1 else f"one node ({base} actors)"
-            point[f"speedup_vs_{base}"] = {**figure, "efficiency": efficiency}
+            point[f"speedup_vs_{base}"] = {**ratio, "efficiency": efficiency}
             ratios.append(
                 {
                     "suite": SUITE,
@@ -248,9 +175,9 @@ def _speedups(
                     "metric": "time_to_confirmed_solve",
                     "numerator": label,
                     "denominator": f"{n} actors",
-                    "ratio": figure["speedup"],
-                    "ci_low": figure["ci_low"],
-                    "ci_high": figure["ci_high"],
+                    "ratio": ratio["speedup"],
+                    "ci_low": ratio["ci_low"],
+                    "ci_high": ratio["ci_high"],
                     "efficiency": efficiency,
                     "upper_bound_only": lower,
                 }
@@ -277,6 +204,23 @@ def knee(points: Sequence[dict]) -> dict | None:
     return None
 
 
+def _reusable(task: ScalingTask, run: dict) -> bool:
+    """Whether a previous run counts in this sweep: it ran the settings this sweep runs at
+    its count (a weak sweep takes a strong sweep's runs up to the count its batch starts
+    growing from), to a solve or for throughput as this sweep does (for as long); a
+    baseline's run, to a solve within the same budget."""
+    if "error" in run:
+        return False
+    if run.get("peer"):
+        return not task.throughput_only and run["budget_s"] == task.budget_s
+    batch = run.get("batch_size", task.batch_size(run["actors"]))
+    return (
+        batch == task.batch_size(run["actors"])
+        and bool(run.get("throughput_only")) == task.throughput_only
+        and (not task.throughput_only or run["budget_s"] == task.budget_s)
+    )
+
+
 def run(
     task: ScalingTask,
     *,
@@ -289,24 +233,16 @@ def run(
     warm_up: bool = True,
     cores: int | None = None,
     runner: Callable[[ScalingTask, int, int, int], dict] = run_point,
+    baseline_seeds: Sequence[int] = (),
+    baseline_runner: Callable[[ScalingTask, int, int], dict] = run_baseline,
 ) -> dict[str, object]:
     """Runs every (count, seed) not already in ``previous``, fewest actors first, then
     scores them all. A point of at most ``parallel_up_to`` actors runs its seeds side by
     side; ``on_run`` gets every run so far after each one (to save the record as it fills);
     ``runner(task, actors, seed, cores)`` makes one run (``scaling_runs.run_point``)."""
     cores = cores or os.cpu_count() or 1
-    # A previous run counts where it ran the settings this sweep runs at its count (a weak
-    # sweep takes a strong sweep's runs up to the count its batch starts growing from), and
-    # ran to a solve or for throughput as this sweep does (for as long).
-    runs = [
-        r
-        for r in previous
-        if "error" not in r
-        and r.get("batch_size", task.batch_size(r["actors"])) == task.batch_size(r["actors"])
-        and bool(r.get("throughput_only")) == task.throughput_only
-        and (not task.throughput_only or r["budget_s"] == task.budget_s)
-    ]
-    done = {(r["actors"], r["seed"]) for r in runs}
+    runs = [r for r in previous if _reusable(task, r)]
+    done = {(r["actors"], r["seed"]) for r in runs if not r.get("peer")}
     if warm_up and any((n, s) not in done for n in counts for s in seeds):
         if progress:
             progress(f"scaling {task.name}: warm-up (untimed)")
@@ -327,6 +263,13 @@ def run(
                 runs.append(outcome)
                 if on_run:
                     on_run(runs)
+    done_baseline = {r["seed"] for r in runs if r.get("peer")}
+    for seed in (s for s in baseline_seeds if s not in done_baseline):
+        if progress:
+            progress(f"scaling {task.name}: the single-node baseline ({PEER}), seed {seed}")
+        runs.append(baseline_runner(task, seed, cores))
+        if on_run:
+            on_run(runs)
     scored = score(task, runs, cores)
     config = {
         "task": vars(task),
@@ -337,6 +280,7 @@ def run(
         "warm_up_s": WARM_UP_S if warm_up else 0.0,
         "points": scored["points"],
         "knee": scored["knee"],
+        "baseline": scored["baseline"],
         "failed": scored["failed"],
         "runs": runs,
     }
