@@ -418,3 +418,15 @@ def test_the_baseline_runs_sb3_on_copies_that_pay_the_step_cost() -> None:
     assert 0.0 < solve_s < run["train_s"] <= run["wall_s"]
     # 200 env steps from 2 copies at 5 ms a step in processes of their own: 0.5 s or more.
     assert run["solve_env_steps"] >= 200 and solve_s >= 0.5
+
+
+def test_a_run_across_hosts_is_a_slurm_job_with_every_role_on_its_host(tmp_path: Path) -> None:
+    from bench.scaling.hosts import submit_command
+
+    command = submit_command(TASK, 32, 3, tmp_path / "run")
+    assert command[1:5] == ["-m", "launch", "slurm", "submit"]
+    assert command[command.index("--actors-per-node") + 1] == "32"
+    assert 'slurm.actor_options=["--nodelist=actor"]' in command
+    result = CliRunner().invoke(main, [*command[3:], "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "--nodelist=learner" in result.output and "--nodelist=shard" in result.output

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -91,6 +92,12 @@ def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
     help="Also the single-node baseline (SB3's DQN on one node's worth of env copies), "
     "every seed, in the same sitting.",
 )
+@click.option(
+    "--hosts",
+    is_flag=True,
+    help="Each run a Slurm job across the three namespace hosts (learner, shard, actors; "
+    "root, bench.scaling.hosts).",
+)
 @click.option("--quick", is_flag=True, help="Seconds a run: plumbing only, no figure.")
 @click.option(
     "--stepping",
@@ -120,6 +127,7 @@ def bench_scaling(
     weak_from,
     throughput_s,
     baseline,
+    hosts,
     quick,
     stepping,
     json_path,
@@ -161,17 +169,26 @@ def bench_scaling(
     document = report.new_document(REPO_ROOT)
 
     save, saved_so_far = sitting_savers(document, scaling_suite.SUITE, vars(task), json_path)
-    result = scaling_suite.run(
-        task,
-        counts=counts or ACTOR_COUNTS,
-        seeds=seeds or FIVE_SEEDS,
-        parallel_up_to=parallel_up_to,
-        previous=previous,
-        progress=progress,
-        on_run=saved_so_far,
-        warm_up=not quick,
-        baseline_seeds=(seeds or FIVE_SEEDS) if baseline else (),
-    )
+    options = {}
+    cluster = contextlib.nullcontext()
+    if hosts:
+        from bench.faults.slurm_faults import namespace_cluster
+        from bench.scaling.hosts import run_point_on_hosts
+
+        options["runner"], cluster = run_point_on_hosts, namespace_cluster()
+    with cluster:
+        result = scaling_suite.run(
+            task,
+            counts=counts or ACTOR_COUNTS,
+            seeds=seeds or FIVE_SEEDS,
+            parallel_up_to=parallel_up_to,
+            previous=previous,
+            progress=progress,
+            on_run=saved_so_far,
+            warm_up=not quick and not hosts,
+            baseline_seeds=(seeds or FIVE_SEEDS) if baseline else (),
+            **options,
+        )
     save(result)
     echo_markdown(scaling_report.markdown(document), markdown_path)
     if plot_dir:

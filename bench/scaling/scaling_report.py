@@ -64,6 +64,11 @@ def markdown(document: dict) -> str:
             f"; throughput only: every run trains {task['budget_s']:g} s"
             if task.get("throughput_only")
             else ""
+        )
+        + (
+            "; each run a Slurm job across namespace hosts (learner, shard, actors)"
+            if any(r.get("hosts") for r in config.get("runs", []))
+            else ""
         ),
         "",
         "| actors | batch | solved | s to confirmed solve, IQM [95%] | speedup vs 1 | "
