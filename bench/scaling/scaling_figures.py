@@ -57,23 +57,29 @@ def speedup(base: Sequence[float], times: Sequence[float], seed: int = 0) -> dic
     return {"speedup": point, "ci_low": low, "ci_high": high}
 
 
+def time_figure(
+    task: ScalingTask, n: int, times: list[float], params: dict, censored: dict
+) -> dict:
+    """The record of a point's times to a confirmed solve (``censored``: their IQM with
+    unsolved runs at the budget)."""
+    return figure(
+        task.name,
+        n,
+        "time_to_confirmed_solve",
+        "s",
+        times,
+        params,
+        unsolved=censored["unsolved"],
+        lower_bound=censored["lower_bound"],
+        **interval(times, False),
+    )
+
+
 def solve_figures(
     task: ScalingTask, n: int, mine: Sequence[dict], params: dict, times: list, censored: dict
 ) -> list[dict]:
     """A point's time and env steps to a confirmed solve and its returns at fixed times."""
-    records = [
-        figure(
-            task.name,
-            n,
-            "time_to_confirmed_solve",
-            "s",
-            times,
-            params,
-            unsolved=censored["unsolved"],
-            lower_bound=censored["lower_bound"],
-            **interval(times, False),
-        )
-    ]
+    records = [time_figure(task, n, times, params, censored)]
     steps = [float(r["solve_env_steps"]) for r in mine if r["solved"]]
     if len(steps) == len(mine):
         records.append(
@@ -122,17 +128,7 @@ def against_baseline(
         "cost_s": task.cost_s,
         "cost_kind": task.cost_kind,
     }
-    record = figure(
-        task.name,
-        0,
-        "time_to_confirmed_solve",
-        "s",
-        times,
-        params,
-        unsolved=censored["unsolved"],
-        lower_bound=censored["lower_bound"],
-        **interval(times, False),
-    )
+    record = time_figure(task, 0, times, params, censored)
     record["implementation"] = peer
     ratios = []
     for point in points:

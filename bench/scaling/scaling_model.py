@@ -39,15 +39,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from apex.learning.metrics import read_metrics
 from bench.scaling.scaling_tasks import ScalingTask
 from bench.system.cost_model import check
-from bench.system.system_suite import cpu_by_role, wait_for_progress
+from bench.system.system_suite import measure_training
 from bench.workers import REPO_ROOT, worker_env
 from launch.local.processes import run_processes
 from launch.views.binding import rate_between, training_records
@@ -67,7 +65,6 @@ CROWD_LEARNER_WANTS = 2_000
 CROWD_MIN_SIZE = 500
 # The calibration's learner must use this much of its core to be called busy throughout.
 LEARNER_BUSY = 0.85
-START_TIMEOUT_S = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,64 +287,21 @@ def calibration_window(
     (``--set`` values), the learner on a core of its own if ``pin``: each role's cores and
     the run's env steps/s and updates/s over a window."""
     cores = sorted(os.sched_getaffinity(0))
-    with tempfile.TemporaryDirectory(prefix="apex-scaling-model-") as directory:
-        run_dir = Path(directory) / "run"
-        command = [
-            sys.executable,
-            "-m",
-            "launch",
-            "train",
-            "--env",
-            env,
-            "--actors",
-            "1",
-            "--max-time",
-            str(START_TIMEOUT_S + warm_up_s + seconds + 30),
-            "--target-return",
-            "1e12",
-            "--no-curves",
-            "--plain",
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "learner.eval_every_steps=0",
-            *(part for setting in settings for part in ("--set", setting)),
-        ]
-        process = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=worker_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_for_progress(run_dir, process, START_TIMEOUT_S)
-            if pin and len(cores) > 1:
-                _pin(run_dir, cores[-1], set(cores[:-1]))
-            time.sleep(warm_up_s)
-            before, started = cpu_by_role(run_dir), time.monotonic()
-            time.sleep(seconds)
-            after, elapsed = cpu_by_role(run_dir), time.monotonic() - started
-            records = training_records(
-                [r for r in read_metrics(run_dir) if r.get("event") == "progress"]
-            )
-        finally:
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-    window = [r for r in records if r["time_s"] >= records[-1]["time_s"] - elapsed]
+
+    def pinned(run_dir: Path) -> None:
+        if pin and len(cores) > 1:
+            _pin(run_dir, cores[-1], set(cores[:-1]))
+
+    arguments = ["--env", env, "--actors", "1", "--plain"]
+    arguments += [part for setting in settings for part in ("--set", setting)]
+    measured = measure_training(arguments, seconds, warm_up_s, pinned)
+    window = training_records(measured["window"])
     first, last = window[0], window[-1]
     return {
-        "window_s": elapsed,
+        "window_s": last["time_s"] - first["time_s"],
         "env_steps_per_s": rate_between(last, first, "env_steps"),
         "updates_per_s": rate_between(last, first, "updates"),
-        **{
-            f"{role}_cores": max(0.0, after.get(role, 0.0) - before.get(role, 0.0)) / elapsed
-            for role in ("learner", "shard", "actor")
-        },
+        **{f"{role}_cores": cores_used for role, cores_used in measured["cpu"].items()},
     }
 
 

@@ -44,7 +44,7 @@ START_TIMEOUT_S = 180.0
 ENVS_PER_ACTOR = 4
 
 
-def cpu_by_role(run_dir: Path) -> dict[str, float]:
+def _cpu_by_role(run_dir: Path) -> dict[str, float]:
     totals: dict[str, float] = {}
     for pid, role in run_processes(run_dir).items():
         if role == "train":
@@ -65,7 +65,7 @@ def _rss_by_role(run_dir: Path) -> dict[str, list[int]]:
     return sizes
 
 
-def wait_for_progress(run_dir: Path, process: subprocess.Popen, timeout_s: float) -> None:
+def _wait_for_progress(run_dir: Path, process: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -83,13 +83,22 @@ def _first_update_s(run_dir: Path, launched_unix_s: float) -> float | None:
     return firsts[0]["unix_s"] - launched_unix_s if firsts else None
 
 
-def _measure(actors: int, envs: int, shards: int, seconds: float, warmup_s: float) -> dict:
-    with tempfile.TemporaryDirectory(prefix="apex-system-") as directory:
+def measure_training(
+    arguments: Sequence[str],
+    seconds: float,
+    warm_up_s: float,
+    ready: Callable[[Path], None] | None = None,
+) -> dict:
+    """``apex train`` with ``arguments`` more, no evaluation and no target, measured over a
+    window of ``seconds`` after its first progress record and ``warm_up_s`` (``ready`` is
+    called with its run directory before the warm-up): each role's cores over the window
+    (``cpu``), the progress records in it (``window``), every process's resident memory by
+    role (``rss``), and the seconds from the command to the first update."""
+    with tempfile.TemporaryDirectory(prefix="apex-measured-") as directory:
         run_dir = Path(directory) / "run"
         command = [
-            sys.executable, "-m", "launch", "train", "--actors", str(actors), "--shards",
-            str(shards), "--envs-per-actor", str(envs),
-            "--max-time", str(START_TIMEOUT_S + warmup_s + seconds + 30),
+            sys.executable, "-m", "launch", "train", *arguments,
+            "--max-time", str(START_TIMEOUT_S + warm_up_s + seconds + 30),
             "--target-return", "1e12", "--set", "learner.eval_every_steps=0", "--no-curves",
             "--run-dir", str(run_dir),
         ]  # fmt: skip
@@ -102,12 +111,14 @@ def _measure(actors: int, envs: int, shards: int, seconds: float, warmup_s: floa
             stderr=subprocess.DEVNULL,
         )
         try:
-            wait_for_progress(run_dir, process, START_TIMEOUT_S)
-            time.sleep(warmup_s)
+            _wait_for_progress(run_dir, process, START_TIMEOUT_S)
+            if ready:
+                ready(run_dir)
+            time.sleep(warm_up_s)
             window_start = time.monotonic()
-            cpu_before = cpu_by_role(run_dir)
+            cpu_before = _cpu_by_role(run_dir)
             time.sleep(seconds)
-            cpu_after = cpu_by_role(run_dir)
+            cpu_after = _cpu_by_role(run_dir)
             elapsed = time.monotonic() - window_start
             rss = _rss_by_role(run_dir)
         finally:
@@ -117,12 +128,13 @@ def _measure(actors: int, envs: int, shards: int, seconds: float, warmup_s: floa
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        end_time = max((r.get("time_s") or 0) for r in read_metrics(run_dir))
-        window = [
-            r for r in read_metrics(run_dir)
-            if r.get("event") == "progress" and r.get("time_s", 0) >= end_time - elapsed
-        ]  # fmt: skip
+        records = read_metrics(run_dir)
         first_update_s = _first_update_s(run_dir, launched)
+    end_time = max((r.get("time_s") or 0) for r in records)
+    window = [
+        r for r in records
+        if r.get("event") == "progress" and r.get("time_s", 0) >= end_time - elapsed
+    ]  # fmt: skip
     cpu = {
         role: max(cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0), 0.0) / elapsed
         for role in ("learner", "shard", "actor")
@@ -188,7 +200,9 @@ def run(
             if progress:
                 progress(f"system {case}")
             try:
-                measured = _measure(actors, envs, shards, seconds, warmup_s)
+                arguments = ["--actors", str(actors), "--shards", str(shards),
+                             "--envs-per-actor", str(envs)]  # fmt: skip
+                measured = measure_training(arguments, seconds, warmup_s)
             except (RuntimeError, TimeoutError) as exc:
                 records.append({**base, "status": "unavailable", "reason": str(exc)})
                 continue
