@@ -7,6 +7,7 @@ a benchmark (``apex bench model --scaling``), never a timed test."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,30 @@ def test_a_crowd_is_measured_on_a_real_run_beside_bare_steppers() -> None:
     actor_step_s, updates = scaling_model.crowd_costs(TASKS["cartpole-sleep5ms"], 3, seconds=3.0)
     assert 0.0 < actor_step_s < 0.005 and updates > 0.0
     assert _crowd_processes() == 0  # the crowd and its forked steppers are gone
+
+
+def test_pongs_cluster_table_uses_its_actor_cost_and_the_cuda_learners_rates() -> None:
+    from bench.system.cost_model import UnitCosts
+    from bench.system.model_suite import pong_cluster
+
+    fields = {f.name: 0.0 for f in dataclasses.fields(UnitCosts)}
+    # 1 ms a vector step of 4 envs + 0.5 ms an env step: 0.75 ms, 1.2x on a packed node.
+    costs = UnitCosts(
+        **{
+            **fields,
+            "env": "Pong",
+            "transitions_per_message": 64,
+            "weights_bytes": 0,
+            "per_vector_step_s": 0.001,
+            "per_env_step_s": 0.0005,
+            "actor_shared_factor": 1.2,
+        }
+    )
+    rows = pong_cluster(costs)
+    assert {row["learner"] for row in rows} == set(scaling_model.CUDA_LEARNER_RATES)
+    sixteen = next(r for r in rows if r["node_cores"] == 16 and r["learner_updates_per_s"] == 278)
+    assert sixteen["actor_step_s"] == pytest.approx(0.0009)
+    assert sixteen["env_steps_per_s_per_node"] == pytest.approx(16 / 0.0009)
+    assert sixteen["replay_ratio"] == pytest.approx(scaling_model.PAPER_REPLAY_RATIO)
+    wanted = 278 * 512 / scaling_model.PAPER_REPLAY_RATIO
+    assert sixteen["nodes_until_learner_binds"] == math.ceil(wanted / (16 / 0.0009))

@@ -234,6 +234,17 @@ def run(
             )
     if "Pong" in all_costs:
         scaling["pong_cluster"] = pong_cluster(all_costs["Pong"])
+        for row in scaling["pong_cluster"]:
+            case = (
+                f"pong-nodes-of-{row['node_cores']}-cores-{row['learner_updates_per_s']:g}-updates"
+            )
+            params = {key: row[key] for key in ("learner", "node_cores", "replay_ratio")}
+            for name, unit in (
+                ("env_steps_per_s_per_node", "steps/s"),
+                ("nodes_until_learner_binds", "nodes"),
+                ("speedup_there", "x one node"),
+            ):
+                records.append(ok_record(SUITE, case, "model", name, unit, [row[name]], params))
     met = sum(check["within"] for check in checks)
     return {
         "records": records,
