@@ -430,3 +430,17 @@ def test_a_run_across_hosts_is_a_slurm_job_with_every_role_on_its_host(tmp_path:
     result = CliRunner().invoke(main, [*command[3:], "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "--nodelist=learner" in result.output and "--nodelist=shard" in result.output
+
+
+def test_a_jobs_outcome_is_read_from_its_output(tmp_path: Path) -> None:
+    from bench.scaling.hosts import job_outcome
+
+    assert job_outcome(tmp_path) is None
+    outcome = {"reason": "solved", "solved": True, "solved_at_s": 21.5}
+    (tmp_path / "slurm-9.out").write_text(
+        "0: starting\n"
+        '0: {"outcome": {"reason": "stopped"\n'  # cut short: not an outcome
+        f"0: {json.dumps({'outcome': outcome})}\n"
+        "2: actor 0 done\n"
+    )
+    assert job_outcome(tmp_path) == outcome

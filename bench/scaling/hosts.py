@@ -63,6 +63,22 @@ def submit_command(task: ScalingTask, actors: int, seed: int, run_dir: Path) -> 
     ]
 
 
+def job_outcome(run_dir: Path) -> dict | None:
+    """The learner's outcome, the last line of the job's output that is one (the learner
+    prints it as ``{"outcome": {...}}`` when it ends)."""
+    found = None
+    for path in sorted(run_dir.glob("slurm-*.out")):
+        for line in path.read_text(errors="replace").splitlines():
+            start = line.find('{"outcome"')
+            if start < 0:
+                continue
+            try:
+                found = json.loads(line[start:])["outcome"]
+            except (ValueError, KeyError, TypeError):
+                continue
+    return found
+
+
 def _wait_for_end(job_id: str, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -109,6 +125,7 @@ def run_point_on_hosts(task: ScalingTask, actors: int, seed: int, cores: int) ->
             wall_s=time.time() - started,
             machine_busy_cores=busy_cores(before, machine_cpu_seconds(), cores),
         )
-        if not (run_dir / "summary.json").exists():
-            return {**base, "error": f"job {job_id} ended {state} without a summary"}
-        return {**base, **read_run(run_dir, task)}
+        outcome = job_outcome(run_dir)
+        if outcome is None:
+            return {**base, "error": f"job {job_id} ended {state} without the learner's outcome"}
+        return {**base, **read_run(run_dir, task, outcome)}

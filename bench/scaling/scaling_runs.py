@@ -114,11 +114,13 @@ def _events(records: list[dict], kind: str) -> list[list]:
     ]
 
 
-def read_run(run_dir: Path, task: ScalingTask) -> dict:
-    """What a finished run directory says: its solve, evaluations and throughput."""
+def read_run(run_dir: Path, task: ScalingTask, outcome: dict | None = None) -> dict:
+    """What a finished run directory says: its solve, evaluations and throughput; with
+    the learner's ``outcome`` where it is not in the run's ``summary.json`` (a Slurm job
+    has none: its learner prints the outcome to the job's output)."""
     records = read_metrics(run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    outcome = summary.get("outcome") or {}
+    summary = {} if outcome is not None else json.loads((run_dir / "summary.json").read_text())
+    outcome = outcome if outcome is not None else summary.get("outcome") or {}
     confirmations = _events(records, "confirmation")
     solve = next((c for c in confirmations if c[3] >= task.target), None)
     solved = bool(outcome.get("solved")) and solve is not None
@@ -132,7 +134,7 @@ def read_run(run_dir: Path, task: ScalingTask) -> dict:
         "confirmations": confirmations,
         "train_s": outcome.get("train_seconds"),
         "updates": outcome.get("updates"),
-        "reason": summary.get("reason"),
+        "reason": summary.get("reason", outcome.get("reason")),
         "throughput": throughput(records),
     }
 
