@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.scaling import scaling_model
+from bench.scaling import scaling_model, scaling_units
 from bench.scaling.scaling_model import ScalingUnits
 from bench.scaling.scaling_tasks import TASKS
 
@@ -89,7 +89,7 @@ def test_unit_costs_come_from_a_window_whose_learner_was_busy() -> None:
         "shard_cores": 0.2,
         "actor_cores": 0.5,
     }
-    units = scaling_model.units_from(
+    units = scaling_units.units_from(
         TASKS["cartpole-sleep5ms"], window, (0.0052, 0.0001), 1e-5, 2e-4
     )
     assert units.learner_update_s == pytest.approx(0.0024)
@@ -110,14 +110,14 @@ def test_the_cluster_table_counts_nodes_until_the_learner_binds() -> None:
 
 
 def test_the_step_cost_is_measured_on_the_tasks_env() -> None:
-    wall, cpu = scaling_model.env_step_costs(TASKS["cartpole-cpu1ms"], steps=20, repeats=1)
+    wall, cpu = scaling_units.env_step_costs(TASKS["cartpole-cpu1ms"], steps=20, repeats=1)
     assert wall >= 0.001 and cpu >= 0.001  # a busy-wait spends its cost on this CPU
-    wall, cpu = scaling_model.env_step_costs(TASKS["cartpole-sleep5ms"], steps=20, repeats=1)
+    wall, cpu = scaling_units.env_step_costs(TASKS["cartpole-sleep5ms"], steps=20, repeats=1)
     assert wall >= 0.005 and cpu < 0.004  # a sleep spends its cost on no CPU
 
 
 def test_a_publication_is_costed_for_every_actor_process() -> None:
-    cost = scaling_model.publication_cost("CartPole-v1", subscribers=2, publications=5)
+    cost = scaling_units.publication_cost("CartPole-v1", subscribers=2, publications=5)
     assert 0.0 < cost < 0.1
 
 
@@ -144,7 +144,7 @@ def _crowd_processes() -> int:
 
 @pytest.mark.slow
 def test_a_crowd_is_measured_on_a_real_run_beside_bare_steppers() -> None:
-    actor_step_s, updates = scaling_model.crowd_costs(TASKS["cartpole-sleep5ms"], 3, seconds=3.0)
+    actor_step_s, updates = scaling_units.crowd_costs(TASKS["cartpole-sleep5ms"], 3, seconds=3.0)
     assert 0.0 < actor_step_s < 0.005 and updates > 0.0
     assert _crowd_processes() == 0  # the crowd and its forked steppers are gone
 

@@ -125,7 +125,7 @@ def fleet_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
 def scaling_checks(paths: Sequence[Path], seconds: float, progress: Callable[[str], None]) -> dict:
     """Each scaling record's points against the scaling model, its task's unit costs
     measured once (``bench.scaling.scaling_model``), and the knee it predicts."""
-    from bench.scaling import scaling_model
+    from bench.scaling import scaling_model, scaling_units
     from bench.scaling.scaling_tasks import TASKS
 
     configs = {
@@ -141,7 +141,7 @@ def scaling_checks(paths: Sequence[Path], seconds: float, progress: Callable[[st
                 if config["task"]["name"] == name
                 for point in config["points"]
             }
-            measured, windows[name] = scaling_model.measure_units(
+            measured, windows[name] = scaling_units.measure_units(
                 TASKS[name], seconds, progress, counts
             )
             units[name] = measured
