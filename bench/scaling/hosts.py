@@ -15,8 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.machine import git_commit
-from bench.scaling.scaling_runs import busy_cores, read_run
+from bench.scaling.scaling_runs import busy_cores, read_run, run_base
 from bench.scaling.scaling_tasks import ScalingTask
 from bench.workers import REPO_ROOT, worker_env
 from launch.local.processes import machine_cpu_seconds
@@ -43,22 +42,13 @@ def submit_command(task: ScalingTask, actors: int, seed: int, run_dir: Path) -> 
         "launch",
         "slurm",
         "submit",
-        "--env",
-        task.env,
-        "--seed",
-        str(seed),
+        *task.run_arguments(seed, str(run_dir)),
         "--nodes",
         "1",
         "--actors-per-node",
         str(actors),
         "--shards",
         "1",
-        "--max-time",
-        str(task.budget_s),
-        "--target-return",
-        str(task.target),
-        "--run-dir",
-        str(run_dir),
         *(part for setting in settings for part in ("--set", setting)),
     ]
 
@@ -93,15 +83,7 @@ def _wait_for_end(job_id: str, timeout_s: float) -> str:
 def run_point_on_hosts(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
     """One run as a Slurm job across the namespace hosts (``scaling_runs.run_point``'s
     record, with ``hosts`` and the job's id and end state)."""
-    base = {
-        "actors": actors,
-        "seed": seed,
-        "budget_s": task.budget_s,
-        "batch_size": task.batch_size(actors),
-        "throughput_only": task.throughput_only,
-        "hosts": ["learner", "shard", "actor"],
-        "git": git_commit(REPO_ROOT),
-    }
+    base = {**run_base(task, actors, seed), "hosts": ["learner", "shard", "actor"]}
     with tempfile.TemporaryDirectory(prefix="apex-scaling-hosts-", dir="/tmp") as directory:
         run_dir = Path(directory) / "run"
         before, started = machine_cpu_seconds(), time.time()

@@ -139,9 +139,9 @@ def read_run(run_dir: Path, task: ScalingTask, outcome: dict | None = None) -> d
     }
 
 
-def run_point(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
-    """``apex train`` of ``task`` with ``actors`` actor processes and ``seed``."""
-    base = {
+def run_base(task: ScalingTask, actors: int, seed: int) -> dict:
+    """What a run's record says of it before it runs: its count, seed and settings."""
+    return {
         "actors": actors,
         "seed": seed,
         "budget_s": task.budget_s,
@@ -149,6 +149,11 @@ def run_point(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
         "throughput_only": task.throughput_only,
         "git": git_commit(REPO_ROOT),
     }
+
+
+def run_point(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
+    """``apex train`` of ``task`` with ``actors`` actor processes and ``seed``."""
+    base = run_base(task, actors, seed)
     with tempfile.TemporaryDirectory(prefix="apex-scaling-") as directory:
         run_dir = Path(directory) / "run"
         command = [
@@ -156,18 +161,9 @@ def run_point(task: ScalingTask, actors: int, seed: int, cores: int) -> dict:
             "-m",
             "launch",
             "train",
-            "--env",
-            task.env,
-            "--seed",
-            str(seed),
+            *task.run_arguments(seed, str(run_dir)),
             "--actors",
             str(actors),
-            "--max-time",
-            str(task.budget_s),
-            "--target-return",
-            str(task.target),
-            "--run-dir",
-            str(run_dir),
             "--plain",
             "--no-curves",
             *(part for setting in task.train_settings(actors) for part in ("--set", setting)),

@@ -76,6 +76,22 @@ class ScalingTask:
             return base * actors // self.weak_from
         return base
 
+    def run_arguments(self, seed: int, run_dir: str) -> list[str]:
+        """What every run of the task starts with, by ``apex train`` or by
+        ``apex slurm submit``: its env, seed, budget, target and run directory."""
+        return [
+            "--env",
+            self.env,
+            "--seed",
+            str(seed),
+            "--max-time",
+            str(self.budget_s),
+            "--target-return",
+            str(self.target),
+            "--run-dir",
+            run_dir,
+        ]
+
     def train_settings(self, actors: int = 1) -> list[str]:
         """``apex train --set`` values: the env made through the step cost, under the
         preset's name (so its settings and threshold stay), the evaluation rule, and for
