@@ -6,12 +6,14 @@ A point of N actor processes, each stepping its k env copies in turn, makes the 
 - **env steps**: ``N / (env_wall_s + actor_cpu_s)``: every actor on a core of its own, a
   step taking its env's wall time and the actor's CPU for it;
 - **the machine**: ``cores / per_step``, every role sharing this machine's cores, where an
-  env step costs ``env_cpu_s + actor_cpu_s + shard_step_s`` and ``samples_per_insert /
-  batch`` of an update, which costs the learner ``learner_update_s`` and, once every
-  ``publish_period`` updates, each of the N actor processes ``publication_s`` (the
-  learner's copy sent, the actor's loaded);
-- **the learner**: ``1 / learner_update_s`` updates/s on one core, times ``batch /
-  samples_per_insert`` env steps an update (the rate limiter couples them).
+  env step costs an actor's CPU for it (its env's included: measured among N processes
+  stepping the env where known, else ``env_cpu_s + actor_cpu_s``), ``shard_step_s``, and
+  ``samples_per_insert / batch`` of an update, which costs the learner
+  ``learner_update_s`` and, once every ``publish_period`` updates, each of the N actor
+  processes ``publication_s`` (the learner's copy sent, the actor's loaded);
+- **the learner**: its updates/s among N such processes where measured (else
+  ``1 / learner_update_s``, a core of its own), times ``batch / samples_per_insert`` env
+  steps an update (the rate limiter couples them).
 
 The evaluator is left out (a throughput sweep runs none; in a sweep to a solve it runs
 niced and takes what the roles leave). The knee is the actor count where the env-step
