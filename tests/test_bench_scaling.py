@@ -224,6 +224,18 @@ def test_resuming_from_another_task_or_no_record_is_refused(tmp_path: Path) -> N
         assert result.exit_code == 2 and match in result.output
 
 
+def test_runs_across_hosts_and_on_one_host_resume_only_their_own(tmp_path: Path) -> None:
+    from bench.scaling.scaling_command import previous_runs
+
+    runs = point_runs(32, [20.0, 30.0], 5_000.0)
+    runs[1]["hosts"] = ["learner", "shard", "actor"]
+    record = tmp_path / "mixed.json"
+    config = {"task": {"name": TASK.name}, "runs": runs}
+    record.write_text(json.dumps({"suites": {"scaling": {"config": config}}}))
+    assert [r["seed"] for r in previous_runs((record,), TASK.name)] == [0]
+    assert [r["seed"] for r in previous_runs((record,), TASK.name, hosts=True)] == [1]
+
+
 @pytest.mark.slow
 def test_the_stepping_suite_measures_every_mode_against_its_ideal() -> None:
     """Plumbing and schema (a benchmark, never a speed check): every mode of one actor's

@@ -254,9 +254,9 @@ def main() -> None:
     result = {"started_unix": STARTED_UNIX, "evaluations": [], "confirmations": [],
               "solved": False}  # fmt: skip
 
-    # Seconds spent evaluating so far, and when learning began: an event's fifth field is
-    # the training seconds at its weights, the learner's clock without its evaluations.
-    evaluating = {"s": 0.0, "learn_started": None}
+    # Seconds spent evaluating so far: an event's fifth field is the training seconds at
+    # its weights, the clock from the start of learning without its evaluations.
+    evaluating = {"s": 0.0}
 
     def greedy_mean(model, env) -> float:
         started = time.time()
@@ -265,9 +265,9 @@ def main() -> None:
         return float(mean)
 
     def training_s(at: float) -> float | None:
-        if evaluating["learn_started"] is None:
+        if "learn_started_unix" not in result:
             return None
-        return at - evaluating["learn_started"] - evaluating["s"]
+        return at - result["learn_started_unix"] - evaluating["s"]
 
     next_evaluation = every
 
@@ -321,7 +321,7 @@ def main() -> None:
         model = DQN("MlpPolicy", env, seed=seed, verbose=0, **settings, **extra)
     without_log_folder(model)
     callback = Protocol()
-    evaluating["learn_started"] = result["learn_started_unix"] = time.time()
+    result["learn_started_unix"] = time.time()
     model.learn(total_timesteps=zoo_steps, callback=callback)
     more_steps = request["max_steps"] - model.num_timesteps
     finished = result["solved"] and request.get("stop_when_solved", True)

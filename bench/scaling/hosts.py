@@ -15,13 +15,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.faults.slurm_faults import ENDED_STATES
 from bench.scaling.scaling_runs import busy_cores, read_run, run_base
 from bench.scaling.scaling_tasks import ScalingTask
 from bench.workers import REPO_ROOT, worker_env
 from launch.local.processes import machine_cpu_seconds
 from launch.slurm.commands import job_state
 
-ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED")
 # A job's start (sbatch, srun on three hosts) and its end are outside the learner's clock.
 JOB_GRACE_S = 180.0
 

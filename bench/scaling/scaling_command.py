@@ -20,8 +20,9 @@ from bench.scaling.scaling_tasks import (
 )
 
 
-def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
-    """The runs of the scaling records at ``paths`` (of task ``name``).
+def previous_runs(paths: tuple[Path, ...], name: str, hosts: bool = False) -> list[dict]:
+    """The runs of the scaling records at ``paths`` (of task ``name``) made across hosts,
+    or on one host: they measure different paths, so each resumes its own.
 
     Raises:
         click.BadParameter: a file that is no scaling record of the task.
@@ -37,7 +38,7 @@ def previous_runs(paths: tuple[Path, ...], name: str) -> list[dict]:
             ) from exc
         if held != name:
             raise click.BadParameter(f"{path} holds {held}, not {name}", param_hint="--resume")
-        runs += config["runs"]
+        runs += [r for r in config["runs"] if bool(r.get("hosts")) == hosts]
     return runs
 
 
@@ -165,7 +166,7 @@ def bench_scaling(
             )
         task = throughput_task(task, throughput_s)
         seeds = seeds or (0,)
-    previous = previous_runs(resume_paths, name)
+    previous = previous_runs(resume_paths, name, hosts)
     document = report.new_document(REPO_ROOT)
 
     save, saved_so_far = sitting_savers(document, scaling_suite.SUITE, vars(task), json_path)

@@ -178,14 +178,14 @@ def calibration_window(
     }
 
 
-def crowd_costs(task: ScalingTask, actors: int, seconds: float) -> list[float]:
+def crowd_costs(task: ScalingTask, actors: int, seconds: float, env_wall_s: float) -> list[float]:
     """``[an actor's CPU per step, learner updates/s]`` among ``actors`` processes stepping the
     task's env: one a run's actor (the task's env and settings, no evaluation, so many
     samples an insert that the learner is never held), the rest a crowd of bare steppers
     (``bench.scaling.crowd``): the run's actor's CPU per env step (its env's included),
-    and its learner's rate."""
-    rate = 1.0 / _step_env(task, 50)[0]  # one actor's env steps/s, about
-    ratio = CROWD_LEARNER_WANTS * task.batch_size(1) / rate
+    and its learner's rate. ``env_wall_s``: a step's wall time (one actor's env steps/s,
+    about, sizes the samples an insert)."""
+    ratio = CROWD_LEARNER_WANTS * task.batch_size(1) * env_wall_s
     settings = [
         *(s for s in task.train_settings(1) if not s.startswith("learner.eval")),
         f"replay.samples_per_insert={ratio:.1f}",
@@ -195,9 +195,7 @@ def crowd_costs(task: ScalingTask, actors: int, seconds: float) -> list[float]:
     if actors > 1:
         request = {"task": task.name, "processes": actors - 1, "seconds": seconds + 60}
         command = [sys.executable, "-m", "bench.scaling.crowd", json.dumps(request)]
-        crowd = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=worker_env(), stdout=subprocess.DEVNULL
-        )
+        crowd = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env())
     try:
         window = calibration_window(task.env, seconds, settings, pin=False)
     finally:
@@ -271,6 +269,6 @@ def measure_units(
     crowd = {}
     for processes in sorted(set(counts)):
         progress(f"scaling model {task.name}: a crowd of {processes} stepping processes")
-        crowd[str(processes)] = crowd_costs(task, processes, seconds)
+        crowd[str(processes)] = crowd_costs(task, processes, seconds, env_costs[0])
     units = units_from(task, window, env_costs, plain_cpu_s, publication_s)
     return dataclasses.replace(units, crowd=crowd), window
