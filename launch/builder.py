@@ -211,10 +211,15 @@ def actor(
 
 
 def evaluator(
-    config: RunConfig, weights: str, episodes: str, parent_pid: int | None = None
+    config: RunConfig,
+    weights: str,
+    episodes: str,
+    parent_pid: int | None = None,
+    keep_dir: Path | None = None,
 ) -> Evaluator:
     """The run's evaluator: the acting policy of the run's algorithm, played greedily on
-    the weights the learner at ``weights`` publishes (``apex.learning.evaluator``)."""
+    the weights the learner at ``weights`` publishes (``apex.learning.evaluator``),
+    keeping the best and the solving weights in ``keep_dir``."""
     from apex.algorithms.registry import build_acting
     from apex.envs.families import solved_return
     from apex.learning.evaluator import Evaluator, EvaluatorConfig
@@ -239,5 +244,7 @@ def evaluator(
         lanes=settings.eval_lanes,
         backlog=settings.eval_backlog,
         niceness=settings.eval_niceness,
+        keep_dir=keep_dir,
+        step_timeout_s=acting.step_timeout_s,
     )
     return Evaluator(evaluation, policies, weights, episodes, config.security, parent_pid)

@@ -15,8 +15,9 @@ import threading
 from pathlib import Path
 
 from launch.config import RunConfig, write_resolved
+from launch.local.restarts import RestartStreak
 from launch.local.role_process import RoleProcess, RoleStartError
-from launch.slurm.keeper import RESTART_BACKOFF_S, SHARD_RESTART_BUDGET
+from launch.slurm.keeper import SHARD_RESTART_BUDGET
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +37,26 @@ class EvaluatorProcess:
     def __init__(self, config: RunConfig, run_dir: Path, weights: str, episodes: str) -> None:
         config_path = write_resolved(config, run_dir / "evaluator")
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self._command = ("evaluator", "--config", str(config_path), "--weights", weights,
-                         "--episodes", episodes, "--parent", str(os.getpid()))  # fmt: skip
+        self._command = (
+            "evaluator",
+            "--config",
+            str(config_path),
+            "--weights",
+            weights,
+            "--episodes",
+            episodes,
+            "--parent",
+            str(os.getpid()),
+            "--keep-dir",
+            str(run_dir / "checkpoints"),
+        )
         self._log = run_dir / "logs" / "evaluator.log"
         self._stopping = threading.Event()
         # Held while a process is started or stopped: stop() never misses one the keeper
         # is just starting.
         self._lock = threading.Lock()
         self._process: RoleProcess | None = None
-        self.restarts = 0
+        self._streak = RestartStreak()
         self.state = "starting"  # then "up", "restarting" or "given up"
         self.last_exit: int | None = None
         self._watcher = threading.Thread(target=self._keep, name="evaluator", daemon=True)
@@ -57,6 +69,7 @@ class EvaluatorProcess:
             with self._lock:
                 if self._stopping.is_set():
                     return
+                self._streak.started()
                 process = self._process = RoleProcess.apex(*self._command, log_path=self._log,
                                                            name="evaluator")  # fmt: skip
             try:
@@ -69,17 +82,25 @@ class EvaluatorProcess:
                 return
             process.close()
             self.last_exit = code
-            if self.restarts >= SHARD_RESTART_BUDGET:
+            if self._streak.died() >= SHARD_RESTART_BUDGET:
                 self.state = "given up"
-                logger.error("evaluator died (exit code %s) after %d restarts; the run goes "
-                             "on without evaluations", code, self.restarts)  # fmt: skip
+                logger.error(
+                    "evaluator died (exit code %s) after %d restarts in a row; the "
+                    "run goes on without evaluations",
+                    code,
+                    self._streak.in_a_row,
+                )
                 return
             self.state = "restarting"
-            delay = RESTART_BACKOFF_S[min(self.restarts, len(RESTART_BACKOFF_S) - 1)]
+            delay = self._streak.backoff_s()
             logger.warning("evaluator died (exit code %s); restarting in %.0f s", code, delay)
-            self.restarts += 1
+            self._streak.restarting()
             if self._stopping.wait(delay):
                 return
+
+    @property
+    def restarts(self) -> int:
+        return self._streak.total
 
     def health(self) -> dict:
         """What the learner's progress and end records say of it: ``evaluator`` (starting,

@@ -286,8 +286,14 @@ def actor_role(config_path, index, shards, weights, episodes, max_steps, keys, i
     default=None,
     help="Stop once the process with this id (the learner's role) is gone.",
 )
+@click.option(
+    "--keep-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep the weights of the best evaluation and of the confirmed solve here.",
+)
 @security_options
-def evaluator_role(config_path, weights, episodes, parent, keys, insecure) -> None:
+def evaluator_role(config_path, weights, episodes, parent, keep_dir, keys, insecure) -> None:
     """Run the greedy evaluator on the learner's published weights until SIGINT/SIGTERM.
     The learner's role starts one by itself."""
     from launch import builder, roles
@@ -295,7 +301,7 @@ def evaluator_role(config_path, weights, episodes, parent, keys, insecure) -> No
     run = load_run_config(config_path, security_overrides(keys, insecure))
     if not run.learner.eval_every_steps:
         raise click.UsageError("learner.eval_every_steps is 0: this run evaluates nothing")
-    evaluator = builder.evaluator(run, weights, episodes, parent)
+    evaluator = builder.evaluator(run, weights, episodes, parent, keep_dir)
     sys.exit(roles.run_evaluator(evaluator))
 
 

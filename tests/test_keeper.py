@@ -57,7 +57,7 @@ def test_the_keeper_gives_up_after_its_budget(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert keeper.returncode == 5
-    assert "after 1 restarts; giving up" in keeper.stderr
+    assert "after 1 restarts in a row; giving up" in keeper.stderr
 
 
 # Takes a while to stop after its first SIGTERM, and a second one kills it (as the roles do).
@@ -188,3 +188,19 @@ def test_a_child_stopped_while_it_starts_up_ends_the_task_cleanly() -> None:
     """A restarted actor still importing its modules when the job ends dies of the TERM
     that stops the step: that is the stop the job asked for, not a failure of the task."""
     assert _keeper_exit_after_a_step_signal(KEEPER, STARTING_UP) == 0  # not 241: -SIGTERM
+
+
+def test_a_healthy_life_starts_a_new_streak_of_restarts(monkeypatch) -> None:
+    from launch.local import restarts
+
+    streak = restarts.RestartStreak()
+    for _ in range(3):  # dies as it starts: the back-off grows, the streak too
+        streak.started()
+        assert streak.died() == streak.in_a_row
+        streak.restarting()
+    assert (streak.in_a_row, streak.total, streak.backoff_s()) == (3, 3, 8.0)
+    monkeypatch.setattr(restarts, "HEALTHY_AFTER_S", 0.0)  # this life ran long enough
+    streak.started()
+    assert streak.died() == 0 and streak.died() == 0 and streak.backoff_s() == 1.0
+    streak.restarting()
+    assert (streak.in_a_row, streak.total) == (1, 4)

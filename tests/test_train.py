@@ -349,7 +349,9 @@ def test_evaluate_plays_the_run_s_newest_checkpoint_greedily(cartpole_run, tmp_p
     from launch.cli import main
 
     run_dir, _ = cartpole_run
-    played = CliRunner().invoke(main, ["evaluate", str(run_dir), "--episodes", "4", "--json"])
+    played = CliRunner().invoke(
+        main, ["evaluate", str(run_dir), "--weights", "checkpoint", "--episodes", "4", "--json"]
+    )
     assert played.exit_code == 0, played.output
     result = json.loads(played.output)
     # The run's target: CartPole's, or the unreachable one a resume of this run gave it.
@@ -364,8 +366,12 @@ def test_evaluate_plays_the_run_s_newest_checkpoint_greedily(cartpole_run, tmp_p
     named = CliRunner().invoke(main, ["evaluate", str(run_dir), "--checkpoint", str(newest),
                                       "--episodes", "4", "--json"])  # fmt: skip
     assert json.loads(named.output)["returns"] == result["returns"]
-    text = CliRunner().invoke(main, ["evaluate", str(run_dir), "--episodes", "2"]).output
-    assert f"CartPole-v1 from {newest.name}: mean " in text
+    text = (
+        CliRunner()
+        .invoke(main, ["evaluate", str(run_dir), "--weights", "checkpoint", "--episodes", "2"])
+        .output
+    )
+    assert f"CartPole-v1, weights version {result['weights_version']} from {newest.name}: " in text
     assert f"(target {result['target']:g})" in text
     arguments = ["evaluate", str(run_dir), "--episodes", "1", "--video", str(tmp_path / "v")]
     recorded = CliRunner().invoke(main, arguments)

@@ -11,7 +11,11 @@ computes them actor-side so that the learner never sees unprioritized data), and
 shard stamped with the policy version the actor acted with. What the policy is and how it
 explores is the algorithm's (``apex.algorithms.protocols.Acting``); this loop is the same for
 every algorithm. Every ``weight_refresh_steps`` vector steps the actor loads the newest
-weights that the learner published."""
+weights that the learner published.
+
+A copy of its env that fails costs its episode, not the actor (``apex.envs.guard``,
+``apex.acting.env_group``): its faults are counted by kind and reported with every
+heartbeat. A step that hangs is found by the watchdog (``apex.acting.watchdog``)."""
 
 from __future__ import annotations
 
@@ -23,10 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from apex.acting.env_group import make_groups
+from apex.acting.watchdog import StepWatchdog
 from apex.algorithms.exploration import env_epsilons
 from apex.algorithms.protocols import Acting
 from apex.channels import EpisodeReporter
 from apex.envs.families import env_shape
+from apex.envs.guard import FaultTally
 from apex.settings import ActorConfig
 from apex.weights import WeightSubscriber
 from replay.errors import ReplayTimeout
@@ -93,6 +99,7 @@ class Actor:
         self._context = make_context(security, need_server_secret=False)
         self._weights = WeightSubscriber(self._context, endpoints.weights, config.refresh_versions)
         self._episodes = EpisodeReporter(self._context, endpoints.episodes, config.actor_index)
+        self._endpoints = endpoints
         self._inserts = InsertClient(
             self._context,
             endpoints.shards,
@@ -121,8 +128,16 @@ class Actor:
                 history=history, compress=layout["compressed"], rng=np.random.default_rng(),
                 frame_shape=self._inserts.frames.frame_shape, unroll_steps=steps,
             )  # fmt: skip
-        self._groups = make_groups(config, shape, acting, self._frames,
-                                   lambda: self._weights.version, self._scales)  # fmt: skip
+        self._faults = FaultTally()
+        self._groups = make_groups(
+            config,
+            shape,
+            acting,
+            self._frames,
+            lambda: self._weights.version,
+            self._scales,
+            faults=self._faults,
+        )
         # Priorities depend on the policy only: any group's maker gives them.
         self._maker = self._groups[0].maker
         self._stop = threading.Event()
@@ -133,6 +148,8 @@ class Actor:
         self.lockstep_wait_s = 0.0
         self.lockstep_timeouts = 0
         self._lane_resets: dict[int, int] = {}
+        self._delivery: dict[str, int] = {}  # as last reported, for the watchdog's beats
+        self._watchdog: StepWatchdog | None = None
 
     def stop(self) -> None:
         """Asks :meth:`run` to return after its current step (safe from a signal handler)."""
@@ -152,8 +169,11 @@ class Actor:
             config.actor_index + config.actor_count,
             config.actor_count * config.envs_per_actor,
         )
+        watchdog = self._watchdog = StepWatchdog(config.step_timeout_s, self._stuck_beats())
+        watchdog.stepping()
         for group in self._groups:
             group.begin(config.actor_seed)
+        watchdog.stepped()
         pending: list[dict[str, np.ndarray]] = []
         pending_count = 0
         started = next_weights_poll = time.monotonic()
@@ -173,7 +193,9 @@ class Actor:
                     self._weights.poll(self._policy)
                     next_weights_poll = now + WEIGHTS_POLL_S
                 for group in self._groups:
+                    watchdog.stepping()
                     done = group.finish()
+                    watchdog.stepped()
                     if done.experience is not None:
                         pending.append(done.experience)
                         pending_count += len(done.experience["action"])
@@ -281,11 +303,52 @@ class Actor:
 
     def _report(self, returns: list[float], lengths: list[int], final: bool = False) -> None:
         """Episodes (or none: a heartbeat) and what this actor handed to the replay."""
-        self._episodes.report(returns, lengths, self._weights.version, self.transitions_sent,
-                              self._inserts.delivery(), final=final,
-                              env_steps=self.steps * self.config.envs_per_actor)  # fmt: skip
+        self._delivery = self._inserts.delivery()
+        self._episodes.report(
+            returns,
+            lengths,
+            self._weights.version,
+            self.transitions_sent,
+            self._delivery,
+            final=final,
+            env_steps=self.steps * self.config.envs_per_actor,
+            faults=self.faults(),
+        )
+
+    def faults(self, stuck_s: float = 0.0) -> dict:
+        """Its env copies' faults (``apex.channels.ACTOR_COUNTS``' fault counts)."""
+        return {
+            "env_faults": self._faults.total,
+            "env_steps_dropped": sum(group.steps_dropped for group in self._groups),
+            "items_dropped": sum(group.maker.discarded for group in self._groups),
+            "stuck_s": int(stuck_s),
+            "kinds": self._faults.summary(),
+        }
+
+    def _stuck_beats(self):
+        """The watchdog's heartbeat: on its thread, so on a socket of its own, as this
+        actor's life (its incarnation)."""
+        reporter = EpisodeReporter(self._context, self._endpoints.episodes, self.config.actor_index)
+        reporter.incarnation = self._episodes.incarnation
+        self._stuck_reporter = reporter
+
+        def beat(age_s: float) -> None:
+            reporter.report(
+                [],
+                [],
+                self._weights.version,
+                self.transitions_sent,
+                self._delivery,
+                env_steps=self.steps * self.config.envs_per_actor,
+                faults=self.faults(age_s),
+            )
+
+        return beat
 
     def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.close()
+            self._stuck_reporter.close(linger_s=0)
         for group in self._groups:
             group.close()
         # What the shards have not confirmed yet is sent again if they lost it; what is

@@ -11,6 +11,11 @@ This is ale-py's async mode with the halves fixed, so every env keeps its own n-
 builder lane, ε and frame stream exactly as in one group. Other envs step on the actor's
 own thread; for them groups would only take turns, so they keep one.
 
+A copy whose step failed (``apex.envs.guard``: it raised, or gave a non-finite observation
+or reward) ends its episode there: the step is marked dropped, so nothing that holds it
+is sent (the copy's unfinished n-step windows, sequence or unroll go with it), and the
+episode's return is not reported. The actor's tally counts each fault by kind.
+
 Each group is a vector env of its share of the envs with an experience maker of its own
 (``apex.acting.experience``: its builders, the values it acted on); the groups share the policy,
 the frame writer (the actor's envs numbered across the groups) and what is sent. A group
@@ -29,6 +34,7 @@ import numpy as np
 from apex.acting.experience import ExperienceMaker
 from apex.algorithms.protocols import Acting
 from apex.envs.families import EnvShape
+from apex.envs.guard import FaultTally
 from apex.envs.vector import actor_envs
 from apex.settings import ActorConfig
 
@@ -56,13 +62,23 @@ class EnvGroup:
         first_env: the actor's index of its first env (seeds, frame streams).
         reward_scale: what the maker's rewards are multiplied by (``actor.reward_scale``);
             the returns reported are the env's own.
+        faults: the actor's tally of its copies' faults.
     """
 
-    def __init__(self, envs, maker: ExperienceMaker, scales: np.ndarray, first_env: int,
-                 reward_scale: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        envs,
+        maker: ExperienceMaker,
+        scales: np.ndarray,
+        first_env: int,
+        reward_scale: float = 1.0,
+        faults: FaultTally | None = None,
+    ) -> None:
         self.envs, self.maker, self.scales = envs, maker, scales
         self.first_env = first_env
         self.reward_scale = reward_scale
+        self.faults = faults or FaultTally()
+        self.steps_dropped = 0
         self.count = len(scales)
         self._plays_alone = hasattr(envs, "send") and hasattr(envs, "recv")
         self._observations: np.ndarray | None = None
@@ -74,7 +90,8 @@ class EnvGroup:
     def begin(self, seed: int) -> None:
         """Resets the envs, env ``i`` of the actor seeded ``seed + i``."""
         seeds = [seed + self.first_env + env for env in range(self.count)]
-        self._observations, _ = self.envs.reset(seed=seeds)
+        self._observations, info = self.envs.reset(seed=seeds)
+        self.faults.take(info)
         self.maker.begin(self._observations)
 
     def act(self, rng: np.random.Generator) -> None:
@@ -91,21 +108,34 @@ class EnvGroup:
             self._in_flight = False
         else:
             following, rewards, terminated, truncated, info = self.envs.step(self._actions)
+        dropped = self.faults.take(info)
+        if dropped is not None:
+            truncated = truncated | dropped
+            self.steps_dropped += int(dropped.sum())
         ended = np.logical_or(terminated, truncated)
         final = following
         if ended.any():
             final = following.copy()
             for env in np.flatnonzero(ended):
                 final[env] = info["final_obs"][env]
-        out = self.maker.step(self._observations, self._actions, rewards * self.reward_scale,
-                              following, final, terminated, truncated)  # fmt: skip
+        out = self.maker.step(
+            self._observations,
+            self._actions,
+            rewards * self.reward_scale,
+            following,
+            final,
+            terminated,
+            truncated,
+            dropped,
+        )
         self._returns += rewards
         self._lengths += 1
-        finished = np.flatnonzero(ended)
+        reported = ended if dropped is None else ended & ~dropped
+        finished = np.flatnonzero(reported)
         returns = self._returns[finished].tolist()
         lengths = self._lengths[finished].tolist()
-        self._returns[finished] = 0.0
-        self._lengths[finished] = 0
+        self._returns[ended] = 0.0
+        self._lengths[ended] = 0
         self._observations = following
         experience = out if out is not None and len(out["action"]) else None
         return GroupStep(experience, returns, lengths)
@@ -126,8 +156,10 @@ def make_groups(
     version: Callable[[], int],
     scales: np.ndarray,
     envs: Callable[[str, int], object] | None = None,
+    faults: FaultTally | None = None,
 ) -> list[EnvGroup]:
-    """``config.env_groups`` groups of the actor's envs, in order.
+    """``config.env_groups`` groups of the actor's envs, in order, counting their faults
+    in ``faults``.
 
     ``envs(name, count)`` makes a group's vector env (default: ``actor_envs`` with the
     actor's emulator threads and env stepping)."""
@@ -143,6 +175,14 @@ def make_groups(
         builder = acting.experience(share, shape, version, frame_refs=frames is not None)
         maker = ExperienceMaker(share, builder, frames, first_env=first)
         group_scales = scales[first : first + count]
-        groups.append(EnvGroup(make_envs(config.env, count), maker, group_scales, first,
-                               config.reward_scale))  # fmt: skip
+        groups.append(
+            EnvGroup(
+                make_envs(config.env, count),
+                maker,
+                group_scales,
+                first,
+                config.reward_scale,
+                faults,
+            )
+        )
     return groups

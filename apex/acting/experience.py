@@ -75,11 +75,13 @@ class ExperienceMaker:
         final_observations: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
+        dropped: np.ndarray | None = None,
     ) -> dict[str, np.ndarray] | None:
         """One vector step: what it completes (None or empty arrays: nothing).
 
         ``next_observations`` are what the envs go on from (reset ones where an episode
-        ended); ``final_observations`` the transitions' (an ended episode's final one)."""
+        ended); ``final_observations`` the transitions' (an ended episode's final one);
+        ``dropped``: the envs whose step failed (``ExperienceBuilder.step``)."""
         ended = np.logical_or(terminated, truncated)
         pairs = None
         if self._stacks is not None and not self._stacks.done:
@@ -90,8 +92,22 @@ class ExperienceMaker:
             pairs = (_pairs(self._numbers, self._first_env), _pairs(final, self._first_env))
             reset = self._number(next_observations, np.flatnonzero(ended), episode_start=True)
             self._numbers = np.where(ended, reset, final)
-        return self._builder.step(observations, actions, rewards, next_observations,
-                                  final_observations, terminated, truncated, pairs)  # fmt: skip
+        return self._builder.step(
+            observations,
+            actions,
+            rewards,
+            next_observations,
+            final_observations,
+            terminated,
+            truncated,
+            pairs,
+            dropped,
+        )
+
+    @property
+    def discarded(self) -> int:
+        """Items that dropped steps took with them (``ExperienceBuilder.discarded``)."""
+        return self._builder.discarded
 
     def priorities(
         self, batch: dict[str, np.ndarray], epsilon: float

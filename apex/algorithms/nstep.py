@@ -14,8 +14,10 @@ and if the episode ends after step ``T`` with ``t <= T < t+n-1`` (``L = T − t 
 
 so the learner's target is always ``R + d · Q_target(s', argmax_a Q(s', a))``. At a boundary
 every pending start of that env is flushed at once, so no transition ever spans two
-episodes. Envs must autoreset in gymnasium's SAME_STEP mode: the step that ends an episode
-reports the final observation separately and the reset one as the next observation.
+episodes. A step *dropped* (its env failed in it, ``apex.envs.guard``) ends the episode
+too, but its pending starts go with it: each of them would hold that step. Envs must
+autoreset in gymnasium's SAME_STEP mode: the step that ends an episode reports the final
+observation separately and the reset one as the next observation.
 
 The rolling window is kept per env in preallocated arrays. Emitting on a normal step is
 vectorised over the envs; only boundary flushes loop, once per finished episode.
@@ -65,6 +67,7 @@ class NStepBuilder:
         self._pending = np.zeros(env_count, dtype=np.int64)
         self._step = 0
         self._powers = gamma ** np.arange(n + 1, dtype=np.float64)
+        self.discarded = 0  # transitions dropped steps took with them
 
     def step(
         self,
@@ -74,6 +77,7 @@ class NStepBuilder:
         next_observations: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
+        dropped: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """Records one step of every env and returns the transitions it completes.
 
@@ -85,6 +89,8 @@ class NStepBuilder:
                 step, the *final* observation (not the reset one).
             terminated: per env, the episode reached a terminal state.
             truncated: per env, the episode was cut (time limit).
+            dropped: per env, the step failed: its episode ends and none of its pending
+                transitions are made (None: none failed).
 
         Returns:
             ``{"obs", "action", "reward", "discount", "next_obs"}`` arrays of equal length
@@ -97,6 +103,10 @@ class NStepBuilder:
         self._pending += 1
         self._step += 1
         ended = np.logical_or(terminated, truncated)
+        if dropped is not None:
+            ended |= dropped
+            self.discarded += int(self._pending[dropped].sum())
+            self._pending[dropped] = 0
         parts = []
         full = np.flatnonzero((self._pending == self.n) & ~ended)
         if full.size:
@@ -112,7 +122,7 @@ class NStepBuilder:
                 )
             )
             self._pending[full] -= 1
-        for env in np.flatnonzero(ended):
+        for env in np.flatnonzero(ended & (self._pending > 0)):
             parts.append(self._flush(env, slot, next_observations[env], bool(terminated[env])))
             self._pending[env] = 0
         return self._concatenate(parts, next_observations)

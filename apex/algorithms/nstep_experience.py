@@ -106,14 +106,32 @@ class NStepExperience(ActingOnEnvs):
         # frame references go in their place.
         return _builder(config, shape.observation_shape, shape.observation_dtype, self._action)
 
-    def step(self, observations, actions, rewards, next_observations, final_observations,
-             terminated, truncated, refs=None):  # fmt: skip
+    @property
+    def discarded(self) -> int:
+        """Transitions that dropped steps took with them."""
+        return (self._observations or self._refs).discarded
+
+    def step(
+        self,
+        observations,
+        actions,
+        rewards,
+        next_observations,
+        final_observations,
+        terminated,
+        truncated,
+        refs=None,
+        dropped=None,
+    ):
         out = None
         if self._observations is not None:
-            out = self._observations.step(observations, actions, rewards, final_observations,
-                                          terminated, truncated)  # fmt: skip
+            out = self._observations.step(
+                observations, actions, rewards, final_observations, terminated, truncated, dropped
+            )
         if self._refs is not None:
-            made = self._refs.step(refs[0], actions, rewards, refs[1], terminated, truncated)
+            made = self._refs.step(
+                refs[0], actions, rewards, refs[1], terminated, truncated, dropped
+            )
             if out is None:
                 out = {name: made[name] for name in ("action", "reward", "discount")}
             out["refs"] = np.column_stack([made["obs"], made["next_obs"][:, 1]])
@@ -157,18 +175,38 @@ class ValuedNStepExperience(NStepExperience):
             self._values_version = self._version()
         return self._policy.explore_from(self._values, scales, rng)
 
-    def step(self, observations, actions, rewards, next_observations, final_observations,
-             terminated, truncated, refs=None):  # fmt: skip
-        out = super().step(observations, actions, rewards, next_observations,
-                           final_observations, terminated, truncated, refs)  # fmt: skip
+    def step(
+        self,
+        observations,
+        actions,
+        rewards,
+        next_observations,
+        final_observations,
+        terminated,
+        truncated,
+        refs=None,
+        dropped=None,
+    ):
+        out = super().step(
+            observations,
+            actions,
+            rewards,
+            next_observations,
+            final_observations,
+            terminated,
+            truncated,
+            refs,
+            dropped,
+        )
         ended = np.logical_or(terminated, truncated)
         next_values = self._policy.values(next_observations)
         final_values = next_values
         if ended.any():
             final_values = next_values.copy()
             final_values[ended] = self._policy.values(final_observations[ended])
-        values = self._value_builder.step(self._values, actions, rewards, final_values,
-                                          terminated, truncated)  # fmt: skip
+        values = self._value_builder.step(
+            self._values, actions, rewards, final_values, terminated, truncated, dropped
+        )
         out["values"], out["next_values"] = values["obs"], values["next_obs"]
         self._values, self._values_version = next_values, self._version()
         return out

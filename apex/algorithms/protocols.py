@@ -128,13 +128,19 @@ class ExperienceBuilder(Protocol):
         terminated: np.ndarray,
         truncated: np.ndarray,
         refs: tuple[np.ndarray, np.ndarray] | None,
+        dropped: np.ndarray | None = None,
     ) -> dict[str, np.ndarray] | None:
         """One vector step; what it completes (None or empty arrays: nothing).
         ``next_observations`` are what the envs go on from (reset ones where an episode
         ended), ``final_observations`` the step's own (an ended episode's final one);
         ``refs``, with frame shards, the ``(env, frame number)`` pairs of
         ``observations`` and ``final_observations``, which replace the observations in
-        what is sent (a ``refs`` field)."""
+        what is sent (a ``refs`` field). ``dropped``: per env, the step failed
+        (``apex.envs.guard``; marked truncated too): nothing that holds it is sent."""
+
+    @property
+    def discarded(self) -> int:
+        """Items (transitions, unrolls, sequences) that dropped steps took with them."""
 
     def priorities(
         self, batch: dict[str, np.ndarray], epsilon: float

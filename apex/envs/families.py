@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from apex.envs.guard import GuardedCopy
 from apex.envs.observation_stack import ObservationStack
 from apex.envs.presets import EnvPreset, extra_installed, preset, register
 from apex.envs.user_code import load_entry_point
@@ -199,8 +200,10 @@ def registered_spec(gym_id: str) -> gym.envs.registration.EnvSpec:
 
 def env_factories(name: str, count: int, *, training: bool) -> list[Callable[[], gym.Env]]:
     """``count`` factories of ``name``'s copies, each carrying its preset, so a copy made in
-    a process of its own (``apex.envs.stepping``) is the run's env there too."""
-    return [functools.partial(_make_copy, preset(name), training) for _ in range(count)]
+    a process of its own (``apex.envs.stepping``) is the run's env there too; each copy is
+    made again where it fails (``apex.envs.guard``)."""
+    make = functools.partial(_make_copy, preset(name), training)
+    return [functools.partial(GuardedCopy, make, index) for index in range(count)]
 
 
 def _make_copy(chosen: EnvPreset, training: bool) -> gym.Env:

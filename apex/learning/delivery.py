@@ -21,7 +21,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from apex.channels import HEARTBEAT_S, ActorStatus, EpisodeCollector
+from apex.channels import HEARTBEAT_S, ActorStatus, EpisodeCollector, fault_totals
 from replay.errors import ReplayError
 
 if TYPE_CHECKING:
@@ -99,8 +99,11 @@ def delivery_report(
             "silent_for_s": round(silent_for, 2),
             "longest_silence_s": round(max(status.longest_silence_s, silent_for), 2),
         }
+    faults = fault_totals(actors.values())
     return {
         "actors_heard": len(actors),
+        # Env copies' faults (apex.envs.guard): the steps they cost were never sent.
+        **faults,
         "actors_gone": sorted(int(i) for i, a in per_actor.items() if a["gone"]),
         "transitions_received": sum(received.values()),
         "transitions_lost": lost if shards_answered else None,

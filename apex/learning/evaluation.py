@@ -16,13 +16,17 @@ import numpy as np
 
 from apex.algorithms.protocols import ActingPolicy
 from apex.channels import ApexKind
+from apex.envs.guard import FaultTally
 from replay.errors import ProtocolError
 from replay.wire.layout import Message
 
 # An EVALUATION message's second array: its number in the run (from 0), whether it
 # confirms the periodic one before it (1) or is periodic (0), and how many cadence points
-# passed while the evaluator was busy (evaluated once, with the newest weights).
-FACTS = ("index", "confirmation", "skipped")
+# passed while the evaluator was busy (evaluated once, with the newest weights), and how
+# many of its episodes were played again because an env copy failed in them.
+FACTS = ("index", "confirmation", "skipped", "replayed")
+# An evaluation whose copies fail in this many episodes per episode it plays gives up.
+REPLAYS_PER_EPISODE = 10
 # Its sender id: apart from every actor's index and the learner's.
 EVALUATOR_SENDER = 2_000_000
 
@@ -37,6 +41,7 @@ class Evaluation:
     index: int
     confirmation: bool
     skipped: int = 0
+    replayed: int = 0
 
     @property
     def mean(self) -> float:
@@ -65,6 +70,7 @@ class Evaluation:
             "index": self.index,
             "skipped": self.skipped,
             "episodes": int(self.returns.size),
+            "episodes_replayed": self.replayed,
             "eval_return_mean": self.mean,
             "eval_return_min": float(self.returns.min()),
             "eval_return_max": float(self.returns.max()),
@@ -72,7 +78,9 @@ class Evaluation:
         }
 
     def to_message(self, sequence: int) -> Message:
-        facts = np.array([self.index, int(self.confirmation), self.skipped], dtype=np.int64)
+        facts = np.array(
+            [self.index, int(self.confirmation), self.skipped, self.replayed], dtype=np.int64
+        )
         return Message(ApexKind.EVALUATION, EVALUATOR_SENDER, sequence, self.weight_version,
                        self.returns.size, float(self.env_steps),
                        (np.asarray(self.returns, dtype=np.float64), facts))  # fmt: skip
@@ -98,21 +106,40 @@ def read_evaluation(message: Message) -> Evaluation:
         raise ProtocolError("malformed evaluation facts")
     if not 0.0 <= message.scalar < 2.0**53 or message.policy_version < 0:
         raise ProtocolError("an evaluation's env steps and weights version must be counts")
-    index, confirmation, skipped = facts.tolist()
+    index, confirmation, skipped, replayed = facts.tolist()
     if confirmation > 1:
         raise ProtocolError(f"confirmation flag {confirmation}")
-    return Evaluation(message.policy_version, int(message.scalar), returns.copy(), index,
-                      bool(confirmation), skipped)  # fmt: skip
+    return Evaluation(
+        message.policy_version,
+        int(message.scalar),
+        returns.copy(),
+        index,
+        bool(confirmation),
+        skipped,
+        replayed,
+    )
 
 
 def play_greedy(
-    policy: ActingPolicy, envs: gym.vector.VectorEnv, seed: int, epsilon: float = 0.0
+    policy: ActingPolicy,
+    envs: gym.vector.VectorEnv,
+    seed: int,
+    epsilon: float = 0.0,
+    faults: FaultTally | None = None,
 ) -> np.ndarray:
     """Returns of one greedy episode on each copy of ``envs`` (``apex.envs.vector.evaluation_envs``,
     reset here with ``seed``), played side by side with unclipped rewards: the policy
     acts at zero exploration (ε 0, noise σ 0). ``epsilon``: with ``Discrete`` actions, each
     step's action is a uniformly random one with this probability instead (the Nature
-    DQN's evaluation protocol plays Atari at 0.05); ignored for ``Box`` actions."""
+    DQN's evaluation protocol plays Atari at 0.05); ignored for ``Box`` actions.
+
+    An episode in which its copy failed (``apex.envs.guard``) is played again on that
+    copy, made anew, and counted in ``faults`` (``faults.replayed``).
+
+    Raises:
+        EvaluationFailed: copies failed in :data:`REPLAYS_PER_EPISODE` episodes for each
+            episode asked for."""
+    faults = faults if faults is not None else FaultTally()
     episodes = envs.num_envs
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
@@ -121,17 +148,38 @@ def play_greedy(
     space = envs.single_action_space
     choices = int(space.n) if epsilon and isinstance(space, gym.spaces.Discrete) else 0
     state = policy.initial_state(episodes)
-    observations, _ = envs.reset(seed=seed)
+    observations, info = envs.reset(seed=seed)
+    faults.take(info)
     policy.begin_episodes(state, np.arange(episodes))
+    replaying = np.zeros(episodes, dtype=bool)  # faulted: the next step resets them
     while running.any():
         actions = policy.explore(observations, greedy, rng, state)
         if choices:
             random = rng.random(episodes) < epsilon
             actions = np.where(random, rng.integers(choices, size=episodes), actions)
-        observations, rewards, terminated, truncated, _ = envs.step(actions)
+        observations, rewards, terminated, truncated, info = envs.step(actions)
+        if replaying.any():  # reset in this step: their episodes start again
+            policy.begin_episodes(state, np.flatnonzero(replaying))
+            replaying[:] = False
+        faulted = faults.take(info)
+        if faulted is not None:
+            replaying = faulted & running
+            returns[replaying] = 0.0
+            faults.replayed += int(replaying.sum())
+            if faults.replayed > REPLAYS_PER_EPISODE * episodes:
+                raise EvaluationFailed(
+                    f"env copies failed in {faults.replayed} episodes "
+                    f"of an evaluation of {episodes}; the latest: "
+                    f"{faults.latest}"
+                )
+            terminated, truncated = terminated & ~replaying, truncated & ~replaying
         returns += rewards * running
         ended = np.logical_or(terminated, truncated)
         running &= ~ended
         if ended.any():  # a copy's next episode, played on but not counted
             policy.begin_episodes(state, np.flatnonzero(ended))
     return returns
+
+
+class EvaluationFailed(RuntimeError):
+    """An evaluation's env copies failed in too many episodes to give its returns."""

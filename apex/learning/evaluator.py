@@ -42,15 +42,19 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import zmq
 
+from apex.acting.watchdog import StepWatchdog
 from apex.algorithms.protocols import ActingPolicy
 from apex.channels import EPISODES_HWM
+from apex.envs.guard import FaultTally
 from apex.envs.vector import evaluation_envs
-from apex.learning.evaluation import Evaluation, play_greedy
+from apex.learning.evaluation import Evaluation, EvaluationFailed, play_greedy
+from apex.learning.kept_weights import KeptWeights
 from apex.weights import WeightSubscriber
 from replay.wire.layout import encode
 from replay.wire.security import SecurityConfig, make_context
@@ -89,6 +93,10 @@ class EvaluatorConfig:
         backlog: cadence points whose weights wait for a free lane, oldest first
             (``LearnerConfig.eval_backlog``); 0 or 1: only the newest waits, and the
             points it passed are skipped.
+        keep_dir: where the weights of the best evaluation and of the confirmed solve
+            are kept (``apex.learning.kept_weights``; None: not kept).
+        step_timeout_s: an env step this long ends the process, as an actor's
+            (``apex.acting.watchdog``; None: never).
     """
 
     env: str
@@ -102,6 +110,8 @@ class EvaluatorConfig:
     lanes: int = 1
     backlog: int = 0
     niceness: int = 0
+    keep_dir: Path | None = None
+    step_timeout_s: float | None = None
 
 
 @dataclass
@@ -184,10 +194,12 @@ class Evaluator:
         self._stop = threading.Event()
         self._sequence = 0
         self.evaluations = 0
+        self.failed = 0  # evaluations given up: their copies failed in too many episodes
         self.solved_mean: float | None = None  # the first confirmed mean at the target
         self._next_at = config.every_steps
         self._arriving = _Arriving(policies[0].parameter_shapes())
         self._pending: deque[_Pending] = deque()
+        self._kept = KeptWeights(config.keep_dir) if config.keep_dir is not None else None
 
     @property
     def weights_version(self) -> int:
@@ -207,6 +219,7 @@ class Evaluator:
                     "%d lane(s), copies stepped %s", config.env, config.every_steps,
                     config.episodes, config.confirm_episodes, config.target_return, config.lanes,
                     config.stepping)  # fmt: skip
+        watchdog = StepWatchdog(config.step_timeout_s, heartbeat=lambda _age: None)
         try:
             while not self._stop.is_set() and not self._orphaned():
                 self._send_finished()
@@ -216,7 +229,8 @@ class Evaluator:
                 if self._weights.poll(self._arriving, timeout_ms=POLL_MS):
                     self._take(self._weights.version, self._weights.env_steps)
         finally:
-            self.close()
+            self.close()  # waits for the evaluations under way: the watchdog watches on
+            watchdog.close()
 
     def _take(self, version: int, steps: int) -> None:
         """Weights just arrived: pending if they are the first at or past a cadence point."""
@@ -242,8 +256,23 @@ class Evaluator:
                 lane.playing = None
             pending = self._pending.popleft()
             lane.policy.load(pending.arrays)  # the other lanes play on their own copies
-            lane.playing = self._pool.submit(self._evaluate, lane, pending, self.evaluations)
+            lane.playing = self._pool.submit(self._evaluate_or_say, lane, pending, self.evaluations)
             self.evaluations += 1
+
+    def _evaluate_or_say(self, lane: _Lane, pending: _Pending, index: int) -> None:
+        """:meth:`_evaluate`; one whose env copies failed in too many episodes is logged
+        and counted, and the next cadence point is evaluated as usual."""
+        try:
+            self._evaluate(lane, pending, index)
+        except EvaluationFailed as exc:
+            self.failed += 1
+            logger.warning(
+                "evaluation %d of weights %d not made (%d so far): %s",
+                index,
+                pending.version,
+                self.failed,
+                exc,
+            )
 
     def _evaluate(self, lane: _Lane, pending: _Pending, index: int) -> None:
         """One periodic evaluation on ``lane`` (its confirmation too, at the target); what
@@ -251,28 +280,51 @@ class Evaluator:
         config = self.config
         version, steps, skipped = pending.version, pending.steps, pending.skipped
         started = time.monotonic()
-        returns = self._play(lane, config.episodes, config.seed + EVAL_SEED_OFFSET + 1000 * index)
-        periodic = Evaluation(version, steps, returns, index, False, skipped)
+        faults = FaultTally(say_first=False)  # said per evaluation, below
+        returns = self._play(
+            lane, config.episodes, config.seed + EVAL_SEED_OFFSET + 1000 * index, faults
+        )
+        periodic = Evaluation(version, steps, returns, index, False, skipped, faults.replayed)
+        if self._kept is not None:
+            self._kept.periodic(pending.arrays, _facts(periodic))
         self._finished.put(periodic)
-        logger.info("evaluation %d: weights %d at %d env steps, mean %.1f over %d episodes "
-                    "(%.2f s)", index, version, steps, periodic.mean, returns.size,
-                    time.monotonic() - started)  # fmt: skip
+        logger.info(
+            "evaluation %d: weights %d at %d env steps, mean %.1f over %d episodes (%.2f s)%s",
+            index,
+            version,
+            steps,
+            periodic.mean,
+            returns.size,
+            time.monotonic() - started,
+            _replays(faults),
+        )
         target = config.target_return
         if target is None or periodic.mean < target or not config.confirm_episodes:
             return
         with self._solved_lock:
             if self.solved_mean is not None:
                 return
-        returns = self._play(lane, config.confirm_episodes,
-                             config.seed + CONFIRM_SEED_OFFSET + 1000 * index)  # fmt: skip
-        confirmation = Evaluation(version, steps, returns, index, True, skipped)
+        faults = FaultTally(say_first=False)
+        returns = self._play(
+            lane, config.confirm_episodes, config.seed + CONFIRM_SEED_OFFSET + 1000 * index, faults
+        )
+        confirmation = Evaluation(version, steps, returns, index, True, skipped, faults.replayed)
         self._finished.put(confirmation)
         if confirmation.mean >= target:
             with self._solved_lock:
-                if self.solved_mean is None:
+                first = self.solved_mean is None
+                if first:
                     self.solved_mean = confirmation.mean
-        logger.info("evaluation %d confirmed on %d episodes: mean %.1f (target %s)", index,
-                    returns.size, confirmation.mean, target)  # fmt: skip
+            if first and self._kept is not None:
+                self._kept.solved(pending.arrays, _facts(confirmation))
+        logger.info(
+            "evaluation %d confirmed on %d episodes: mean %.1f (target %s)%s",
+            index,
+            returns.size,
+            confirmation.mean,
+            target,
+            _replays(faults),
+        )
 
     def _send_finished(self) -> None:
         while True:
@@ -281,10 +333,10 @@ class Evaluator:
             except queue.Empty:
                 return
 
-    def _play(self, lane: _Lane, episodes: int, seed: int):
+    def _play(self, lane: _Lane, episodes: int, seed: int, faults: FaultTally):
         if episodes not in lane.envs:
             lane.envs[episodes] = evaluation_envs(self.config.env, episodes, self.config.stepping)
-        return play_greedy(lane.policy, lane.envs[episodes], seed, self.config.epsilon)
+        return play_greedy(lane.policy, lane.envs[episodes], seed, self.config.epsilon, faults)
 
     def _send(self, evaluation: Evaluation) -> None:
         frames = encode(evaluation.to_message(self._sequence))
@@ -304,3 +356,21 @@ class Evaluator:
         self._weights.close()
         self._results.close(linger=1000)
         self._context.term()
+
+
+def _replays(faults: FaultTally) -> str:
+    """What an evaluation's log line says of the episodes its copies failed in."""
+    if not faults.replayed:
+        return ""
+    return f"; {faults.replayed} episodes played again, the latest fault: {faults.latest}"
+
+
+def _facts(evaluation: Evaluation) -> dict:
+    """What a file of kept weights says of the evaluation that kept them."""
+    return {
+        "version": evaluation.weight_version,
+        "env_steps": evaluation.env_steps,
+        "mean": evaluation.mean,
+        "episodes": int(evaluation.returns.size),
+        "confirmation": evaluation.confirmation,
+    }

@@ -85,6 +85,10 @@ class ActorConfig:
             for the learner can be, and how far actors run ahead while the learner starts.
         reroute_after_s: a shard silent this long while others answer is given up, and
             the batches the actor kept for it go to the others (``replay.inserts.client``).
+        step_timeout_s: an env step or reset that takes longer than this is a hang: the
+            actor says which copy hung and for how long, and exits to be restarted
+            (``apex.acting.watchdog``; None: no watchdog). Until then its heartbeats say
+            it is stuck, with the step's age.
     """
 
     env: str = "CartPole-v1"
@@ -114,6 +118,7 @@ class ActorConfig:
     shard_start_timeout_s: float = 300.0
     insert_credit: int = 16
     reroute_after_s: float = REROUTE_AFTER_S
+    step_timeout_s: float | None = 60.0
 
     @property
     def actor_seed(self) -> int:
@@ -159,6 +164,7 @@ class ActorConfig:
                 f"{prefix}shard_start_timeout_s": self.shard_start_timeout_s,
                 f"{prefix}reroute_after_s": self.reroute_after_s,
                 f"{prefix}max_steps": self.max_steps,
+                f"{prefix}step_timeout_s": self.step_timeout_s,
             }
         )
         return problems

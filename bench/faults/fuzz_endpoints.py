@@ -29,7 +29,7 @@ import numpy as np
 import zmq
 
 from apex.algorithms.policy import NumpyDuelingMLP
-from apex.channels import ApexKind, EpisodeCollector
+from apex.channels import ACTOR_COUNTS, ApexKind, EpisodeCollector
 from apex.weights import WeightSubscriber
 from bench.faults.fuzz_descriptors import RngDraws, descriptor_message
 from replay.protocol import messages as replay_messages
@@ -218,7 +218,8 @@ def fuzz_episode_socket(context: zmq.Context, rng: np.random.Generator, messages
     collector = EpisodeCollector(context)
     pusher = make_socket(context, zmq.PUSH, hwm=EPISODE_CHUNK)
     pusher.connect(collector.endpoint)
-    episodes = (np.ones(2), np.array([10, 20]), np.zeros(6, np.int64))
+    counts = np.zeros(len(ACTOR_COUNTS), np.int64)
+    episodes = (np.ones(2), np.array([10, 20]), counts, np.zeros(0, np.uint8))
     templates = [Message(ApexKind.EPISODES, sender, 0, 3, 2, 100.0, episodes, incarnation=7)
                  for sender in (0, 5)]  # fmt: skip
     started = time.monotonic()

@@ -9,6 +9,8 @@ from pathlib import Path
 
 # How much of a log's end is read: a traceback's last line is within it.
 TAIL_BYTES = 16_384
+# What the logging format puts before a logged line's own words.
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ [\w.]+: ")
 # A traceback's last line (``ValueError: ...``), click's usage error, a logged error.
 _ERROR_LINE = re.compile(
     r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*"
@@ -36,7 +38,8 @@ def last_error_line(log_path: Path) -> str | None:
                 if not line.startswith("- "):
                     break
                 items.append(line[2:])
-            return " ".join([lines[position], "; ".join(items)]) if items else lines[position]
+            line = _LOG_PREFIX.sub("", lines[position])
+            return " ".join([line, "; ".join(items)]) if items else line
     return lines[-1] if lines else None
 
 

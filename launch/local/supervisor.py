@@ -31,18 +31,26 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from apex.acting.watchdog import EXIT_ENV_HUNG
 from apex.algorithms.exploration import run_actors
 from apex.algorithms.registry import replay_items
 from launch import builder
 from launch.config import RunConfig, write_resolved
-from launch.local.log_reasons import role_failure
+from launch.local.log_reasons import last_error_line, role_failure
 from launch.local.ports import free_ports
+from launch.local.restarts import RestartStreak
 from launch.local.role_process import RoleProcess, RoleStartError
-from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED
-from launch.slurm.keeper import LEARNER_RESTART_BUDGET, RESTART_BACKOFF_S
+from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED, NORMAL_ENDS
+from launch.slurm.keeper import LEARNER_RESTART_BUDGET
 from launch.views.curves import write_run_curves
 from launch.views.live_view import ProgressDisplay
-from launch.views.status import evaluator_trouble, last_refused, security_mode, write_summary
+from launch.views.status import (
+    env_fault_text,
+    evaluator_trouble,
+    last_refused,
+    security_mode,
+    write_summary,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +69,14 @@ class Child:
     log_path: Path
     process: RoleProcess | None = None
     ready: dict = field(default_factory=dict)
-    restarts: int = 0
+    streak: RestartStreak = field(default_factory=RestartStreak)
     restart_at: float | None = None
     given_up: bool = False
+    hangs: int = 0  # an actor's exits because an env step hung (apex.acting.watchdog)
+
+    @property
+    def restarts(self) -> int:
+        return self.streak.total
 
 
 @dataclass
@@ -76,6 +89,7 @@ class RunSummary:
     actor_restarts: int = 0
     shard_restarts: int = 0
     learner_restarts: int = 0
+    actor_hangs: int = 0
     shards_given_up: int = 0
     actor_processes: int = 0
     ape_x_actors: int = 0
@@ -103,14 +117,17 @@ class RunSummary:
         evaluator = self.outcome.get("evaluator_restarts")
         evaluator = f" | evaluator restarts: {evaluator}" if evaluator else ""
         evaluator += f" ({trouble})" if trouble else ""
+        faults = env_fault_text(self.outcome.get("delivery") or {})
         return (
             f"{solved} | reason: {self.reason} | updates: {updates} | {self.items} trained: "
             f"{trained} | last eval: {last_eval}{evaluator} | actor restarts: "
-            f"{self.actor_restarts} | shard restarts: {self.shard_restarts}"
+            f"{self.actor_restarts}{f' ({self.actor_hangs} hung)' if self.actor_hangs else ''}"
+            f" | shard restarts: {self.shard_restarts}"
             f"{f' ({self.shards_given_up} given up)' if self.shards_given_up else ''}"
             f" | learner restarts: "
             f"{self.learner_restarts}"
             f"{f' | unclean stops: {len(self.unclean_stops)}' if self.unclean_stops else ''}"
+            f"{f' | {faults}' if faults else ''}"
             f" | exit code {self.exit_code}"
         )
 
@@ -141,6 +158,7 @@ class Supervisor:
         self._stop = threading.Event()
         self._children: list[Child] = []
         self._unclean_stops: list[str] = []
+        self._first_death: str | None = None  # the first role death, in its own words
         self._started = time.monotonic()
         self._config_path = write_resolved(config, run_dir)
         # The one place this run's spec is computed; shards read it (launch.builder).
@@ -154,6 +172,7 @@ class Supervisor:
         return [sys.executable, "-m", "launch", *arguments]
 
     def _spawn(self, child: Child) -> None:
+        child.streak.started()
         child.process = RoleProcess(child.command, child.log_path, own_session=True,
                                     name=f"{child.role} {child.index}")  # fmt: skip
 
@@ -248,29 +267,36 @@ class Supervisor:
                     self._terminate([c for c in self._children if c.role == "actor"])
                     returncode, _ = learner.process.wait_or_kill(time.monotonic() + STOP_BUDGET_S)
                     code = EXIT_OK if returncode == 0 else EXIT_FAILED
-                    return self._finish(code, result["reason"], result)
+                    reason = result["reason"]
+                    if reason not in NORMAL_ENDS and self._first_death:
+                        # What the learner saw (no data) follows from what happened first.
+                        reason = f"{self._first_death}; then {reason}"
+                    return self._finish(code, reason, result)
             else:
                 self._stop.wait(WATCH_INTERVAL_S)
             # Died without an outcome (killed, crashed): back from its newest checkpoint.
             if (
                 learner.restart_at is None
                 and learner.process.poll() is not None
-                and learner.restarts >= LEARNER_RESTART_BUDGET
+                and learner.streak.died() >= LEARNER_RESTART_BUDGET
             ):
-                died = (f"learner died with exit code {learner.process.poll()} after "
-                        f"{learner.restarts} restarts")  # fmt: skip
+                died = (
+                    f"learner died with exit code {learner.process.poll()} after "
+                    f"{learner.streak.in_a_row} restarts in a row"
+                )
                 return self._finish(EXIT_ROLE_DIED, role_failure(died, learner.log_path), {})
             self._tend(learner)
             for child in self._children:
                 if (
                     child.role == "shard"
                     and not child.given_up
-                    and child.restarts >= self.config.replay.restart_budget
                     and child.process.poll() is not None
+                    and child.streak.died() >= self.config.replay.restart_budget
                 ):
-                    code, restarts = child.process.poll(), child.restarts
+                    code, restarts = child.process.poll(), child.streak.in_a_row
                     died = (
-                        f"shard {child.index} died with exit code {code} after {restarts} restarts"
+                        f"shard {child.index} died with exit code {code} after {restarts} "
+                        "restarts in a row"
                     )
                     if not self._give_up(child):
                         return self._finish(EXIT_ROLE_DIED, role_failure(died, child.log_path), {})
@@ -293,20 +319,27 @@ class Supervisor:
         from its checkpoint)."""
         now = time.monotonic()
         if child.restart_at is None and child.process.poll() is not None:
-            delay = RESTART_BACKOFF_S[min(child.restarts, len(RESTART_BACKOFF_S) - 1)]
+            code = child.process.poll()
+            child.streak.died()
+            delay = child.streak.backoff_s()
             source = {"shard": " from its newest snapshot",
                       "learner": " from its newest checkpoint"}.get(child.role, "")  # fmt: skip
             if child.role == "learner" and "--resume-if-any" not in child.command:
                 child.command.append("--resume-if-any")
-            self.echo(
-                f"{child.role} {child.index} died (exit code {child.process.poll()}); "
-                f"restarting in {delay:.0f} s{source}"
-            )
+            how = f"died (exit code {code})"
+            if child.role == "actor":  # its own words: a broken env copy, a hung step
+                why = last_error_line(child.log_path)
+                if code == EXIT_ENV_HUNG:
+                    child.hangs += 1
+                    how = f"ended: an env step hung (exit code {code})"
+                how += f": {why}" if why else ""
+            self._first_death = self._first_death or f"{child.role} {child.index} {how}"
+            self.echo(f"{child.role} {child.index} {how}; restarting in {delay:.0f} s{source}")
             child.process.close()
             child.restart_at = now + delay
         elif child.restart_at is not None and now >= child.restart_at:
             child.restart_at = None
-            child.restarts += 1
+            child.streak.restarting()
             self._spawn(child)
 
     def _stopped_by_user(self, learner: Child) -> RunSummary:
@@ -327,6 +360,7 @@ class Supervisor:
             actor_restarts=sum(c.restarts for c in self._children if c.role == "actor"),
             shard_restarts=sum(c.restarts for c in self._children if c.role == "shard"),
             learner_restarts=sum(c.restarts for c in self._children if c.role == "learner"),
+            actor_hangs=sum(c.hangs for c in self._children),
             shards_given_up=sum(c.given_up for c in self._children),
             security=security_mode(self.config.to_dict()["security"]),
             refused=last_refused(self.run_dir),

@@ -22,11 +22,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from launch.local.restarts import RestartStreak
 from launch.local.signals import on_stop_signal
 
 logger = logging.getLogger(__name__)
 
-RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 LEARNER_RESTART_BUDGET = 3
 SHARD_RESTART_BUDGET = 5
 
@@ -39,8 +39,9 @@ def run_restarting(
     restart_if: Callable[[int], bool] = lambda code: True,
 ) -> int:
     """Runs ``command`` until it ends after a stop signal, restarting it up to ``budget``
-    times when it ends on its own with an exit code that ``restart_if`` accepts (a
-    negative code: killed by that signal); returns its last exit code.
+    times in a row (``launch.local.restarts``) when it ends on its own with an exit code
+    that ``restart_if`` accepts (a negative code: killed by that signal); returns its last
+    exit code.
 
     A stop signal is not passed on at once: Slurm signals every process of the step, the
     child included, so passing it on would only repeat it (``launch.local.signals``: a repeated
@@ -53,8 +54,9 @@ def run_restarting(
     # end's second TERM (the learner's task, then the batch script) killed an actor task
     # that had stopped cleanly (exit 143, the job FAILED: seen in CI).
     on_stop_signal(stopping.set)
-    restarts = 0
+    streak = RestartStreak()
     while True:
+        streak.started()
         child = subprocess.Popen(command)
         code = _wait(child, stopping, forward_after_s)
         if stopping.is_set() and code == -signal.SIGTERM:
@@ -66,15 +68,19 @@ def run_restarting(
             return 0
         if stopping.is_set() or not restart_if(code):
             return code
-        if restarts >= budget:
-            logger.error("%s died (exit code %d) after %d restarts; giving up", what, code,
-                         restarts)  # fmt: skip
+        if streak.died() >= budget:
+            logger.error(
+                "%s died (exit code %d) after %d restarts in a row; giving up",
+                what,
+                code,
+                streak.in_a_row,
+            )
             return code
-        delay = RESTART_BACKOFF_S[min(restarts, len(RESTART_BACKOFF_S) - 1)]
+        delay = streak.backoff_s()
         logger.warning("%s died (exit code %d); restarting in %.0f s", what, code, delay)
         if stopping.wait(delay):
             return code
-        restarts += 1
+        streak.restarting()
 
 
 def _wait(child: subprocess.Popen, stopping: threading.Event, forward_after_s: float) -> int:

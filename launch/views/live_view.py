@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from launch.views.status import env_name, evaluator_trouble
+from launch.views.status import env_fault_text, env_name, evaluator_trouble
 from launch.views.watch import RunWatch
 
 PLAIN_INTERVAL_S = 5.0
@@ -60,6 +60,7 @@ def plain_line(watch: RunWatch, elapsed_s: float) -> str:
         f"return {figure(progress.get('episode_return_mean'), 1)}",
         evaluation_text(watch),
         f"policy lag p50 {figure(progress.get('policy_lag_median'))}",
+        *((faults,) if (faults := env_fault_text(progress)) else ()),
         *((f"left {duration(left)}",) if left is not None else ()),
         *((f"bound by {binding}",) if (binding := watch.binding()) else ()),
     ))  # fmt: skip
@@ -85,6 +86,8 @@ def status_table(watch: RunWatch, elapsed_s: float):
         table.add_row("return", f"{figure(progress.get('episode_return_mean'), 1)} (episodes, "
                       "mean of the last 100)")  # fmt: skip
     table.add_row("evaluation", evaluation_text(watch).removeprefix("eval "))
+    if faults := env_fault_text(progress):
+        table.add_row("env", faults)
     table.add_row("bound by", watch.binding() or "–")
     table.add_row("time left", duration(watch.time_left_s()))
     return table

@@ -130,7 +130,11 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
         _megabytes(actors_here.get("rss")), f"{figure(watch.actors_sent_per_s())} sent/s",
         f"{heard if heard is not None else '?'} heard, "
         + (f"[yellow]{silent} silent ≥ 10 s[/]" if silent else "none silent")
-        + f", restarts {restarts}",
+        + "".join(f", [red]{index} stuck in a step {age} s[/]"
+                  for index, age in (progress.get("actors_stuck") or {}).items())
+        + f", restarts {restarts}"
+        + (f", [yellow]env faults {progress['env_faults']:,}[/]"
+           if progress.get("env_faults") else ""),
     )  # fmt: skip
     learning = Table.grid(padding=(0, 2))
     learning.add_column(style="bold cyan", justify="right")

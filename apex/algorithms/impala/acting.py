@@ -45,21 +45,37 @@ class UnrollMaker(ActingOnEnvs):
         self._builder = UnrollBuilder(config.envs_per_actor, unroll_length, config.gamma,
                                       kept_shape, kept_dtype)  # fmt: skip
 
-    def step(self, observations, actions, rewards, next_observations, final_observations,
-             terminated, truncated, refs=None):  # fmt: skip
+    @property
+    def discarded(self) -> int:
+        """Unrolls left out for a dropped step."""
+        return self._builder.discarded
+
+    def step(
+        self,
+        observations,
+        actions,
+        rewards,
+        next_observations,
+        final_observations,
+        terminated,
+        truncated,
+        refs=None,
+        dropped=None,
+    ):
         """Returns finished unrolls, one per env, or None. ``final_observations`` are the
         next observations with each ended episode's final one in its place; ``refs``
         (with ``frame_refs``): the ``(env, frame number)`` pairs of ``observations`` and
         of ``final_observations``."""
         final_values = None
-        cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
+        cut = np.logical_and(truncated, np.logical_not(terminated))
+        cut = np.flatnonzero(cut if dropped is None else cut & ~dropped)
         if cut.size:
             final_values = np.zeros(len(actions))
             final_values[cut] = self._policy.values(final_observations[cut])
         kept, kept_final = refs if self._frame_refs else (observations, final_observations)
         unrolls = self._builder.step(
             kept, actions, rewards, kept_final, terminated, truncated,
-            self._policy.last_log_probs, final_values, self._version(),
+            self._policy.last_log_probs, final_values, self._version(), dropped,
         )  # fmt: skip
         if unrolls is not None and self._frame_refs:
             pairs = unrolls.pop("obs")  # (envs, T + 1, 2): env, frame number

@@ -18,11 +18,14 @@ its end. A *truncated* one (a time limit) does: its step's reward becomes
 bootstrap that PPO implementations use, since the unroll's next observation is already
 the reset one.
 
+An unroll holding a *dropped* step (its env failed in it, ``apex.envs.guard``) is not
+sent: that env's row is left out of the unrolls the step's round emits.
+
 Consecutive unrolls of an env overlap by one observation: the bootstrap observation of one
 is the first of the next, unless an episode ended at the unroll's last step (the actor
 hands its final observation as the bootstrap one; its γ of 0 leaves it unread). Every
 env emits at the same step, so a call either returns
-nothing or one unroll per env, copied out of preallocated buffers.
+nothing or one unroll per env (but the dropped), copied out of preallocated buffers.
 """
 
 from __future__ import annotations
@@ -66,7 +69,9 @@ class UnrollBuilder:
         self._discount = np.zeros((env_count, length), np.float32)
         self._log_prob = np.zeros((env_count, length), np.float32)
         self._version = np.zeros(env_count, np.int64)
+        self._dropped = np.zeros(env_count, bool)  # the unroll in progress holds a failed step
         self._position = 0
+        self.discarded = 0  # unrolls left out
 
     @property
     def position(self) -> int:
@@ -84,8 +89,10 @@ class UnrollBuilder:
         log_probs: np.ndarray,
         final_values: np.ndarray | None = None,
         version: int = -1,
+        dropped: np.ndarray | None = None,
     ) -> dict[str, np.ndarray] | None:
-        """Adds one vector step; returns the finished unrolls (one per env) or None.
+        """Adds one vector step; returns the finished unrolls (one per env, but those
+        holding a dropped step) or None.
 
         Args:
             observations: what each env's action was taken on.
@@ -98,10 +105,14 @@ class UnrollBuilder:
             final_values: the actor's ``V`` of each env's final observation; read only
                 where ``truncated`` and not ``terminated`` (may be None when no env was).
             version: the policy version the actions were taken with.
+            dropped: per env, the step failed (marked truncated too): the env's unroll
+                in progress is not sent.
         """
         p = self._position
         if p == 0:
             self._version[:] = version
+        if dropped is not None:
+            self._dropped |= dropped
         self._obs[:, p] = observations
         self._action[:, p] = actions
         ended = np.logical_or(terminated, truncated)
@@ -109,6 +120,8 @@ class UnrollBuilder:
         # An episode that ends at its time limit in a terminal state (CartPole's pole
         # falling on step 500) is terminated: it has no value to bootstrap from.
         cut = np.logical_and(truncated, np.logical_not(terminated))
+        if dropped is not None:
+            cut &= ~dropped  # its unroll is not sent: nothing to bootstrap
         if np.any(cut):
             if final_values is None:
                 raise ValueError("an episode was truncated: its final value is needed")
@@ -120,13 +133,17 @@ class UnrollBuilder:
         if self._position < self.length:
             return None
         self._obs[:, self.length] = next_observations
-        unrolls = {
-            "obs": self._obs.copy(),
-            "action": self._action.copy(),
-            "reward": self._reward.copy(),
-            "discount": self._discount.copy(),
-            "log_prob": self._log_prob.copy(),
-            "version": self._version.copy(),
-        }
         self._position = 0
-        return unrolls
+        kept = np.flatnonzero(~self._dropped)
+        self.discarded += len(self._dropped) - kept.size
+        self._dropped[:] = False
+        if not kept.size:
+            return None
+        return {
+            "obs": self._obs[kept],
+            "action": self._action[kept],
+            "reward": self._reward[kept],
+            "discount": self._discount[kept],
+            "log_prob": self._log_prob[kept],
+            "version": self._version[kept],
+        }

@@ -94,11 +94,35 @@ class SequenceExperience(ActingOnEnvs):
         self._before[:] = self._state
         return super().act(observations, scales, rng)
 
-    def step(self, observations, actions, rewards, next_observations, final_observations,
-             terminated, truncated, refs=None):  # fmt: skip
-        out = self._sequences.step(observations, self._before, actions, rewards,
-                                   next_observations, final_observations, terminated,
-                                   truncated, refs)  # fmt: skip
+    @property
+    def discarded(self) -> int:
+        """Sequences that dropped steps took with them."""
+        return self._sequences.discarded
+
+    def step(
+        self,
+        observations,
+        actions,
+        rewards,
+        next_observations,
+        final_observations,
+        terminated,
+        truncated,
+        refs=None,
+        dropped=None,
+    ):
+        out = self._sequences.step(
+            observations,
+            self._before,
+            actions,
+            rewards,
+            next_observations,
+            final_observations,
+            terminated,
+            truncated,
+            refs,
+            dropped,
+        )
         self._episodes_end(terminated, truncated)
         return out
 

@@ -24,7 +24,8 @@ policy had before the first step it keeps. Where an episode ends the window is e
 padded with ``mask`` 0 (it holds at least the step that ended it, in no sequence yet). A
 *truncated* episode (a time limit) keeps ``γ`` at its last step and its final
 observation as the next one, so a learner bootstraps from its value; a terminated one has
-``γ`` 0 there.
+``γ`` 0 there. A *dropped* step (its env failed in it, ``apex.envs.guard``) ends the
+episode and its window is not sent: it holds the step. The windows sent before it do not.
 
 With ``references`` (frame shards, ``apex.acting.frame_writer``) each sequence also
 carries ``refs``: its env, then the frame numbers of its ``m + 1`` observations, padding
@@ -89,6 +90,7 @@ class SequenceBuilder:
         self._filled = np.zeros(env_count, np.int64)  # steps in each env's window
         self._starts = np.ones(env_count, bool)  # the window starts its episode
         self._rows = np.arange(env_count)
+        self.discarded = 0  # windows dropped steps took with them
 
     @property
     def filled(self) -> np.ndarray:
@@ -106,6 +108,7 @@ class SequenceBuilder:
         terminated: np.ndarray,
         truncated: np.ndarray,
         refs: tuple[np.ndarray, np.ndarray] | None = None,
+        dropped: np.ndarray | None = None,
     ) -> dict[str, np.ndarray] | None:
         """Adds one vector step; returns the sequences it completes (a leading axis of
         them) or None.
@@ -121,6 +124,8 @@ class SequenceBuilder:
             terminated, truncated: per env.
             refs: with ``references``, the ``(env, frame number)`` pairs of
                 ``observations`` and of ``final_observations``.
+            dropped: per env, the step failed (``apex.envs.guard``): its episode ends
+                and the env's window, which holds the step, is not sent.
         """
         rows, filled = self._rows, self._filled
         if self._refs is not None:
@@ -131,6 +136,8 @@ class SequenceBuilder:
         self._reward[rows, filled] = rewards
         terminated = np.asarray(terminated, bool)
         ended = terminated | np.asarray(truncated, bool)
+        if dropped is not None:
+            ended |= dropped
         self._discount[rows, filled] = np.where(terminated, 0.0, self.gamma)
         # What follows each step: the observation its env goes on from, or where the
         # episode ended its final one (written over, only for those envs).
@@ -140,6 +147,9 @@ class SequenceBuilder:
         filled += 1
         full = filled == self.length
         emit = full | ended
+        if dropped is not None:
+            emit &= ~dropped
+            self.discarded += int(dropped.sum())
         sequences = self._emit(np.flatnonzero(emit)) if emit.any() else None
         # A full window of an episode that goes on keeps its last m - period steps.
         for env in np.flatnonzero(full & ~ended):
