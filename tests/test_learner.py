@@ -282,6 +282,15 @@ def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(tmp_path: Path)
     found, refused = checkpoint.latest_readable(tmp_path / "checkpoints")
     assert found == paths[-2]
     assert len(refused) == 1 and newest.name in refused[0]
+    # What the resume says on the console: the checkpoint skipped and what it lost.
+    from launch.local.resume import TrainedSoFar
+
+    so_far = TrainedSoFar.read(tmp_path)
+    lost = int(newest.stem.split("-")[1]) - so_far.updates
+    assert so_far.checkpoint == found and lost > 0
+    assert f"1 newer checkpoint(s) unreadable, {lost:,} updates lost with them (" in (
+        so_far.describe()
+    )
     resumed = make_learner(tmp_path, store, resume_from=found, max_updates=40)
     try:
         assert 0 < resumed.counters.updates < 30

@@ -20,16 +20,29 @@ class TrainedSoFar:
     updates: int = 0
     train_seconds: float = 0.0
     checkpoint: Path | None = None
+    skipped: tuple[str, ...] = ()
+    """Why each newer checkpoint was not read (a full disk truncated it, say)."""
+    newest_updates: int = 0
+    """The updates the newest checkpoint's name says it holds, read or not."""
 
     @classmethod
     def read(cls, run_dir: Path) -> TrainedSoFar:
         from apex.learning import checkpoint
 
-        path, _ = checkpoint.latest_readable(run_dir / "checkpoints")
+        directory = run_dir / "checkpoints"
+        path, refused = checkpoint.latest_readable(directory)
+        newest = checkpoint.latest(directory)
+        newest_updates = int(newest.stem.split("-")[1]) if newest is not None else 0
         if path is None:
-            return cls()
+            return cls(skipped=tuple(refused), newest_updates=newest_updates)
         counters = json.loads(checkpoint.load(path)["counters"])
-        return cls(int(counters["updates"]), float(counters["train_seconds"]), path)
+        return cls(
+            int(counters["updates"]),
+            float(counters["train_seconds"]),
+            path,
+            tuple(refused),
+            newest_updates,
+        )
 
     def more(self, max_updates: int | None, max_time: float | None):
         """``--max-updates`` and ``--max-time`` of a resume as the totals the learner
@@ -54,9 +67,16 @@ class TrainedSoFar:
         return None
 
     def describe(self) -> str:
+        lost = ""
+        if self.skipped:
+            lost = (
+                f"; {len(self.skipped)} newer checkpoint(s) unreadable, "
+                f"{self.newest_updates - self.updates:,} updates lost with them "
+                f"({'; '.join(self.skipped)})"
+            )
         if self.checkpoint is None:
-            return "no readable checkpoint: the learner starts from scratch"
+            return f"no readable checkpoint: the learner starts from scratch{lost}"
         return (
             f"from {self.checkpoint.name}: {self.updates} updates and "
-            f"{self.train_seconds:.0f} s trained so far"
+            f"{self.train_seconds:.0f} s trained so far{lost}"
         )
