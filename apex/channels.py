@@ -76,6 +76,7 @@ class ApexKind(enum.IntEnum):
     WEIGHTS = APPLICATION_KINDS.start
     EPISODES = APPLICATION_KINDS.start + 1
     EVALUATION = APPLICATION_KINDS.start + 2
+    RUN_ENDED = APPLICATION_KINDS.start + 3  # on the weights' PUB: the actors stop
 
 
 def read_episodes(message: Message) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:

@@ -42,6 +42,9 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 # read weights seconds old (policy lag p50 44 versions with 4 actors of 64 envs). Small
 # buffers and one queued message keep at most a couple of versions between the two.
 WEIGHTS_KERNEL_BUFFER_BYTES = 131072
+# A learner whose run has ended says so this long, this often (WeightPublisher.end_run).
+RUN_ENDED_FOR_S = 0.5
+RUN_ENDED_EVERY_S = 0.05
 
 
 class WeightPublisher:
@@ -84,6 +87,19 @@ class WeightPublisher:
         self._sequence += 1
         with contextlib.suppress(zmq.Again):  # no subscriber has room: they get the next one
             send_frames(self._socket, frames, zmq.NOBLOCK)
+
+    def end_run(self, seconds: float = RUN_ENDED_FOR_S) -> None:
+        """Tells the subscribers the run has ended (actors stop): said again and again for
+        ``seconds``, since a subscriber's one-message queue may hold weights still."""
+        message = Message(ApexKind.RUN_ENDED, self._sender, self._sequence, -1, 0, 0.0, ())
+        frames = encode(message)
+        deadline = time.monotonic() + seconds
+        while True:
+            with contextlib.suppress(zmq.Again):
+                send_frames(self._socket, frames, zmq.NOBLOCK)
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(RUN_ENDED_EVERY_S)
 
     def close(self) -> None:
         self._socket.close(linger=0)
@@ -156,6 +172,10 @@ class Publications:
         return next((time_s for v, _, time_s in reversed(self._published) if v == version),
                     None)  # fmt: skip
 
+    def end_run(self) -> None:
+        """The run has ended: the actors are told to stop (``WeightPublisher.end_run``)."""
+        self._publisher.end_run()
+
     def close(self) -> None:
         self._publisher.close()
 
@@ -226,6 +246,8 @@ class WeightSubscriber:
         self.rejected = 0
         self.stale = 0
         self.superseded = 0
+        self.run_ended = False
+        """The learner said its run has ended (``WeightPublisher.end_run``)."""
 
     def poll(self, policy: WeightTaker, timeout_ms: int = 0) -> bool:
         """Loads the newest weights that arrived, if newer than the current ones.
@@ -249,6 +271,9 @@ class WeightSubscriber:
         self.superseded += drained - 1
         try:
             message = decode(newest, ApexKind)
+            if message.kind == ApexKind.RUN_ENDED:
+                self.run_ended = True
+                return False
             held = self.version
             # A learner's count of updates only grows within its life: a smaller one is a
             # restarted learner's, whose versions resume from its checkpoint and may lie

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launch import builder
-from launch.config import RunConfig
+from launch.config import RunConfig, write_resolved
 from launch.evaluator_process import EvaluatorProcess
 from launch.local.signals import on_stop_signal
 from replay.errors import ConfigError
@@ -75,8 +75,11 @@ def run_learner(
     # needs it, and its import costs a second of CPU while every role starts at once.
     from apex.algorithms.cpu_math import flush_denormals
     from apex.learning import checkpoint
+    from apex.learning.learner import RUN_OVER
 
     flush_denormals()
+    if not (run_dir / "config.json").exists():  # started by hand: the views read it
+        write_resolved(config, run_dir)
 
     resume_from, refused = None, []
     if resume:
@@ -126,7 +129,33 @@ def run_learner(
     finally:
         if evaluator is not None:
             evaluator.stop()
+    if outcome.reason in RUN_OVER:  # a stopped learner may be resumed against them
+        stop_shards(shard_requests, config.security)
     return EXIT_OK if outcome.reason in NORMAL_ENDS else EXIT_FAILED
+
+
+def stop_shards(requests: tuple[str, ...], security) -> None:
+    """The run is over: its shards stop as on SIGTERM (their final snapshots), told on the
+    channel the learner sampled them on. Roles started by hand on several hosts end with
+    their learner this way; a launcher that stops them itself finds them stopping. A shard
+    that does not answer is left to its launcher."""
+    from launch.builder import LEARNER_SENDER
+    from replay.errors import ReplayError
+    from replay.protocol.requests import RequestClient
+    from replay.wire.security import make_context
+
+    context = make_context(security, need_server_secret=False)
+    try:
+        for endpoint in requests:
+            client = RequestClient(context, endpoint, LEARNER_SENDER, timeout_s=2.0)
+            try:
+                client.stop()
+            except ReplayError as exc:
+                logger.warning("shard %s not told the run is over: %s", endpoint, exc)
+            finally:
+                client.close()
+    finally:
+        context.term()
 
 
 def run_evaluator(evaluator: Evaluator) -> int:

@@ -155,6 +155,10 @@ class Actor:
         """Asks :meth:`run` to return after its current step (safe from a signal handler)."""
         self._stop.set()
 
+    def _done(self) -> bool:
+        """Asked to stop, or the learner said its run is over (``WeightPublisher.end_run``)."""
+        return self._stop.is_set() or self._weights.run_ended
+
     def run(self) -> None:
         config = self.config
         logger.info(
@@ -181,7 +185,7 @@ class Actor:
             self._weights.poll(self._policy, timeout_ms=0)
             for group in self._groups:  # each group's first step plays meanwhile
                 group.act(self._rng)
-            while not self._stop.is_set():
+            while not self._done():
                 if config.max_steps is not None and self.steps >= config.max_steps:
                     break
                 now = time.monotonic()
@@ -222,7 +226,7 @@ class Actor:
             elapsed = max(time.monotonic() - started, 1e-9)
             logger.info(
                 "actor %d stopping: %d vector steps (%.0f env steps/s), %d transitions, "
-                "%d episodes, policy version %d%s",
+                "%d episodes, policy version %d%s%s",
                 config.actor_index,
                 self.steps,
                 self.steps * config.envs_per_actor / elapsed,
@@ -232,6 +236,7 @@ class Actor:
                 f", {self.lockstep_wait_s / elapsed:.0%} of the time waiting for the learner"
                 if config.lockstep
                 else "",
+                "; the learner said the run is over" if self._weights.run_ended else "",
             )
             self.close()
 
@@ -239,7 +244,7 @@ class Actor:
         batch = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
         batch, priorities = self._maker.priorities(batch, self.config.priority_epsilon)
         # Shards push back (rate limiter, full queues): wait, but keep seeing the stop flag.
-        while not self._stop.is_set():
+        while not self._done():
             try:
                 self._insert(batch, priorities)
             except ReplayTimeout:
@@ -270,7 +275,7 @@ class Actor:
         without any, for a restart whose first weights did not arrive."""
         weights = self._weights
         started, restarts = time.monotonic(), weights.learner_restarts
-        while not self._stop.is_set() and (weights.loaded == loads or not weights.trained):
+        while not self._done() and (weights.loaded == loads or not weights.trained):
             if weights.learner_restarts != restarts:
                 break  # a new learner, which never had the round: the next one goes
             if time.monotonic() - started > LOCKSTEP_PATIENCE_S:

@@ -44,6 +44,8 @@ from replay.errors import ConfigError, ReplayError, ReplayTimeout
 from replay.wire.layout import Message
 from replay.wire.security import SecurityConfig, make_context
 
+# Ends after which the run is over: its actors are told to stop.
+RUN_OVER = ("solved", "max_updates", "max_time")
 logger = logging.getLogger(__name__)
 
 # With every shard unreachable this long, the learner gives up ("replay failed").
@@ -226,6 +228,8 @@ class Learner:
         finally:
             self.counters.train_seconds = self._elapsed_s()
             self._running = False
+            if outcome.reason in RUN_OVER:  # the actors stop (a stopped run may go on)
+                self._weights.end_run()
             outcome.last_eval_return = self.solving.last_eval
             path = self._checkpoint_or_count()
             outcome.delivery, transitions_added = final_account(self.source, self._episodes)

@@ -73,6 +73,7 @@ class Child:
     restart_at: float | None = None
     given_up: bool = False
     hangs: int = 0  # an actor's exits because an env step hung (apex.acting.watchdog)
+    finished: bool = False  # exited 0 by itself: the learner said the run is over
 
     @property
     def restarts(self) -> int:
@@ -289,8 +290,8 @@ class Supervisor:
             for child in self._children:
                 if (
                     child.role == "shard"
-                    and not child.given_up
-                    and child.process.poll() is not None
+                    and not (child.given_up or child.finished)
+                    and child.process.poll() not in (None, 0)
                     and child.streak.died() >= self.config.replay.restart_budget
                 ):
                     code, restarts = child.process.poll(), child.streak.in_a_row
@@ -301,7 +302,7 @@ class Supervisor:
                     if not self._give_up(child):
                         return self._finish(EXIT_ROLE_DIED, role_failure(died, child.log_path), {})
                     self.echo(f"{died}: given up; the run goes on with the other shards")
-                if child.role in ("actor", "shard") and not child.given_up:
+                if child.role in ("actor", "shard") and not (child.given_up or child.finished):
                     self._tend(child)
             self._display.tick()
         return self._stopped_by_user(learner)
@@ -320,6 +321,9 @@ class Supervisor:
         now = time.monotonic()
         if child.restart_at is None and child.process.poll() is not None:
             code = child.process.poll()
+            if code == 0:  # stopped as told (the run is over), not died: not restarted
+                child.finished = True
+                return
             child.streak.died()
             delay = child.streak.backoff_s()
             source = {"shard": " from its newest snapshot",

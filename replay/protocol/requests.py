@@ -160,6 +160,11 @@ class RequestClient:
         and ``last_snapshot`` among them, come back at once."""
         return messages.read_info(self.call(Kind.SNAPSHOT, Kind.INFO_REPLY))
 
+    def stop(self) -> dict[str, object]:
+        """Asks the shard to stop as it does on SIGTERM (its final snapshot, where it keeps
+        them): the run it served has ended. Its INFO counters come back first."""
+        return messages.read_info(self.call(Kind.STOP, Kind.INFO_REPLY))
+
     def sample(self, batch_size: int, beta: float, spec: TransitionSpec) -> SampleReply:
         """One SAMPLE round trip."""
         reply = self.call(messages.SampleRequest(batch_size, beta), Kind.SAMPLE_REPLY)

@@ -3,8 +3,10 @@
 Sockets (both bound by the shard, one context per process):
 
 * PULL  ``insert_endpoint``: INSERT messages from actors (PUSH).
-* ROUTER ``request_endpoint``: SAMPLE, UPDATE, INFO, SPEC and CREDIT from the learner
-  and clients (DEALER). SAMPLE, INFO and SPEC are answered; UPDATE is fire-and-forget (its
+* ROUTER ``request_endpoint``: SAMPLE, UPDATE, INFO, SPEC, CREDIT, SNAPSHOT and STOP
+  from the learner and clients (DEALER). SAMPLE, INFO and SPEC are answered; STOP (the
+  run has ended) is answered with INFO and stops the shard as SIGTERM does; UPDATE is
+  fire-and-forget (its
   outcome shows in INFO's counters), so the learner never waits on a round trip to send
   priorities. CREDIT is held until the asker's insert messages taken reach the number
   it asked for (or its wait runs out): the credit that keeps an actor from running far
@@ -276,6 +278,12 @@ class ShardServer:
             self._send(
                 identity, messages.info_reply(self.counters(), self._index, message.sequence)
             )
+        elif message.kind == Kind.STOP:  # the run has ended: as a SIGTERM
+            logger.info("shard %d: sender %d ended the run; stopping", self._index, sender)
+            self._send(
+                identity, messages.info_reply(self.counters(), self._index, message.sequence)
+            )
+            self.stop()
         elif message.kind == Kind.SPEC:
             layout = self._ingest.frame_layout
             reply = messages.spec_reply(self.config.spec, self._index, message.sequence, layout)

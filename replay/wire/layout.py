@@ -114,6 +114,7 @@ class Kind(enum.IntEnum):
     CREDIT_REPLY = 13
     INSERT_FRAMES = 14
     SNAPSHOT = 15
+    STOP = 16
 
 
 @dataclass(frozen=True)
