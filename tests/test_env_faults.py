@@ -313,3 +313,34 @@ def test_a_chaotic_simulator_trains_to_a_confirmed_solve_with_every_fault_counte
     assert result["weights_version"] == confirmed["weight_version"]
     assert result["kept_mean"] == confirmed["eval_return_mean"]
     assert result["mean"] >= 0.9 * confirmed["eval_return_mean"], result
+
+
+def test_the_live_line_shows_env_faults_a_stuck_actor_and_an_old_evaluation(tmp_path) -> None:
+    from apex.learning.metrics import MetricsWriter
+    from launch.views.live_view import plain_line
+    from launch.views.watch import RunWatch
+    from tests.conftest import write_run_dir
+
+    write_run_dir(tmp_path)  # its newest evaluation at 20 s of training
+    metrics = MetricsWriter(tmp_path)
+    metrics.write(
+        {
+            "event": "progress",
+            "time_s": 95.0,
+            "updates": 2000,
+            "updates_per_s": 9.0,
+            "env_faults": 12,
+            "items_dropped": 30,
+            "actors_stuck": {"3": 14},
+            "env_fault_kinds": {"RuntimeError": [12, "RuntimeError: diverged"]},
+        }
+    )
+    metrics.close()
+    watch = RunWatch(tmp_path)
+    watch.poll()
+    line = plain_line(watch, 100.0)
+    assert "eval 402.5 (best 402.5, 1:15 ago)" in line, line
+    assert (
+        "env faults 12 (30 items dropped; RuntimeError 12: diverged); actor 3 stuck in an "
+        "env step for 14 s"
+    ) in line, line

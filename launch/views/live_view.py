@@ -37,7 +37,9 @@ def evaluation_text(watch: RunWatch) -> str:
     trouble = evaluator_trouble(watch.end or watch.progress or {})
     if watch.last_eval is None:
         return f"eval none{f': {trouble}' if trouble else ' yet'} / {target}"
-    text = f"eval {figure(watch.last_eval, 1)} (best {figure(watch.best_eval, 1)}) / {target}"
+    age = watch.last_eval_age_s()
+    age = f", {duration(age)} ago" if age is not None and age >= 60 else ""
+    text = f"eval {figure(watch.last_eval, 1)} (best {figure(watch.best_eval, 1)}{age}) / {target}"
     return f"{text} – {trouble}" if trouble else text
 
 

@@ -39,6 +39,7 @@ class RunWatch:
         self.start: dict | None = None
         self.end: dict | None = None
         self.waiting: dict | None = None  # the learner's latest, while the shards fill
+        self.evaluated_at_s: float | None = None  # training seconds of the newest evaluation
 
     def poll(self) -> bool:
         """Reads what was appended; True if anything was."""
@@ -52,6 +53,7 @@ class RunWatch:
                 self.evaluations.append(mean)
                 self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)
                 self.evaluated_steps = record.get("env_steps")
+                self.evaluated_at_s = record.get("time_s")
             elif event == "waiting":
                 self.waiting = record
             elif event == "start":
@@ -64,6 +66,13 @@ class RunWatch:
     @property
     def last_eval(self) -> float | None:
         return self.evaluations[-1] if self.evaluations else None
+
+    def last_eval_age_s(self) -> float | None:
+        """Training seconds since the newest evaluation was heard (None: none yet)."""
+        now = (self.progress or {}).get("time_s")
+        if now is None or self.evaluated_at_s is None:
+            return None
+        return max(0.0, now - self.evaluated_at_s)
 
     def time_left_s(self) -> float | None:
         """Until the first limit that will stop the run (time, or updates at the current
