@@ -22,6 +22,7 @@ COMMANDS = {
     "learn": "bench.learning.learn_command:bench_learn",
     "lag": "bench.learning.lag_command:bench_lag",
     "fuzz": "bench.faults.fuzz_command:bench_fuzz",
+    "soak": "bench.faults.soak_command:bench_soak",
     "compare": "bench.compare_command:bench_compare",
     "arms": "bench.learning.arms_command:bench_arms",
     "scaling": "bench.scaling.scaling_command:bench_scaling",

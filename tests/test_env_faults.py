@@ -271,7 +271,7 @@ def test_a_chaotic_simulator_trains_to_a_confirmed_solve_with_every_fault_counte
     lines: list[str] = []
     config = {
         "env": {
-            "id": "tests.faulty_envs:ChaoticCartPole-v0",
+            "id": "bench.faults.faulty_envs:ChaoticCartPole-v0",
             "kwargs": {"raise_rate": 0.001, "nan_rate": 0.001, "marker": str(tmp_path / "hung")},
         },
         "actor": {"step_timeout_s": 5.0},

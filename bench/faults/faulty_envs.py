@@ -1,5 +1,6 @@
 """CartPole as a user's simulator that misbehaves, registered for gymnasium's ``module:Id``
-form (``tests.faulty_envs:RaisingCartPole-v0``):
+form (``bench.faults.faulty_envs:RaisingCartPole-v0``), for the soak (``bench.faults.
+soak_suite``) and the tests:
 
 - ``RaisingCartPole-v0``: a step raises ``RuntimeError`` with probability ``rate``;
 - ``NanCartPole-v0``: a step's observation is NaN with probability ``rate``;
