@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from apex.learning.atomic_files import write_atomically
 from apex.learning.progress import LearnerCounters
 
 if TYPE_CHECKING:
@@ -33,16 +33,7 @@ def save(directory: Path, updates: int, state: dict) -> Path:
     """
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"checkpoint-{updates:010d}.pt"
-    temporary = final.with_suffix(".pt.tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        temporary.replace(final)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_atomically(final, lambda handle: torch.save(state, handle))
     for old in every_checkpoint(directory)[:-3]:
         old.unlink(missing_ok=True)
     return final

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from pathlib import Path
 
 import numpy as np
+
+from apex.learning.atomic_files import write_atomically
 
 SOLVED_FILE = "solved-weights.npz"
 BEST_FILE = "best-weights.npz"
@@ -38,17 +39,8 @@ def write(path: Path, arrays: dict[str, np.ndarray], facts: dict) -> None:
     """
     if FACTS_KEY in arrays:
         raise ValueError(f"a parameter may not be named {FACTS_KEY}")
-    temporary = path.with_suffix(".tmp")
     encoded = np.frombuffer(json.dumps(facts).encode(), dtype=np.uint8)
-    try:
-        with open(temporary, "wb") as handle:
-            np.savez(handle, **arrays, **{FACTS_KEY: encoded})
-            handle.flush()
-            os.fsync(handle.fileno())
-        temporary.replace(path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda handle: np.savez(handle, **arrays, **{FACTS_KEY: encoded}))
 
 
 def read(path: Path) -> tuple[dict[str, np.ndarray], dict]:
