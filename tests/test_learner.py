@@ -507,3 +507,30 @@ def test_the_time_limit_ends_a_run_whose_shards_never_fill(tmp_path: Path) -> No
     assert list((tmp_path / "checkpoints").glob("checkpoint-*.pt"))
     [end] = [r for r in read_metrics(tmp_path) if r["event"] == "end"]
     assert end["reason"] == "max_time" and end["updates"] == 0
+
+
+def test_intake_is_never_negative_when_a_shard_comes_back_from_a_snapshot() -> None:
+    from apex.learning.progress import LearnerCounters, ProgressWindow
+
+    window = ProgressWindow()
+
+    def states(*added: int) -> list[dict]:
+        return [
+            {
+                "alive": True,
+                "info": {
+                    "transitions_added": a,
+                    "size": a,
+                    "senders": {},
+                    "dropped_stale_updates": 0,
+                    "updates_applied": 0,
+                },
+            }
+            for a in added
+        ]
+
+    counters = LearnerCounters()
+    assert window.record(counters, states(1000, 2000), 32, 1.0, 1.0)["transitions_per_s"] is None
+    # Shard 1 killed and restored from a snapshot holding fewer than it had said.
+    assert window.record(counters, states(1500, 800), 32, 2.0, 1.0)["transitions_per_s"] == 500
+    assert window.record(counters, states(1600, 1000), 32, 3.0, 2.0)["transitions_per_s"] == 150

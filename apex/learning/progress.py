@@ -51,7 +51,8 @@ class ProgressWindow:
     # Of the items trained on that carry the version they were made with (IMPALA's
     # unrolls): the learner's version then, less theirs.
     trained_lags: deque[int] = field(default_factory=lambda: deque(maxlen=LAGS_KEPT))
-    previous_added: int | None = None  # shards' transitions_added at the last record
+    # Each shard's transitions_added at the last record (None: not known then).
+    previous_added: list[int | None] | None = None
     # An algorithm's own figures (``StepResult.extras``): their sums, and how many.
     extras: dict[str, list[float]] = field(default_factory=dict)
 
@@ -100,9 +101,7 @@ class ProgressWindow:
             "weight_version": counters.weight_version,
             "updates_per_s": updates / interval_s,
             "samples_per_s": updates * batch_size / interval_s,
-            "transitions_per_s": None
-            if self.previous_added is None
-            else (added - self.previous_added) / interval_s,
+            "transitions_per_s": _intake(infos, self.previous_added, interval_s),
             "transitions_added": added,
             "replay_sizes": [i["size"] if i else None for i in infos],
             "dropped_stale_updates": sum(i["dropped_stale_updates"] for i in infos if i),
@@ -132,8 +131,22 @@ class ProgressWindow:
         self.updates, self.loss, self.td = 0, 0.0, 0.0
         self.extras = {}
         self.trained_lags.clear()
-        self.previous_added = added
+        self.previous_added = [i["transitions_added"] if i else None for i in infos]
         return record
+
+
+def _intake(infos: list, previous: list | None, interval_s: float) -> float | None:
+    """Transitions the shards took per second since the last record (None: the first).
+    A shard restored from a snapshot counts from the snapshot's number, below what it had
+    said: its intake since is unknown until the next record, never negative."""
+    if previous is None:
+        return None
+    taken = 0
+    for index, info in enumerate(infos):
+        before = previous[index] if index < len(previous) else None
+        if info and before is not None:
+            taken += max(0, info["transitions_added"] - before)
+    return taken / interval_s
 
 
 def _lag_figures(name: str, lags) -> dict:

@@ -4,9 +4,10 @@ soak_suite``) and the tests:
 
 - ``RaisingCartPole-v0``: a step raises ``RuntimeError`` with probability ``rate``;
 - ``NanCartPole-v0``: a step's observation is NaN with probability ``rate``;
-- ``HangingCartPole-v0``: the first copy to take ``after`` steps while the file ``marker``
-  does not exist makes it and then never returns from its step (once per run: a
-  restarted actor's copies find the marker);
+- ``HangingCartPole-v0``: once the copies of a process have taken ``after`` steps in all
+  (copies made again after a fault count on), the next step while the file ``marker``
+  does not exist makes it and then never returns (once per run: a restarted actor's
+  copies find the marker);
 - ``ChaoticCartPole-v0``: all three, at ``raise_rate``, ``nan_rate`` and once.
 
 Faults are drawn from a generator of their own, unseeded, as a simulator's would be.
@@ -46,13 +47,15 @@ class Nan(gym.Wrapper):
 
 
 class Hanging(gym.Wrapper):
+    steps_in_process = 0  # every copy's, so a copy made again after a fault counts on
+
     def __init__(self, marker: str, after: int = 300, env: gym.Env | None = None) -> None:
         super().__init__(env or CartPoleEnv())
-        self._marker, self._after, self._steps = marker, after, 0
+        self._marker, self._after = marker, after
 
     def step(self, action):
-        self._steps += 1
-        if self._steps >= self._after and not os.path.exists(self._marker):
+        Hanging.steps_in_process += 1
+        if Hanging.steps_in_process >= self._after and not os.path.exists(self._marker):
             try:
                 with open(self._marker, "x"):
                     pass

@@ -15,7 +15,9 @@ replay snapshots, metrics, logs), and the learner's latest rates.
 
 Figures: per role, the largest RSS growth of a life from the end of its warm-up
 (``WARMUP_S`` into it) to its last sample, over lives sampled at least ``LONG_LIFE_S``
-after warm-up; the largest spread of a life's open files after warm-up; the run
+after warm-up; the most open files a life had after warm-up above those it had when its
+warm-up ended (a leak grows; a restarted peer's connections dip for a few seconds, which
+the spread, also kept, counts); the run
 directory's bytes by part at the end and their growth per hour over the second half; and
 the delivery account: transitions sent, stored, lost and in transit, against what the
 faults may lose by design (a killed actor: its credit window of ``MAX_WINDOW`` insert
@@ -51,7 +53,8 @@ STOP_S = 20.0
 WARMUP_S = 300.0
 LONG_LIFE_S = 600.0
 INSERT_BATCH = 50  # actor.insert_batch's default: the credit window's unit
-RAISE_RATE, NAN_RATE, HANG_AFTER = 1e-4, 1e-4, 50_000
+# A process's copies hang once they took HANG_AFTER steps in all: minutes into the run.
+RAISE_RATE, NAN_RATE, HANG_AFTER = 1e-4, 1e-4, 200_000
 END_GRACE_S = 300.0
 
 
@@ -235,13 +238,16 @@ def growth_figures(samples: list[dict]) -> dict[str, dict]:
         if not warm or warm[-1][0] - warm[0][0] < LONG_LIFE_S:
             continue
         figures = by_role.setdefault(
-            life["role"], {"lives": 0, "rss_growth": 0.0, "open_files_spread": 0}
+            life["role"],
+            {"lives": 0, "rss_growth": 0.0, "open_files_spread": 0, "open_files_growth": 0},
         )
         figures["lives"] += 1
         growth = warm[-1][1] / warm[0][1] - 1.0
         figures["rss_growth"] = max(figures["rss_growth"], growth)
         spread = max(p[2] for p in warm) - min(p[2] for p in warm)
         figures["open_files_spread"] = max(figures["open_files_spread"], spread)
+        grown = max(p[2] for p in warm) - warm[0][2]
+        figures["open_files_growth"] = max(figures["open_files_growth"], grown)
     return by_role
 
 
