@@ -239,7 +239,8 @@ class WeightSubscriber:
         weights (0: its first weights, or none loaded)."""
         self.received = 0
         """Messages taken off the socket: each is loaded, rejected, stale (not newer than
-        the loaded version) or superseded (a newer one came in the same poll)."""
+        the loaded version), superseded (a newer one came in the same poll) or an end
+        (the learner's word that the run is over)."""
         self.loaded = 0
         self.learner_restarts = 0
         """Weights taken from a learner that had restarted (its count went down)."""
@@ -248,6 +249,7 @@ class WeightSubscriber:
         self.superseded = 0
         self.run_ended = False
         """The learner said its run has ended (``WeightPublisher.end_run``)."""
+        self.ends = 0
 
     def poll(self, policy: WeightTaker, timeout_ms: int = 0) -> bool:
         """Loads the newest weights that arrived, if newer than the current ones.
@@ -273,6 +275,7 @@ class WeightSubscriber:
             message = decode(newest, ApexKind)
             if message.kind == ApexKind.RUN_ENDED:
                 self.run_ended = True
+                self.ends += 1
                 return False
             held = self.version
             # A learner's count of updates only grows within its life: a smaller one is a

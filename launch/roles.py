@@ -78,8 +78,6 @@ def run_learner(
     from apex.learning.learner import RUN_OVER
 
     flush_denormals()
-    if not (run_dir / "config.json").exists():  # started by hand: the views read it
-        write_resolved(config, run_dir)
 
     resume_from, refused = None, []
     if resume:
@@ -96,6 +94,8 @@ def run_learner(
     learner = builder.learner(
         config, shard_requests, run_dir, resume_from, host, weights_port, episodes_port
     )
+    if not (run_dir / "config.json").exists():  # started by hand: the views read it
+        write_resolved(config, run_dir)
     on_stop_signal(learner.stop)
     announce(
         "ready",

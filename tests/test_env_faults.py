@@ -1,7 +1,7 @@
 """A user's env copy that raises, returns non-finite values or hangs: the copy is made
 again, the step is dropped with every item that holds it, the evaluator plays the episode
 again, the watchdog names the hang; each fault counted by kind (``apex.envs.guard``,
-``apex.acting.env_group``, ``apex.acting.watchdog``)."""
+``apex.acting.env_group``, ``apex.envs.watchdog``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from apex.acting.watchdog import StepWatchdog
 from apex.algorithms.impala.unrolls import UnrollBuilder
 from apex.algorithms.nstep import NStepBuilder
 from apex.algorithms.r2d2.sequences import SequenceBuilder
@@ -26,6 +25,7 @@ from apex.envs.guard import (
     GuardedCopy,
 )
 from apex.envs.stepping import vector_env
+from apex.envs.watchdog import StepWatchdog
 from apex.learning.evaluation import play_greedy
 from replay.errors import ProtocolError
 from replay.wire.layout import Message

@@ -372,6 +372,7 @@ def test_weights_sent_again_while_waiting_carry_the_updates_of_their_version(
     subscriber.setsockopt(zmq.SUBSCRIBE, b"")
     subscriber.connect(learner.weights_endpoint)
     heard: list[tuple[int, int]] = []
+    ended: list[ApexKind] = []
     running = threading.Event()
     running.set()
 
@@ -379,7 +380,10 @@ def test_weights_sent_again_while_waiting_carry_the_updates_of_their_version(
         while running.is_set():
             if subscriber.poll(50):
                 message = decode(subscriber.recv_multipart(copy=False), ApexKind)
-                heard.append((message.policy_version, message.count))
+                if message.kind == ApexKind.WEIGHTS:  # not the run's end, said after them
+                    heard.append((message.policy_version, message.count))
+                else:
+                    ended.append(message.kind)
 
     listener = threading.Thread(target=listen)
     listener.start()
@@ -392,6 +396,7 @@ def test_weights_sent_again_while_waiting_carry_the_updates_of_their_version(
         reporter.close()
         context.destroy(linger=0)
     assert outcome.reason == "max_updates"
+    assert ended and set(ended) == {ApexKind.RUN_ENDED}  # the run is over: actors stop
     during_wait = [(version, count) for version, count in heard if count == 2]
     assert len(during_wait) >= 2, heard  # sent, then sent again while held
     assert {version for version, _ in during_wait} == {2}, heard

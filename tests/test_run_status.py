@@ -158,7 +158,7 @@ def _run_whose_evaluator_died(run_dir: Path, ended: bool) -> None:
 
 
 def test_an_evaluator_that_keeps_dying_is_a_fault_everywhere_a_run_is_shown(tmp_path) -> None:
-    from launch.local.supervisor import RunSummary
+    from launch.local.run_summary import RunSummary
     from launch.views.live_view import evaluation_text
     from launch.views.watch import RunWatch
 

@@ -47,9 +47,28 @@ def test_growth_is_judged_per_life_after_its_warm_up() -> None:
     shard = growth["shard"]
     first, last = 100 + warm // 60, 100 + (warm + long + 60) // 60
     assert abs(shard["rss_growth"] - (last / first - 1)) < 1e-9
-    assert growth["actor"] == {"lives": 1, "rss_growth": 0.0, "open_files_spread": 1}
+    assert growth["actor"] == {
+        "lives": 1,
+        "rss_growth": 0.0,
+        "open_files_spread": 1,
+        "open_files_growth": 1,
+    }
     disk = soak_suite.disk_figures(samples)
     assert disk["checkpoints"]["per_hour"] == 0 and disk["metrics"]["per_hour"] > 0
+
+
+def test_a_dip_of_open_files_while_a_peer_restarts_is_no_growth() -> None:
+    warm = soak_suite.WARMUP_S
+    samples = [
+        _sample(
+            t,
+            {"7": {"role": "actor", "rss_bytes": 100, "open_files": 19 if t == warm + 120 else 22}},
+            {},
+        )
+        for t in range(0, int(warm + soak_suite.LONG_LIFE_S + 61), 60)
+    ]
+    figures = soak_suite.growth_figures(samples)["actor"]
+    assert figures["open_files_spread"] == 3 and figures["open_files_growth"] == 0
 
 
 def test_losses_are_held_against_what_the_faults_may_lose() -> None:

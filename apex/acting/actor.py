@@ -15,7 +15,7 @@ weights that the learner published.
 
 A copy of its env that fails costs its episode, not the actor (``apex.envs.guard``,
 ``apex.acting.env_group``): its faults are counted by kind and reported with every
-heartbeat. A step that hangs is found by the watchdog (``apex.acting.watchdog``)."""
+heartbeat. A step that hangs is found by the watchdog (``apex.envs.watchdog``)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from apex.acting.env_group import make_groups
-from apex.acting.watchdog import StepWatchdog
 from apex.algorithms.exploration import env_epsilons
 from apex.algorithms.protocols import Acting
-from apex.channels import EpisodeReporter
+from apex.channels import HEARTBEAT_S, STUCK_AFTER_S, EpisodeReporter
 from apex.envs.families import env_shape
 from apex.envs.guard import FaultTally
+from apex.envs.watchdog import StepWatchdog
 from apex.settings import ActorConfig
 from apex.weights import WeightSubscriber
 from replay.errors import ReplayTimeout
@@ -173,7 +173,12 @@ class Actor:
             config.actor_index + config.actor_count,
             config.actor_count * config.envs_per_actor,
         )
-        watchdog = self._watchdog = StepWatchdog(config.step_timeout_s, self._stuck_beats())
+        watchdog = self._watchdog = StepWatchdog(
+            config.step_timeout_s,
+            self._stuck_beats(),
+            stuck_after_s=STUCK_AFTER_S,
+            beat_every_s=HEARTBEAT_S,
+        )
         watchdog.stepping()
         for group in self._groups:
             group.begin(config.actor_seed)

@@ -48,11 +48,11 @@ import gymnasium as gym
 import numpy as np
 import zmq
 
-from apex.acting.watchdog import StepWatchdog
 from apex.algorithms.protocols import ActingPolicy
 from apex.channels import EPISODES_HWM
 from apex.envs.guard import FaultTally
 from apex.envs.vector import evaluation_envs
+from apex.envs.watchdog import StepWatchdog
 from apex.learning.evaluation import Evaluation, EvaluationFailed, play_greedy
 from apex.learning.kept_weights import KeptWeights
 from apex.weights import WeightSubscriber
@@ -96,7 +96,7 @@ class EvaluatorConfig:
         keep_dir: where the weights of the best evaluation and of the confirmed solve
             are kept (``apex.learning.kept_weights``; None: not kept).
         step_timeout_s: an env step this long ends the process, as an actor's
-            (``apex.acting.watchdog``; None: never).
+            (``apex.envs.watchdog``; None: never).
     """
 
     env: str

@@ -87,7 +87,7 @@ class ActorConfig:
             the batches the actor kept for it go to the others (``replay.inserts.client``).
         step_timeout_s: an env step or reset that takes longer than this is a hang: the
             actor says which copy hung and for how long, and exits to be restarted
-            (``apex.acting.watchdog``; None: no watchdog). Until then its heartbeats say
+            (``apex.envs.watchdog``; None: no watchdog). Until then its heartbeats say
             it is stuck, with the step's age.
     """
 

@@ -269,8 +269,8 @@ def fuzz_weight_subscription(context: zmq.Context, rng: np.random.Generator, mes
         while not subscriber.received and time.monotonic() < deadline:
             send_frames(publisher, probe)
             subscriber.poll(policy, timeout_ms=10)
-        base = {key: getattr(subscriber, key)
-                for key in ("received", "loaded", "rejected", "stale", "superseded")}  # fmt: skip
+        keys = ("received", "loaded", "rejected", "stale", "superseded", "ends")
+        base = {key: getattr(subscriber, key) for key in keys}
         started, lost = time.monotonic(), 0
         for _ in range(messages):
             expected = subscriber.received + 1
@@ -292,7 +292,7 @@ def fuzz_weight_subscription(context: zmq.Context, rng: np.random.Generator, mes
             "checks": {
                 "weight_messages_all_received": counts["received"] == messages and not lost,
                 "weight_messages_all_accounted": sum(
-                    counts[key] for key in ("loaded", "rejected", "stale", "superseded")
+                    counts[key] for key in ("loaded", "rejected", "stale", "superseded", "ends")
                 )
                 == counts["received"],
             },

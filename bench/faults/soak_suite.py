@@ -341,6 +341,7 @@ def run(
         "growth": growth_figures(soak.samples),
         "disk": disk_figures(soak.samples),
         "account": account(delivery, soak.faults, soak.samples),
+        "delivery": delivery,  # the run's own account, per actor
         "samples": soak.samples,
     }
     return {"config": config, "records": _records(config), "ratios": []}

@@ -5,9 +5,10 @@ not converge). The actor's thread is then inside the step and can neither report
 stop, so a thread of its own watches the step under way (the actor marks where its env
 steps begin and end):
 
-- from ``apex.channels.STUCK_AFTER_S`` on, it sends the actor's heartbeats itself, on a
-  socket of its own, saying how long the envs have been in the step (``stuck_s``), so
-  the learner, ``apex top`` and the live view show the actor as stuck rather than well;
+- from ``stuck_after_s`` on (``apex.channels.STUCK_AFTER_S`` for an actor), it sends the
+  actor's heartbeats itself, every ``beat_every_s``, on a socket of its own, saying how
+  long the envs have been in the step (``stuck_s``), so the learner, ``apex top`` and the
+  live view show the actor as stuck rather than well;
 - at ``actor.step_timeout_s`` it logs which copy hung, where and for how long (named from
   ``apex.envs.guard.IN_STEP`` where the copies step in this process), and ends the
   process with :data:`EXIT_ENV_HUNG`: the supervisor restarts the actor and counts it.
@@ -27,7 +28,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from apex.channels import HEARTBEAT_S, STUCK_AFTER_S
 from apex.envs.guard import IN_STEP
 
 # An actor whose env hung in a step exits with this code (launch/README.md's table).
@@ -56,6 +56,8 @@ class StepWatchdog:
             seconds; called on the watchdog's thread, so it must use a socket of its own.
         hung: called with the reason, on the watchdog's thread, in place of ending the
             process (tests); by default the process exits with :data:`EXIT_ENV_HUNG`.
+        stuck_after_s, beat_every_s: when a step is long enough for ``heartbeat``, and
+            how often it is called from then on.
     """
 
     def __init__(
@@ -63,10 +65,13 @@ class StepWatchdog:
         timeout_s: float | None,
         heartbeat: Callable[[float], None],
         hung: Callable[[str], None] | None = None,
+        stuck_after_s: float = 2.0,
+        beat_every_s: float = 1.0,
     ) -> None:
         self._timeout_s = timeout_s
         self._heartbeat = heartbeat
         self._hung = hung or _exit_hung
+        self._stuck_after_s, self._beat_every_s = stuck_after_s, beat_every_s
         self._since: float | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="step-watchdog", daemon=True)
@@ -98,7 +103,7 @@ class StepWatchdog:
                     f"(actor.step_timeout_s = {self._timeout_s:g})"
                 )
                 return
-            if age >= STUCK_AFTER_S and now - last_beat >= HEARTBEAT_S:
+            if age >= self._stuck_after_s and now - last_beat >= self._beat_every_s:
                 last_beat = now
                 self._heartbeat(age)
 
