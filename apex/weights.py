@@ -247,8 +247,6 @@ class WeightSubscriber:
         self.rejected = 0
         self.stale = 0
         self.superseded = 0
-        self.run_ended = False
-        """The learner said its run has ended (``WeightPublisher.end_run``)."""
         self.ends = 0
 
     def poll(self, policy: WeightTaker, timeout_ms: int = 0) -> bool:
@@ -274,7 +272,6 @@ class WeightSubscriber:
         try:
             message = decode(newest, ApexKind)
             if message.kind == ApexKind.RUN_ENDED:
-                self.run_ended = True
                 self.ends += 1
                 return False
             held = self.version
@@ -302,6 +299,11 @@ class WeightSubscriber:
             self.env_steps = int(message.scalar)
         self.loaded += 1
         return True
+
+    @property
+    def run_ended(self) -> bool:
+        """The learner said its run has ended (``WeightPublisher.end_run``)."""
+        return self.ends > 0
 
     def counts(self) -> dict[str, int]:
         """What became of the messages received (for an actor's last log line)."""

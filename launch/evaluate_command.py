@@ -132,14 +132,16 @@ def evaluate(run_dir, checkpoint_path, weights, episodes, seed, video, as_json) 
     import numpy as np
 
     from apex.envs.families import solved_return
+    from apex.envs.guard import FaultTally
     from apex.envs.vector import evaluation_envs
     from apex.learning.evaluation import play_greedy
 
     config, policy, path, facts = trained_policy(run_dir, checkpoint_path, weights)
     envs = (_recording(config.env, episodes, video) if video
             else evaluation_envs(config.env, episodes, config.actor.env_stepping))  # fmt: skip
+    faults = FaultTally(say_first=False)  # said below, with what they cost
     try:
-        returns = play_greedy(policy, envs, seed, config.learner.eval_epsilon)
+        returns = play_greedy(policy, envs, seed, config.learner.eval_epsilon, faults)
     finally:
         envs.close()
     target = solved_return(config.env, config.learner.target_return)
@@ -147,6 +149,7 @@ def evaluate(run_dir, checkpoint_path, weights, episodes, seed, video, as_json) 
               "weights_version": facts.get("version"), "kept_mean": facts.get("mean"),
               "episodes": episodes, "seed": seed, "returns": returns.tolist(),
               "mean": float(np.mean(returns)), "target": target,
+              "episodes_replayed": faults.replayed,
               "video": str(video) if video else None}  # fmt: skip
     if as_json:
         click.echo(json.dumps(result))
@@ -163,5 +166,10 @@ def evaluate(run_dir, checkpoint_path, weights, episodes, seed, video, as_json) 
         f"{target_text}"
     )
     click.echo("returns: " + ", ".join(f"{r:.2f}" for r in returns))
+    if faults.total:
+        click.echo(
+            f"env faults {faults.total}: {faults.replayed} episodes played again "
+            f"(the latest: {faults.latest})"
+        )
     if video:
         click.echo(f"video of the first copy's episodes in {video}/")

@@ -103,8 +103,10 @@ class NStepBuilder:
         self._pending += 1
         self._step += 1
         ended = np.logical_or(terminated, truncated)
+        flushed = ended
         if dropped is not None:
             ended |= dropped
+            flushed = ended & ~dropped
             self.discarded += int(self._pending[dropped].sum())
             self._pending[dropped] = 0
         parts = []
@@ -122,7 +124,7 @@ class NStepBuilder:
                 )
             )
             self._pending[full] -= 1
-        for env in np.flatnonzero(ended & (self._pending > 0)):
+        for env in np.flatnonzero(flushed):
             parts.append(self._flush(env, slot, next_observations[env], bool(terminated[env])))
             self._pending[env] = 0
         return self._concatenate(parts, next_observations)

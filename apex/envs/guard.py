@@ -44,6 +44,8 @@ CAUSE_CHARS = 200
 # The copies of this process that are in a step or reset now: {id: (copy index, "step" or
 # "reset", time.monotonic() at its start)}.
 IN_STEP: dict[int, tuple[int, str, float]] = {}
+# Where a vector env's info marks the copies that carry each key (gymnasium's ``_key``).
+_STEP_FAULT_MASK, _RESET_FAULTS_MASK = f"_{STEP_FAULT}", f"_{RESET_FAULTS}"
 
 logger = logging.getLogger(__name__)
 
@@ -79,15 +81,15 @@ class GuardedCopy(gym.Wrapper):
         space = self.env.observation_space
         self._float = isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating)
         self._last: Any = None
-        self.faults = 0
 
     def step(self, action):
         IN_STEP[id(self)] = (self._index, "step", time.monotonic())
         try:
             observation, reward, terminated, truncated, info = self.env.step(action)
         except Exception as exc:  # a user's simulator: any error costs its episode
-            self._remake(cause(exc))
-            return self._faulted(cause(exc))
+            line = cause(exc)
+            self._remake(line)
+            return self._faulted(line)
         finally:
             IN_STEP.pop(id(self), None)
         if not math.isfinite(reward):
@@ -121,7 +123,6 @@ class GuardedCopy(gym.Wrapper):
 
     def _faulted(self, line: str):
         """The step a fault ends: truncated, the last good observation, no reward."""
-        self.faults += 1
         return self._last, 0.0, False, True, {STEP_FAULT: line}
 
     def _remake(self, line: str) -> None:
@@ -180,12 +181,12 @@ class FaultTally:
         info, or under ``final_info`` where the copy was reset in the same step."""
         faulted = None
         for where in (info, info.get("final_info") or {}):
-            mask = where.get(f"_{STEP_FAULT}")
+            mask = where.get(_STEP_FAULT_MASK)
             if mask is not None and mask.any():
                 faulted = mask.copy() if faulted is None else faulted | mask
                 for line in where[STEP_FAULT][mask]:
                     self.add(str(line))
-        resets = info.get(f"_{RESET_FAULTS}")
+        resets = info.get(_RESET_FAULTS_MASK)
         if resets is not None and resets.any():
             for lines in info[RESET_FAULTS][resets]:
                 for line in str(lines).splitlines():

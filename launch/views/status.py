@@ -153,20 +153,22 @@ def evaluator_trouble(record: dict) -> str | None:
     return None
 
 
-def env_fault_text(record: dict) -> str | None:
+def env_fault_text(record: dict, named: bool = True) -> str | None:
     """What a user's env cost the run, from a progress record or a delivery account
     (``apex.channels.fault_totals``): the faults, the items dropped with them, each kind
-    with its latest line, and the actors stuck in a step now; None when nothing."""
+    with its latest line, and the actors stuck in a step now; None when nothing.
+    ``named``: begin with "env faults" (a line of its own; not after its name)."""
     parts = []
     if record.get("env_faults"):
         kinds = record.get("env_fault_kinds") or {}
-        named = "; ".join(
+        by_kind = "; ".join(
             f"{kind} {count:,}: {line.removeprefix(f'{kind}: ')}" if line else f"{kind} {count:,}"
             for kind, (count, line) in kinds.items()
         )
         parts.append(
-            f"env faults {record['env_faults']:,} ({record.get('items_dropped') or 0:,}"
-            f" items dropped{f'; {named}' if named else ''})"
+            f"{'env faults ' if named else ''}{record['env_faults']:,} "
+            f"({record.get('items_dropped') or 0:,} items dropped"
+            f"{f'; {by_kind}' if by_kind else ''})"
         )
     stuck = record.get("actors_stuck") or {}
     if stuck:
@@ -235,13 +237,13 @@ def run_status(run_dir: Path) -> dict:
                                       "updates_skipped_nonfinite") if end.get(k)}  # fmt: skip
         if end.get("delivery"):
             status["delivery"] = describe(end["delivery"])
-            if text := env_fault_text(end["delivery"]):
-                faults["env"] = text
+            if text := env_fault_text(end["delivery"], named=False):
+                faults["env_faults"] = text
     elif run.progress:  # still running
         if run.progress[-1].get("updates_skipped_nonfinite"):
             faults["updates_skipped_nonfinite"] = run.progress[-1]["updates_skipped_nonfinite"]
-        if text := env_fault_text(run.progress[-1]):
-            faults["env"] = text
+        if text := env_fault_text(run.progress[-1], named=False):
+            faults["env_faults"] = text
     latest = run.ends[-1] if run.ends else run.progress[-1] if run.progress else {}
     # What the shards rejected, as their latest brief counts it (before training too).
     brief = (run.progress or run.waiting or [{}])[-1]
