@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -90,6 +91,8 @@ class RunConfig:
         actors: actor processes.
         shards: replay shard processes.
         host: address every role binds and connects on in a local run.
+        log_max_mb: the size past which a role's log in ``logs/`` is rotated in a local
+            run; each log and its 3 kept older parts take at most 4 times this.
         replay, actor, learner: per-role settings.
         algorithms: each registered algorithm's own section by name (``[dqn]``, ``[dpg]``,
             ``[impala]``; ``apex.algorithms.registry``), whichever runs.
@@ -106,6 +109,7 @@ class RunConfig:
     actors: int = 2
     shards: int = 1
     host: str = "127.0.0.1"
+    log_max_mb: float = 32.0
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
@@ -144,6 +148,8 @@ class RunConfig:
             p for p in type_problems(self) if p.split(" ", 1)[0] not in ("actors", "shards")
         ]
         problems += not_positive_integers({"actors": self.actors, "shards": self.shards})
+        if isinstance(self.log_max_mb, (int, float)) and not 0 < self.log_max_mb < math.inf:
+            problems.append(f"log_max_mb must be finite and > 0, got {self.log_max_mb}")
         if self.algorithm not in SETTINGS:
             problems.append(
                 f"algorithm must be one of {', '.join(SETTINGS)}, got {self.algorithm!r}"

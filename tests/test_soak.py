@@ -102,9 +102,16 @@ def test_the_soak_s_bar() -> None:
             "replay": {"bytes": 100, "per_hour": 5},
         },
         "account": {"unaccounted": 0},
+        "actor_hangs": 1,
+        "rotation_mb": {"metrics": 1.0, "log": 0.1, "kept_parts": 3},
+        "samples": [{"disk": {"metrics": 4 * 2**20, "largest_log": 400_000}}],
     }
     assert all(soak_checks(config).values())
     config["growth"]["shard"]["rss_growth"] = 0.2
     config["disk"]["replay"]["per_hour"] = 500
+    config["samples"].append({"disk": {"metrics": 4 * 2**20, "largest_log": 2**20}})
+    config["actor_hangs"] = 0
     failed = [name for name, passed in soak_checks(config).items() if not passed]
-    assert len(failed) == 2 and "RSS" in failed[0] and "bounded" in failed[1]
+    assert len(failed) == 4
+    assert ["RSS" in failed[0], "snapshots bounded" in failed[1]] == [True, True]
+    assert ["rotation" in failed[2], "watchdog" in failed[3]] == [True, True]

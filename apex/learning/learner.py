@@ -164,7 +164,7 @@ class Learner:
 
     def run(self) -> Outcome:
         config = self.config
-        self._metrics = metrics = MetricsWriter(self.run_dir)
+        self._metrics = metrics = MetricsWriter(self.run_dir, int(config.metrics_max_mb * 2**20))
         self._weights.begin_life(self.counters.updates)  # after a resume's checkpoint
         self._publish()
         metrics.write(

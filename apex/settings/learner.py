@@ -90,6 +90,8 @@ class LearnerConfig:
         max_time_s: stop after this many seconds of training (None: no limit).
         checkpoint_interval_s: seconds between checkpoints.
         metrics_interval_s: seconds between metrics records.
+        metrics_max_mb: the size past which ``metrics.jsonl`` is rotated; it and its 3 kept
+            older parts take at most 4 times this (``apex.learning.file_parts``).
         seed: the run's root seed.
         torch_threads: intra-op threads for training on the CPU.
     """
@@ -126,6 +128,7 @@ class LearnerConfig:
     max_time_s: float | None = None
     checkpoint_interval_s: float = 60.0
     metrics_interval_s: float = 2.0
+    metrics_max_mb: float = 64.0
     seed: int = 0
     torch_threads: int = 1
 
@@ -174,7 +177,7 @@ class LearnerConfig:
                 f"got {self.replay_io!r}"
             )
         problems += hidden_problems(f"{prefix}hidden", self.hidden)
-        for name in ("adam_epsilon", "priority_epsilon"):
+        for name in ("adam_epsilon", "priority_epsilon", "metrics_max_mb"):
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 problems.append(f"{prefix}{name} must be finite and > 0, got {value}")

@@ -13,6 +13,8 @@ from bench.cli_options import progress, report_options, run_bench
 
 # What the soak must show (issue 78's bar).
 RSS_GROWTH_LIMIT = 0.05
+# Past a rotation size: a metrics record, or what a role logs in the seconds between looks.
+ROTATION_SLACK_BYTES = 64 * 1024
 
 
 @click.command("soak")
@@ -125,9 +127,26 @@ def soak_checks(config: dict) -> dict[str, bool]:
             <= 0.1 * max(config["disk"].get(part, {}).get("bytes", 0), 1)
             for part in bounded
         ),
+        "metrics and every log bounded by their rotation sizes": _rotation_held(config),
+        "the hung env copy found by the watchdog": (config.get("actor_hangs") or 0) >= 1,
         "0 transitions unaccounted": config["account"]["unaccounted"] == 0,
         "the target reached (a confirmed solve)": config["target_reached"],
     }
+
+
+def _rotation_held(config: dict) -> bool:
+    """Through the run, the metrics (with their kept parts) within their bound, and each log
+    within its own plus what a role writes between two looks of the supervisor."""
+    rotation = config.get("rotation_mb")
+    if rotation is None:
+        return False  # a soak from before rotation
+    parts = rotation["kept_parts"] + 1
+    metrics_bound = parts * rotation["metrics"] * 2**20 + ROTATION_SLACK_BYTES
+    log_bound = parts * rotation["log"] * 2**20 + ROTATION_SLACK_BYTES
+    return all(
+        s["disk"]["metrics"] <= metrics_bound and s["disk"]["largest_log"] <= log_bound
+        for s in config["samples"]
+    )
 
 
 def plot_soak(config: dict, path: Path) -> Path:

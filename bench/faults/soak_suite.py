@@ -11,7 +11,9 @@ learner), and once, a third of the way in, a shard stopped (SIGSTOP) for ``STOP_
 
 Sampled every ``sample_every_s``: each process's RSS and open file descriptors (by PID,
 so a restarted role is a new life), the run directory's bytes by part (checkpoints,
-replay snapshots, metrics, logs), and the learner's latest rates.
+replay snapshots, metrics, logs, and the largest log with its rotated parts), and the
+learner's latest rates. The metrics and logs are rotated at sizes far below their
+defaults (``METRICS_MAX_MB``, ``LOG_MAX_MB``), so that an hour shows them bounded.
 
 Figures: per role, the largest RSS growth of a life from the end of its warm-up
 (``WARMUP_S`` into it) to its last sample, over lives sampled at least ``LONG_LIFE_S``
@@ -39,6 +41,7 @@ import threading
 import time
 from pathlib import Path
 
+from apex.learning.file_parts import KEPT_PARTS
 from apex.learning.metrics import read_metrics
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
@@ -56,6 +59,8 @@ INSERT_BATCH = 50  # actor.insert_batch's default: the credit window's unit
 # A process's copies hang once they took HANG_AFTER steps in all: minutes into the run.
 RAISE_RATE, NAN_RATE, HANG_AFTER = 1e-4, 1e-4, 200_000
 END_GRACE_S = 300.0
+# Rotation sizes an hour goes past several times (the run writes about 5 MB of metrics).
+METRICS_MAX_MB, LOG_MAX_MB = 1.0, 0.1
 
 
 def schedule(seconds: float, kill_every_s: float, seed: int) -> list[tuple[float, str]]:
@@ -113,6 +118,10 @@ class Soak:
             f"learner.checkpoint_interval_s={PERIOD_S}",
             "--set",
             f"replay.snapshot_interval_s={PERIOD_S}",
+            "--set",
+            f"learner.metrics_max_mb={METRICS_MAX_MB}",
+            "--set",
+            f"log_max_mb={LOG_MAX_MB}",
         ]
         with open(self.output, "wb") as out:
             self.process = subprocess.Popen(
@@ -204,6 +213,7 @@ def _process_figures(pid: int) -> dict | None:
 
 def _disk_parts(run_dir: Path) -> dict[str, int]:
     parts = {"checkpoints": 0, "replay": 0, "metrics": 0, "logs": 0, "other": 0}
+    logs: dict[str, int] = {}  # each log with its rotated parts
     for folder, _, names in os.walk(run_dir):
         top = Path(folder).relative_to(run_dir).parts
         for name in names:
@@ -212,10 +222,13 @@ def _disk_parts(run_dir: Path) -> dict[str, int]:
             except OSError:  # replaced while walked (a snapshot, a checkpoint)
                 continue
             part = top[0] if top and top[0] in parts else "other"
-            if not top and name == "metrics.jsonl":
+            if not top and name.startswith("metrics.jsonl"):
                 part = "metrics"
+            if part == "logs":
+                log = name.split(".log", 1)[0]
+                logs[log] = logs.get(log, 0) + size
             parts[part] += size
-    return parts
+    return {**parts, "largest_log": max(logs.values(), default=0)}
 
 
 def lives(samples: list[dict]) -> list[dict]:
@@ -322,6 +335,7 @@ def run(
         "sample_every_s": sample_every_s,
         "period_s": PERIOD_S,
         "step_timeout_s": STEP_TIMEOUT_S,
+        "rotation_mb": {"metrics": METRICS_MAX_MB, "log": LOG_MAX_MB, "kept_parts": KEPT_PARTS},
         "env_faults": {
             "raise_rate": RAISE_RATE,
             "nan_rate": NAN_RATE,

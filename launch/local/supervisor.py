@@ -34,6 +34,7 @@ from pathlib import Path
 from apex.algorithms.exploration import run_actors
 from apex.algorithms.registry import replay_items
 from apex.envs.watchdog import EXIT_ENV_HUNG
+from apex.learning.file_parts import SizeLimit
 from launch import builder
 from launch.config import RunConfig, write_resolved
 from launch.local.log_reasons import last_error_line, role_failure
@@ -107,6 +108,7 @@ class Supervisor:
         # The one place this run's spec is computed; shards read it (launch.builder).
         builder.write_spec(run_dir, builder.transition_spec(config))
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self._log_limit = SizeLimit(int(config.log_max_mb * 2**20))
 
     def stop(self) -> None:
         self._stop.set()
@@ -247,6 +249,7 @@ class Supervisor:
                 if child.role in ("actor", "shard") and not (child.given_up or child.finished):
                     self._tend(child)
             self._display.tick()
+            self._log_limit.tend(sorted((self.run_dir / "logs").glob("*.log")), time.monotonic())
         return self._stopped_by_user(learner)
 
     def _give_up(self, shard: Child) -> bool:
