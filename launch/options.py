@@ -178,13 +178,18 @@ def security_overrides(keys: Path | None, insecure: bool) -> dict:
 
 
 def load_run_config(path: Path | None, overrides: dict):
-    """The resolved run config of ``path`` (none: the defaults) with ``overrides``.
+    """The resolved run config of ``path`` (none: the defaults) with ``overrides``; the
+    file's folder goes on the import path first (``launch.user_modules``), so that the
+    modules beside it import from anywhere.
 
     Raises:
         click.UsageError: listing every problem.
     """
     from launch.config import ConfigError, load_file, resolve
+    from launch.user_modules import config_root, put_on_import_path
 
+    if path:
+        put_on_import_path(config_root(path))
     try:
         return resolve(load_file(path) if path else {}, overrides)
     except ConfigError as exc:

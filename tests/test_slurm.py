@@ -55,6 +55,7 @@ PINNED = (
     "--set", 'slurm.actor_options=["--nodelist=actor"]',
     "--set", "replay.min_size=500",
     "--set", "learner.checkpoint_interval_s=2.0",
+    "--set", f"slurm.python={sys.executable}",  # the test cluster's nodes are this machine
 )  # fmt: skip
 
 
@@ -211,6 +212,45 @@ def test_submit_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     assert "--ntasks=6" in result.output and "--gpus=1" in result.output
     assert not run_dir.exists()
+
+
+def test_a_script_made_here_names_no_path_of_this_machine_the_user_did_not_set() -> None:
+    """A user's env and network (the examples package, found here in the repository):
+    the script runs the nodes' own python3 and says where the modules come from; the
+    submitter is told what the nodes would miss, and the setting that gives it."""
+    example = Path(__file__).parents[1] / "examples" / "grid_world.toml"
+    arguments = ["slurm", "submit", str(example), "--run-dir", "/shared/runs/grid", "--dry-run"]
+    result = CliRunner().invoke(main, arguments)
+    assert result.exit_code == 0, result.output
+    script = result.stdout
+    repo = str(Path(__file__).parents[1].resolve())
+    for path in (sys.executable, sys.prefix, repo):
+        assert path not in script
+    assert "APEX=(python3 -m launch)" in script
+    assert "examples.grid_world, examples.grid_network: from PYTHONPATH as sbatch" in script
+    said = result.stderr
+    assert "python on the nodes: python3 from their PATH" in said
+    modules = "examples.grid_world, examples.grid_network"
+    assert f"warning: your modules {modules} imported here from {repo}" in said
+    assert f'set slurm.pythonpath = ["{repo}"]' in said
+
+    given = [
+        "--set",
+        'slurm.pythonpath=["/shared/code"]',
+        "--set",
+        "slurm.python=/shared/venv/bin/python",
+    ]
+    result = CliRunner().invoke(main, [*arguments, *given])
+    assert result.exit_code == 0, result.output
+    assert 'export PYTHONPATH="/shared/code${PYTHONPATH:+:$PYTHONPATH}"' in result.stdout
+    assert "APEX=(/shared/venv/bin/python -m launch)" in result.stdout
+    assert "warning: your modules" in result.stderr  # found here elsewhere than /shared/code
+    result = CliRunner().invoke(main, [*arguments, "--set", f'slurm.pythonpath=["{repo}"]'])
+    assert "warning" not in result.stderr
+    assert (
+        f"examples.grid_world, examples.grid_network: from slurm.pythonpath ({repo})"
+        in result.stderr
+    )
 
 
 def test_submit_refuses_bad_options_clearly(tmp_path: Path) -> None:
@@ -567,4 +607,4 @@ def test_the_committed_example_scripts_are_what_submit_renders(layout) -> None:
          "--run-dir", "/shared/runs/cartpole", "--dry-run"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert result.output == (slurm_dir / f"example-{layout}.sbatch").read_text()
+    assert result.stdout == (slurm_dir / f"example-{layout}.sbatch").read_text()

@@ -82,6 +82,7 @@ class SlurmFaultRun(FaultRun):
             "--set", "learner.eval_every_steps=0", "--set", "learner.metrics_interval_s=0.5",
             "--set", f"learner.checkpoint_interval_s={PERIOD_S}",
             "--set", f"replay.snapshot_interval_s={PERIOD_S}",
+            "--set", f"slurm.python={sys.executable}",  # the test cluster's nodes are here
             *(part for setting in settings for part in ("--set", setting)),
         ]  # fmt: skip
         subprocess.run(command, cwd=REPO_ROOT, env=worker_env(), check=True, timeout=60,

@@ -32,6 +32,7 @@ def submit_command(task: ScalingTask, actors: int, seed: int, run_dir: Path) -> 
         "slurm.learner_options": ["--nodelist=learner"],
         "slurm.shard_options": ["--nodelist=shard"],
         "slurm.actor_options": ["--nodelist=actor"],
+        "slurm.python": sys.executable,  # the test cluster's nodes are this machine
     }
     settings = task.train_settings(actors) + [
         f"{key}={json.dumps(value)}" for key, value in placement.items()

@@ -44,6 +44,7 @@ from launch.local.role_process import RoleProcess, RoleStartError
 from launch.local.run_summary import RunSummary
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED, NORMAL_ENDS
 from launch.slurm.keeper import LEARNER_RESTART_BUDGET
+from launch.user_modules import roles_environment
 from launch.views.curves import write_run_curves
 from launch.views.live_view import ProgressDisplay
 from launch.views.status import last_refused, security_mode, write_summary
@@ -109,6 +110,7 @@ class Supervisor:
         builder.write_spec(run_dir, builder.transition_spec(config))
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self._log_limit = SizeLimit(int(config.log_max_mb * 2**20))
+        self._roles_environment = roles_environment(config)
 
     def stop(self) -> None:
         self._stop.set()
@@ -118,8 +120,13 @@ class Supervisor:
 
     def _spawn(self, child: Child) -> None:
         child.streak.started()
-        child.process = RoleProcess(child.command, child.log_path, own_session=True,
-                                    name=f"{child.role} {child.index}")  # fmt: skip
+        child.process = RoleProcess(
+            child.command,
+            child.log_path,
+            env=self._roles_environment,
+            own_session=True,
+            name=f"{child.role} {child.index}",
+        )
 
     def _await_ready(self, child: Child) -> dict:
         try:

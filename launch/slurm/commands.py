@@ -84,6 +84,7 @@ def submit(
     from launch.config import load_file, write_resolved
     from launch.overrides import run_overrides
     from launch.run_keys import with_run_keys
+    from launch.slurm.node_setup import plan_lines
     from launch.slurm.script import render
 
     overrides = run_overrides(
@@ -111,6 +112,8 @@ def submit(
     config = load_checked_run_config(config_path, overrides, cluster=True)
     run_dir = (run_dir or new_run_dir(config.env)).absolute()
     script = render(config, run_dir)
+    for line in plan_lines(config, run_dir):  # beside the script, not in it
+        click.echo(line, err=True)
     if dry_run:
         click.echo(script, nl=False)
         return

@@ -31,7 +31,10 @@ class SlurmConfig:
         learner_options, shard_options, actor_options: extra ``#SBATCH`` options per
             component (e.g. ``--nodelist=...``, ``--constraint=...``).
         setup: shell lines run before any role starts (``module load``, ``source venv``).
-        python: interpreter that runs ``apex`` on the nodes (default: the submitter's).
+        python: interpreter that runs ``apex`` on the nodes (None: ``python3`` from their
+            ``PATH`` after ``setup``; ``launch.slurm.node_setup``).
+        pythonpath: folders, as the nodes see them, put first on the roles' ``PYTHONPATH``:
+            where the user's own modules (an env factory, a network) are imported from.
     """
 
     layout: str = "hetjob"
@@ -54,6 +57,7 @@ class SlurmConfig:
     actor_options: tuple[str, ...] = ()
     setup: str = ""
     python: str | None = None
+    pythonpath: tuple[str, ...] = ()
 
     def problems(self, actors: object, shards: object, prefix: str = "slurm.") -> list[str]:
         """Every problem with this layout for a run of ``actors`` and ``shards``."""
@@ -83,6 +87,11 @@ class SlurmConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or not 1024 <= value <= 65535:
                 problems.append(f"{prefix}{name} must be a port in 1024..65535, got {value!r}")
+        for folder in self.pythonpath:
+            if not isinstance(folder, str) or not folder or ":" in folder:
+                problems.append(
+                    f"{prefix}pythonpath holds folders, each a path without ':', got {folder!r}"
+                )
         if self.layout == "multi-prog" or bad_counts:
             return problems  # multi-prog: one allocation, tasks fill its nodes in rank order
         if isinstance(actors, int) and actors % self.actor_nodes:

@@ -17,11 +17,11 @@ writes a checkpoint), then requeues the job, whose next start resumes from it.
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 
 from launch.config import RunConfig
 from launch.slurm.layout import multi_prog_ranks, task_count
+from launch.slurm.node_setup import node_python, script_lines
 
 MULTI_PROG_FILE = "multi-prog.conf"
 
@@ -64,8 +64,7 @@ def _component(options: list[str]) -> list[str]:
 
 
 def _apex_command(config: RunConfig) -> str:
-    python = config.slurm.python or sys.executable
-    return f"{shlex.quote(python)} -m launch"
+    return f"{shlex.quote(node_python(config))} -m launch"
 
 
 def render(config: RunConfig, run_dir: Path) -> str:
@@ -116,8 +115,7 @@ def _body(config: RunConfig, run_dir: Path) -> str:
         f"APEX=({apex})",
         'cd "$RUN_DIR"',
     ]
-    if config.slurm.setup.strip():
-        lines += ["# setup from the config's slurm.setup", config.slurm.setup.strip()]
+    lines += script_lines(config)
     lines += [
         "export PYTHONUNBUFFERED=1",
         'echo "apex: job $SLURM_JOB_ID starts on $(hostname) at $(date -Is),'
