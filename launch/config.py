@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from apex.algorithms.registry import ALGORITHMS, BY_NAME, SETTINGS, default_sections
+from apex.algorithms.sized_defaults import cuda_asked, task_defaults
 from apex.envs.presets import merged_sections, preset, preset_of_file, register, unregister
-from apex.envs.task_defaults import task_defaults
 from apex.settings import ActorConfig, LearnerConfig
 from launch.overrides import merge_overrides
 from launch.renames import moved, refuse_renamed
@@ -276,8 +276,8 @@ def resolve(
     file_values: dict | None = None, overrides: dict | None = None, *, sized: bool = True
 ) -> RunConfig:
     """Preset defaults (the env's, then its algorithm's), then the file, then the
-    overrides; validated. ``sized``: a vector env with no preset settings starts from
-    settings sized to it (``apex.envs.task_defaults``, which makes one env to see it).
+    overrides; validated. ``sized``: an env with no preset settings starts from settings
+    sized to it (``apex.algorithms.sized_defaults``, which makes one env to see it).
 
     Raises:
         ConfigError: listing every problem found.
@@ -316,9 +316,10 @@ def resolve(
         )
     builder = BY_NAME.get(algorithm)
     run_defaults = builder.run_defaults if builder is not None else {}
+    if sized:  # the rule over the algorithm's run-wide defaults, a preset's over both
+        rule = task_defaults(str(env), str(algorithm), cuda_asked(values))
+        run_defaults = merged_sections(run_defaults, rule.settings)
     defaults = preset(str(env)).settings_for(algorithm, run_defaults)
-    if sized:
-        defaults = merged_sections(task_defaults(str(env), str(algorithm)), defaults)
     values = merge_overrides(defaults, values)
     values = refuse_renamed(values, problems)
     top_level = {f.name for f in fields(RunConfig)} - set(SECTIONS)

@@ -338,9 +338,15 @@ def evaluator_role(config_path, weights, episodes, parent, keep_dir, keys, insec
     help="Draw curves.png at the end (about 2 s of CPU; a sweep of many runs may not want "
     "it: apex plot draws it later from metrics.jsonl).",
 )
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Say which rule chose the run's defaults and what each setting it chose is, then "
+    "stop (nothing is started).",
+)
 def train(
     config_path, env, seed, actors, shards, envs_per_actor, device, target_return, max_updates,
-    max_time, run_dir, resume_dir, settings, keys, insecure, plain, curves,
+    max_time, run_dir, resume_dir, settings, keys, insecure, plain, curves, explain,
 ) -> None:  # fmt: skip
     """Train on this machine: shards, learner and actors as child processes.
 
@@ -375,6 +381,11 @@ def train(
         click.echo(f"resuming {resume_dir} {so_far.describe()}")
     else:
         config = load_checked_run_config(config_path, overrides)
+        if explain:
+            from launch.explain import explain_lines
+
+            click.echo("\n".join(explain_lines(config)))
+            return
         run_dir = run_dir or new_run_dir(config.env)
         config = with_run_keys(config, run_dir)
     if config.security.insecure and not is_loopback(config.host):

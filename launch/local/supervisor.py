@@ -37,6 +37,7 @@ from apex.envs.watchdog import EXIT_ENV_HUNG
 from apex.learning.file_parts import SizeLimit
 from launch import builder
 from launch.config import RunConfig, write_resolved
+from launch.explain import start_line
 from launch.local.log_reasons import last_error_line, role_failure
 from launch.local.ports import free_ports
 from launch.local.restarts import RestartStreak
@@ -184,6 +185,9 @@ class Supervisor:
                 f"{actors['actor_processes']} actor process(es) × {config.actor.envs_per_actor}"
                 f" envs = {actors['ape_x_actors']} Ape-X actors on {config.env}"
             )
+            said = start_line(config)
+            if said and not self.resume:
+                self.echo(said)
             self._display = ProgressDisplay(self.run_dir, self._live, self.echo)
             summary = self._watch(learner)
         except RuntimeError as exc:

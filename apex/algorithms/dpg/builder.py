@@ -3,9 +3,9 @@ from prioritized replay, actors exploring with Gaussian noise spread over their 
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from apex.algorithms.defaults_file import load_defaults
 from apex.algorithms.dpg.acting import DPGActing
 from apex.algorithms.dpg.learner import DPG
 from apex.algorithms.dpg.settings import DPGSettings
@@ -29,7 +29,8 @@ class DPGBuilder:
     replay = "prioritized"
     exploration_symbol = "σ"
     items = "transitions"
-    run_defaults = MappingProxyType({})  # nothing over the env preset's
+    defaults = load_defaults(__file__)
+    run_defaults = defaults.run
     settings_type = DPGSettings
 
     def shape_problems(self, shape: EnvShape, env: str) -> list[str]:

@@ -3,9 +3,9 @@ prioritized replay, actors exploring ε-greedily with ε spread over their env c
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from apex.algorithms.defaults_file import load_defaults
 from apex.algorithms.dqn.acting import DQNActing
 from apex.algorithms.dqn.learner import DoubleDQN
 from apex.algorithms.dqn.settings import DQNSettings
@@ -31,7 +31,8 @@ class DQNBuilder:
     replay = "prioritized"
     exploration_symbol = "ε"
     items = "transitions"
-    run_defaults = MappingProxyType({})  # nothing over the env preset's
+    defaults = load_defaults(__file__)
+    run_defaults = defaults.run
     settings_type = DQNSettings
 
     def shape_problems(self, shape: EnvShape, env: str) -> list[str]:

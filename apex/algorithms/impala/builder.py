@@ -3,10 +3,9 @@ queues hand out once each, oldest first; its actors sample from their copy of π
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from apex.algorithms.defaults_file import load_defaults
 from apex.algorithms.impala.acting import ImpalaActing, UnrollMaker
 from apex.algorithms.impala.learner import Impala
 from apex.algorithms.impala.settings import ImpalaSettings
@@ -32,8 +31,9 @@ class ImpalaBuilder:
     exploration_symbol = "π"
     items = "unrolls"
     settings_type = ImpalaSettings
-    # What every IMPALA run starts from, over the env's preset: queues of unrolls.
-    run_defaults = tomllib.loads(Path(__file__).with_name("defaults.toml").read_text("utf-8"))
+    # What every IMPALA run starts from, under the env's preset: queues of unrolls.
+    defaults = load_defaults(__file__)
+    run_defaults = defaults.run
 
     def shape_problems(self, shape: EnvShape, env: str) -> list[str]:
         """IMPALA takes the observations its networks do; actions are Discrete (the

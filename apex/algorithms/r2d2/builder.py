@@ -4,9 +4,9 @@ shard's sum-tree, prioritized ``η max|δ| + (1 − η) mean|δ|``."""
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from apex.algorithms.defaults_file import load_defaults
 from apex.algorithms.network_choice import builtin_network_problems
 from apex.algorithms.r2d2.acting import R2D2Acting, SequenceExperience
 from apex.algorithms.r2d2.settings import R2D2Settings
@@ -31,14 +31,9 @@ class R2D2Builder:
     exploration_symbol = "ε"
     items = "sequences"
     settings_type = R2D2Settings
-    # A replay item is a sequence: capacity and warm-up count sequences (R2D2's batch of
-    # 64 of them).
-    run_defaults = MappingProxyType({
-        "replay": {"capacity": 25_000, "min_size": 500},
-        # A message of a few sequences (11 KB each at the paper's sizes) as they complete.
-        "actor": {"insert_batch": 8},
-        "learner": {"batch_size": 64},
-    })  # fmt: skip
+    # A replay item is a sequence: capacity and warm-up count sequences.
+    defaults = load_defaults(__file__)
+    run_defaults = defaults.run
 
     def shape_problems(self, shape: EnvShape, env: str) -> list[str]:
         return []
