@@ -328,3 +328,35 @@ def test_a_task_s_env_arguments_reach_both_sides(monkeypatch) -> None:
     env = env_source(request["env"], request["env_kwargs"])()
     assert env.observation_space.shape == (10, 10, 3)  # paddle, ball, brick: no trail
     env.close()
+
+
+def test_the_user_tasks_pay_what_their_docstring_says() -> None:
+    """Catch pays +5 to a paddle that follows the ball; the corridor +1 to an answer that
+    names the cue; heading straight for the goal of PointReach costs about 5."""
+    import gymnasium as gym
+    import numpy as np
+
+    import bench.learning.user_envs as user_envs
+
+    catch = gym.make(f"{user_envs.__name__}:Catch-v0")
+    grid, _ = catch.reset(seed=3)
+    total, done = 0.0, False
+    while not done:
+        ball = np.argwhere(grid[:-1, :, 0])[0][1]
+        paddle = np.argwhere(grid[-1, :, 0])[0][0]
+        grid, reward, terminated, truncated, _ = catch.step(1 + int(np.sign(ball - paddle)))
+        total, done = total + reward, terminated or truncated
+    assert total == 5.0
+    corridor = gym.make(f"{user_envs.__name__}:CueCorridor-v0")
+    first, _ = corridor.reset(seed=4)
+    cue = int(np.argmax(first[:2]))
+    rewards = [corridor.step(cue)[1] for _ in range(user_envs.CORRIDOR)]
+    assert sum(rewards) == 1.0 and rewards[:-1] == [0.0] * (user_envs.CORRIDOR - 1)
+    reach = gym.make(f"{user_envs.__name__}:PointReach-v0")
+    seen, _ = reach.reset(seed=5)
+    total = 0.0
+    for _ in range(user_envs.REACH_STEPS):
+        heading = (seen[2:] - seen[:2]) * 10
+        seen, reward, *_ = reach.step(np.clip(heading, -1, 1).astype(np.float32))
+        total += reward
+    assert -10.0 < total < 0.0

@@ -30,6 +30,13 @@ BY_NAME: dict[str, AlgorithmBuilder] = {builder.name: builder for builder in ALG
 SETTINGS = ("auto", *BY_NAME)
 
 
+def actors_noun(algorithm: str) -> str:
+    """What a run calls its env copies: Ape-X actors, each exploring at its own scale
+    into a prioritized replay; an algorithm of queues' (IMPALA's) are plain actors."""
+    builder = BY_NAME.get(algorithm)
+    return "actors" if builder is not None and builder.replay == "queue" else "Ape-X actors"
+
+
 def default_sections() -> dict[str, Any]:
     """Every algorithm's section at its defaults, by name (``RunConfig.algorithms``)."""
     return {builder.name: builder.settings_type() for builder in ALGORITHMS}

@@ -68,6 +68,11 @@ MEMORY_ARMS = (("r2d2", ("algorithm=r2d2",)), ("dqn", ("algorithm=dqn",)),
 # MinAtar Breakout without its trail plane (where the ball was a step before): a single
 # frame shows the ball but not where it goes.
 NO_TRAIL = (("hidden_planes", ("trail",)),)
+# A user's own tasks (bench.learning.user_envs), with no preset: every algorithm on the
+# sized defaults (apex.algorithms.sized_defaults), set on other tasks. Three minutes each
+# (R2D2's two), the time a user gives a first try.
+USER = "bench.learning.user_envs"
+USER_CHECKPOINTS_S = (30.0, 60.0, 120.0, 180.0)
 TASKS = {
     task.case: task
     for task in (
@@ -105,6 +110,18 @@ TASKS = {
                (300.0, 600.0, 900.0, 1200.0), 5_000_000, settings,
                f"{name}/MinAtar/Breakout-no-trail", NO_TRAIL)
           for name, settings in MEMORY_ARMS),
+        Task(f"{USER}:Catch-v0", "sb3-dqn", 4.5, 180.0, 2_000, 20, 100, TEN_SEEDS,
+             USER_CHECKPOINTS_S, 1_000_000, ("algorithm=dqn",), "user/Catch-v0"),
+        Task(f"{USER}:CatchVector-v0", "sb3-dqn", 4.5, 180.0, 2_000, 20, 100, TEN_SEEDS,
+             USER_CHECKPOINTS_S, 1_000_000, ("algorithm=dqn",), "user/CatchVector-v0"),
+        Task(f"{USER}:CueCorridor-v0", "sb3-recurrent-ppo", 0.9, 120.0, 2_000, 20, 100,
+             TEN_SEEDS, (30.0, 60.0, 120.0), 1_000_000, ("algorithm=r2d2",),
+             "r2d2/user/CueCorridor-v0"),
+        *(Task(f"{USER}:{env}", "sb3-ppo", None, 180.0, 5_000, 20, 0, TEN_SEEDS,
+               USER_CHECKPOINTS_S, 1_000_000, ("algorithm=impala",), f"impala/user/{env}")
+          for env in ("Catch-v0", "CatchVector-v0")),
+        Task(f"{USER}:PointReach-v0", "sb3-td3", None, 180.0, 5_000, 10, 0, TEN_SEEDS,
+             USER_CHECKPOINTS_S, 1_000_000, ("algorithm=dpg",), "user/PointReach-v0"),
         # IMPALA (V-trace on queued unrolls) against SB3's PPO, same protocol.
         Task("CartPole-v1", "sb3-ppo", 475.0, 180.0, 2_000, 20, 100, TEN_SEEDS,
              (15.0, 30.0, 60.0, 120.0), 1_000_000, ("algorithm=impala",),

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from apex.algorithms.exploration import run_actors
-from apex.algorithms.registry import replay_items
+from apex.algorithms.registry import actors_noun, replay_items
 from apex.envs.watchdog import EXIT_ENV_HUNG
 from apex.learning.file_parts import SizeLimit
 from launch import builder
@@ -183,7 +183,7 @@ class Supervisor:
             self.echo(
                 f"run {self.run_dir}: {config.shards} shard(s), learner, "
                 f"{actors['actor_processes']} actor process(es) × {config.actor.envs_per_actor}"
-                f" envs = {actors['ape_x_actors']} Ape-X actors on {config.env}"
+                f" envs = {actors['ape_x_actors']} {actors_noun(config.algorithm)} on {config.env}"
             )
             said = start_line(config)
             if said and not self.resume:

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from apex.algorithms.registry import actors_noun
 from apex.learning.metrics import read_metrics
 from launch.views.binding import run_binding
 
@@ -195,6 +196,7 @@ def run_status(run_dir: Path) -> dict:
         "target_return": run.target_return,
         "learner_starts": len(run.starts),
         "security": security_mode(config.get("security") or {}),
+        "algorithm": config.get("algorithm"),
     }
     if run.starts:
         start = run.starts[-1]
@@ -311,8 +313,12 @@ def status_lines(status: dict) -> list[str]:
     if actors:
         lines.append(
             f"  roles: {status.get('shards')} shard(s), learner on {status.get('device')}, "
-            f"{actors['actor_processes']} actor processes = {actors['ape_x_actors']} Ape-X "
-            "actors (env copies, each its own ε)"
+            f"{actors['actor_processes']} actor processes = {actors['ape_x_actors']} "
+            + (
+                "actors (env copies)"
+                if actors_noun(str(status.get("algorithm"))) == "actors"
+                else "Ape-X actors (env copies, each its own ε)"
+            )
         )
     progress = status.get("progress")
     if progress:
