@@ -336,7 +336,7 @@ def test_the_user_tasks_pay_what_their_docstring_says() -> None:
     import gymnasium as gym
     import numpy as np
 
-    import bench.learning.user_envs as user_envs
+    from bench.learning import user_envs
 
     catch = gym.make(f"{user_envs.__name__}:Catch-v0")
     grid, _ = catch.reset(seed=3)

@@ -88,15 +88,7 @@ def test_the_example_env_trains_to_a_confirmed_solve_by_cli_and_by_api(tmp_path:
         "--run-dir",
         str(tmp_path / "cli"),
     ]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        cwd=tmp_path,
-        env=_without_pythonpath(),
-    )
+    done = _run_outside_the_repository(command, tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stdout.splitlines()[-2].startswith("solved in "), done.stdout[-1000:]
     records = read_metrics(tmp_path / "cli")
@@ -149,18 +141,15 @@ def test_a_script_anywhere_trains_on_the_module_beside_it(tmp_path: Path) -> Non
     (project / "train_it.py").write_text(SCRIPT)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = subprocess.run(
-        [sys.executable, str(project / "train_it.py"), str(tmp_path / "run")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        cwd=elsewhere,
-        env=_without_pythonpath(),
-    )
+    command = [sys.executable, str(project / "train_it.py"), str(tmp_path / "run")]
+    done = _run_outside_the_repository(command, elsewhere)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == {"solved": True, "exit_code": 0}
 
 
-def _without_pythonpath() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def _run_outside_the_repository(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``command`` in ``cwd`` with no PYTHONPATH: only what it finds by itself imports."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=240, check=False, cwd=cwd, env=environment
+    )

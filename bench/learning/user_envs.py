@@ -69,6 +69,9 @@ class CueCorridor(gym.Env):
     observation_space = gym.spaces.Box(0.0, 1.0, (3,), np.float32)
     action_space = gym.spaces.Discrete(2)
 
+    def __init__(self, length: int = CORRIDOR) -> None:
+        self.length = length
+
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self._cue, self._t = int(self.np_random.integers(2)), 0
@@ -76,12 +79,12 @@ class CueCorridor(gym.Env):
 
     def step(self, action):
         self._t += 1
-        last = self._t == CORRIDOR
+        last = self._t == self.length
         reward = (1.0 if int(action) == self._cue else -1.0) if last else 0.0
         return self._observe(), reward, last, False, {}
 
     def _observe(self) -> np.ndarray:
-        observation = np.array([0.0, 0.0, self._t / CORRIDOR], np.float32)
+        observation = np.array([0.0, 0.0, self._t / self.length], np.float32)
         if self._t == 0:
             observation[self._cue] = 1.0
         return observation
