@@ -89,12 +89,17 @@ def read_episodes(message: Message) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     if message.kind != ApexKind.EPISODES or len(message.arrays) != 4:
         raise ProtocolError(f"expected EPISODES of 4 arrays, got {message.kind.name}")
     returns, lengths, counts, faults = message.arrays
-    if returns.ndim != 1 or returns.shape != lengths.shape or returns.dtype != np.float64 or (
-            lengths.dtype != np.int64):  # fmt: skip
-        raise ProtocolError(f"returns {returns.dtype}{returns.shape} and lengths "
-                            f"{lengths.dtype}{lengths.shape} disagree")  # fmt: skip
-    if counts.shape != (len(ACTOR_COUNTS),) or counts.dtype != np.int64 or (
-            counts < 0).any():  # fmt: skip
+    if (
+        returns.ndim != 1
+        or returns.shape != lengths.shape
+        or returns.dtype != np.float64
+        or (lengths.dtype != np.int64)
+    ):
+        raise ProtocolError(
+            f"returns {returns.dtype}{returns.shape} and lengths "
+            f"{lengths.dtype}{lengths.shape} disagree"
+        )
+    if counts.shape != (len(ACTOR_COUNTS),) or counts.dtype != np.int64 or (counts < 0).any():
         raise ProtocolError("malformed delivery counts")
     if not 0.0 <= message.scalar < 2.0**53:  # also refuses NaN
         raise ProtocolError(f"transitions sent {message.scalar} is not a count")
@@ -300,8 +305,7 @@ class EpisodeCollector:
             heard = (faults, steps_dropped, items_dropped)
             status.faults_by_life[incarnation] = tuple(map(max, known, heard))
             status.kinds_by_life[incarnation] = kinds or status.kinds_by_life.get(incarnation, {})
-        status.steps_by_life[incarnation] = max(status.steps_by_life.get(incarnation, 0),
-                                                env_steps)  # fmt: skip
+        status.steps_by_life[incarnation] = max(status.steps_by_life.get(incarnation, 0), env_steps)
         status.env_steps = sum(status.steps_by_life.values())
         status.final = bool(final)
 

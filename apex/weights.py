@@ -53,8 +53,9 @@ class WeightPublisher:
     def __init__(
         self, context: zmq.Context, host: str = "127.0.0.1", port: int = 0, sender: int = 0
     ):
-        self._socket = make_socket(context, zmq.PUB, WEIGHTS_HWM,
-                                   kernel_buffer_bytes=WEIGHTS_KERNEL_BUFFER_BYTES)  # fmt: skip
+        self._socket = make_socket(
+            context, zmq.PUB, WEIGHTS_HWM, kernel_buffer_bytes=WEIGHTS_KERNEL_BUFFER_BYTES
+        )
         # A PUB receives only subscriptions. Behind a ZAP handler (replay.wire.security), one
         # with RCVHWM 1 never delivered a message (libzmq 4.3.5, measured); the weights'
         # freshness depends on SNDHWM alone.
@@ -81,8 +82,15 @@ class WeightPublisher:
         # (session_base.cpp:233, libzmq issue #3442) when a PUB's subscriber goes away in
         # the middle of one, which an actor killed during a publish would do. Measured:
         # 1 in 3 teardowns of 8 subscribers aborted with multipart weights, 0 in 12 packed.
-        message = Message(ApexKind.WEIGHTS, self._sender, self._sequence, version, trained,
-                          float(env_steps), tuple(arrays))  # fmt: skip
+        message = Message(
+            ApexKind.WEIGHTS,
+            self._sender,
+            self._sequence,
+            version,
+            trained,
+            float(env_steps),
+            tuple(arrays),
+        )
         frames = encode(message, max_packed_bytes=sys.maxsize)
         self._sequence += 1
         with contextlib.suppress(zmq.Again):  # no subscriber has room: they get the next one
@@ -163,14 +171,12 @@ class Publications:
 
     def updates_behind(self, version: int) -> int | None:
         """The updates made before ``version`` was published (None: not remembered)."""
-        return next((updates for v, updates, _ in reversed(self._published) if v == version),
-                    None)  # fmt: skip
+        return next((updates for v, updates, _ in reversed(self._published) if v == version), None)
 
     def published_at_s(self, version: int) -> float | None:
         """The learner's training seconds when ``version`` was first published (None: not
         remembered)."""
-        return next((time_s for v, _, time_s in reversed(self._published) if v == version),
-                    None)  # fmt: skip
+        return next((time_s for v, _, time_s in reversed(self._published) if v == version), None)
 
     def end_run(self) -> None:
         """The run has ended: the actors are told to stop (``WeightPublisher.end_run``)."""
@@ -201,8 +207,8 @@ def read_weights(message: Message, shapes: dict[str, tuple[int, ...]]) -> dict[s
         # A diverged learner's, or a forger's; the taker keeps float32, so a float64
         # value past its range would become infinite there.
         if not np.isfinite(array).all() or (
-                array.dtype.itemsize > 4 and array.size
-                and np.abs(array).max() > FLOAT32_MAX):  # fmt: skip
+            array.dtype.itemsize > 4 and array.size and np.abs(array).max() > FLOAT32_MAX
+        ):
             raise ProtocolError(f"{name} holds NaN, infinite or beyond-float32 values")
         arrays[name] = array
     return arrays
@@ -227,8 +233,9 @@ class WeightSubscriber:
 
     def __init__(self, context: zmq.Context, endpoint: str, every_versions: int = 1) -> None:
         self._every_versions = every_versions
-        self._socket = make_socket(context, zmq.SUB, WEIGHTS_HWM,
-                                   kernel_buffer_bytes=WEIGHTS_KERNEL_BUFFER_BYTES)  # fmt: skip
+        self._socket = make_socket(
+            context, zmq.SUB, WEIGHTS_HWM, kernel_buffer_bytes=WEIGHTS_KERNEL_BUFFER_BYTES
+        )
         self._socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._socket.connect(endpoint)
         self.version = -1
@@ -307,9 +314,13 @@ class WeightSubscriber:
 
     def counts(self) -> dict[str, int]:
         """What became of the messages received (for an actor's last log line)."""
-        return {"weights_received": self.received, "weights_loaded": self.loaded,
-                "weights_rejected": self.rejected, "weights_stale": self.stale,
-                "weights_superseded": self.superseded}  # fmt: skip
+        return {
+            "weights_received": self.received,
+            "weights_loaded": self.loaded,
+            "weights_rejected": self.rejected,
+            "weights_stale": self.stale,
+            "weights_superseded": self.superseded,
+        }
 
     def close(self) -> None:
         self._socket.close(linger=0)

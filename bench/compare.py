@@ -36,9 +36,10 @@ def compare(old: dict, new: dict, threshold: float = 0.9) -> list[dict]:
         intervals = all("ci_low" in r for r in (record, previous))
         lower_is_better = not record.get("higher_is_better", not _is_time(record["unit"]))
         old_value, new_value = (
-            (previous["iqm"], record["iqm"]) if intervals
+            (previous["iqm"], record["iqm"])
+            if intervals
             else (previous["median"], record["median"])
-        )  # fmt: skip
+        )
         positive = old_value > 0 and new_value > 0
         if not (positive or intervals):
             continue
@@ -47,17 +48,25 @@ def compare(old: dict, new: dict, threshold: float = 0.9) -> list[dict]:
             ratio = old_value / new_value if lower_is_better else new_value / old_value
         regression = ratio is not None and ratio < threshold
         if intervals:
-            regression = wholly_worse((record["ci_low"], record["ci_high"]),
-                                      (previous["ci_low"], previous["ci_high"]),
-                                      higher_is_better=not lower_is_better)  # fmt: skip
+            regression = wholly_worse(
+                (record["ci_low"], record["ci_high"]),
+                (previous["ci_low"], previous["ci_high"]),
+                higher_is_better=not lower_is_better,
+            )
         rows.append(
             {
-                "suite": record["suite"], "case": record["case"],
-                "implementation": record["implementation"], "metric": record["metric"],
-                "unit": record["unit"], "old": old_value, "new": new_value,
-                "speed": ratio, "regression": regression, "intervals": intervals,
+                "suite": record["suite"],
+                "case": record["case"],
+                "implementation": record["implementation"],
+                "metric": record["metric"],
+                "unit": record["unit"],
+                "old": old_value,
+                "new": new_value,
+                "speed": ratio,
+                "regression": regression,
+                "intervals": intervals,
             }
-        )  # fmt: skip
+        )
     return rows
 
 

@@ -121,45 +121,65 @@ def plot_model(config: dict, directory: Path) -> list[Path]:
             for kind, marker in (("system", "o"), ("fleet", "s")):
                 chosen = [c for c in checks if c["role"] == role and c["kind"] == kind]
                 if chosen:
-                    axis.scatter([c["measured"] for c in chosen],
-                                 [c["predicted"] for c in chosen], s=28, marker=marker,
-                                 color=f"C{index}", label=f"{role} ({kind} runs)")  # fmt: skip
+                    axis.scatter(
+                        [c["measured"] for c in chosen],
+                        [c["predicted"] for c in chosen],
+                        s=28,
+                        marker=marker,
+                        color=f"C{index}",
+                        label=f"{role} ({kind} runs)",
+                    )
         low = min(min(c["measured"], c["predicted"]) for c in checks) * 0.7
         high = max(max(c["measured"], c["predicted"]) for c in checks) * 1.4
         line = [low, high]
         axis.plot(line, line, color="black", linewidth=0.8, label="predicted = measured")
-        axis.fill_between(line, [v * (1 - tolerance) for v in line],
-                          [v * (1 + tolerance) for v in line], color="grey", alpha=0.2,
-                          label=f"within {tolerance:.0%}")  # fmt: skip
+        axis.fill_between(
+            line,
+            [v * (1 - tolerance) for v in line],
+            [v * (1 + tolerance) for v in line],
+            color="grey",
+            alpha=0.2,
+            label=f"within {tolerance:.0%}",
+        )
         axis.set_xscale("log")
         axis.set_yscale("log")
         axis.set_xlabel("measured CPU (cores)")
         axis.set_ylabel("predicted from unit costs (cores)")
-        axis.set_title(f"cost model vs measured runs: {config['checks_within']} within "
-                       f"{tolerance:.0%}", fontsize=9)  # fmt: skip
+        axis.set_title(
+            f"cost model vs measured runs: {config['checks_within']} within {tolerance:.0%}",
+            fontsize=9,
+        )
         axis.legend(fontsize=7)
         written.append(_save(plt, figure, directory / "model-checks.png"))
     plans = config["plans"]
     if plans:
         figure, (cores, network) = plt.subplots(1, 2, figsize=(11, 4.5))
-        labels = [f"{p['actors']:,} actors\n{p['learner_updates_per_s']:g} updates/s"
-                  for p in plans]  # fmt: skip
+        labels = [
+            f"{p['actors']:,} actors\n{p['learner_updates_per_s']:g} updates/s" for p in plans
+        ]
         x = range(len(plans))
-        cores.bar([i - 0.2 for i in x], [p["actor_cores"] for p in plans], 0.4,
-                  label="actor cores")  # fmt: skip
-        bars = cores.bar([i + 0.2 for i in x], [p["shard_cores"] for p in plans], 0.4,
-                         label="shard cores")  # fmt: skip
+        cores.bar([i - 0.2 for i in x], [p["actor_cores"] for p in plans], 0.4, label="actor cores")
+        bars = cores.bar(
+            [i + 0.2 for i in x], [p["shard_cores"] for p in plans], 0.4, label="shard cores"
+        )
         for bar, plan in zip(bars, plans, strict=True):
-            cores.annotate(f"{plan['shards']} shard(s)", (bar.get_x() + bar.get_width() / 2,
-                           bar.get_height()), ha="center", va="bottom", fontsize=7)  # fmt: skip
+            cores.annotate(
+                f"{plan['shards']} shard(s)",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
         cores.set_xticks(list(x), labels, fontsize=8)
         cores.set_ylabel("cores")
         cores.set_yscale("log")
         cores.set_title(f"{plans[0]['env']}: CPU a run needs (predicted)")
         cores.legend(fontsize=8)
-        for offset, key, name in ((-0.27, "actors_to_shards_mb_per_s", "actors → shards"),
-                                  (0.0, "shards_to_learner_mb_per_s", "shards → learner"),
-                                  (0.27, "weights_mb_per_s", "weights → actors")):  # fmt: skip
+        for offset, key, name in (
+            (-0.27, "actors_to_shards_mb_per_s", "actors → shards"),
+            (0.0, "shards_to_learner_mb_per_s", "shards → learner"),
+            (0.27, "weights_mb_per_s", "weights → actors"),
+        ):
             network.bar([i + offset for i in x], [p[key] for p in plans], 0.27, label=name)
         network.set_xticks(list(x), labels, fontsize=8)
         network.set_ylabel("MB/s")

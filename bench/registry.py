@@ -44,15 +44,23 @@ def run_suite(
         from bench.parts import replay_suite
 
         implementations = ("apex", "cpprb", "torchrl") if quick else replay_suite.IMPLEMENTATIONS
-        return replay_suite.run(quick=quick, memory_bytes=memory_bytes, progress=progress,
-                                implementations=implementations, repeats=repeats)  # fmt: skip
+        return replay_suite.run(
+            quick=quick,
+            memory_bytes=memory_bytes,
+            progress=progress,
+            implementations=implementations,
+            repeats=repeats,
+        )
     if name == "shard":
         from bench.parts import shard_suite
 
         return shard_suite.run(
-            quick=quick, progress=progress, repeats=repeats,
-            seconds_per_repeat=0.1 if quick else None, ingest_rate=20_000.0 if quick else 100_000.0,
-        )  # fmt: skip
+            quick=quick,
+            progress=progress,
+            repeats=repeats,
+            seconds_per_repeat=0.1 if quick else None,
+            ingest_rate=20_000.0 if quick else 100_000.0,
+        )
     if name == "learner":
         from bench.parts import learner_suite
 

@@ -38,21 +38,44 @@ REQUIRED_RECORD_KEYS = ("suite", "case", "implementation", "status", "params")
 REQUIRED_OK_KEYS = ("metric", "unit", "median", "min", "max", "repeats")
 
 
-def ok_record(suite: str, case: str, implementation: str, metric: str, unit: str,
-              values: list[float], params: dict) -> dict:  # fmt: skip
+def ok_record(
+    suite: str,
+    case: str,
+    implementation: str,
+    metric: str,
+    unit: str,
+    values: list[float],
+    params: dict,
+) -> dict:
     """A measured record: the median, min and max of ``values`` (one per timed repeat)."""
     values = [float(v) for v in values]
-    return {"suite": suite, "case": case, "implementation": implementation, "status": "ok",
-            "metric": metric, "unit": unit, "median": statistics.median(values),
-            "min": min(values), "max": max(values), "repeats": len(values),
-            "params": params}  # fmt: skip
+    return {
+        "suite": suite,
+        "case": case,
+        "implementation": implementation,
+        "status": "ok",
+        "metric": metric,
+        "unit": unit,
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "repeats": len(values),
+        "params": params,
+    }
 
 
-def unavailable_record(suite: str, case: str, implementation: str, reason: str,
-                       params: dict | None = None) -> dict:  # fmt: skip
+def unavailable_record(
+    suite: str, case: str, implementation: str, reason: str, params: dict | None = None
+) -> dict:
     """A case that could not run here (a missing extra, peer or cluster), and why."""
-    return {"suite": suite, "case": case, "implementation": implementation,
-            "status": "unavailable", "reason": reason, "params": params or {}}  # fmt: skip
+    return {
+        "suite": suite,
+        "case": case,
+        "implementation": implementation,
+        "status": "unavailable",
+        "reason": reason,
+        "params": params or {},
+    }
 
 
 def missing_env(name: str) -> str | None:

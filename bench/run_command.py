@@ -38,8 +38,11 @@ def bench_run(suites, quick, out, plots) -> None:
         except (ImportError, EnvUnavailable) as exc:  # a peer or extra its cases did not name
             reason = f"{type(exc).__name__}: {exc}"
             progress(f"{suite}: unavailable ({reason})")
-            result = {"records": [report.unavailable_record(suite, "all", "apex", reason)],
-                      "ratios": [], "config": {}}  # fmt: skip
+            result = {
+                "records": [report.unavailable_record(suite, "all", "apex", reason)],
+                "ratios": [],
+                "config": {},
+            }
         report.add_suite(document, suite, result)
         problems += [f"{suite}: {p}" for p in report.validate(document)]
         report.write_json(document, out / f"{suite}.json")

@@ -17,8 +17,7 @@ from pathlib import Path
 # Lists up to this long are kept (a run's few confirmations, a sweep's lags).
 KEPT_ITEMS = 32
 # What is never summarised: the suite's figures and where they come from.
-KEPT_KEYS = ("schema", "created_utc", "command", "machine", "packages", "git", "records",
-             "ratios")  # fmt: skip
+KEPT_KEYS = ("schema", "created_utc", "command", "machine", "packages", "git", "records", "ratios")
 
 
 def _summarised(value: object, path: str, dropped: list[str], keep: int) -> object:

@@ -13,6 +13,10 @@ def q_network(observations: gym.spaces.Box, actions: gym.spaces.Discrete) -> nn.
     """DQN's: Q-values ``[B, actions]`` from a batch of flat observations."""
     (size,) = observations.shape
     return nn.Sequential(
-        nn.Flatten(), nn.Linear(size, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(size, 64),
+        nn.ReLU(),
+        nn.Linear(64, 64),
+        nn.ReLU(),
         nn.Linear(64, int(actions.n)),
-    )  # fmt: skip
+    )

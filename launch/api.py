@@ -61,8 +61,9 @@ def train(
 
     path, values = (None, dict(config)) if isinstance(config, Mapping) else (config, {})
     try:
-        checked = load_checked_run_config(None if path is None else Path(path),
-                                          merge_overrides(values, overrides or {}))  # fmt: skip
+        checked = load_checked_run_config(
+            None if path is None else Path(path), merge_overrides(values, overrides or {})
+        )
     except click.UsageError as exc:
         raise RunRefused(exc.message) from None
     directory = Path(run_dir) if run_dir is not None else new_run_dir(checked.env)

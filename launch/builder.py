@@ -206,8 +206,7 @@ def actor(
     if max_steps is not None:
         actor_config = dataclasses.replace(actor_config, max_steps=max_steps)
     acting = build_acting(actor_config, config.algorithms, env_shape(config.env))
-    return Actor(actor_config, acting, ActorEndpoints(shards, weights, episodes),
-                 config.security)  # fmt: skip
+    return Actor(actor_config, acting, ActorEndpoints(shards, weights, episodes), config.security)
 
 
 def evaluator(
@@ -228,8 +227,9 @@ def evaluator(
     acting = dataclasses.replace(config.actor_config(0), acting_precision="float32")
     settings = config.learner
     shape = env_shape(config.env)
-    policies = [build_acting(acting, config.algorithms, shape).policy
-                for _ in range(settings.eval_lanes)]  # fmt: skip
+    policies = [
+        build_acting(acting, config.algorithms, shape).policy for _ in range(settings.eval_lanes)
+    ]
     evaluation = EvaluatorConfig(
         env=config.env,
         seed=settings.seed,

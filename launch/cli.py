@@ -44,8 +44,10 @@ class EntryPointGroup(click.Group):
                 f"be loaded: {exc}"
             ) from exc
         if not isinstance(command, click.Command):
-            raise click.ClickException(f"command {name!r} ({point.value}) is not a click "
-                                       f"command but {type(command).__name__}")  # fmt: skip
+            raise click.ClickException(
+                f"command {name!r} ({point.value}) is not a click "
+                f"command but {type(command).__name__}"
+            )
         return command
 
 

@@ -137,8 +137,12 @@ class RunConfig:
         values.update(values.pop("algorithms"))
         kwargs, make, stack = (values.pop(f"env_{key}") for key in ("kwargs", "make", "stack"))
         if kwargs or make or stack != 1:
-            values["env"] = {"id": self.env, "kwargs": kwargs, **({"make": make} if make else {}),
-                             **({"stack": stack} if stack != 1 else {})}  # fmt: skip
+            values["env"] = {
+                "id": self.env,
+                "kwargs": kwargs,
+                **({"make": make} if make else {}),
+                **({"stack": stack} if stack != 1 else {}),
+            }
         return values
 
     def problems(self) -> list[str]:
@@ -189,22 +193,28 @@ class RunConfig:
         builder = BY_NAME.get(self.algorithm)
         if builder is None or builder.replay != "queue":
             queued = ", ".join(b.name for b in ALGORITHMS if b.replay == "queue")
-            problems.append(f"actor.lockstep is for an algorithm whose replay is a queue "
-                            f"({queued}): rounds of items each trained on once")  # fmt: skip
+            problems.append(
+                f"actor.lockstep is for an algorithm whose replay is a queue "
+                f"({queued}): rounds of items each trained on once"
+            )
         # The learner splits a batch over shards by how much each held when last asked,
         # and a shard asked for more than its part of a round would wait for a round that
         # never comes.
         if self.shards != 1:
             problems.append(f"actor.lockstep needs shards = 1, got {self.shards}")
-        for name, value in (("learner.publish_period", learner.publish_period),
-                            ("actor.refresh_versions", actor.refresh_versions),
-                            ("actor.env_groups", actor.env_groups)):  # fmt: skip
+        for name, value in (
+            ("learner.publish_period", learner.publish_period),
+            ("actor.refresh_versions", actor.refresh_versions),
+            ("actor.env_groups", actor.env_groups),
+        ):
             if value != 1:
                 problems.append(f"actor.lockstep needs {name} = 1, got {value}")
         if replay.replay_share:  # a preset's too (IMPALA's on CartPole)
-            problems.append(f"actor.lockstep trains on the learner's own policy; "
-                            f"replay.replay_share {replay.replay_share} would replay older "
-                            "unrolls: set replay.replay_share=0")  # fmt: skip
+            problems.append(
+                f"actor.lockstep trains on the learner's own policy; "
+                f"replay.replay_share {replay.replay_share} would replay older "
+                "unrolls: set replay.replay_share=0"
+            )
         counts = (self.actors, actor.envs_per_actor, replay.min_size, learner.batch_size)
         if not all(isinstance(n, int) for n in counts):
             return problems  # the type problems say what
@@ -248,10 +258,11 @@ def _table(values: dict, name: str, problems: list[str], where: str | None = Non
 def _algorithms(values: dict, problems: list[str]) -> dict[str, Any]:
     """Each registered algorithm's section, by name."""
     return {
-        builder.name: _build(builder.settings_type, _table(values, builder.name, problems),
-                             builder.name, problems)
+        builder.name: _build(
+            builder.settings_type, _table(values, builder.name, problems), builder.name, problems
+        )
         for builder in ALGORITHMS
-    }  # fmt: skip
+    }
 
 
 def load_file(path: Path) -> dict:
@@ -300,11 +311,13 @@ def resolve(
     # This run's arguments and factory, none left from another run resolved here.
     if any((env_kwargs, env_make, env_stack != 1, chosen.kwargs, chosen.make, chosen.stack != 1)):
         if env_kwargs and chosen.atari:
-            problems.append(f"[env] kwargs: {env} is an ALE game, made by ale-py's vector "
-                            "env, which takes none")  # fmt: skip
+            problems.append(
+                f"[env] kwargs: {env} is an ALE game, made by ale-py's vector env, which takes none"
+            )
         if env_stack != 1 and chosen.atari and not env_make:
-            problems.append(f"[env] stack: {env} is an ALE game, whose pipeline stacks its "
-                            "frames itself (4)")  # fmt: skip
+            problems.append(
+                f"[env] stack: {env} is an ALE game, whose pipeline stacks its frames itself (4)"
+            )
         register(
             dataclasses.replace(
                 chosen,
@@ -328,18 +341,19 @@ def resolve(
         if key not in top_level | set(SECTIONS):
             problems.append(f"unknown top-level setting {key!r}")
     # Every role's section carries the run's env, algorithm and seed.
-    common = {"env": env, "seed": values.get("seed", 0),
-              "algorithm": values.get("algorithm", RunConfig.algorithm)}  # fmt: skip
+    common = {
+        "env": env,
+        "seed": values.get("seed", 0),
+        "algorithm": values.get("algorithm", RunConfig.algorithm),
+    }
     replay = _build(ReplayConfig, values.get("replay", {}), "replay", problems)
     # The learner's network is the actors' too.
     network = dict(values.get("learner", {})).get("network", "")
     actor_values = dict(values.get("actor", {}))
     if actor_values.get("network", network) != network:
         problems.append("actor.network is learner.network's: set learner.network alone")
-    actor = _build(ActorConfig, {**common, **actor_values, "network": network}, "actor",
-                   problems)  # fmt: skip
-    learner = _build(LearnerConfig, {**common, **values.get("learner", {})}, "learner",
-                     problems)  # fmt: skip
+    actor = _build(ActorConfig, {**common, **actor_values, "network": network}, "actor", problems)
+    learner = _build(LearnerConfig, {**common, **values.get("learner", {})}, "learner", problems)
     algorithms = _algorithms(values, problems)
     slurm = _build(SlurmConfig, values.get("slurm", {}), "slurm", problems)
     security = _build(SecurityConfig, values.get("security", {}), "security", problems)
@@ -366,8 +380,10 @@ def _env_tables(*layers: dict) -> list[dict]:
     an ``[env]`` table, so that they merge key by key."""
     if not any(isinstance(layer.get("env"), dict) for layer in layers):
         return list(layers)
-    return [{**layer, "env": {"id": layer["env"]}} if isinstance(layer.get("env"), str)
-            else layer for layer in layers]  # fmt: skip
+    return [
+        {**layer, "env": {"id": layer["env"]}} if isinstance(layer.get("env"), str) else layer
+        for layer in layers
+    ]
 
 
 def _env_table(env: object, problems: list[str]) -> tuple[object, dict, str, int]:
@@ -380,16 +396,16 @@ def _env_table(env: object, problems: list[str]) -> tuple[object, dict, str, int
         problems.append(f"[env]: unknown key {key!r} (known: id, kwargs, make, stack)")
     make, kwargs, stack = env.get("make", ""), env.get("kwargs", {}), env.get("stack", 1)
     if isinstance(stack, bool) or not isinstance(stack, int) or stack < 1:
-        problems.append(f"[env] stack must be a whole number of observations >= 1, got "
-                        f"{stack!r}")  # fmt: skip
+        problems.append(f"[env] stack must be a whole number of observations >= 1, got {stack!r}")
         stack = 1
     if not isinstance(make, str):
         problems.append(f"[env] make must be package.module:function, got {make!r}")
         make = ""
     name = env.get("id", make or None)
     if not isinstance(name, str) or not name:
-        problems.append(f"[env] needs an id (a gymnasium id or preset name) or a make, got "
-                        f"{name!r}")  # fmt: skip
+        problems.append(
+            f"[env] needs an id (a gymnasium id or preset name) or a make, got {name!r}"
+        )
         name = RunConfig.env
     if not isinstance(kwargs, dict):
         problems.append(f"[env] kwargs must be a table of the env's arguments, got {kwargs!r}")

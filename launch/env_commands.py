@@ -14,8 +14,10 @@ FAMILY_NOTES = {
     "atari": "ale-py's C++ vector env with DQN's preprocessing, frames stored once",
     "minatar": "10x10 planes of objects as uint8, the MinAtar paper's network",
 }
-ANY_ID = ("any other gymnasium id, or package.module:Env-v0: the gymnasium family's "
-          "defaults, solved at its spec's reward_threshold where it has one")  # fmt: skip
+ANY_ID = (
+    "any other gymnasium id, or package.module:Env-v0: the gymnasium family's "
+    "defaults, solved at its spec's reward_threshold where it has one"
+)
 
 
 def env_rows() -> list[dict]:
@@ -24,13 +26,18 @@ def env_rows() -> list[dict]:
 
     rows = []
     for chosen in (*PRESETS.values(), *FAMILY_IDS.values()):
-        rows.append({
-            "family": chosen.family, "name": chosen.name, "id": chosen.gym_id,
-            "solved_return": chosen.solved_return, "extra": chosen.extra,
-            "installed": extra_installed(chosen.extra),
-            "preset_file": chosen.source.rsplit("/", 1)[-1],
-            "pattern": "*" in chosen.name,
-        })  # fmt: skip
+        rows.append(
+            {
+                "family": chosen.family,
+                "name": chosen.name,
+                "id": chosen.gym_id,
+                "solved_return": chosen.solved_return,
+                "extra": chosen.extra,
+                "installed": extra_installed(chosen.extra),
+                "preset_file": chosen.source.rsplit("/", 1)[-1],
+                "pattern": "*" in chosen.name,
+            }
+        )
     order = list(FAMILY_NOTES)
     return sorted(rows, key=lambda r: (order.index(r["family"]), r["pattern"], r["name"]))
 
@@ -59,7 +66,9 @@ def envs(as_json: bool) -> None:
             if row["extra"]:
                 extra += "" if row["installed"] else " (not installed)"
             gym_id = "any game (or its bare name)" if row["pattern"] else row["id"]
-            click.echo(f"  {row['name']:<{width}}  id {gym_id:<28} solved at "
-                       f"{_solved(row['solved_return']):<7} extra {extra:<16} "
-                       f"{row['preset_file']}")  # fmt: skip
+            click.echo(
+                f"  {row['name']:<{width}}  id {gym_id:<28} solved at "
+                f"{_solved(row['solved_return']):<7} extra {extra:<16} "
+                f"{row['preset_file']}"
+            )
     click.echo(ANY_ID)

@@ -88,16 +88,18 @@ def _recording(env_name: str, episodes: int, video: Path):
 
     chosen = preset(env_name)
     if chosen.family != "gymnasium":
-        raise click.UsageError(f"--video records envs of the gymnasium family; {env_name} "
-                               f"is of the {chosen.family} family")  # fmt: skip
+        raise click.UsageError(
+            f"--video records envs of the gymnasium family; {env_name} "
+            f"is of the {chosen.family} family"
+        )
     if importlib.util.find_spec("moviepy") is None:
-        raise click.UsageError("--video needs moviepy, which writes the files: pip install "
-                               "moviepy")  # fmt: skip
+        raise click.UsageError("--video needs moviepy, which writes the files: pip install moviepy")
     register(dataclasses.replace(chosen, kwargs={**chosen.kwargs, "render_mode": "rgb_array"}))
 
     def recorded() -> gym.Env:
-        return gym.wrappers.RecordVideo(make_env(env_name, training=False), str(video),
-                                        episode_trigger=lambda _: True)  # fmt: skip
+        return gym.wrappers.RecordVideo(
+            make_env(env_name, training=False), str(video), episode_trigger=lambda _: True
+        )
 
     def plain() -> gym.Env:
         return make_env(env_name, training=False)
@@ -107,8 +109,12 @@ def _recording(env_name: str, episodes: int, video: Path):
 
 @click.command("evaluate")
 @click.argument("run_dir", type=RUN_DIR)
-@click.option("--checkpoint", "checkpoint_path", type=click.Path(exists=True, dir_okay=False,
-              path_type=Path), help="This checkpoint, not the newest.")  # fmt: skip
+@click.option(
+    "--checkpoint",
+    "checkpoint_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="This checkpoint, not the newest.",
+)
 @click.option(
     "--weights",
     type=click.Choice(["auto", "solved", "best", "checkpoint"]),
@@ -118,8 +124,9 @@ def _recording(env_name: str, episodes: int, video: Path):
     "or a checkpoint's (auto: solved where the run kept it, else the newest checkpoint).",
 )
 @click.option("--episodes", type=click.IntRange(1, 1000), default=10, show_default=True)
-@click.option("--seed", type=int, default=12345, show_default=True,
-              help="Episode i starts from seed + i.")  # fmt: skip
+@click.option(
+    "--seed", type=int, default=12345, show_default=True, help="Episode i starts from seed + i."
+)
 @click.option(
     "--video",
     type=click.Path(file_okay=False, path_type=Path),
@@ -137,20 +144,31 @@ def evaluate(run_dir, checkpoint_path, weights, episodes, seed, video, as_json) 
     from apex.learning.evaluation import play_greedy
 
     config, policy, path, facts = trained_policy(run_dir, checkpoint_path, weights)
-    envs = (_recording(config.env, episodes, video) if video
-            else evaluation_envs(config.env, episodes, config.actor.env_stepping))  # fmt: skip
+    envs = (
+        _recording(config.env, episodes, video)
+        if video
+        else evaluation_envs(config.env, episodes, config.actor.env_stepping)
+    )
     faults = FaultTally(say_first=False)  # said below, with what they cost
     try:
         returns = play_greedy(policy, envs, seed, config.learner.eval_epsilon, faults)
     finally:
         envs.close()
     target = solved_return(config.env, config.learner.target_return)
-    result = {"run_dir": str(run_dir), "checkpoint": str(path), "env": config.env,
-              "weights_version": facts.get("version"), "kept_mean": facts.get("mean"),
-              "episodes": episodes, "seed": seed, "returns": returns.tolist(),
-              "mean": float(np.mean(returns)), "target": target,
-              "episodes_replayed": faults.replayed,
-              "video": str(video) if video else None}  # fmt: skip
+    result = {
+        "run_dir": str(run_dir),
+        "checkpoint": str(path),
+        "env": config.env,
+        "weights_version": facts.get("version"),
+        "kept_mean": facts.get("mean"),
+        "episodes": episodes,
+        "seed": seed,
+        "returns": returns.tolist(),
+        "mean": float(np.mean(returns)),
+        "target": target,
+        "episodes_replayed": faults.replayed,
+        "video": str(video) if video else None,
+    }
     if as_json:
         click.echo(json.dumps(result))
         return

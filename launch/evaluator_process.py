@@ -70,8 +70,9 @@ class EvaluatorProcess:
                 if self._stopping.is_set():
                     return
                 self._streak.started()
-                process = self._process = RoleProcess.apex(*self._command, log_path=self._log,
-                                                           name="evaluator")  # fmt: skip
+                process = self._process = RoleProcess.apex(
+                    *self._command, log_path=self._log, name="evaluator"
+                )
             try:
                 process.await_ready(READY_TIMEOUT_S)
                 self.state = "up"
@@ -105,8 +106,11 @@ class EvaluatorProcess:
     def health(self) -> dict:
         """What the learner's progress and end records say of it: ``evaluator`` (starting,
         up, restarting or given up), ``evaluator_restarts`` and its last exit code."""
-        return {"evaluator": self.state, "evaluator_restarts": self.restarts,
-                "evaluator_last_exit": self.last_exit}  # fmt: skip
+        return {
+            "evaluator": self.state,
+            "evaluator_restarts": self.restarts,
+            "evaluator_last_exit": self.last_exit,
+        }
 
     def stop(self) -> None:
         """Stops it (SIGTERM, then SIGKILL) and its keeper."""

@@ -44,6 +44,8 @@ def check(directory: Path) -> None:
         loaded = load(directory)
     except KeysError as exc:
         raise click.UsageError(str(exc)) from exc
-    click.echo(f"server key {fingerprint(loaded.server.public)}…, client key "
-               f"{fingerprint(loaded.client.public)}…, {len(loaded.admitted)} client key(s) "
-               "admitted")  # fmt: skip
+    click.echo(
+        f"server key {fingerprint(loaded.server.public)}…, client key "
+        f"{fingerprint(loaded.client.public)}…, {len(loaded.admitted)} client key(s) "
+        "admitted"
+    )

@@ -70,6 +70,7 @@ def apply_setting(overrides: dict, setting: str) -> None:
     for part in parts[:-1]:
         table = table.setdefault(part, {})
         if not isinstance(table, dict):
-            raise click.BadParameter(f"{setting!r}: {part} was set to a value, not a section",
-                                     param_hint="--set")  # fmt: skip
+            raise click.BadParameter(
+                f"{setting!r}: {part} was set to a value, not a section", param_hint="--set"
+            )
     table[parts[-1]] = value

@@ -49,8 +49,7 @@ def frame_problems(config: RunConfig) -> list[str]:
     if not config.replay.frames or stacks_frames(config.env):
         return []
     try:
-        prove_frame_stacks(lambda: make_env(config.env, training=True), config.env,
-                           config.seed)  # fmt: skip
+        prove_frame_stacks(lambda: make_env(config.env, training=True), config.env, config.seed)
     except NotFrameStacks as exc:
         return [str(exc)]
     return []
@@ -67,8 +66,9 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def memory_problems(config: RunConfig, spec: TransitionSpec,
-                    available: int | None = None) -> list[str]:  # fmt: skip
+def memory_problems(
+    config: RunConfig, spec: TransitionSpec, available: int | None = None
+) -> list[str]:
     """Whether the shards of a run on this machine fit its available memory at start:
     each shard's store and priorities (``ShardConfig.planned_nbytes``), with the
     arithmetic, as a shard would otherwise die on its allocation or the machine swap."""
@@ -80,10 +80,12 @@ def memory_problems(config: RunConfig, spec: TransitionSpec,
     if needed <= available:
         return []
     slots = sum(shard.capacity for shard in shards)
-    return [f"replay needs {needed / 2**30:,.1f} GiB at start ({config.shards} shard(s), "
-            f"{slots:,} slots in all × {needed / slots:,.0f} bytes a slot, store and "
-            f"priorities), but this machine has {available / 2**30:,.1f} GiB available: "
-            "lower replay.capacity"]  # fmt: skip
+    return [
+        f"replay needs {needed / 2**30:,.1f} GiB at start ({config.shards} shard(s), "
+        f"{slots:,} slots in all × {needed / slots:,.0f} bytes a slot, store and "
+        f"priorities), but this machine has {available / 2**30:,.1f} GiB available: "
+        "lower replay.capacity"
+    ]
 
 
 def host_problems(host: str) -> list[str]:

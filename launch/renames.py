@@ -17,27 +17,47 @@ RENAMED = {"actor.max_in_flight": "actor.insert_credit"}
 # before resumes).
 MOVED = {
     "learner.target_update_period": "dqn.target_update_period",
-    **{f"learner.{key}": f"dpg.{key}"
-       for key in ("tau", "twin_critics", "policy_delay", "target_noise", "noise_clip")},
+    **{
+        f"learner.{key}": f"dpg.{key}"
+        for key in ("tau", "twin_critics", "policy_delay", "target_noise", "noise_clip")
+    },
     # Each algorithm's section was the learner's.
-    **{f"learner.{builder.name}.{f.name}": f"{builder.name}.{f.name}"
-       for builder in ALGORITHMS for f in fields(builder.settings_type)},
+    **{
+        f"learner.{builder.name}.{f.name}": f"{builder.name}.{f.name}"
+        for builder in ALGORITHMS
+        for f in fields(builder.settings_type)
+    },
     "actor.epsilon": "dqn.epsilon",
     "actor.noise_scale": "dpg.noise_scale",
     "actor.unroll_length": "impala.unroll_length",
-}  # fmt: skip
+}
 # Settings that no longer exist, with what took their place: dropped with a notice, so a
 # run directory written before still resumes.
 _NO_MARGIN = "the margin loss that held DQN's greedy actions is gone"
 # What a run did past its solve to stay solved (an averaged policy, a restart from the
 # confirmed weights, going back to them, a step size of its own): measured on Acrobot and
 # LunarLander, it kept neither more solved than training on as before.
-_NO_RECIPE = ("a run that trains on past its solve goes on as before it (the stays-solved "
-              "settings are gone)")  # fmt: skip
-_SOLVED_KEYS = ("learning_rate", "settle_return", "policy_average", "average_from_solve",
-                "restart", "back_to_confirmed", "follow_better", "follow_margin")  # fmt: skip
-_DQN_SOLVED_KEYS = ("policy_average", "average_from_solve", "restart_at_solve",
-                    "back_to_anchor", "follow_better_confirmations", "follow_margin")  # fmt: skip
+_NO_RECIPE = (
+    "a run that trains on past its solve goes on as before it (the stays-solved settings are gone)"
+)
+_SOLVED_KEYS = (
+    "learning_rate",
+    "settle_return",
+    "policy_average",
+    "average_from_solve",
+    "restart",
+    "back_to_confirmed",
+    "follow_better",
+    "follow_margin",
+)
+_DQN_SOLVED_KEYS = (
+    "policy_average",
+    "average_from_solve",
+    "restart_at_solve",
+    "back_to_anchor",
+    "follow_better_confirmations",
+    "follow_margin",
+)
 RETIRED = {
     "learner.eval_interval_s": "evaluations follow env steps now (learner.eval_every_steps)",
     "learner.dqn.anchor_margin": _NO_MARGIN,

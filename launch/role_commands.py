@@ -142,10 +142,29 @@ def _learner_endpoints(command):
 )
 @security_options
 def replay_role(
-    fields, capacity, alpha, min_size, samples_per_insert, error_buffer, host, insert_port,
-    request_port, config_path, shard_index, seed, frames, compress_frames, queue, replay_share,
-    snapshot_dir, snapshot_interval, restore_dir, run_dir, keys, insecure,
-) -> None:  # fmt: skip
+    fields,
+    capacity,
+    alpha,
+    min_size,
+    samples_per_insert,
+    error_buffer,
+    host,
+    insert_port,
+    request_port,
+    config_path,
+    shard_index,
+    seed,
+    frames,
+    compress_frames,
+    queue,
+    replay_share,
+    snapshot_dir,
+    snapshot_interval,
+    restore_dir,
+    run_dir,
+    keys,
+    insecure,
+) -> None:
     """Run one replay shard until SIGINT or SIGTERM.
 
     Prints one JSON line with its endpoints once bound (``{"ready": ...}``)."""
@@ -172,13 +191,23 @@ def replay_role(
                     param_hint="--frames",
                 )
             config = ShardConfig(
-                spec=spec, capacity=capacity, alpha=alpha, min_size=min_size,
-                samples_per_insert=samples_per_insert, error_buffer=error_buffer, host=host,
-                insert_port=insert_port, request_port=request_port, shard_index=shard_index,
-                seed=seed, frames=layout, compress_frames=compress_frames, queue=queue,
+                spec=spec,
+                capacity=capacity,
+                alpha=alpha,
+                min_size=min_size,
+                samples_per_insert=samples_per_insert,
+                error_buffer=error_buffer,
+                host=host,
+                insert_port=insert_port,
+                request_port=request_port,
+                shard_index=shard_index,
+                seed=seed,
+                frames=layout,
+                compress_frames=compress_frames,
+                queue=queue,
                 replay_share=replay_share,
                 security=SecurityConfig(str(keys) if keys else None, insecure),
-            )  # fmt: skip
+            )
         if run_dir is not None and config_path is None:
             raise click.BadParameter("needs --config", param_hint="--run-dir")
         if restore_dir is not None and snapshot_dir not in (None, restore_dir):
@@ -188,10 +217,11 @@ def replay_role(
             )
         snapshot_dir = restore_dir or snapshot_dir or config.snapshot_dir
         config = replace(
-            config, snapshot_dir=str(snapshot_dir) if snapshot_dir else None,
+            config,
+            snapshot_dir=str(snapshot_dir) if snapshot_dir else None,
             snapshot_interval_s=snapshot_interval or config.snapshot_interval_s,
             restore=restore_dir is not None or config.restore,
-        )  # fmt: skip
+        )
         if config.snapshot_interval_s and config.snapshot_dir is None:
             raise click.BadParameter("needs --snapshot-dir", param_hint="--snapshot-interval")
         server = ShardServer(config)
@@ -241,9 +271,15 @@ def learner_role(
     requests = tuple(s.request for s in shards)
     try:
         code = roles.run_learner(
-            run, requests, run_dir, resume or resume_if_any, host, weights_port,
-            episodes_port, require_checkpoint=resume,
-        )  # fmt: skip
+            run,
+            requests,
+            run_dir,
+            resume or resume_if_any,
+            host,
+            weights_port,
+            episodes_port,
+            require_checkpoint=resume,
+        )
     except ConfigError as exc:  # keys, an exposed bind without keys, a device, a checkpoint
         raise click.UsageError(str(exc)) from exc
     sys.exit(code)
@@ -345,9 +381,25 @@ def evaluator_role(config_path, weights, episodes, parent, keep_dir, keys, insec
     "stop (nothing is started).",
 )
 def train(
-    config_path, env, seed, actors, shards, envs_per_actor, device, target_return, max_updates,
-    max_time, run_dir, resume_dir, settings, keys, insecure, plain, curves, explain,
-) -> None:  # fmt: skip
+    config_path,
+    env,
+    seed,
+    actors,
+    shards,
+    envs_per_actor,
+    device,
+    target_return,
+    max_updates,
+    max_time,
+    run_dir,
+    resume_dir,
+    settings,
+    keys,
+    insecure,
+    plain,
+    curves,
+    explain,
+) -> None:
     """Train on this machine: shards, learner and actors as child processes.
 
     With no arguments it trains CartPole-v1 until solved (greedy mean ≥ 475 over 20
@@ -366,10 +418,17 @@ def train(
     if so_far is not None:  # on a resume the limits given here are more, not totals
         max_updates, max_time = so_far.more(max_updates, max_time)
     overrides = run_overrides(
-        env=env, actors=actors, shards=shards, seed=seed, device=device,
-        target_return=target_return, max_updates=max_updates, max_time=max_time,
-        envs_per_actor=envs_per_actor, settings=settings,
-    )  # fmt: skip
+        env=env,
+        actors=actors,
+        shards=shards,
+        seed=seed,
+        device=device,
+        target_return=target_return,
+        max_updates=max_updates,
+        max_time=max_time,
+        envs_per_actor=envs_per_actor,
+        settings=settings,
+    )
     overrides.update(security_overrides(keys, insecure))
     if resume_dir is not None:
         base = load_file(resume_dir / "config.json")
@@ -389,8 +448,11 @@ def train(
         run_dir = run_dir or new_run_dir(config.env)
         config = with_run_keys(config, run_dir)
     if config.security.insecure and not is_loopback(config.host):
-        click.echo(f"WARNING: --insecure: the roles bind {config.host} without keys; anyone "
-                   "who reaches their ports can read and write this run", err=True)  # fmt: skip
+        click.echo(
+            f"WARNING: --insecure: the roles bind {config.host} without keys; anyone "
+            "who reaches their ports can read and write this run",
+            err=True,
+        )
     live = sys.stdout.isatty() and not plain
     supervisor = Supervisor(config, run_dir, resume_dir is not None, click.echo, live, curves)
     on_stop_signal(supervisor.stop)

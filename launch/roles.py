@@ -88,8 +88,7 @@ def run_learner(
         where = run_dir / "checkpoints"
         if require_checkpoint:
             reasons = "; ".join(refused) or "none written"
-            raise ConfigError([f"--resume: no usable checkpoint in {where} ({reasons})"],
-                              "resume")  # fmt: skip
+            raise ConfigError([f"--resume: no usable checkpoint in {where} ({reasons})"], "resume")
         logger.warning("--resume: no usable checkpoint in %s, starting fresh", where)
     learner = builder.learner(
         config, shard_requests, run_dir, resume_from, host, weights_port, episodes_port
@@ -107,8 +106,9 @@ def run_learner(
     )
     evaluator = None
     if config.learner.eval_every_steps:
-        evaluator = EvaluatorProcess(config, run_dir, learner.weights_endpoint,
-                                     learner.episodes_endpoint)  # fmt: skip
+        evaluator = EvaluatorProcess(
+            config, run_dir, learner.weights_endpoint, learner.episodes_endpoint
+        )
         evaluator.start()
         learner.companions.append(evaluator.health)
     try:

@@ -25,13 +25,31 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 
 def run_one(env: str, max_time_s: float, root: Path, settings: list[str]) -> dict:
     run_dir = root / env.replace("/", "_")
-    command = [sys.executable, "-m", "launch", "train", "--env", env, "--max-time",
-               str(max_time_s), "--run-dir", str(run_dir), "--plain", "--no-curves"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        "--env",
+        env,
+        "--max-time",
+        str(max_time_s),
+        "--run-dir",
+        str(run_dir),
+        "--plain",
+        "--no-curves",
+    ]
     for setting in settings:
         command += ["--set", setting]
     started = time.monotonic()
-    done = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True,
-                          timeout=max_time_s + 600, check=False)  # fmt: skip
+    done = subprocess.run(
+        command,
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=max_time_s + 600,
+        check=False,
+    )
     records = []
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists():
@@ -61,8 +79,13 @@ def main() -> None:
     options = parser.parse_args()
     from bench.machine import git_commit
 
-    document = {"command": " ".join(sys.argv), "git": git_commit(REPOSITORY),
-                "max_time_s": options.max_time, "settings": options.set, "runs": []}  # fmt: skip
+    document = {
+        "command": " ".join(sys.argv),
+        "git": git_commit(REPOSITORY),
+        "max_time_s": options.max_time,
+        "settings": options.set,
+        "runs": [],
+    }
     with tempfile.TemporaryDirectory(prefix="family-runs-") as root:
         for env in options.envs:
             document["runs"].append(run_one(env, options.max_time, Path(root), options.set))

@@ -98,24 +98,55 @@ def write_run_dir(run_dir: Path, updates: int = 1200, train_seconds: float = 30.
     from launch.config import resolve, write_resolved
 
     write_resolved(resolve({}, {"learner": {"max_time_s": 25.0}}), run_dir)
-    counters = {"updates": updates, "weight_version": 40, "transitions_trained": 9,
-                "train_seconds": train_seconds, "episodes_seen": 3}  # fmt: skip
+    counters = {
+        "updates": updates,
+        "weight_version": 40,
+        "transitions_trained": 9,
+        "train_seconds": train_seconds,
+        "episodes_seen": 3,
+    }
     checkpoint.save(
         run_dir / "checkpoints", updates, {"online": {}, "counters": json.dumps(counters)}
     )
     metrics = MetricsWriter(run_dir)
-    metrics.write({"event": "start", "updates": 0, "device": "cpu", "actor_processes": 2,
-                   "ape_x_actors": 16})  # fmt: skip
+    metrics.write(
+        {"event": "start", "updates": 0, "device": "cpu", "actor_processes": 2, "ape_x_actors": 16}
+    )
     for time_s, mean in ((10.0, 150.0), (20.0, 402.5)):
-        metrics.write({"event": "evaluation", "time_s": time_s, "updates": updates // 2,
-                       "eval_return_mean": mean, "eval_return_min": 9.0,
-                       "eval_return_max": 500.0})  # fmt: skip
-    metrics.write({"event": "progress", "time_s": 29.5, "updates": updates, "updates_per_s": 41.3,
-                   "transitions_per_s": 1234.5, "transitions_added": 45678,
-                   "replay_sizes": [45678], "episode_return_mean": 123.456789,
-                   "policy_lag_median": 2.0, "shards_alive": 1})  # fmt: skip
-    metrics.write({"event": "end", "reason": "max_time", "solved": False, "updates": updates,
-                   "train_seconds": train_seconds, "checkpoints_failed": 1})  # fmt: skip
+        metrics.write(
+            {
+                "event": "evaluation",
+                "time_s": time_s,
+                "updates": updates // 2,
+                "eval_return_mean": mean,
+                "eval_return_min": 9.0,
+                "eval_return_max": 500.0,
+            }
+        )
+    metrics.write(
+        {
+            "event": "progress",
+            "time_s": 29.5,
+            "updates": updates,
+            "updates_per_s": 41.3,
+            "transitions_per_s": 1234.5,
+            "transitions_added": 45678,
+            "replay_sizes": [45678],
+            "episode_return_mean": 123.456789,
+            "policy_lag_median": 2.0,
+            "shards_alive": 1,
+        }
+    )
+    metrics.write(
+        {
+            "event": "end",
+            "reason": "max_time",
+            "solved": False,
+            "updates": updates,
+            "train_seconds": train_seconds,
+            "checkpoints_failed": 1,
+        }
+    )
     metrics.close()
 
 

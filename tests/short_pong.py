@@ -23,14 +23,18 @@ def short_pong(name: str, count: int) -> AtariStacks:
 
 
 def group_experience(
-    config: ActorConfig, acting: Acting, frames: FrameWriter | None, scales: np.ndarray,
+    config: ActorConfig,
+    acting: Acting,
+    frames: FrameWriter | None,
+    scales: np.ndarray,
     rounds: int,
-) -> Iterator[tuple[ExperienceMaker, dict[str, np.ndarray]]]:  # fmt: skip
+) -> Iterator[tuple[ExperienceMaker, dict[str, np.ndarray]]]:
     """What one env group of ``config``'s Pong envs makes in ``rounds`` steps, each batch
     as it is made (an actor sends it before its frames leave the writer's ring), with the
     group's experience maker."""
-    [group] = make_groups(config, env_shape("Pong"), acting, frames, lambda: 7, scales,
-                          envs=short_pong)  # fmt: skip
+    [group] = make_groups(
+        config, env_shape("Pong"), acting, frames, lambda: 7, scales, envs=short_pong
+    )
     try:
         group.begin(config.actor_seed)
         group.act(np.random.default_rng(0))

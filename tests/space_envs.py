@@ -13,11 +13,13 @@ import numpy as np
 class DictLight(gym.Env):
     """Press the action the light names: +1, else -1; ten steps an episode."""
 
-    observation_space = gym.spaces.Dict({
-        "level": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
-        "light": gym.spaces.Discrete(3),
-        "switches": gym.spaces.MultiBinary(4),
-    })  # fmt: skip
+    observation_space = gym.spaces.Dict(
+        {
+            "level": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+            "light": gym.spaces.Discrete(3),
+            "switches": gym.spaces.MultiBinary(4),
+        }
+    )
     action_space = gym.spaces.Discrete(3)
 
     def reset(self, *, seed=None, options=None):
@@ -32,8 +34,11 @@ class DictLight(gym.Env):
 
     def _observe(self) -> dict:
         self._light = int(self.np_random.integers(3))
-        return {"level": np.zeros(2, np.float32), "light": self._light,
-                "switches": np.eye(4, dtype=np.int8)[self._light]}  # fmt: skip
+        return {
+            "level": np.zeros(2, np.float32),
+            "light": self._light,
+            "switches": np.eye(4, dtype=np.int8)[self._light],
+        }
 
 
 class Words(DictLight):

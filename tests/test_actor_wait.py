@@ -38,8 +38,16 @@ def _steadily_blocked(actor: Actor, context: zmq.Context, shard: ShardProcess):
 @pytest.mark.slow
 def test_a_blocked_actor_keeps_sending_heartbeats() -> None:
     # Nothing samples: the limiter stops inserts after about 600 transitions.
-    shard = ShardProcess("--capacity", "10000", "--min-size", "100", "--samples-per-insert",
-                         "1", "--error-buffer", "500")  # fmt: skip
+    shard = ShardProcess(
+        "--capacity",
+        "10000",
+        "--min-size",
+        "100",
+        "--samples-per-insert",
+        "1",
+        "--error-buffer",
+        "500",
+    )
     context = zmq.Context()
     episodes = context.socket(zmq.PULL)
     endpoint = f"tcp://127.0.0.1:{episodes.bind_to_random_port('tcp://127.0.0.1')}"

@@ -22,9 +22,16 @@ from launch.builder import read_spec
 # time limit only bounds a broken one. An untrained greedy network loses both games'
 # lives within seconds (Freeway's timer would hold its evaluation for 2,048 steps), so
 # the first evaluation ends soon.
-SMALL = ("actors=1", "actor.envs_per_actor=4", "replay.capacity=20_000",
-         "replay.min_size=200", "learner.batch_size=32", "learner.eval_every_steps=1_000",
-         "learner.eval_episodes=1", "learner.confirm_episodes=0")  # fmt: skip
+SMALL = (
+    "actors=1",
+    "actor.envs_per_actor=4",
+    "replay.capacity=20_000",
+    "replay.min_size=200",
+    "learner.batch_size=32",
+    "learner.eval_every_steps=1_000",
+    "learner.eval_episodes=1",
+    "learner.confirm_episodes=0",
+)
 
 
 @pytest.mark.slow
@@ -33,12 +40,27 @@ def test_two_ale_games_train_evaluate_and_end_cleanly(tmp_path: Path) -> None:
     runs = {}
     for env in ("ALE/SpaceInvaders-v5", "Qbert"):
         run_dir = tmp_path / env.replace("/", "_")
-        command = [sys.executable, "-m", "launch", "train", "--env", env, "--max-time", "150",
-                   "--target-return", "0",
-                   "--plain", "--no-curves", "--run-dir", str(run_dir),
-                   *(part for setting in SMALL for part in ("--set", setting))]  # fmt: skip
-        runs[env] = (run_dir, subprocess.Popen(command, stdout=subprocess.PIPE,
-                                               stderr=subprocess.STDOUT, text=True))  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "launch",
+            "train",
+            "--env",
+            env,
+            "--max-time",
+            "150",
+            "--target-return",
+            "0",
+            "--plain",
+            "--no-curves",
+            "--run-dir",
+            str(run_dir),
+            *(part for setting in SMALL for part in ("--set", setting)),
+        ]
+        runs[env] = (
+            run_dir,
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        )
     for env, (run_dir, process) in runs.items():
         assert stacks_frames(env)  # the atari family's: frames stored once
         output, _ = process.communicate(timeout=240)

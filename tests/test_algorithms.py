@@ -34,8 +34,13 @@ def _learner_and_acting(config):
     shape = env_shape(config.env)
     learner = build_algorithm(config.learner, config.algorithms, shape, torch.device("cpu"))
     acting = build_acting(config.actor_config(0), config.algorithms, shape)
-    acting.policy.load({k: v.numpy() for k, v in learner.policy.state_dict().items()
-                        if k in acting.policy.parameter_shapes()})  # fmt: skip
+    acting.policy.load(
+        {
+            k: v.numpy()
+            for k, v in learner.policy.state_dict().items()
+            if k in acting.policy.parameter_shapes()
+        }
+    )
     return shape, learner, acting
 
 
@@ -45,8 +50,14 @@ def test_an_algorithm_learns_and_acts_through_the_seam_alone(name: str) -> None:
     priority per item, the actor's copy takes the learner's weights, explores within the
     action space, and its experience builder makes n-step transitions with a finite
     priority each."""
-    config = resolve({"env": ENVS[name], "algorithm": name, "learner": {"hidden": [16]},
-                      "actor": {"hidden": [16], "envs_per_actor": 5, "n_step": 1}})  # fmt: skip
+    config = resolve(
+        {
+            "env": ENVS[name],
+            "algorithm": name,
+            "learner": {"hidden": [16]},
+            "actor": {"hidden": [16], "envs_per_actor": 5, "n_step": 1},
+        }
+    )
     shape, learner, acting = _learner_and_acting(config)
     assert acting.builder.name == name and learner.variant
     rng = np.random.default_rng(0)
@@ -60,8 +71,9 @@ def test_an_algorithm_learns_and_acts_through_the_seam_alone(name: str) -> None:
     else:
         assert set(actions.tolist()) <= set(range(shape.actions))
     no = np.zeros(5, bool)
-    out = experience.step(observations, actions, np.ones(5, np.float32), observations,
-                          observations, no, no, None)  # fmt: skip
+    out = experience.step(
+        observations, actions, np.ones(5, np.float32), observations, observations, no, no, None
+    )
     sent, priorities = experience.priorities(out, 1e-3)
     assert acting.transition_spec(shape, config.actor).check_batch(sent) == 5
     assert priorities.shape == (5,) and priorities.dtype == np.float64
@@ -79,8 +91,14 @@ def test_impala_learns_and_acts_through_the_seam_alone() -> None:
     priorities back."""
     from apex.learning.staging import DeviceBatch
 
-    config = resolve({"algorithm": "impala", "learner": {"hidden": [16]}, "impala": {
-        "unroll_length": 3}, "actor": {"hidden": [16], "envs_per_actor": 2}})  # fmt: skip
+    config = resolve(
+        {
+            "algorithm": "impala",
+            "learner": {"hidden": [16]},
+            "impala": {"unroll_length": 3},
+            "actor": {"hidden": [16], "envs_per_actor": 2},
+        }
+    )
     assert config.queues
     shape, learner, acting = _learner_and_acting(config)
     assert acting.builder.name == "impala" and acting.exploration_scale() is None
@@ -92,8 +110,9 @@ def test_impala_learns_and_acts_through_the_seam_alone() -> None:
     no = np.zeros(2, bool)
     for step in range(3):
         actions = experience.act(observations, np.ones(2), rng)
-        out = experience.step(observations, actions, np.ones(2), observations, observations,
-                              no, no, None)  # fmt: skip
+        out = experience.step(
+            observations, actions, np.ones(2), observations, observations, no, no, None
+        )
         assert (out is None) == (step < 2)
     spec.check_batch(out)
     assert out["version"].tolist() == [7, 7]
@@ -121,9 +140,14 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
 
 
 def test_set_reaches_an_algorithm_s_section() -> None:
-    overrides = run_overrides(settings=("dqn.target_update_period=9", "dpg.twin_critics=true",
-                                        "env.id=CartPole-v1",
-                                        "env.kwargs.sutton_barto_reward=true"))  # fmt: skip
+    overrides = run_overrides(
+        settings=(
+            "dqn.target_update_period=9",
+            "dpg.twin_critics=true",
+            "env.id=CartPole-v1",
+            "env.kwargs.sutton_barto_reward=true",
+        )
+    )
     config = resolve(None, overrides)
     assert config.algorithms["dqn"].target_update_period == 9
     assert config.algorithms["dpg"].twin_critics is True
@@ -186,13 +210,21 @@ def test_the_margin_loss_s_settings_are_dropped_with_a_notice(caplog) -> None:
 def test_the_stays_solved_settings_are_dropped_with_a_notice(caplog) -> None:
     """A run directory written with ``[learner.solved]`` (or its names of before) resumes:
     the settings are gone, and each says so."""
-    written = {"learner": {"solved": {"policy_average": 0.01, "restart": True,
-                                      "settle_return": 495.0}, "settle_return": 490.0,
-                           "dqn": {"back_to_anchor": True}}}  # fmt: skip
+    written = {
+        "learner": {
+            "solved": {"policy_average": 0.01, "restart": True, "settle_return": 495.0},
+            "settle_return": 490.0,
+            "dqn": {"back_to_anchor": True},
+        }
+    }
     with caplog.at_level(logging.WARNING, logger="launch.renames"):
         config = resolve(written)
-    for old in ("learner.solved.policy_average", "learner.solved.restart",
-                "learner.settle_return", "learner.dqn.back_to_anchor"):  # fmt: skip
+    for old in (
+        "learner.solved.policy_average",
+        "learner.solved.restart",
+        "learner.settle_return",
+        "learner.dqn.back_to_anchor",
+    ):
         assert f"{old} is no longer read: a run that trains on past its solve" in caplog.text
     assert config == resolve({})
 
@@ -211,11 +243,22 @@ def test_a_learning_rate_schedule_reaches_every_optimizer_of_an_algorithm(name: 
     from apex.algorithms.updates import set_learning_rate
 
     env = ENVS.get(name) or BY_NAME_ONLY[name]
-    config = resolve({"env": env, "algorithm": name, "learner": {
-        "hidden": [16], "learning_rate": 1e-3, "learning_rate_final": 1e-4,
-        "learning_rate_decay_updates": 100}, "actor": {"hidden": [16]}})  # fmt: skip
-    learner = build_algorithm(config.learner, config.algorithms, env_shape(config.env),
-                              torch.device("cpu"))  # fmt: skip
+    config = resolve(
+        {
+            "env": env,
+            "algorithm": name,
+            "learner": {
+                "hidden": [16],
+                "learning_rate": 1e-3,
+                "learning_rate_final": 1e-4,
+                "learning_rate_decay_updates": 100,
+            },
+            "actor": {"hidden": [16]},
+        }
+    )
+    learner = build_algorithm(
+        config.learner, config.algorithms, env_shape(config.env), torch.device("cpu")
+    )
     parameters = {id(p) for o in learner.optimizers for g in o.param_groups for p in g["params"]}
     assert parameters >= {id(p) for p in learner.policy.parameters() if p.requires_grad}
     rates = [config.learner.learning_rate_at(u) for u in (0, 50, 100, 10_000)]
@@ -230,8 +273,15 @@ def test_a_learning_rate_schedule_is_checked() -> None:
     with pytest.raises(ConfigError, match="learning_rate_final must be > 0"):
         resolve({"learner": {"learning_rate_final": -1.0, "learning_rate_decay_updates": 10}})
     assert resolve({}).learner.learning_rate_at(10**6) == resolve({}).learner.learning_rate
-    learner = resolve({"learner": {"learning_rate": 1e-3, "learning_rate_final": 5e-4,
-                                   "learning_rate_decay_updates": 100}}).learner  # fmt: skip
+    learner = resolve(
+        {
+            "learner": {
+                "learning_rate": 1e-3,
+                "learning_rate_final": 5e-4,
+                "learning_rate_decay_updates": 100,
+            }
+        }
+    ).learner
     assert learner.learning_rate_at(50) == pytest.approx(7.5e-4)
     assert learner.learning_rate_at(500) == 5e-4
 
@@ -249,9 +299,13 @@ def test_dqn_s_huber_loss_turns_linear_past_its_delta(delta: float) -> None:
         online_next = online(observations).argmax(dim=1, keepdim=True)
         next_value = target(observations).gather(1, online_next).squeeze(1)
     targets = q_taken + torch.tensor([5.0, 50.0])  # the rewards that make these errors
-    batch = {"obs": observations, "action": torch.zeros(2, dtype=torch.int64),
-             "reward": targets - 0.9 * next_value, "discount": torch.full((2,), 0.9),
-             "next_obs": observations}  # fmt: skip
+    batch = {
+        "obs": observations,
+        "action": torch.zeros(2, dtype=torch.int64),
+        "reward": targets - 0.9 * next_value,
+        "discount": torch.full((2,), 0.9),
+        "next_obs": observations,
+    }
     weights = torch.tensor([1.0, 0.5])
     loss, magnitude = dqn_loss(online, target, batch, weights, huber_delta=delta)
     error = torch.tensor([5.0, 50.0])

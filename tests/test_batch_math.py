@@ -70,10 +70,16 @@ def sampled_parts(shards, rng: np.random.Generator, batch_size: int):
         if count:
             shard, sample = shards[index], shards[index].sample(int(count), BETA)
             reply = SampleReply(
-                shard.total_priority, shard.min_priority, shard.size, shard.capacity,
-                sample.indices, sample.generations, sample.priorities, sample.weights,
+                shard.total_priority,
+                shard.min_priority,
+                shard.size,
+                shard.capacity,
+                sample.indices,
+                sample.generations,
+                sample.priorities,
+                sample.weights,
                 sample.transitions,
-            )  # fmt: skip
+            )
             parts.append((index, reply))
     return parts
 

@@ -29,8 +29,11 @@ def test_each_side_of_each_record_is_an_arm_named_by_its_algorithm_or_peer() -> 
     found = _gathered(R2D2, DQN_STACK4)
     assert [a.label for a in found] == ["r2d2", "sb3-recurrent-ppo", "dqn-stack4"]
     source = json.loads(R2D2.read_text())
-    mine = next(r for r in source["records"] if r["implementation"] == "apex"
-                and r["metric"] == "return_at_60s")  # fmt: skip
+    mine = next(
+        r
+        for r in source["records"]
+        if r["implementation"] == "apex" and r["metric"] == "return_at_60s"
+    )
     assert found[0].figures["return_at_60s"]["iqm"] == mine["iqm"]
     assert found[0].runs is None  # summarised: no curves
     assert arms.subject(found[0].task) == "popgym-RepeatFirstEasy"
@@ -41,8 +44,11 @@ def test_the_reference_is_compared_at_every_figure_both_arms_have() -> None:
     against_peer = [c for c in outcome["comparisons"] if c["other"] == "sb3-recurrent-ppo"]
     against_stack = [c for c in outcome["comparisons"] if c["other"] == "dqn-stack4"]
     # The peer's first evaluation came after 30 s: no figure there to compare.
-    assert [c["metric"] for c in against_peer] == ["return_at_60s", "return_at_120s",
-                                                   "return_at_300s"]  # fmt: skip
+    assert [c["metric"] for c in against_peer] == [
+        "return_at_60s",
+        "return_at_120s",
+        "return_at_300s",
+    ]
     assert len(against_stack) == 4
     for c in against_peer + against_stack:
         # Every R2D2 seed returned more than every DQN-on-stacks and PPO seed here.
@@ -57,9 +63,15 @@ def test_the_reference_is_compared_at_every_figure_both_arms_have() -> None:
 
 
 def _time_arm(label: str, values: list[float], ci: tuple[float, float]) -> arms.Arm:
-    figure = {"metric": "time_to_confirmed_solve", "unit": "s", "iqm": sum(values) / len(values),
-              "ci_low": ci[0], "ci_high": ci[1], "higher_is_better": False,
-              "params": {"values": values}}  # fmt: skip
+    figure = {
+        "metric": "time_to_confirmed_solve",
+        "unit": "s",
+        "iqm": sum(values) / len(values),
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "higher_is_better": False,
+        "params": {"values": values},
+    }
     task = {"env": "CartPole-v1", "name": None, "budget_s": 60.0}
     return arms.Arm(label, "made here", {}, task, {figure["metric"]: figure}, None)
 
@@ -76,14 +88,28 @@ def test_for_times_the_faster_arm_is_better_and_the_ratio_is_the_other_over_it()
 @pytest.mark.slow
 def test_the_command_writes_a_valid_record_and_one_plot_from_whole_records(tmp_path) -> None:
     out, png = tmp_path / "arms.json", tmp_path / "arms.png"
-    result = CliRunner().invoke(main, ["bench", "arms", str(R2D2_WHOLE), str(DQN_STACK4_WHOLE),
-                                       "--json", str(out), "--plot", str(png)])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "arms",
+            str(R2D2_WHOLE),
+            str(DQN_STACK4_WHOLE),
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "| return_at_60s | 0.987 [0.924, 1]" in result.output
     document = json.loads(out.read_text())
     assert report.validate(document) == []
     assert {r["implementation"] for r in document["records"]} == {
-        "r2d2", "sb3-recurrent-ppo", "dqn-stack4"}  # fmt: skip
+        "r2d2",
+        "sb3-recurrent-ppo",
+        "dqn-stack4",
+    }
     assert len(document["suites"]["arms"]["comparisons"]) == 7
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

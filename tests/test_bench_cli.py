@@ -117,8 +117,19 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
     # One round (the turns are tested apart).
     # R2D2's sequences are checked apart (tests/test_sequence_bench.py).
     parts = ("--part", "ingest", "--part", "sample", "--part", "queue")
-    arguments = ["bench", "shard", "--quick", "--repeats", "1", "--seconds", "0.25", "--curve",
-                 "--kind", "small", *parts]  # fmt: skip
+    arguments = [
+        "bench",
+        "shard",
+        "--quick",
+        "--repeats",
+        "1",
+        "--seconds",
+        "0.25",
+        "--curve",
+        "--kind",
+        "small",
+        *parts,
+    ]
     result = CliRunner().invoke(main, [*arguments, "--ingest-rate", "20000", "--json", str(out)])
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
@@ -130,15 +141,15 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
         assert (f"sample-{shards}shard", "apex", "ready_batches") in measured
     # IMPALA's unrolls through a queue shard to the sampler.
     assert ("queue-unrolls-1shard", "apex", "unrolls") in measured
-    ingest_ratios = [r for r in document["ratios"] if r["metric"] == "ingest"
-                     and r["denominator"] != "apex"]  # fmt: skip
+    ingest_ratios = [
+        r for r in document["ratios"] if r["metric"] == "ingest" and r["denominator"] != "apex"
+    ]
     # Against both baselines: the same packed bytes, and one frame per array.
     assert len(ingest_ratios) == 2 and all(r["ratio"] > 0 for r in ingest_ratios)
     assert all(len(r["per_round"]) == 1 for r in ingest_ratios)  # a ratio per round
     # CURVE beside plain, in the same run: each kind's ingest and the sample service.
     curve = {r["case"]: r["ratio"] for r in document["ratios"] if r["numerator"] == "apex-curve"}
-    assert set(curve) == {"ingest-small-1p-curve", "sample-1shard-curve",
-                          "weights-mlp-8sub-curve"}  # fmt: skip
+    assert set(curve) == {"ingest-small-1p-curve", "sample-1shard-curve", "weights-mlp-8sub-curve"}
     assert all(ratio > 0 for ratio in curve.values())
 
 
@@ -146,10 +157,14 @@ def test_quick_shard_benchmark_writes_a_valid_document(tmp_path: Path) -> None:
 def test_the_shard_suite_sends_pong_frames_once_compressed() -> None:
     from bench.parts import shard_suite
 
-    result = shard_suite.run(quick=True, repeats=1, seconds_per_repeat=0.25,
-                             kinds=("atari-frames",), parts=("ingest",))  # fmt: skip
-    frames = {(r["implementation"], r["metric"]): r for r in result["records"]
-              if r["case"] == "ingest-atari-frames-1p"}  # fmt: skip
+    result = shard_suite.run(
+        quick=True, repeats=1, seconds_per_repeat=0.25, kinds=("atari-frames",), parts=("ingest",)
+    )
+    frames = {
+        (r["implementation"], r["metric"]): r
+        for r in result["records"]
+        if r["case"] == "ingest-atari-frames-1p"
+    }
     # Each Pong frame sent once, LZ4-compressed: no raw baseline, and far fewer bytes a
     # transition than a whole stack's 56 KB.
     assert frames[("apex", "ingest")]["median"] > 0
@@ -218,9 +233,17 @@ def test_quick_learner_and_actor_suites_write_valid_documents(tmp_path: Path, su
             32 * 20 * by_case[("r2d2-mlp-cpu-b32", "updates")]
         )
     else:
-        assert {"CartPole-v1-k1", "CartPole-v1-k8", "Pendulum-v1-k4", "HalfCheetah-v5-k1",
-                "Pong-k4-before", "Pong-k4-ale-int8", "Pong-k4-forward-int8",
-                "Pong-k4-play-sync", "Pong-k4-play-async"} <= {r["case"] for r in ok}  # fmt: skip
+        assert {
+            "CartPole-v1-k1",
+            "CartPole-v1-k8",
+            "Pendulum-v1-k4",
+            "HalfCheetah-v5-k1",
+            "Pong-k4-before",
+            "Pong-k4-ale-int8",
+            "Pong-k4-forward-int8",
+            "Pong-k4-play-sync",
+            "Pong-k4-play-async",
+        } <= {r["case"] for r in ok}
         # Sync and async play, each per core and per process.
         play = {(r["case"], r["metric"]) for r in ok if "-play-" in r["case"]}
         assert ("Pong-k4-play-async", "env_steps_per_process") in play
@@ -251,12 +274,28 @@ def _figure(metric: str, unit: str, median: float) -> dict:
 def test_compare_reports_speed_ratios_and_flags_regressions(tmp_path: Path) -> None:
     old = tmp_path / "old.json"
     new = tmp_path / "new.json"
-    old.write_text(json.dumps(_document([
-        _figure("rate", "items/s", 100.0), _figure("time", "s", 10.0),
-        _figure("phase", "ms/update", 2.0)])))  # fmt: skip
-    new.write_text(json.dumps(_document([
-        _figure("rate", "items/s", 50.0), _figure("time", "s", 5.0),
-        _figure("phase", "ms/update", 1.0)])))  # fmt: skip
+    old.write_text(
+        json.dumps(
+            _document(
+                [
+                    _figure("rate", "items/s", 100.0),
+                    _figure("time", "s", 10.0),
+                    _figure("phase", "ms/update", 2.0),
+                ]
+            )
+        )
+    )
+    new.write_text(
+        json.dumps(
+            _document(
+                [
+                    _figure("rate", "items/s", 50.0),
+                    _figure("time", "s", 5.0),
+                    _figure("phase", "ms/update", 1.0),
+                ]
+            )
+        )
+    )
     result = CliRunner().invoke(main, ["bench", "compare", str(old), str(new)])
     assert result.exit_code == 0, result.output
     assert "0.50× ⚠" in result.output  # half the rate: a regression
@@ -322,8 +361,9 @@ def test_quick_fault_suite_measures_a_recovery_and_writes_a_valid_document(
         assert 0 < figures[(fault, "recovery_s")] < 60
         return
     # Checkpoints, snapshots and metrics failed while the disk was full; training did not.
-    failed = [figures[(fault, m)] for m in ("checkpoints_failed", "snapshots_failed",
-                                            "metrics_dropped")]  # fmt: skip
+    failed = [
+        figures[(fault, m)] for m in ("checkpoints_failed", "snapshots_failed", "metrics_dropped")
+    ]
     assert sum(failed) >= 1 and figures[(fault, "updates_while_full")] > 0
 
 

@@ -15,24 +15,40 @@ from bench.learning import lag_report, lag_suite
 from launch.cli import main
 
 
-def fake_lag_run(lag: int, correction: bool, seed: int, solve_s: float | None,
-                 updates_per_s: float | None = 10.0) -> dict:  # fmt: skip
+def fake_lag_run(
+    lag: int, correction: bool, seed: int, solve_s: float | None, updates_per_s: float | None = 10.0
+) -> dict:
     """A run that evaluates every 10 s of training from 5 s, at 100 + 10 s a second until
     its confirmed solve (at 480) at ``solve_s``, which ends it; ``updates_per_s`` None: a
     run recorded before the suite counted updates."""
     rate = updates_per_s or 10.0
-    evaluations = [[float(t), 100 * t, rate * t, 100.0 + 10 * t] for t in range(5, 90, 10)
-                   if solve_s is None or t < solve_s]  # fmt: skip
+    evaluations = [
+        [float(t), 100 * t, rate * t, 100.0 + 10 * t]
+        for t in range(5, 90, 10)
+        if solve_s is None or t < solve_s
+    ]
     confirmations = [] if solve_s is None else [[solve_s, 100 * solve_s, rate * solve_s, 480.0]]
-    run = {"lag": lag, "correction": correction, "seed": seed, "budget_s": 90.0,
-           "git": "0" * 40, "solved": solve_s is not None, "solve_s": solve_s,
-           "evaluations": evaluations, "confirmations": confirmations, "target": 475.0,
-           "trained_lag": float(lag)}  # fmt: skip
+    run = {
+        "lag": lag,
+        "correction": correction,
+        "seed": seed,
+        "budget_s": 90.0,
+        "git": "0" * 40,
+        "solved": solve_s is not None,
+        "solve_s": solve_s,
+        "evaluations": evaluations,
+        "confirmations": confirmations,
+        "target": 475.0,
+        "trained_lag": float(lag),
+    }
     if updates_per_s is not None:
         training_s = solve_s or 90.0
-        run.update(solve_updates=rate * solve_s if solve_s else None,
-                   solve_env_steps=100 * solve_s if solve_s else None,
-                   updates=rate * training_s, training_s=training_s)  # fmt: skip
+        run.update(
+            solve_updates=rate * solve_s if solve_s else None,
+            solve_env_steps=100 * solve_s if solve_s else None,
+            updates=rate * training_s,
+            training_s=training_s,
+        )
     return run
 
 
@@ -62,8 +78,9 @@ def test_the_lag_goal_compares_v_trace_iqms_at_k_20_and_the_least_k() -> None:
     interval = lag_suite._interval(lagged, 90.0)
     assert interval["iqm"] == pytest.approx(10.5) and not interval["iqm_lower_bound"]
     assert interval["iqm_ci95"][0] <= interval["iqm"] <= interval["iqm_ci95"][1]
-    goal = lag_suite._goal({(1, True): fresh, (20, True): lagged, (20, False): [1.0] * 4}, {},
-                           1, 90.0)  # fmt: skip
+    goal = lag_suite._goal(
+        {(1, True): fresh, (20, True): lagged, (20, False): [1.0] * 4}, {}, 1, 90.0
+    )
     assert goal["checked"] and goal["iqm_ratio"] == pytest.approx(10.5 / 9.5)
     assert not goal["met"] and 0 <= goal["p_lagged_sooner"] < 0.5 and "updates" not in goal
     low, high = goal["ratio_ci95"]
@@ -96,8 +113,7 @@ def test_the_lag_goal_compares_v_trace_iqms_at_k_20_and_the_least_k() -> None:
     assert goal["updates"]["lower_bound"] and not goal["updates"]["met"]
     # Lag 0's own count a lower bound: no ratio.
     counts[(1, True)] = ([80.0, 900.0, 900.0, 900.0], [True, False, False, False])
-    assert "updates" not in lag_suite._goal({(1, True): fresh, (20, True): lagged}, counts, 1,
-                                            90.0)  # fmt: skip
+    assert "updates" not in lag_suite._goal({(1, True): fresh, (20, True): lagged}, counts, 1, 90.0)
 
 
 def test_a_resumed_sitting_runs_only_the_missing_runs_and_scores_them_all(monkeypatch) -> None:
@@ -110,8 +126,13 @@ def test_a_resumed_sitting_runs_only_the_missing_runs_and_scores_them_all(monkey
     monkeypatch.setattr(lag_suite, "run_once", fake_run_once)
     kept = [fake_lag_run(0, True, seed, 10.0 + seed) for seed in range(3)]
     told = []
-    result = lag_suite.run(lags=(0, 20), seeds=(0, 1, 2), budget_s=90.0, previous=kept,
-                           on_run=lambda runs: told.append(len(runs)))  # fmt: skip
+    result = lag_suite.run(
+        lags=(0, 20),
+        seeds=(0, 1, 2),
+        budget_s=90.0,
+        previous=kept,
+        on_run=lambda runs: told.append(len(runs)),
+    )
     assert (0, True, 0) not in ran and len(ran) == 9 and told == list(range(4, 13))
     records = {(r["case"], r["metric"]): r for r in result["records"]}
     solve = records[("CartPole-v1-k20-vtrace", "time_to_solve")]
@@ -121,24 +142,32 @@ def test_a_resumed_sitting_runs_only_the_missing_runs_and_scores_them_all(monkey
     assert goal["checked"] and goal["base_k"] == 0 and goal["lag_k"] == 20
     assert len(result["config"]["runs"]) == 12
     # Each correction's median time at K = 20 over its own at K = 0.
-    assert {r["case"] for r in result["ratios"]} == {"CartPole-v1-k20-vtrace",
-                                                     "CartPole-v1-k20-no-correction"}  # fmt: skip
+    assert {r["case"] for r in result["ratios"]} == {
+        "CartPole-v1-k20-vtrace",
+        "CartPole-v1-k20-no-correction",
+    }
 
 
 @pytest.mark.slow
 def test_the_report_gives_returns_at_fixed_times_and_draws_each_k_side_by_side(
     tmp_path: Path,
 ) -> None:
-    runs = [fake_lag_run(lag, correction, seed, 20.0 if lag == 0 else None)
-            for lag in (0, 20) for correction in (True, False) for seed in range(4)]  # fmt: skip
+    runs = [
+        fake_lag_run(lag, correction, seed, 20.0 if lag == 0 else None)
+        for lag in (0, 20)
+        for correction in (True, False)
+        for seed in range(4)
+    ]
     document = report.new_document(Path("."))
-    report.add_suite(document, "lag", lag_suite.summarize("CartPole-v1", (0, 20), range(4),
-                                                          90.0, runs))  # fmt: skip
+    report.add_suite(
+        document, "lag", lag_suite.summarize("CartPole-v1", (0, 20), range(4), 90.0, runs)
+    )
     text = lag_report.markdown(document)
     # At 30 s the lock-step runs have solved (their confirmation, 480); the lagged ones
     # are at their newest evaluation (25 s: 350).
-    row0 = next(line for line in text.splitlines()
-                if line.startswith("| 0 (lock-step) | V-trace | 150"))  # fmt: skip
+    row0 = next(
+        line for line in text.splitlines() if line.startswith("| 0 (lock-step) | V-trace | 150")
+    )
     row20 = next(line for line in text.splitlines() if line.startswith("| 20 | off | 150"))
     assert "at 30 s" in text and "| 480 [480, 480] |" in row0 and "| 350 [350, 350] |" in row20
     assert "4 of 4 |" in text and "- K = 20, off: 0: —, 1: —" in text
@@ -158,8 +187,11 @@ def test_the_report_gives_returns_at_fixed_times_and_draws_each_k_side_by_side(
 
 def test_a_record_of_another_budget_or_env_is_refused_on_resume(tmp_path: Path) -> None:
     document = report.new_document(Path("."))
-    report.add_suite(document, "lag", lag_suite.summarize(
-        "CartPole-v1", (0,), (0,), 90.0, [fake_lag_run(0, True, 0, 10.0)]))  # fmt: skip
+    report.add_suite(
+        document,
+        "lag",
+        lag_suite.summarize("CartPole-v1", (0,), (0,), 90.0, [fake_lag_run(0, True, 0, 10.0)]),
+    )
     record = tmp_path / "lag.json"
     record.write_text(json.dumps(document))
     for extra in (["--budget", "30"], ["--env", "Acrobot-v1"]):
@@ -171,8 +203,11 @@ def test_a_record_of_another_budget_or_env_is_refused_on_resume(tmp_path: Path) 
 
 
 def test_runs_recorded_before_the_updates_were_counted_are_scored_on_time_only() -> None:
-    runs = [fake_lag_run(lag, True, seed, 10.0 + seed, updates_per_s=None)
-            for lag in (0, 20) for seed in range(3)]  # fmt: skip
+    runs = [
+        fake_lag_run(lag, True, seed, 10.0 + seed, updates_per_s=None)
+        for lag in (0, 20)
+        for seed in range(3)
+    ]
     document = report.new_document(Path("."))
     result = lag_suite.summarize("CartPole-v1", (0, 20), range(3), 90.0, runs)
     report.add_suite(document, "lag", result)

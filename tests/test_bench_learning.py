@@ -33,11 +33,19 @@ def fake_run(implementation: str, seed: int, solve_s: float | None, **extra) -> 
         evaluations.append([float(t), 1000 * t, 10 * t, 490.0 if reached else float(t)])
     if solve_s is not None:
         confirmations.append([solve_s, 1000 * solve_s, 10 * solve_s, 480.0])
-    run = {"implementation": implementation, "seed": seed, "budget_s": TASK.budget_s,
-           "evaluations": evaluations, "confirmations": confirmations, "solved": solve_s
-           is not None, "solve_s": solve_s, "solve_env_steps": None if solve_s is None else
-           int(1000 * solve_s), "solve_updates": None if solve_s is None else int(10 * solve_s),
-           "end_s": solve_s or TASK.budget_s, "stopped_at_solve": True}  # fmt: skip
+    run = {
+        "implementation": implementation,
+        "seed": seed,
+        "budget_s": TASK.budget_s,
+        "evaluations": evaluations,
+        "confirmations": confirmations,
+        "solved": solve_s is not None,
+        "solve_s": solve_s,
+        "solve_env_steps": None if solve_s is None else int(1000 * solve_s),
+        "solve_updates": None if solve_s is None else int(10 * solve_s),
+        "end_s": solve_s or TASK.budget_s,
+        "stopped_at_solve": True,
+    }
     return {**run, **extra}
 
 
@@ -72,8 +80,11 @@ def test_unsolved_runs_count_at_the_budget_and_bound_the_iqm_when_in_the_middle(
     # Two unsolved of ten sit in the slowest quarter: the IQM is an estimate, not a bound.
     runs = [fake_run("apex", s, solve_s=10.0 + s) for s in range(8)]
     runs += [fake_run("apex", s, None) for s in (8, 9)]
-    time = next(r for r in learn_suite.side_records(TASK, "apex", runs)
-                if r["metric"] == "time_to_confirmed_solve")  # fmt: skip
+    time = next(
+        r
+        for r in learn_suite.side_records(TASK, "apex", runs)
+        if r["metric"] == "time_to_confirmed_solve"
+    )
     assert time["unsolved"] == 2 and not time["lower_bound"]
 
 
@@ -113,8 +124,11 @@ def test_without_a_target_the_comparison_is_of_the_return_at_the_last_checkpoint
     assert ratio["metric"] == "return_at_50s" and ratio["numerator"] == "apex"
     assert ratio["ratio"] == pytest.approx(31.0 / 11.0)
     assert ratio["probability_of_improvement"] == 1.0 and not ratio["intervals_overlap"]
-    document = {"suites": {"learn": {"config": {"runs": [*apex, *peer]}}},
-                "records": records, "ratios": [ratio]}  # fmt: skip
+    document = {
+        "suites": {"learn": {"config": {"runs": [*apex, *peer]}}},
+        "records": records,
+        "ratios": [ratio],
+    }
     assert "IQM return at 50s: **2.82×**; P(apex returns more) 1.00" in learn_report.markdown(
         document
     )
@@ -123,8 +137,9 @@ def test_without_a_target_the_comparison_is_of_the_return_at_the_last_checkpoint
 def test_runs_in_a_record_are_not_run_again_and_failures_are_listed() -> None:
     previous = [fake_run("apex", s, solve_s=10.0 + s) for s in range(3)]
     failed = {"implementation": "sb3-dqn", "seed": 0, "budget_s": 100.0, "error": "no sb3"}
-    result = learn_suite.run(TASK, seeds=(0, 1, 2), implementations=("apex",),
-                             previous=[*previous, failed])  # fmt: skip
+    result = learn_suite.run(
+        TASK, seeds=(0, 1, 2), implementations=("apex",), previous=[*previous, failed]
+    )
     assert result["config"]["runs"] == previous  # nothing new ran; the failure is dropped
     [record] = [r for r in result["records"] if r["metric"] == "time_to_confirmed_solve"]
     assert record["params"]["seeds"] == [0, 1, 2]
@@ -139,8 +154,15 @@ def test_a_resumed_record_keeps_one_side_s_runs_when_asked(tmp_path: Path) -> No
 
     runs = [fake_run("apex", 0, 12.0), fake_run("sb3-dqn", 0, 30.0), fake_run("apex", 1, None)]
     record = tmp_path / "learn.json"
-    record.write_text(json.dumps({"suites": {"learn": {"config": {
-        "task": {"name": "", "env": "CartPole-v1"}, "runs": runs}}}}))  # fmt: skip
+    record.write_text(
+        json.dumps(
+            {
+                "suites": {
+                    "learn": {"config": {"task": {"name": "", "env": "CartPole-v1"}, "runs": runs}}
+                }
+            }
+        )
+    )
     assert previous_runs((record,), "CartPole-v1") == runs
     assert previous_runs((record,), "CartPole-v1", ("peer",)) == [runs[1]]
     assert previous_runs((record,), "CartPole-v1", ("apex",)) == [runs[0], runs[2]]
@@ -202,9 +224,14 @@ def test_impala_and_the_peer_s_ppo_both_train_and_evaluate_minatar_with_its_netw
     # evaluation a solve and its confirmation end the run, so neither side waits out its
     # budget, which only bounds a broken run: how soon the first evaluation comes depends
     # on the machine's load (over 30 s for the peer, with both cores busy, under CI).
-    task = dataclasses.replace(quick_task(TASKS["impala/MinAtar/Breakout-v1"]),
-                               eval_every_steps=500, eval_episodes=2, target=0.0,
-                               confirm_episodes=2, budget_s=150.0)  # fmt: skip
+    task = dataclasses.replace(
+        quick_task(TASKS["impala/MinAtar/Breakout-v1"]),
+        eval_every_steps=500,
+        eval_episodes=2,
+        target=0.0,
+        confirm_episodes=2,
+        budget_s=150.0,
+    )
     # One actor, not the preset's two: the same network and evaluation, at half the
     # actors' CPU beside the rest of the suite.
     runs = (run_apex(task, 0, settings=("actors=1",)), run_peer(task, 0))
@@ -230,9 +257,13 @@ def test_each_side_is_warmed_once_untimed_before_its_first_timed_run(monkeypatch
     previous = [fake_run("apex", 0, 10.0)]
     result = learn_suite.run(TASK, seeds=(0, 1), previous=previous)
     warm = (learn_suite.WARM_UP_S, None)  # a short budget and no target: it never solves
-    assert calls == [("apex", 1, *warm), ("apex", 1, TASK.budget_s, TASK.target),
-                     ("peer", 0, *warm), ("peer", 0, TASK.budget_s, TASK.target),
-                     ("peer", 1, TASK.budget_s, TASK.target)]  # fmt: skip
+    assert calls == [
+        ("apex", 1, *warm),
+        ("apex", 1, TASK.budget_s, TASK.target),
+        ("peer", 0, *warm),
+        ("peer", 0, TASK.budget_s, TASK.target),
+        ("peer", 1, TASK.budget_s, TASK.target),
+    ]
     # Only timed runs are kept; a plumbing check runs without a warm-up.
     assert len(result["config"]["runs"]) == 4 and result["config"]["warm_up_s"] > 0
     calls.clear()
@@ -242,9 +273,12 @@ def test_each_side_is_warmed_once_untimed_before_its_first_timed_run(monkeypatch
 
 @pytest.mark.parametrize(
     ("env", "keep", "stops"),
-    [("CartPole-v1", False, "true"), ("CartPole-v1", True, "false"),
-     ("HalfCheetah-v5", False, "false")],
-)  # fmt: skip
+    [
+        ("CartPole-v1", False, "true"),
+        ("CartPole-v1", True, "false"),
+        ("HalfCheetah-v5", False, "false"),
+    ],
+)
 def test_apex_stops_at_a_solve_only_where_the_task_has_a_target(monkeypatch, env, keep, stops):
     """A task without a target compares returns at checkpoints: its runs go on to the
     budget, past the env's own threshold (HalfCheetah-v5's 4,800)."""
@@ -269,8 +303,14 @@ def test_the_peer_s_updates_are_its_gradient_steps_for_ppo_too() -> None:
     from bench.learning.sb3_worker import gradient_steps, without_log_folder
 
     # One rollout of 2 x 32 steps, 3 epochs of minibatches of 16: 4 an epoch.
-    model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_steps=32,
-                batch_size=16, n_epochs=3, seed=0)  # fmt: skip
+    model = PPO(
+        "MlpPolicy",
+        make_vec_env("CartPole-v1", n_envs=2, seed=0),
+        n_steps=32,
+        batch_size=16,
+        n_epochs=3,
+        seed=0,
+    )
     without_log_folder(model)
     taken = []
     step = model.policy.optimizer.step

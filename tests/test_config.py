@@ -177,9 +177,12 @@ def test_an_algorithm_s_settings_for_one_env_sit_over_its_own_and_under_the_user
     assert mine.learner.batch_size == 16
 
 
-LOCKSTEP = {"algorithm": "impala", "actor": {"lockstep": True},
-            "learner": {"publish_period": 1},
-            "replay": {"min_size": 8, "replay_share": 0.0}}  # fmt: skip
+LOCKSTEP = {
+    "algorithm": "impala",
+    "actor": {"lockstep": True},
+    "learner": {"publish_period": 1},
+    "replay": {"min_size": 8, "replay_share": 0.0},
+}
 
 
 @pytest.mark.parametrize(
@@ -188,13 +191,17 @@ LOCKSTEP = {"algorithm": "impala", "actor": {"lockstep": True},
         ({"algorithm": "dqn"}, "actor.lockstep is for an algorithm whose replay is a queue"),
         ({"shards": 2}, "actor.lockstep needs shards = 1, got 2"),
         ({"learner": {"publish_period": 10}}, "needs learner.publish_period = 1, got 10"),
-        ({"actor": {"lockstep": True, "refresh_versions": 5}},
-         "needs actor.refresh_versions = 1, got 5"),
-        ({"replay": {"min_size": 32, "replay_share": 0.0}},
-         "a round is 8 unrolls (actors × actor.envs_per_actor), less than the 32 the learner "
-         "waits for"),
+        (
+            {"actor": {"lockstep": True, "refresh_versions": 5}},
+            "needs actor.refresh_versions = 1, got 5",
+        ),
+        (
+            {"replay": {"min_size": 32, "replay_share": 0.0}},
+            "a round is 8 unrolls (actors × actor.envs_per_actor), less than the 32 the learner "
+            "waits for",
+        ),
     ],
-)  # fmt: skip
+)
 def test_lockstep_runs_that_could_wait_forever_are_refused(change, expected) -> None:
     # CartPole's IMPALA: one actor of 8 envs, batches of 8 unrolls.
     config = resolve(LOCKSTEP)
@@ -210,6 +217,8 @@ def test_lockstep_refuses_a_replay_share_its_preset_s_too() -> None:
     without = {**LOCKSTEP, "replay": {"min_size": 8}}
     with pytest.raises(ConfigError) as raised:
         resolve(without)
-    assert any("replay.replay_share 0.5 would replay older unrolls: set "
-               "replay.replay_share=0" in problem for problem in raised.value.problems)  # fmt: skip
+    assert any(
+        "replay.replay_share 0.5 would replay older unrolls: set replay.replay_share=0" in problem
+        for problem in raised.value.problems
+    )
     assert resolve(LOCKSTEP).replay.replay_share == 0.0

@@ -30,13 +30,27 @@ def quick_fleet(tmp_path_factory) -> Path:
 
 
 COSTS = UnitCosts(
-    env="test", per_vector_step_s=100e-6, per_env_step_s=10e-6, client_s_per_message=50e-6,
-    client_credit_s=20e-6, transitions_per_message=50, wire_bytes=100.0, sample_bytes=200.0,
-    weights_bytes=1_000_000, idle_cores=0.01, per_message_s=40e-6, per_credit_s=30e-6,
-    per_request_s=100e-6, per_sampled_s=1e-6, per_connection_s=1e-6, message_shared_factor=1.25,
-    request_shared_factor=1.5, actor_shared_factor=2.0, client_shared_factor=3.0,
+    env="test",
+    per_vector_step_s=100e-6,
+    per_env_step_s=10e-6,
+    client_s_per_message=50e-6,
+    client_credit_s=20e-6,
+    transitions_per_message=50,
+    wire_bytes=100.0,
+    sample_bytes=200.0,
+    weights_bytes=1_000_000,
+    idle_cores=0.01,
+    per_message_s=40e-6,
+    per_credit_s=30e-6,
+    per_request_s=100e-6,
+    per_sampled_s=1e-6,
+    per_connection_s=1e-6,
+    message_shared_factor=1.25,
+    request_shared_factor=1.5,
+    actor_shared_factor=2.0,
+    client_shared_factor=3.0,
     client_per_connection_s=2e-6,
-)  # fmt: skip
+)
 
 
 def test_role_cores_by_hand() -> None:
@@ -101,13 +115,25 @@ def test_a_plan_takes_the_fewest_shards_that_keep_each_under_target() -> None:
 
 
 def _fleet_document(actors: int, messages_per_s: float, shard_cpu: float) -> dict:
-    figures = {"messages_per_s": messages_per_s, "learner_updates_per_s": 0.0,
-               "shard_cpu_cores": shard_cpu, "fleet_cpu_cores": 0.05}  # fmt: skip
+    figures = {
+        "messages_per_s": messages_per_s,
+        "learner_updates_per_s": 0.0,
+        "shard_cpu_cores": shard_cpu,
+        "fleet_cpu_cores": 0.05,
+    }
     params = {"env": "CartPole-v1", "actors": actors, "shards": 1}
     case = f"fleet-{actors}"
-    records = [{"suite": "fleet", "status": "ok", "case": case, "metric": metric,
-                "median": value, "params": params}
-               for metric, value in figures.items()]  # fmt: skip
+    records = [
+        {
+            "suite": "fleet",
+            "status": "ok",
+            "case": case,
+            "metric": metric,
+            "median": value,
+            "params": params,
+        }
+        for metric, value in figures.items()
+    ]
     return {"machine": {"cores": 2}, "records": records}
 
 
@@ -131,8 +157,22 @@ def test_a_fleet_on_a_full_core_gets_what_the_shards_leave() -> None:
 def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path, quick_fleet: Path):
     fleet, runner = quick_fleet, CliRunner()
     out, plots = tmp_path / "model.json", tmp_path / "plots"
-    arguments = ["bench", "model", "--env", "CartPole-v1", "--seconds", "0.5", "--repeats", "1",
-                 "--measured", str(fleet), "--plot", str(plots), "--json", str(out)]  # fmt: skip
+    arguments = [
+        "bench",
+        "model",
+        "--env",
+        "CartPole-v1",
+        "--seconds",
+        "0.5",
+        "--repeats",
+        "1",
+        "--measured",
+        str(fleet),
+        "--plot",
+        str(plots),
+        "--json",
+        str(out),
+    ]
     result = runner.invoke(main, arguments)
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
@@ -144,8 +184,12 @@ def test_bench_model_measures_units_and_checks_a_fleet_run(tmp_path: Path, quick
     # Beside a learner's training loop an operation costs more or less: a factor, measured
     # in 1 s windows, that the machine's other load moves far (0.013 seen with three test
     # workers); how well the model predicts is the benchmark's business, not this test's.
-    for name in ("message_shared_factor", "request_shared_factor", "actor_shared_factor",
-                 "client_shared_factor"):  # fmt: skip
+    for name in (
+        "message_shared_factor",
+        "request_shared_factor",
+        "actor_shared_factor",
+        "client_shared_factor",
+    ):
         assert 0 < units[name] < math.inf, (name, units[name])
     # A sample request's cost splits into a fixed part and a slope over its size, from two
     # sizes; in a 1 s window on this VM the slope can be lost in noise (then 0, never

@@ -123,8 +123,7 @@ def test_the_graphed_update_trains_as_the_eager_one(shape, deterministic_cudnn) 
         assert ours.mean_abs_td == pytest.approx(theirs.mean_abs_td, rel=1e-4, abs=1e-6)
         assert ours.new_priorities.device.type == "cpu"
         assert ours.new_priorities.dtype == torch.float64
-        torch.testing.assert_close(ours.new_priorities, theirs.new_priorities, rtol=1e-4,
-                                   atol=1e-5)  # fmt: skip
+        torch.testing.assert_close(ours.new_priorities, theirs.new_priorities, rtol=1e-4, atol=1e-5)
         for a, b in zip(graphed.online.parameters(), eager.online.parameters(), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)
 

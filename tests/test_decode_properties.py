@@ -80,8 +80,13 @@ def _frame_insert(compressed: bool) -> Message:
 
         blobs = [lz4.block.compress(bytes(36 * [n]), store_size=False) for n in range(3)]
         offsets = np.cumsum([0, *map(len, blobs)])
-        insert = FrameInsert(*head, records, np.ones(2), offsets=offsets,
-                             data=np.frombuffer(b"".join(blobs), np.uint8))  # fmt: skip
+        insert = FrameInsert(
+            *head,
+            records,
+            np.ones(2),
+            offsets=offsets,
+            data=np.frombuffer(b"".join(blobs), np.uint8),
+        )
     else:
         insert = FrameInsert(*head, records, np.ones(2), frames=np.ones((3, 6, 6), np.uint8))
     return insert.to_message(FRAMES, 3, 0, 1)
@@ -92,15 +97,19 @@ def templates() -> list[Message]:
     batch = make_batch(SMALL_SPEC, 4)
     slots = np.arange(4, dtype=np.int64)
     stats = np.array([4.0, 1.0, 4, 16])
-    reply = SampleReply(4.0, 1.0, 4, 16, slots, slots, np.ones(4), np.ones(4, np.float32),
-                                 batch)  # fmt: skip
+    reply = SampleReply(4.0, 1.0, 4, 16, slots, slots, np.ones(4), np.ones(4, np.float32), batch)
     frame_scalars = {n: batch_field for n, batch_field in make_batch(SCALARS, 4).items()}
-    payload = FramePayload(np.zeros((4, 4), np.int32), np.ones(36, np.uint8),
-                           np.array([0, 36]), compressed=False)  # fmt: skip
-    frame_reply = SampleReply(4.0, 1.0, 4, 16, slots, slots, np.ones(4),
-                                       np.ones(4, np.float32), frame_scalars, payload)  # fmt: skip
-    weights = [text_array('["torso.0.weight", "torso.0.bias"]'), np.ones((8, 4), np.float32),
-               np.ones(8, np.float32)]  # fmt: skip
+    payload = FramePayload(
+        np.zeros((4, 4), np.int32), np.ones(36, np.uint8), np.array([0, 36]), compressed=False
+    )
+    frame_reply = SampleReply(
+        4.0, 1.0, 4, 16, slots, slots, np.ones(4), np.ones(4, np.float32), frame_scalars, payload
+    )
+    weights = [
+        text_array('["torso.0.weight", "torso.0.bias"]'),
+        np.ones((8, 4), np.float32),
+        np.ones(8, np.float32),
+    ]
     episodes = (np.ones(2), np.array([10, 20]), np.zeros(6, np.int64))
     return [
         messages.Insert(batch, np.ones(4)).to_message(SMALL_SPEC, 1, 0, 0),
@@ -226,9 +235,10 @@ def test_an_empty_array_of_impossible_extent_is_refused(dims: tuple, pack: bool)
 
     from replay.wire.layout import HEADER_NBYTES, encode
 
-    frames = [bytes(memoryview(f).cast("B")) if not isinstance(f, bytes) else f
-              for f in encode(Message(Kind.INSERT, arrays=(np.zeros((0,) * len(dims)),)),
-                              pack=pack)]  # fmt: skip
+    frames = [
+        bytes(memoryview(f).cast("B")) if not isinstance(f, bytes) else f
+        for f in encode(Message(Kind.INSERT, arrays=(np.zeros((0,) * len(dims)),)), pack=pack)
+    ]
     header = bytearray(frames[0])
     struct.pack_into(f"<{len(dims)}I", header, HEADER_NBYTES + 4, *dims)
     with pytest.raises(ProtocolError, match="can address"):
@@ -237,9 +247,14 @@ def test_an_empty_array_of_impossible_extent_is_refused(dims: tuple, pack: bool)
 
 @pytest.mark.parametrize(
     ("dtype", "value", "loads"),
-    [("float16", 65504.0, True), ("float16", np.inf, False), ("float32", np.nan, False),
-     ("float64", 1e300, False), ("float64", -3e38, True)],
-)  # fmt: skip
+    [
+        ("float16", 65504.0, True),
+        ("float16", np.inf, False),
+        ("float32", np.nan, False),
+        ("float64", 1e300, False),
+        ("float64", -3e38, True),
+    ],
+)
 def test_weights_a_float32_policy_cannot_hold_are_refused(dtype: str, value: float, loads: bool):
     names = text_array('["torso.0.weight", "torso.0.bias"]')
     weight = np.full((8, 4), value, dtype=dtype)

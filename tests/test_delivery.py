@@ -46,7 +46,11 @@ def test_the_admission_rule() -> None:
     assert admit(stats, 0, 5, 0) == Verdict.TAKE  # a client without lanes
     # held: how many lanes just before this one the client still holds.
     assert [admit(stats, 9, lane, lane) for lane in (0, 1, 1, 0)] == [
-        Verdict.TAKE, Verdict.TAKE, Verdict.DUPLICATE, Verdict.DUPLICATE]  # fmt: skip
+        Verdict.TAKE,
+        Verdict.TAKE,
+        Verdict.DUPLICATE,
+        Verdict.DUPLICATE,
+    ]
     assert admit(stats, 9, 3, 2) == Verdict.GAP  # 2 is missing and the client still has it
     assert (stats.gap_pending, stats.out_of_order, stats.duplicates) == (1, 1, 2)
     assert [admit(stats, 9, lane, lane - 2) for lane in (2, 3)] == [Verdict.TAKE, Verdict.TAKE]
@@ -71,15 +75,22 @@ def test_a_live_shard_drops_duplicates_refuses_gaps_and_asks_for_them(
 
     def push(lane: int) -> None:  # the client holds every lane before it
         arrays = (*make_batch(SMALL_SPEC, 4).values(), np.ones(4))
-        pusher.send_multipart(encode(Message(Kind.INSERT, 31, lane, -1, 4, 0.0, arrays,
-                                             incarnation=7, held=lane)))  # fmt: skip
+        pusher.send_multipart(
+            encode(Message(Kind.INSERT, 31, lane, -1, 4, 0.0, arrays, incarnation=7, held=lane))
+        )
 
     try:
         for lane in (0, 1, 1, 3):
             push(lane)
         # Sender 31 is unknown to the shard until its first message is read: no KeyError.
-        counters = wait_for(lambda: (c := info(context, shard))["senders"].get("31", {}).get(
-            "insert_messages_taken") == 4 and c, what="four messages taken")  # fmt: skip
+        counters = wait_for(
+            lambda: (
+                (c := info(context, shard))["senders"].get("31", {}).get("insert_messages_taken")
+                == 4
+                and c
+            ),
+            what="four messages taken",
+        )
         assert counters["size"] == 8  # lanes 0 and 1
         assert (counters["duplicates_dropped"], counters["out_of_order_refused"]) == (1, 1)
         assert counters["rejected_total"] == 0  # not bad input: the protocol at work
@@ -131,10 +142,21 @@ def held_back_batches(
     """A shard keeping snapshots in ``root`` whose limiter holds inserts (nothing samples,
     so it refuses them after about 600 transitions), and a client that has sent it
     ``batches`` batches of 50, within its credit: those past the limiter wait queued."""
-    shard = ShardProcess("--capacity", "10000", "--min-size", "100", "--samples-per-insert",
-                         "1", "--error-buffer", "500", "--snapshot-dir", str(root))  # fmt: skip
-    client = InsertClient(context, [shard.endpoints], sender=8, spec=SMALL_SPEC, timeout_s=2,
-                          credit=32)  # fmt: skip
+    shard = ShardProcess(
+        "--capacity",
+        "10000",
+        "--min-size",
+        "100",
+        "--samples-per-insert",
+        "1",
+        "--error-buffer",
+        "500",
+        "--snapshot-dir",
+        str(root),
+    )
+    client = InsertClient(
+        context, [shard.endpoints], sender=8, spec=SMALL_SPEC, timeout_s=2, credit=32
+    )
     for i in range(batches):
         client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
     wait_for(lambda: info(context, shard)["inserts_waiting"], what="the limiter to hold")
@@ -220,8 +242,9 @@ def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -
     the shard that comes back from the snapshot; the store ends with every batch once."""
     shard = ShardProcess("--capacity", "10000", "--snapshot-dir", str(tmp_path))
     context = zmq.Context()
-    client = InsertClient(context, [shard.endpoints], sender=5, spec=SMALL_SPEC, timeout_s=2,
-                          credit=32)  # fmt: skip
+    client = InsertClient(
+        context, [shard.endpoints], sender=5, spec=SMALL_SPEC, timeout_s=2, credit=32
+    )
     ports = [e.rsplit(":", 1)[1] for e in (shard.endpoints.insert, shard.endpoints.request)]
     try:
         for i in range(10):
@@ -230,8 +253,11 @@ def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -
         requests = RequestClient(context, shard.endpoints.request, 99)
         requests.snapshot()
         requests.close()
-        wait_for(lambda: info(context, shard).get("snapshots_written", 0) >= 1,
-                 timeout_s=30, what="a snapshot")  # fmt: skip
+        wait_for(
+            lambda: info(context, shard).get("snapshots_written", 0) >= 1,
+            timeout_s=30,
+            what="a snapshot",
+        )
         shard.process.send_signal(signal.SIGSTOP)
         for i in range(10, 25):  # within the credit: none waits
             client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
@@ -240,8 +266,16 @@ def test_batches_a_killed_shard_never_took_reach_its_successor(tmp_path: Path) -
         shard.process.send_signal(signal.SIGKILL)
         shard.process.wait(10)
         shard.stop()
-        shard = ShardProcess("--capacity", "10000", "--insert-port", ports[0],
-                             "--request-port", ports[1], "--restore", str(tmp_path))  # fmt: skip
+        shard = ShardProcess(
+            "--capacity",
+            "10000",
+            "--insert-port",
+            ports[0],
+            "--request-port",
+            ports[1],
+            "--restore",
+            str(tmp_path),
+        )
         assert client.flush(30), client.delivery()
         counters = info(context, shard)
         assert counters["size"] == 25 * 50
@@ -265,8 +299,15 @@ def test_a_shard_that_never_comes_back_is_given_up_and_its_batches_go_to_another
     # the batches rerouted is then stored twice (InsertClient's at-least-once): on two
     # loaded cores a shard once went 3 s without an answer before the stop, and shard 0
     # ended with 5 batches more than expected. 8 s leaves that to a shard really gone.
-    client = InsertClient(context, [s.endpoints for s in shards], sender=6, spec=SMALL_SPEC,
-                          timeout_s=0.5, credit=32, reroute_after_s=8.0)  # fmt: skip
+    client = InsertClient(
+        context,
+        [s.endpoints for s in shards],
+        sender=6,
+        spec=SMALL_SPEC,
+        timeout_s=0.5,
+        credit=32,
+        reroute_after_s=8.0,
+    )
     try:
         for i in range(10):
             client.insert(make_batch(SMALL_SPEC, 50, i * 50), np.ones(50))
@@ -299,8 +340,15 @@ def test_a_given_up_shard_that_answers_again_takes_batches_again(
     """A shard only cut off (stopped, then resumed) gets a new lane when it answers; the
     rest of its old one went elsewhere."""
     other = ShardProcess("--capacity", "10000")
-    client = InsertClient(context, [other.endpoints, shard.endpoints], sender=7, spec=SMALL_SPEC,
-                          timeout_s=0.5, credit=8, reroute_after_s=1.0)  # fmt: skip
+    client = InsertClient(
+        context,
+        [other.endpoints, shard.endpoints],
+        sender=7,
+        spec=SMALL_SPEC,
+        timeout_s=0.5,
+        credit=8,
+        reroute_after_s=1.0,
+    )
     try:
         shard.process.send_signal(signal.SIGSTOP)
         try:
@@ -337,8 +385,11 @@ def test_the_account_tells_in_transit_from_lost() -> None:
     }
     received = {"0": 400, "1": 450, "2": 490, "3": 450, "4": 520}
     actors[4] = ActorStatus(now, transitions_sent=500, final=True, rerouted=2)
-    info = {"senders": {a: {"transitions": n} for a, n in received.items()},
-            "duplicates_dropped": 3, "lost_at_restart": 1}  # fmt: skip
+    info = {
+        "senders": {a: {"transitions": n} for a, n in received.items()},
+        "duplicates_dropped": 3,
+        "lost_at_restart": 1,
+    }
     report = delivery_report(actors, [info], [], now)
     assert report["transitions_in_transit"] == 100 + 20
     assert report["transitions_lost"] == 30 + 10 + 50
@@ -380,8 +431,9 @@ def test_the_shard_window_is_shared_among_active_senders() -> None:
 def test_a_queue_shard_grants_no_window_beyond_a_sender_s_own_share() -> None:
     # In flight beyond IMPALA's queue is policy lag: each sender keeps its insert_credit.
     answers = []
-    desk = CreditDesk(SenderBook(0), lambda identity, message: answers.append(message), 0,
-                      widen=False)  # fmt: skip
+    desk = CreditDesk(
+        SenderBook(0), lambda identity, message: answers.append(message), 0, widen=False
+    )
     desk.ask(b"x", Message(Kind.CREDIT, 1, 0, count=0, incarnation=9))
     assert CreditReply.from_message(answers[0]).window == 0
 

@@ -46,9 +46,16 @@ def test_a_record_with_no_bold_figure_is_named() -> None:
 
 @pytest.mark.parametrize(
     ("shown", "recorded"),
-    [("852K", 852_400.0), ("1.01M", 1_006_950.0), ("909 MB", 908_915_000.0),
-     ("108 MB", 108.36), ("1.48 GB", 1_477_980_000.0), ("100%", 1.0), ("92%", 92.0)],
-)  # fmt: skip
+    [
+        ("852K", 852_400.0),
+        ("1.01M", 1_006_950.0),
+        ("909 MB", 908_915_000.0),
+        ("108 MB", 108.36),
+        ("1.48 GB", 1_477_980_000.0),
+        ("100%", 1.0),
+        ("92%", 92.0),
+    ],
+)
 def test_suffixed_figures_match_records_in_bytes_fractions_or_their_own_unit(
     shown: str, recorded: float
 ) -> None:

@@ -34,16 +34,29 @@ def constant_td3(policy_delay: int = 2, tau: float = 0.5, twin_critics: bool = T
     """TD3 on 1-d observations and actions whose every weight is 0: each network outputs
     its last bias, whatever it is given, so every value below is plain arithmetic."""
     config = LearnerConfig(hidden=(4,), priority_epsilon=1e-3, max_grad_norm=1e6)
-    settings = Settings(policy_delay=policy_delay, tau=tau, target_noise=0.2,
-                        twin_critics=twin_critics, noise_clip=0.5)  # fmt: skip
+    settings = Settings(
+        policy_delay=policy_delay,
+        tau=tau,
+        target_noise=0.2,
+        twin_critics=twin_critics,
+        noise_clip=0.5,
+    )
     algorithm = DPG(config, settings, 1, LOW, HIGH, torch.device("cpu"))
     with torch.no_grad():
-        for network in (algorithm.online, algorithm.critic2, algorithm.target,
-                        algorithm.target_critic2):  # fmt: skip
+        for network in (
+            algorithm.online,
+            algorithm.critic2,
+            algorithm.target,
+            algorithm.target_critic2,
+        ):
             for parameter in network.parameters():
                 parameter.zero_()
-        critics = ((algorithm.online.critic, 1.0), (algorithm.target.critic, 1.0),
-                   (algorithm.critic2, 2.0), (algorithm.target_critic2, 2.0))  # fmt: skip
+        critics = (
+            (algorithm.online.critic, 1.0),
+            (algorithm.target.critic, 1.0),
+            (algorithm.critic2, 2.0),
+            (algorithm.target_critic2, 2.0),
+        )
         for critic, bias in critics:
             critic.net[-1].bias.fill_(bias)
         algorithm.online.policy.net[-1].bias.fill_(0.5)
@@ -53,11 +66,12 @@ def constant_td3(policy_delay: int = 2, tau: float = 0.5, twin_critics: bool = T
 def batch(rewards, discounts, weights) -> DeviceBatch:
     count = len(rewards)
     transitions = {
-        "obs": torch.zeros(count, 1), "next_obs": torch.ones(count, 1),
+        "obs": torch.zeros(count, 1),
+        "next_obs": torch.ones(count, 1),
         "action": torch.full((count, 1), 0.3),
         "reward": torch.tensor(rewards, dtype=torch.float32),
         "discount": torch.tensor(discounts, dtype=torch.float32),
-    }  # fmt: skip
+    }
     return DeviceBatch(transitions=transitions, weights=torch.tensor(weights), source=None)
 
 
@@ -98,17 +112,25 @@ def test_td3_resumes_from_its_state_dict() -> None:
     first = DPG(LearnerConfig(hidden=(8, 8)), Settings(), 3, LOW, HIGH, torch.device("cpu"))
     rng = np.random.default_rng(0)
     for _ in range(3):
-        first.step(DeviceBatch(transitions={
-            "obs": torch.from_numpy(rng.standard_normal((16, 3), dtype=np.float32)),
-            "next_obs": torch.from_numpy(rng.standard_normal((16, 3), dtype=np.float32)),
-            "action": torch.from_numpy(rng.uniform(-2, 2, (16, 1)).astype(np.float32)),
-            "reward": torch.ones(16), "discount": torch.full((16,), 0.9),
-        }, weights=torch.ones(16), source=None))  # fmt: skip
+        first.step(
+            DeviceBatch(
+                transitions={
+                    "obs": torch.from_numpy(rng.standard_normal((16, 3), dtype=np.float32)),
+                    "next_obs": torch.from_numpy(rng.standard_normal((16, 3), dtype=np.float32)),
+                    "action": torch.from_numpy(rng.uniform(-2, 2, (16, 1)).astype(np.float32)),
+                    "reward": torch.ones(16),
+                    "discount": torch.full((16,), 0.9),
+                },
+                weights=torch.ones(16),
+                source=None,
+            )
+        )
     second = DPG(LearnerConfig(hidden=(8, 8)), Settings(), 3, LOW, HIGH, torch.device("cpu"))
     second.load_state_dict(first.state_dict())
     assert second.steps == 3
-    for a, b in zip(first.state_dict()["critic2"].values(),
-                    second.state_dict()["critic2"].values(), strict=True):  # fmt: skip
+    for a, b in zip(
+        first.state_dict()["critic2"].values(), second.state_dict()["critic2"].values(), strict=True
+    ):
         assert torch.equal(a, b)
 
 
@@ -126,8 +148,7 @@ def test_the_numpy_actor_critic_equals_the_torch_one() -> None:
         actions = network(torch.from_numpy(observations))
         q = network.critic(torch.from_numpy(observations), actions)
     np.testing.assert_allclose(numpy_policy.actions(observations), actions.numpy(), atol=1e-5)
-    np.testing.assert_allclose(numpy_policy.q(observations, actions.numpy()), q.numpy(),
-                               atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(numpy_policy.q(observations, actions.numpy()), q.numpy(), atol=1e-5)
     assert (actions[:, 0].abs() <= 2).all() and ((actions[:, 1] >= 0) & (actions[:, 1] <= 1)).all()
 
 
@@ -143,13 +164,27 @@ def test_gaussian_noise_has_its_scale_per_row_and_stays_in_bounds() -> None:
 
 def test_nstep_builder_carries_continuous_actions() -> None:
     builder = NStepBuilder(2, 2, 0.5, (1,), np.dtype(np.float32), (1,), np.dtype(np.float32))
-    step = {"observations": np.zeros((2, 1), np.float32), "rewards": np.ones(2),
-            "next_observations": np.ones((2, 1), np.float32)}  # fmt: skip
-    assert builder.step(step["observations"], np.array([[0.1], [0.2]], np.float32),
-                        step["rewards"], step["next_observations"], np.zeros(2, bool),
-                        np.zeros(2, bool))["action"].shape == (0, 1)  # fmt: skip
-    out = builder.step(step["observations"], np.array([[0.3], [0.4]], np.float32), step["rewards"],
-                       step["next_observations"], np.zeros(2, bool), np.zeros(2, bool))  # fmt: skip
+    step = {
+        "observations": np.zeros((2, 1), np.float32),
+        "rewards": np.ones(2),
+        "next_observations": np.ones((2, 1), np.float32),
+    }
+    assert builder.step(
+        step["observations"],
+        np.array([[0.1], [0.2]], np.float32),
+        step["rewards"],
+        step["next_observations"],
+        np.zeros(2, bool),
+        np.zeros(2, bool),
+    )["action"].shape == (0, 1)
+    out = builder.step(
+        step["observations"],
+        np.array([[0.3], [0.4]], np.float32),
+        step["rewards"],
+        step["next_observations"],
+        np.zeros(2, bool),
+        np.zeros(2, bool),
+    )
     np.testing.assert_allclose(out["action"], [[0.1], [0.2]])
     assert out["action"].dtype == np.float32 and out["reward"].tolist() == [1.5, 1.5]
 
@@ -160,10 +195,22 @@ def test_the_action_space_chooses_the_algorithm_and_a_mismatch_stops_train(tmp_p
     assert choose("auto", pendulum).name == "dpg"
     assert choose("auto", cartpole).name == "dqn"
     runner = CliRunner()
-    for env, algorithm, said in (("Pendulum-v1", "dqn", "DQN needs Discrete"),
-                                 ("CartPole-v1", "dpg", "DPG needs a continuous")):  # fmt: skip
-        result = runner.invoke(main, ["train", "--env", env, "--set", f"algorithm={algorithm}",
-                                      "--run-dir", str(tmp_path / env)])  # fmt: skip
+    for env, algorithm, said in (
+        ("Pendulum-v1", "dqn", "DQN needs Discrete"),
+        ("CartPole-v1", "dpg", "DPG needs a continuous"),
+    ):
+        result = runner.invoke(
+            main,
+            [
+                "train",
+                "--env",
+                env,
+                "--set",
+                f"algorithm={algorithm}",
+                "--run-dir",
+                str(tmp_path / env),
+            ],
+        )
         assert result.exit_code == 2 and said in result.output, result.output
         assert not (tmp_path / env).exists()
     result = runner.invoke(main, ["train", "--set", "algorithm=ddpg"])
@@ -176,20 +223,38 @@ def test_a_short_pendulum_run_learns(tmp_path: Path) -> None:
     tests/test_train.py (the checkpoint path does not depend on it), and DPG's own state
     by test_td3_resumes_from_its_state_dict."""
     run_dir = tmp_path / "pendulum"
-    command = [sys.executable, "-m", "launch", "train", "--env", "Pendulum-v1", "--run-dir",
-               str(run_dir), "--max-updates", "3000", "--max-time", "150", "--target-return",
-               "-400", "--plain",
-               # Bounded by updates, not time: on an idle machine the policy is past -1,000
-               # at about 1,100 updates and confirms -400 by about 2,200, in 20 s; a loaded
-               # suite's learner made too few updates in a fixed 30 s to learn at all.
-               # Evaluations of 5 episodes every 1,000 env steps, so that three or more come
-               # however the actors' pace compares with the learner's.
-               "--set", "learner.eval_episodes=5", "--set", "learner.eval_every_steps=1000",
-               "--no-curves"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        "--env",
+        "Pendulum-v1",
+        "--run-dir",
+        str(run_dir),
+        "--max-updates",
+        "3000",
+        "--max-time",
+        "150",
+        "--target-return",
+        "-400",
+        "--plain",
+        # Bounded by updates, not time: on an idle machine the policy is past -1,000
+        # at about 1,100 updates and confirms -400 by about 2,200, in 20 s; a loaded
+        # suite's learner made too few updates in a fixed 30 s to learn at all.
+        # Evaluations of 5 episodes every 1,000 env steps, so that three or more come
+        # however the actors' pace compares with the learner's.
+        "--set",
+        "learner.eval_episodes=5",
+        "--set",
+        "learner.eval_every_steps=1000",
+        "--no-curves",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-3000:]
-    evaluations = [r["eval_return_mean"] for r in read_metrics(run_dir)
-                   if r.get("event") == "evaluation"]  # fmt: skip
+    evaluations = [
+        r["eval_return_mean"] for r in read_metrics(run_dir) if r.get("event") == "evaluation"
+    ]
     # A random Pendulum policy scores about −1,200 to −1,500; within 3,000 updates the policy
     # must be clearly better (a confirmed −400 ends the run sooner: the suite's time).
     assert len(evaluations) >= 3 and max(evaluations) >= evaluations[0] + 200, evaluations

@@ -38,15 +38,15 @@ def transitions(env_groups: int, rounds: int) -> tuple[collections.Counter, list
     """Every transition four Pong envs in ``env_groups`` groups make in ``rounds`` steps
     (a digest of its stacks, its action, reward and discount), and the ended episodes'
     returns."""
-    config = ActorConfig(env="Pong", envs_per_actor=4, n_step=3, env_groups=env_groups,
-                         seed=5)  # fmt: skip
+    config = ActorConfig(env="Pong", envs_per_actor=4, n_step=3, env_groups=env_groups, seed=5)
     shape = env_shape("Pong")
 
     def short_pong(name: str, count: int) -> AtariStacks:
         return AtariStacks(name, count, training=True, threads=1, max_frames=SHORT_FRAMES)
 
-    groups = make_groups(config, shape, scripted(FrameSumPolicy()), None, lambda: 0,
-                         np.zeros(4), envs=short_pong)  # fmt: skip
+    groups = make_groups(
+        config, shape, scripted(FrameSumPolicy()), None, lambda: 0, np.zeros(4), envs=short_pong
+    )
     made: collections.Counter = collections.Counter()
     returns: list[float] = []
     rng = np.random.default_rng(0)
@@ -63,10 +63,17 @@ def transitions(env_groups: int, rounds: int) -> tuple[collections.Counter, list
                     continue
                 out = done.experience
                 for i in range(len(out["action"])):
-                    digest = hashlib.blake2b(out["obs"][i].tobytes() + out["next_obs"][i].tobytes(),
-                                             digest_size=16).digest()  # fmt: skip
-                    made[(digest, int(out["action"][i]), float(out["reward"][i]),
-                          float(out["discount"][i]))] += 1  # fmt: skip
+                    digest = hashlib.blake2b(
+                        out["obs"][i].tobytes() + out["next_obs"][i].tobytes(), digest_size=16
+                    ).digest()
+                    made[
+                        (
+                            digest,
+                            int(out["action"][i]),
+                            float(out["reward"][i]),
+                            float(out["discount"][i]),
+                        )
+                    ] += 1
     finally:
         for group in groups:
             group.close()
@@ -104,11 +111,11 @@ class PoleAnglePolicy(FeedForward):
 def cartpole_steps(reward_scale: float, rounds: int) -> tuple[dict[str, np.ndarray], list[float]]:
     """Every n-step transition two CartPole envs make in ``rounds`` steps, and the ended
     episodes' returns."""
-    config = ActorConfig(env="CartPole-v1", envs_per_actor=2, n_step=3, seed=3,
-                         reward_scale=reward_scale)  # fmt: skip
+    config = ActorConfig(
+        env="CartPole-v1", envs_per_actor=2, n_step=3, seed=3, reward_scale=reward_scale
+    )
     shape = env_shape("CartPole-v1")
-    [group] = make_groups(config, shape, scripted(PoleAnglePolicy()), None, lambda: 0,
-                          np.zeros(2))  # fmt: skip
+    [group] = make_groups(config, shape, scripted(PoleAnglePolicy()), None, lambda: 0, np.zeros(2))
     parts: dict[str, list[np.ndarray]] = collections.defaultdict(list)
     returns: list[float] = []
     rng = np.random.default_rng(0)

@@ -59,7 +59,8 @@ def test_env_tables_from_the_command_line_and_their_mistakes() -> None:
     overrides = run_overrides(env="FrozenLake-v1", settings=("env.kwargs.map_name=8x8",))
     assert resolve({}, overrides).env_kwargs == {"map_name": "8x8"}
     assert resolve({"env": "FrozenLake-v1"}, {"env": {"kwargs": {"map_name": "8x8"}}}).env == (
-        "FrozenLake-v1")  # fmt: skip
+        "FrozenLake-v1"
+    )
     with pytest.raises(ConfigError) as refused:
         resolve({"env": {"kwargs": 4, "name": "x"}})
     assert refused.value.problems == [
@@ -85,16 +86,21 @@ def test_apex_envs_lists_every_family_its_names_and_their_extras() -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert [line.split(":")[0] for line in lines if not line.startswith(" ")][:3] == [
-        "gymnasium", "atari", "minatar"]  # fmt: skip
-    assert any(line.split()[:2] == ["LunarLander-v3", "id"] and "extra box2d" in line
-               for line in lines)  # fmt: skip
+        "gymnasium",
+        "atari",
+        "minatar",
+    ]
+    assert any(
+        line.split()[:2] == ["LunarLander-v3", "id"] and "extra box2d" in line for line in lines
+    )
     rows = json.loads(CliRunner().invoke(main, ["envs", "--json"]).output)
     by_name = {row["name"]: row for row in rows}
     assert by_name["ALE/*-v5"]["pattern"] and by_name["ALE/*-v5"]["extra"] == "atari"
     assert by_name["CartPole-v1"]["solved_return"] == 475.0
     assert {row["name"] for row in rows if row["family"] == "minatar"} == {
-        f"MinAtar/{game}-v1" for game in ("Asterix", "Breakout", "Freeway", "Seaquest",
-                                          "SpaceInvaders")}  # fmt: skip
+        f"MinAtar/{game}-v1"
+        for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+    }
 
 
 def test_an_image_of_any_size_acts_with_a_network_of_the_user_s_own() -> None:
@@ -111,8 +117,12 @@ def test_an_image_of_any_size_acts_with_a_network_of_the_user_s_own() -> None:
     specks = resolve({"env": "tests.space_envs:Specks-v0"})
     [problem] = network_problems(specks.learner, env_shape("tests.space_envs:Specks-v0"))
     assert "has observations of shape (3, 3): the built-in networks take" in problem
-    own = resolve({"env": "tests.space_envs:Pixels-v0",
-                   "learner": {"network": "tests.user_networks:grayscale_q"}})  # fmt: skip
+    own = resolve(
+        {
+            "env": "tests.space_envs:Pixels-v0",
+            "learner": {"network": "tests.user_networks:grayscale_q"},
+        }
+    )
     assert network_problems(own.learner, shape) == []
     acting = build_acting(own.actor_config(0), own.algorithms, shape).policy
     observations = make_env("tests.space_envs:Pixels-v0", training=True).reset(seed=0)[0]

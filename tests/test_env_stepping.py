@@ -49,8 +49,12 @@ def rollout(envs: gym.vector.VectorEnv, steps: int, seed: int) -> dict[str, list
         for _ in range(steps):
             actions = rng.integers(2, size=envs.num_envs)
             observations, rewards, terminated, truncated, info = envs.step(actions)
-            for name, value in (("obs", observations), ("reward", rewards),
-                                ("terminated", terminated), ("truncated", truncated)):  # fmt: skip
+            for name, value in (
+                ("obs", observations),
+                ("reward", rewards),
+                ("terminated", terminated),
+                ("truncated", truncated),
+            ):
                 seen[name].append(np.asarray(value))
             if "final_obs" in info:
                 ended = np.flatnonzero(info["_final_obs"])
@@ -63,12 +67,14 @@ def rollout(envs: gym.vector.VectorEnv, steps: int, seed: int) -> dict[str, list
 def assert_same(expected: dict[str, list], got: dict[str, list]) -> None:
     assert expected.keys() == got.keys()
     for name, values in expected.items():
-        np.testing.assert_array_equal(np.concatenate(values), np.concatenate(got[name]),
-                                      err_msg=name)  # fmt: skip
+        np.testing.assert_array_equal(
+            np.concatenate(values), np.concatenate(got[name]), err_msg=name
+        )
 
 
-@pytest.mark.parametrize("mode", [gym.vector.AutoresetMode.SAME_STEP,
-                                  gym.vector.AutoresetMode.NEXT_STEP])  # fmt: skip
+@pytest.mark.parametrize(
+    "mode", [gym.vector.AutoresetMode.SAME_STEP, gym.vector.AutoresetMode.NEXT_STEP]
+)
 def test_threads_step_as_one_after_another_does(mode) -> None:
     def factories():
         return [lambda: gym.make("CartPole-v1") for _ in range(5)]
@@ -85,16 +91,20 @@ def test_a_run_s_own_env_steps_alike_in_every_mode(slow_cartpole: str, stepping:
     """The run's own preset (a factory with arguments) reaches a copy's own process."""
     serial = rollout(actor_envs(slow_cartpole, 4), 60, 3)
     assert_same(serial, rollout(actor_envs(slow_cartpole, 4, stepping=stepping), 60, 3))
-    assert_same(rollout(evaluation_envs(slow_cartpole, 3), 30, 4),
-                rollout(evaluation_envs(slow_cartpole, 3, stepping), 30, 4))  # fmt: skip
+    assert_same(
+        rollout(evaluation_envs(slow_cartpole, 3), 30, 4),
+        rollout(evaluation_envs(slow_cartpole, 3, stepping), 30, 4),
+    )
 
 
 def cartpole_transitions(stepping: str, rounds: int) -> dict[str, np.ndarray]:
     """Every n-step transition an actor's three CartPole envs make in ``rounds`` steps."""
-    config = ActorConfig(env="CartPole-v1", envs_per_actor=3, n_step=3, seed=11,
-                         env_stepping=stepping)  # fmt: skip
-    [group] = make_groups(config, env_shape("CartPole-v1"), scripted(PoleAnglePolicy()), None,
-                          lambda: 0, np.zeros(3))  # fmt: skip
+    config = ActorConfig(
+        env="CartPole-v1", envs_per_actor=3, n_step=3, seed=11, env_stepping=stepping
+    )
+    [group] = make_groups(
+        config, env_shape("CartPole-v1"), scripted(PoleAnglePolicy()), None, lambda: 0, np.zeros(3)
+    )
     parts: dict[str, list[np.ndarray]] = collections.defaultdict(list)
     rng = np.random.default_rng(0)
     try:
@@ -124,5 +134,6 @@ def test_an_unknown_stepping_is_refused() -> None:
         vector_env([lambda: gym.make("CartPole-v1")], "fibers")  # type: ignore[arg-type]
     assert SETTINGS_STEPPINGS == ENV_STEPPINGS  # the settings name the modes without env code
     [problem] = ActorConfig(env_stepping="fibers").problems()
-    assert problem == ("actor.env_stepping must be one of ('serial', 'threads', 'processes'), "
-                       "got 'fibers'")  # fmt: skip
+    assert problem == (
+        "actor.env_stepping must be one of ('serial', 'threads', 'processes'), got 'fibers'"
+    )

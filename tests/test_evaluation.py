@@ -144,8 +144,10 @@ class Waits(FeedForward):
 def test_an_evaluation_epsilon_frees_a_policy_stuck_where_it_never_acts() -> None:
     """Greedy, a policy that always waits plays each episode to its time limit (0); at
     ``eval_epsilon`` 0.5 a random action opens the door within a few steps (1)."""
-    envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.TimeLimit(Door(), 500)] * 8,
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)  # fmt: skip
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.wrappers.TimeLimit(Door(), 500)] * 8,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     assert (play_greedy(Waits(), envs, seed=0) == 0).all()
     assert (play_greedy(Waits(), envs, seed=0, epsilon=0.5) == 1).all()
     envs.close()
@@ -161,7 +163,12 @@ def test_an_evaluation_crosses_the_wire_intact() -> None:
     sent = Evaluation(7, 123_456, np.array([500.0, 480.0, 499.5]), 4, True, 2)
     got = read_evaluation(_wire(sent.to_message(0)))
     assert (got.weight_version, got.env_steps, got.index, got.confirmation, got.skipped) == (
-        7, 123_456, 4, True, 2)  # fmt: skip
+        7,
+        123_456,
+        4,
+        True,
+        2,
+    )
     np.testing.assert_array_equal(got.returns, sent.returns)
 
 
@@ -224,8 +231,14 @@ def test_the_evaluator_keeps_its_cadence_skips_what_it_missed_and_confirms() -> 
     """Over real sockets: weights below the first cadence point are not evaluated; weights
     past three points are evaluated once, with two points skipped; weights at the target
     are confirmed on their own number of episodes."""
-    config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=8,
-                             confirm_episodes=30, target_return=475.0)  # fmt: skip
+    config = EvaluatorConfig(
+        "CartPole-v1",
+        seed=0,
+        every_steps=1000,
+        episodes=8,
+        confirm_episodes=30,
+        target_return=475.0,
+    )
     with evaluator_on_sockets(config, ScriptedPolicy()) as (got, published_until, publisher):
         for version in (1, 2, 3):  # below the first point: never evaluated
             publisher.publish(Gain(1.0), version, 999)
@@ -269,8 +282,9 @@ def test_the_learner_stops_only_on_a_confirmed_solve(tmp_path: Path, confirmed: 
     """A periodic evaluation at the target is written but solves nothing; its confirmation
     at the target ends the run as solved. A malformed message is counted and skipped."""
     store = filled_store(np.random.default_rng(5))
-    learner = make_learner(tmp_path, store, max_updates=2_000, eval_every_steps=1000,
-                           target_return=475.0)  # fmt: skip
+    learner = make_learner(
+        tmp_path, store, max_updates=2_000, eval_every_steps=1000, target_return=475.0
+    )
     at_target = np.full(20, 490.0)
     sent: list[Evaluation | bytes] = [b"not a message", Evaluation(1, 1000, at_target, 0, False)]
     if confirmed:
@@ -300,18 +314,22 @@ def test_a_solve_is_timed_at_the_publication_of_the_weights_it_played(tmp_path: 
     (a slow evaluator) times the solve at their publication; the time it was heard is kept
     beside it, in the counters and in the metrics."""
     store = filled_store(np.random.default_rng(6))
-    learner = make_learner(tmp_path, store, max_updates=100_000, eval_every_steps=1000,
-                           target_return=475.0)  # fmt: skip
+    learner = make_learner(
+        tmp_path, store, max_updates=100_000, eval_every_steps=1000, target_return=475.0
+    )
     result: dict = {}
     thread = threading.Thread(target=lambda: result.update(outcome=learner.run()), daemon=True)
     thread.start()
     try:
         # Version 1 goes out before the first update; the verdict on it comes 300 later.
         wait_for(lambda: learner.counters.updates >= 300, 60.0, "300 updates", interval_s=0.01)
-        _send_evaluations(learner.episodes_endpoint, [
-            Evaluation(1, 1000, np.full(20, 490.0), 0, False),
-            Evaluation(1, 1000, np.full(100, 480.0), 0, True),
-        ])  # fmt: skip
+        _send_evaluations(
+            learner.episodes_endpoint,
+            [
+                Evaluation(1, 1000, np.full(20, 490.0), 0, False),
+                Evaluation(1, 1000, np.full(100, 480.0), 0, True),
+            ],
+        )
         thread.join(timeout=60.0)
     finally:
         learner.stop()
@@ -347,8 +365,15 @@ def test_a_second_lane_evaluates_while_the_first_still_plays() -> None:
     of older weights is still under way (one lane would hold them until it ended); each
     lane plays on its own copy of the policy."""
     release = threading.Event()
-    config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=4,
-                             confirm_episodes=0, target_return=None, lanes=2)  # fmt: skip
+    config = EvaluatorConfig(
+        "CartPole-v1",
+        seed=0,
+        every_steps=1000,
+        episodes=4,
+        confirm_episodes=0,
+        target_return=None,
+        lanes=2,
+    )
     policies = [HeldPolicy(release), HeldPolicy(release)]
     with evaluator_on_sockets(config, policies) as (got, published_until, publisher):
 
@@ -379,8 +404,15 @@ def test_a_backlog_evaluates_every_cadence_point_in_order_however_late(
     each is evaluated afterwards, in order, on the weights published at it; a backlog of 2
     keeps the oldest waiting point and the newest, the one between counted as skipped."""
     release = threading.Event()
-    config = EvaluatorConfig("CartPole-v1", seed=0, every_steps=1000, episodes=2,
-                             confirm_episodes=0, target_return=None, backlog=backlog)  # fmt: skip
+    config = EvaluatorConfig(
+        "CartPole-v1",
+        seed=0,
+        every_steps=1000,
+        episodes=2,
+        confirm_episodes=0,
+        target_return=None,
+        backlog=backlog,
+    )
     policy = HeldPolicy(release)
     with evaluator_on_sockets(config, policy) as (got, published_until, publisher):
         evaluator = published_until.evaluator
@@ -390,11 +422,16 @@ def test_a_backlog_evaluates_every_cadence_point_in_order_however_late(
             publisher.publish(Gain(gain), version, steps)
             return policy.gain == gain if started else evaluator.weights_version == version
 
-        wait_for(lambda: taken(1, -2.0, 1000, started=True), 30, "version 1 playing",
-                 interval_s=0.05)  # fmt: skip
+        wait_for(
+            lambda: taken(1, -2.0, 1000, started=True), 30, "version 1 playing", interval_s=0.05
+        )
         for version in (2, 3, 4):  # each taken in before the next is published
-            wait_for(lambda v=version: taken(v, float(v), 1000 * v), 30,
-                     f"version {version} taken in", interval_s=0.05)  # fmt: skip
+            wait_for(
+                lambda v=version: taken(v, float(v), 1000 * v),
+                30,
+                f"version {version} taken in",
+                interval_s=0.05,
+            )
         release.set()
         published_until(len(expected), Gain(9.0), 4, 4000)
         assert [(e.weight_version, e.skipped) for e in got] == expected

@@ -22,9 +22,17 @@ from tests.conftest import ShardProcess, wait_for
 pytest.importorskip("ale_py")
 
 PONG_FIELDS = (
-    "--field", "obs:4,84,84:uint8", "--field", "action::int64", "--field", "reward::float32",
-    "--field", "discount::float32", "--field", "next_obs:4,84,84:uint8",
-)  # fmt: skip
+    "--field",
+    "obs:4,84,84:uint8",
+    "--field",
+    "action::int64",
+    "--field",
+    "reward::float32",
+    "--field",
+    "discount::float32",
+    "--field",
+    "next_obs:4,84,84:uint8",
+)
 
 
 def key(obs: np.ndarray, following: np.ndarray) -> bytes:
@@ -52,9 +60,12 @@ def record_truth(maker, reference: NStepBuilder, truth: dict[bytes, tuple[float,
         np.testing.assert_array_equal(out["reward"], expected["reward"])
         np.testing.assert_array_equal(out["discount"], expected["discount"])
         for obs, following, reward, discount in zip(
-            expected["obs"], expected["next_obs"], expected["reward"], expected["discount"],
+            expected["obs"],
+            expected["next_obs"],
+            expected["reward"],
+            expected["discount"],
             strict=True,
-        ):  # fmt: skip
+        ):
             truth[key(obs, following)] = (float(reward), float(discount))
         return out
 
@@ -72,9 +83,14 @@ def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(
     episodes = context.socket(zmq.PULL)
     episodes_endpoint = f"tcp://127.0.0.1:{episodes.bind_to_random_port('tcp://127.0.0.1')}"
     config = ActorConfig(
-        env="Pong", envs_per_actor=2, n_step=3, insert_batch=16, max_steps=360,
-        seed=3, env_groups=env_groups,
-    )  # fmt: skip
+        env="Pong",
+        envs_per_actor=2,
+        n_step=3,
+        insert_batch=16,
+        max_steps=360,
+        seed=3,
+        env_groups=env_groups,
+    )
     endpoints = ActorEndpoints(
         tuple(s.endpoints for s in frame_shards), "tcp://127.0.0.1:1", episodes_endpoint
     )
@@ -84,8 +100,13 @@ def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(
     truth: dict[bytes, tuple[float, float]] = {}
     shape = env_shape(config.env)
     for group in actor._groups:
-        reference = NStepBuilder(group.count, config.n_step, config.gamma,
-                                 shape.observation_shape, shape.observation_dtype)  # fmt: skip
+        reference = NStepBuilder(
+            group.count,
+            config.n_step,
+            config.gamma,
+            shape.observation_shape,
+            shape.observation_dtype,
+        )
         record_truth(group.maker, reference, truth)
     try:
         actor.run()
@@ -94,8 +115,9 @@ def test_pong_frames_go_once_and_come_back_as_the_envs_own_stacks(
         sent = actor.transitions_sent
         wait_for(
             lambda: sum(r.info()["transitions_added"] for r in requests) == sent,
-            timeout_s=30, what=f"{sent} transitions stored",
-        )  # fmt: skip
+            timeout_s=30,
+            what=f"{sent} transitions stored",
+        )
         spec = env_shape("Pong").transition_spec()
         infos = [r.info() for r in requests]
         assert all(i["rejected_total"] == 0 for i in infos), [i["rejected"] for i in infos]

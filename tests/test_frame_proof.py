@@ -81,8 +81,9 @@ def test_a_user_grid_is_stored_whole_and_comes_back_equal() -> None:
         assert client.flush(10)
         wait_for(lambda: requests.info()["transitions_added"] == count, what="stored")
         reply = requests.sample(64, 0.4, shard.spec)
-        for slot, obs, following in zip(reply.fields["action"], reply.fields["obs"],
-                                        reply.fields["next_obs"], strict=True):  # fmt: skip
+        for slot, obs, following in zip(
+            reply.fields["action"], reply.fields["obs"], reply.fields["next_obs"], strict=True
+        ):
             np.testing.assert_array_equal(obs, batch["obs"][slot])
             np.testing.assert_array_equal(following, batch["next_obs"][slot])
     finally:
@@ -116,8 +117,9 @@ def test_an_actor_with_frame_shards_refuses_a_grid_on_its_first_step() -> None:
     config = ActorConfig(env=GRID, envs_per_actor=2, n_step=1, seed=0)
     shape = env_shape(GRID)
     acting = build_acting(config, default_sections(), shape)
-    writer = FrameWriter(2, 10, 1, history=8, compress=False, rng=np.random.default_rng(0),
-                         frame_shape=(10, 4))  # fmt: skip
+    writer = FrameWriter(
+        2, 10, 1, history=8, compress=False, rng=np.random.default_rng(0), frame_shape=(10, 4)
+    )
     maker = ExperienceMaker(config, acting.experience(config, shape, lambda: 0, True), writer)
     envs = [make_env(GRID, training=True) for _ in range(2)]
     observations = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
@@ -125,5 +127,12 @@ def test_an_actor_with_frame_shards_refuses_a_grid_on_its_first_step() -> None:
     following = np.stack([env.step(1)[0] for env in envs])
     none = np.zeros(2, bool)
     with pytest.raises(NotFrameStacks, match=r"tests.grid_env:Grid-v0: frame storage needs"):
-        maker.step(observations, np.ones(2, np.int64), np.zeros(2, np.float32), following,
-                   following, none, none)  # fmt: skip
+        maker.step(
+            observations,
+            np.ones(2, np.int64),
+            np.zeros(2, np.float32),
+            following,
+            following,
+            none,
+            none,
+        )

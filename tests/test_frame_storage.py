@@ -64,8 +64,12 @@ def _stack(episode: list[int], index: int, stack: int) -> list[int]:
     return [episode[max(index - stack + 1 + j, 0)] for j in range(stack)]
 
 
-def feed(store: FrameStackStorage, streams: list[Stream], rng: np.random.Generator,
-         replay: PrioritizedReplay | None = None) -> list[tuple[int, dict]]:  # fmt: skip
+def feed(
+    store: FrameStackStorage,
+    streams: list[Stream],
+    rng: np.random.Generator,
+    replay: PrioritizedReplay | None = None,
+) -> list[tuple[int, dict]]:
     """Sends every stream's frames and records in random interleaved chunks; returns the
     ``(stream, expected record)`` of each transition in write order."""
     frame_at = {s.ident: 0 for s in streams}
@@ -78,9 +82,11 @@ def feed(store: FrameStackStorage, streams: list[Stream], rng: np.random.Generat
         if chunk:
             numbers = np.array([n for n, _ in chunk])
             (replay or store).add_frames(
-                np.full(len(chunk), stream.ident), numbers, np.array([s for _, s in chunk]),
+                np.full(len(chunk), stream.ident),
+                numbers,
+                np.array([s for _, s in chunk]),
                 np.stack([frame_of(stream.ident, n) for n in numbers]),
-            )  # fmt: skip
+            )
             frame_at[stream.ident] += len(chunk)
         sent_up_to = stream.frames[frame_at[stream.ident] - 1][0] if frame_at[stream.ident] else -1
         ready = []
@@ -392,10 +398,22 @@ def test_packed_samples_carry_each_frame_once_and_unpack_to_the_same_stacks(comp
     assert payload.offsets.size - 1 == np.unique(payload.index).size <= 40 * 8
     # Through the wire, as a frame shard answers SAMPLE.
     spec = make_spec(4).transition_spec
-    reply = SampleReply(1.0, 0.5, 40, 40, slots, np.zeros(200, np.int64), np.ones(200),
-                        np.ones(200, np.float32), scalars, payload)  # fmt: skip
-    frames = [bytes(memoryview(f).cast("B")) if not isinstance(f, bytes) else f
-              for f in encode(reply.to_message(0, 1))]  # fmt: skip
+    reply = SampleReply(
+        1.0,
+        0.5,
+        40,
+        40,
+        slots,
+        np.zeros(200, np.int64),
+        np.ones(200),
+        np.ones(200, np.float32),
+        scalars,
+        payload,
+    )
+    frames = [
+        bytes(memoryview(f).cast("B")) if not isinstance(f, bytes) else f
+        for f in encode(reply.to_message(0, 1))
+    ]
     got = SampleReply.from_message(decode(frames), spec)
     assert list(got.fields) == list(spec)
     np.testing.assert_array_equal(got.fields["next_obs"], whole["next_obs"])
@@ -490,7 +508,8 @@ def test_the_planned_bytes_of_a_store_are_those_it_allocates(compress: bool) -> 
     assert _allocated_nbytes(frames, frames.streams) == pytest.approx(planned, rel=0.02)
     dense = TransitionSpec.from_dict({"obs": ((4,), "float32"), "action": ((), "int64")})
     ring = RingStorage(dense, 10_000)
-    assert _allocated_nbytes(ring) == pytest.approx(RingStorage.planned_nbytes(dense, 10_000),
-                                                    rel=0.02)  # fmt: skip
+    assert _allocated_nbytes(ring) == pytest.approx(
+        RingStorage.planned_nbytes(dense, 10_000), rel=0.02
+    )
     tree = SumTree(10_000)
     assert _allocated_nbytes(tree) == pytest.approx(SumTree.planned_nbytes(10_000), rel=0.02)

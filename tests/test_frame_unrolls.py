@@ -78,11 +78,25 @@ def test_unrolls_through_a_frame_queue_are_the_unrolls_of_whole_observations(
     spec = unroll_spec()
     layout = FrameStackSpec.from_transition_spec(spec)
     assert layout is not None and layout.steps == STEPS + 1 and layout.stack == 4
-    config = ShardConfig(spec=spec, frames=layout, compress_frames=compress, queue=True,
-                         capacity=128, min_size=1, insert_batch_hint=ENVS)  # fmt: skip
+    config = ShardConfig(
+        spec=spec,
+        frames=layout,
+        compress_frames=compress,
+        queue=True,
+        capacity=128,
+        min_size=1,
+        insert_batch_hint=ENVS,
+    )
     ingest = Ingest(config)
-    writer = FrameWriter(ENVS, 4, 1, history=2 * STEPS * 2 + 8, compress=compress,
-                         rng=np.random.default_rng(1), unroll_steps=STEPS + 1)  # fmt: skip
+    writer = FrameWriter(
+        ENVS,
+        4,
+        1,
+        history=2 * STEPS * 2 + 8,
+        compress=compress,
+        rng=np.random.default_rng(1),
+        unroll_steps=STEPS + 1,
+    )
 
     def send(batch: dict[str, np.ndarray]) -> None:
         scalars = {name: batch[name] for name in layout.scalars}
@@ -108,8 +122,18 @@ def test_unrolls_through_a_frame_queue_are_the_unrolls_of_whole_observations(
     assert restored.replay.handed == half and restored.replay.size == count - half
     ingest = restored
     packed = ingest.replay.sample(count - half, packed=True)  # left apart for the wire
-    reply = SampleReply(1.0, 1.0, 0, 128, packed.indices, packed.generations, packed.priorities,
-                        packed.weights, packed.transitions, packed.frames)  # fmt: skip
+    reply = SampleReply(
+        1.0,
+        1.0,
+        0,
+        128,
+        packed.indices,
+        packed.generations,
+        packed.priorities,
+        packed.weights,
+        packed.transitions,
+        packed.frames,
+    )
     second = SampleReply.from_message(decode(encode(reply.to_message(0, 0))), spec).fields
     for name in spec:
         got = np.concatenate([first.transitions[name], second[name]])
@@ -122,18 +146,24 @@ def test_unrolls_through_a_frame_queue_are_the_unrolls_of_whole_observations(
 def test_an_unroll_that_refers_to_a_frame_the_shard_lacks_is_refused_whole() -> None:
     spec = unroll_spec()
     layout = FrameStackSpec.from_transition_spec(spec)
-    ingest = Ingest(ShardConfig(spec=spec, frames=layout, queue=True, capacity=8, min_size=1,
-                                compress_frames=False))  # fmt: skip
+    ingest = Ingest(
+        ShardConfig(
+            spec=spec, frames=layout, queue=True, capacity=8, min_size=1, compress_frames=False
+        )
+    )
     frames = np.arange(STEPS + 1, dtype=np.uint8)[:, None, None] * np.ones((84, 84), np.uint8)
     numbers = np.arange(STEPS + 1, dtype=np.int64)
     starts = numbers == 0
     ingest.replay.add_frames(np.full(STEPS + 1, 9), numbers, starts, frames)
-    records = {"stream": np.array([9, 9]), "obs_frame": np.stack([numbers, numbers + 1]),
-               "action": np.zeros((2, STEPS), np.int64),
-               "reward": np.zeros((2, STEPS), np.float32),
-               "discount": np.full((2, STEPS), 0.99, np.float32),
-               "log_prob": np.full((2, STEPS), -0.5, np.float32),
-               "version": np.zeros(2, np.int64)}  # fmt: skip
+    records = {
+        "stream": np.array([9, 9]),
+        "obs_frame": np.stack([numbers, numbers + 1]),
+        "action": np.zeros((2, STEPS), np.int64),
+        "reward": np.zeros((2, STEPS), np.float32),
+        "discount": np.full((2, STEPS), 0.99, np.float32),
+        "log_prob": np.full((2, STEPS), -0.5, np.float32),
+        "version": np.zeros(2, np.int64),
+    }
     # The second unroll's last observation is frame 6, never sent: neither is stored.
     with pytest.raises(InvalidBatchError, match=r"record 1 \(obs_frame 6 of stream 9\)"):
         ingest.replay.add(records, np.ones(2))

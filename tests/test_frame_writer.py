@@ -22,8 +22,9 @@ def _frames(message) -> np.ndarray:
         message.data[message.offsets[i] : message.offsets[i + 1]].tobytes()
         for i in range(len(message.numbers))
     ]
-    return np.stack([np.frombuffer(lz4.block.decompress(b, uncompressed_size=size), np.uint8)
-                     for b in blobs])  # fmt: skip
+    return np.stack(
+        [np.frombuffer(lz4.block.decompress(b, uncompressed_size=size), np.uint8) for b in blobs]
+    )
 
 
 @pytest.mark.parametrize("compress", [False, True], ids=["whole", "compressed"])
@@ -65,9 +66,13 @@ def test_each_shard_gets_every_frame_its_records_reach(compress):
             shard = int(rng.integers(3))
             message = writer.build(shard, refs, {}, np.ones(len(refs)))
             decoded = _frames(message)
-            for stream, number, start, frame in zip(message.streams - writer.streams[0],
-                                                    message.numbers, message.starts, decoded,
-                                                    strict=True):  # fmt: skip
+            for stream, number, start, frame in zip(
+                message.streams - writer.streams[0],
+                message.numbers,
+                message.starts,
+                decoded,
+                strict=True,
+            ):
                 key = (int(stream), int(number))
                 np.testing.assert_array_equal(frame, truth[key])
                 assert bool(start) == (first_of[key] == number)
@@ -76,8 +81,9 @@ def test_each_shard_gets_every_frame_its_records_reach(compress):
             sent_envs = message.streams - writer.streams[0]
             for env in set(refs[:, 0].tolist()):
                 # Nothing older than the oldest frame these records reach is sent.
-                reach = min(max(obs - STACK + 1, first_of[(env, obs)])
-                            for e, obs, _ in refs if e == env)  # fmt: skip
+                reach = min(
+                    max(obs - STACK + 1, first_of[(env, obs)]) for e, obs, _ in refs if e == env
+                )
                 assert np.all(message.numbers[sent_envs == env] >= reach)
             for env, obs, following_number in refs:
                 for head in (obs, following_number):

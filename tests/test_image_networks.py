@@ -58,7 +58,10 @@ def test_at_atari_and_minatar_sizes_the_networks_are_the_papers() -> None:
     nature = build_network((4, 84, 84), 6, (256,))
     convolutions = [layer for layer in nature.torso if isinstance(layer, torch.nn.Conv2d)]
     assert [(c.out_channels, c.kernel_size, c.stride) for c in convolutions] == [
-        (32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))]  # fmt: skip
+        (32, (8, 8), (4, 4)),
+        (64, (4, 4), (2, 2)),
+        (64, (3, 3), (1, 1)),
+    ]
     assert not any(isinstance(layer, torch.nn.AdaptiveAvgPool2d) for layer in nature.torso)
     minatar = build_network((10, 10, 4), 3, (256,), observation_high=1.0)
     [convolution] = [layer for layer in minatar.torso if isinstance(layer, torch.nn.Conv2d)]
@@ -108,9 +111,13 @@ def test_a_grayscale_image_env_is_learned_from_with_the_built_in_convolutions() 
     for _ in range(150):
         rows = rng.integers(len(observations), size=32)
         actions = rng.integers(3, size=32)
-        batch = {"obs": observations[rows], "action": actions,
-                 "reward": np.where(actions == np.asarray(lights)[rows], 1.0, -1.0),
-                 "discount": np.zeros(32), "next_obs": observations[rows]}  # fmt: skip
+        batch = {
+            "obs": observations[rows],
+            "action": actions,
+            "reward": np.where(actions == np.asarray(lights)[rows], 1.0, -1.0),
+            "discount": np.zeros(32),
+            "next_obs": observations[rows],
+        }
         tensors = {key: torch.as_tensor(value) for key, value in batch.items()}
         for key in ("reward", "discount"):
             tensors[key] = tensors[key].float()

@@ -21,13 +21,30 @@ RUN_SECONDS = 25
 def test_an_impala_run_trains_on_queued_unrolls_and_learns(tmp_path) -> None:
     run_dir = tmp_path / "impala"
     command = [
-        sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
-        "--no-curves", "--shards", "2", "--seed", "3", "--max-time", str(RUN_SECONDS),
-        "--set", "algorithm=impala", "--set", "learner.metrics_interval_s=0.5",
-        "--target-return", "150",  # a confirmed 150 ends it sooner: the suite's time
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_SECONDS + 120,
-                          check=False)  # fmt: skip
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--plain",
+        "--no-curves",
+        "--shards",
+        "2",
+        "--seed",
+        "3",
+        "--max-time",
+        str(RUN_SECONDS),
+        "--set",
+        "algorithm=impala",
+        "--set",
+        "learner.metrics_interval_s=0.5",
+        "--target-return",
+        "150",  # a confirmed 150 ends it sooner: the suite's time
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=RUN_SECONDS + 120, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     spec = read_spec(run_dir)
     # One unroll per item: 21 observations, 20 steps of the rest, the behaviour's log-probs
@@ -61,12 +78,31 @@ def test_an_impala_run_trains_on_queued_unrolls_and_learns(tmp_path) -> None:
 def test_lockstep_actors_make_the_learner_train_on_its_own_policy(tmp_path) -> None:
     run_dir = tmp_path / "lockstep"
     command = [
-        sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
-        "--no-curves", "--seed", "4", "--max-time", "6", "--set", "algorithm=impala",
-        "--set", "actor.lockstep=true", "--set", "learner.publish_period=1",
-        "--set", "replay.min_size=8", "--set", "learner.metrics_interval_s=0.5",
-        "--set", "replay.replay_share=0",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--plain",
+        "--no-curves",
+        "--seed",
+        "4",
+        "--max-time",
+        "6",
+        "--set",
+        "algorithm=impala",
+        "--set",
+        "actor.lockstep=true",
+        "--set",
+        "learner.publish_period=1",
+        "--set",
+        "replay.min_size=8",
+        "--set",
+        "learner.metrics_interval_s=0.5",
+        "--set",
+        "replay.replay_share=0",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     progress = [r for r in read_metrics(run_dir) if r.get("event") == "progress"]

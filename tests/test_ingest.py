@@ -74,8 +74,17 @@ def test_each_bad_message_of_a_round_is_refused_alone_and_nothing_else() -> None
     good = [insert(4), insert(8), insert(12)]
     outcomes = take(ingest, [good[0], *hostile[:3], good[1], *hostile[3:], good[2]])
     kinds = [type(o) if not isinstance(o, int) else o for o in outcomes]
-    assert kinds == [4, InvalidPriorityError, InvalidBatchError, 4, 4, ProtocolError,
-                     ProtocolError, 4, 4]  # fmt: skip
+    assert kinds == [
+        4,
+        InvalidPriorityError,
+        InvalidBatchError,
+        4,
+        4,
+        ProtocolError,
+        ProtocolError,
+        4,
+        4,
+    ]
     assert stored_ids(ingest) == [*range(16), *range(28, 32), *range(48, 52)]
     # The layout stays good: the next round joins again.
     assert take(ingest, [insert(60), insert(64)]) == [4, 4]

@@ -34,11 +34,16 @@ sys.exit(run_restarting(command, "child", budget=3, forward_after_s=0.5))
 
 def test_a_dead_child_is_restarted_and_a_stop_is_passed_on(tmp_path: Path) -> None:
     marker = tmp_path / "starts"
-    keeper = subprocess.Popen([sys.executable, "-c", KEEPER, CHILD, str(marker)],
-                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    keeper = subprocess.Popen(
+        [sys.executable, "-c", KEEPER, CHILD, str(marker)], stderr=subprocess.PIPE, text=True
+    )
     try:
-        wait_for(lambda: marker.exists() and marker.read_text() == "2", timeout_s=30,
-                 what="the restarted child", interval_s=0.05)  # fmt: skip
+        wait_for(
+            lambda: marker.exists() and marker.read_text() == "2",
+            timeout_s=30,
+            what="the restarted child",
+            interval_s=0.05,
+        )
         keeper.send_signal(signal.SIGTERM)
         assert keeper.wait(10) == 0
         errors = keeper.stderr.read()
@@ -54,8 +59,11 @@ def test_the_keeper_gives_up_after_its_budget(tmp_path: Path) -> None:
     always_dies = "import sys; sys.exit(5)"
     keeper = subprocess.run(
         [sys.executable, "-c", KEEPER.replace("budget=3", "budget=1"), always_dies, "x"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert keeper.returncode == 5
     assert "after 1 restarts in a row; giving up" in keeper.stderr
 
@@ -81,8 +89,10 @@ def _keeper_exit_after_a_step_signal(keeper_code: str, child_code: str) -> int:
     process group gets SIGTERM, as slurmstepd sends a step's tasks."""
     keeper = subprocess.Popen(
         [sys.executable, "-c", keeper_code, child_code, "x"],
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert keeper.stdout.readline().strip() == "up"
         os.killpg(keeper.pid, signal.SIGTERM)
@@ -124,8 +134,13 @@ def test_a_repeated_sigterm_asks_again_and_a_second_sigint_interrupts() -> None:
     batch script both stop them): a role must go on with its clean stop, not die, even
     when the second comes while the interpreter shuts down, where Python has put its
     handlers back to the default (an ignored signal stays ignored)."""
-    result = subprocess.run([sys.executable, "-c", STOP_HANDLER], capture_output=True,
-                            text=True, timeout=60, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", STOP_HANDLER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1", "True", "interrupted", "2"]
 
@@ -144,8 +159,13 @@ def test_a_role_that_ends_by_itself_ignores_a_sigterm_while_it_exits() -> None:
     """A learner that solved is exiting when the supervisor, stopped by the user, sends it
     SIGTERM: Python's default handler, put back during shutdown, killed it (exit -15, an
     unclean stop) though its final checkpoint was written."""
-    result = subprocess.run([sys.executable, "-c", ENDS_BY_ITSELF], capture_output=True,
-                            text=True, timeout=60, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", ENDS_BY_ITSELF],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True"]
 
@@ -167,8 +187,9 @@ def test_the_keeper_survives_a_second_sigterm_after_its_stop() -> None:
     """A job's end sends its steps more than one TERM: the keeper, its child stopped,
     must not die of the second while it shuts down (its handler then back to the
     default): an ignored signal stays ignored, so the task ends with its child's code."""
-    keeper = subprocess.Popen([sys.executable, "-c", KEEPER_AFTER_ITS_STOP],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    keeper = subprocess.Popen(
+        [sys.executable, "-c", KEEPER_AFTER_ITS_STOP], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert keeper.stdout.readline().strip() == "up"
         keeper.send_signal(signal.SIGTERM)

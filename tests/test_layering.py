@@ -190,13 +190,14 @@ def test_no_import_circle_among_a_packages_modules(package: str) -> None:
     assert not circles, circles
 
 
-def test_no_module_of_the_packages_is_over_the_size_we_keep() -> None:
-    # STYLE: a module does one thing and stays under about 400 lines.
+def test_no_module_of_the_packages_is_past_the_backstop() -> None:
+    # STYLE: a module does one thing, judged at review; this only catches one that grew
+    # past any single concept (the formatter's line breaks counted in).
     long = {
         str(path.relative_to(ROOT)): lines
         for package in ALLOWED
         for path in modules(package).values()
-        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 420
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 600
     }
     assert not long, long
 

@@ -49,9 +49,13 @@ class LocalSource:
     def next_batch(self, timeout_s: float = 10.0) -> DeviceBatch:
         sample = self.store.sample(BATCH, 0.4)
         batch = ReplayBatch(
-            sample.transitions, sample.weights, np.zeros(BATCH, np.int32), sample.indices,
-            sample.generations, sample.priorities,
-        )  # fmt: skip
+            sample.transitions,
+            sample.weights,
+            np.zeros(BATCH, np.int32),
+            sample.indices,
+            sample.generations,
+            sample.priorities,
+        )
         return self.stage(batch)
 
     def update_priorities(self, batch: ReplayBatch, priorities: np.ndarray) -> None:
@@ -61,10 +65,12 @@ class LocalSource:
 
     def shard_states(self) -> list[dict]:
         info = {
-            "size": self.store.size, "transitions_added": self.store.items_added,
+            "size": self.store.size,
+            "transitions_added": self.store.items_added,
             "dropped_stale_updates": self.store.dropped_updates,
-            "updates_applied": self.updates_sent, "senders": {},
-        }  # fmt: skip
+            "updates_applied": self.updates_sent,
+            "senders": {},
+        }
         now = time.monotonic()
         return [{"alive": True, "info": info, "info_at": now, "info_asked_at": now}]
 
@@ -172,10 +178,17 @@ def make_learner(
     **settings,
 ) -> Learner:
     """A DQN learner on ``store``."""
-    config = LearnerConfig(**{
-        "batch_size": BATCH, "hidden": (32, 32), "publish_period": 5, "eval_every_steps": 0,
-        "metrics_interval_s": 1e-6, "eval_episodes": 2, **settings,
-    })  # fmt: skip
+    config = LearnerConfig(
+        **{
+            "batch_size": BATCH,
+            "hidden": (32, 32),
+            "publish_period": 5,
+            "eval_every_steps": 0,
+            "metrics_interval_s": 1e-6,
+            "eval_episodes": 2,
+            **settings,
+        }
+    )
     device = torch.device("cpu")
     sections = {"dqn": DQNSettings(target_update_period=10)}
     algorithm = build_algorithm(config, sections, env_shape(config.env), device)
@@ -251,7 +264,13 @@ def test_publications_name_the_updates_behind_each_version() -> None:
         for version in range(1, 6):
             publications.publish(network, version, updates=10 * version, env_steps=0)
         assert [publications.updates_behind(v) for v in range(1, 7)] == [
-            None, None, 30, 40, 50, None]  # fmt: skip
+            None,
+            None,
+            30,
+            40,
+            50,
+            None,
+        ]
     finally:
         publications.close()
         context.destroy(linger=0)
@@ -492,8 +511,10 @@ def test_while_the_shards_fill_the_learner_says_how_far_they_are_and_what_they_r
     watch = RunWatch(tmp_path)
     watch.poll()
     watch.progress = None  # as the line reads before the first progress record
-    expected = ("waiting for replay to fill: 512 of 1,000 transitions; the shards rejected 75 "
-                "insert messages (their logs say why)")  # fmt: skip
+    expected = (
+        "waiting for replay to fill: 512 of 1,000 transitions; the shards rejected 75 "
+        "insert messages (their logs say why)"
+    )
     assert watch.filling() == expected
     status = run_status(tmp_path)
     assert status["faults"]["insert_messages_rejected"] == 75

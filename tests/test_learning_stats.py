@@ -30,7 +30,10 @@ def test_the_iqm_is_the_mean_of_the_middle_half() -> None:
 def test_an_unsolved_run_in_the_middle_half_makes_the_iqm_a_lower_bound() -> None:
     times, budget = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0], 60.0
     assert censored_iqm(times, [True] * 8, budget) == {
-        "iqm": pytest.approx(13.5), "unsolved": 0, "lower_bound": False}  # fmt: skip
+        "iqm": pytest.approx(13.5),
+        "unsolved": 0,
+        "lower_bound": False,
+    }
     # The slowest run unsolved: it is cut off the top, the IQM stands.
     tail = censored_iqm(times, [True] * 7 + [False], budget)
     assert tail == {"iqm": pytest.approx(13.5), "unsolved": 1, "lower_bound": False}
@@ -51,8 +54,9 @@ def test_the_bootstrap_interval_holds_the_estimate_and_keeps_each_task_s_runs_ap
     # (large) runs, read through the mean, never moves.
     means = stratified_bootstrap_ci(
         {"a": [0.0] * 10, "b": [1.0] * 10},
-        statistic=lambda s: float(np.mean(np.concatenate(list(s.values())))), reps=200,
-    )  # fmt: skip
+        statistic=lambda s: float(np.mean(np.concatenate(list(s.values())))),
+        reps=200,
+    )
     assert means == (0.5, 0.5, 0.5)
     with pytest.raises(ValueError):
         stratified_bootstrap_ci({"a": []})

@@ -46,18 +46,39 @@ class Pane:
         self.tmux, self.name = tmux, f"apex-test-{uuid.uuid4().hex[:8]}"
         # remain-on-exit keeps the pane, and the exit status printed, after the command ends.
         subprocess.run(
-            [tmux, "new-session", "-d", "-s", self.name, "-x", "110", "-y", "45", "-c", str(REPO),
-             f"{command}; echo apex-exit-$?", ";",
-             "set-option", "-t", self.name, "remain-on-exit", "on"],
-            check=True, timeout=30,
-        )  # fmt: skip
+            [
+                tmux,
+                "new-session",
+                "-d",
+                "-s",
+                self.name,
+                "-x",
+                "110",
+                "-y",
+                "45",
+                "-c",
+                str(REPO),
+                f"{command}; echo apex-exit-$?",
+                ";",
+                "set-option",
+                "-t",
+                self.name,
+                "remain-on-exit",
+                "on",
+            ],
+            check=True,
+            timeout=30,
+        )
 
     def screen(self, history: bool = False) -> str:
         start = ["-S", "-"] if history else []
         return subprocess.run(
             [self.tmux, "capture-pane", "-p", "-t", self.name, *start],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
 
     def keys(self, *keys: str) -> None:
         subprocess.run([self.tmux, "send-keys", "-t", self.name, *keys], check=True, timeout=30)
@@ -81,8 +102,9 @@ class Pane:
 def test_train_redraws_in_place_and_top_follows_it_until_q(tmux: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     python = sys.executable
-    train = Pane(tmux, f"{python} -m launch train --run-dir {run_dir} --max-time 15 "
-                       "--target-return 1e9")  # fmt: skip
+    train = Pane(
+        tmux, f"{python} -m launch train --run-dir {run_dir} --max-time 15 --target-return 1e9"
+    )
     top = None
     try:
         train.wait_for(lambda: "transitions/s" in train.screen(), 90, "the live status")

@@ -26,11 +26,16 @@ def through_the_wire(message: Message, kinds: type[enum.IntEnum] = Kind) -> Mess
 def sample_reply(count: int = 6) -> SampleReply:
     rng = np.random.default_rng(3)
     return SampleReply(
-        total_priority=12.5, min_priority=0.25, size=40, capacity=64,
-        indices=rng.integers(0, 64, count), generations=rng.integers(0, 9, count),
-        priorities=rng.random(count), weights=rng.random(count).astype(np.float32),
+        total_priority=12.5,
+        min_priority=0.25,
+        size=40,
+        capacity=64,
+        indices=rng.integers(0, 64, count),
+        generations=rng.integers(0, 9, count),
+        priorities=rng.random(count),
+        weights=rng.random(count).astype(np.float32),
         fields=make_batch(SMALL_SPEC, count),
-    )  # fmt: skip
+    )
 
 
 def test_insert_round_trips_in_spec_order() -> None:

@@ -128,8 +128,9 @@ def test_every_env_copy_is_an_ape_x_actor_with_its_own_epsilon() -> None:
     assert all(eps.max() >= 0.4**1.9 and eps.min() <= 0.4**7.1 for eps in per_process)
     assert env_epsilons(0, 1, 1)[0] == 0.4
     rng = np.random.default_rng(1)
-    explored = epsilon_greedy(np.zeros((20_000,), dtype=np.int64), np.tile([0.0, 1.0], 10_000),
-                              2, rng)  # fmt: skip
+    explored = epsilon_greedy(
+        np.zeros((20_000,), dtype=np.int64), np.tile([0.0, 1.0], 10_000), 2, rng
+    )
     assert not explored[0::2].any() and abs(explored[1::2].mean() - 0.5) < 0.02
 
 

@@ -36,9 +36,13 @@ class Counting(gym.Env):
 
 @pytest.mark.parametrize(
     ("shape", "stacked", "axis"),
-    [((4,), (12,), 0), ((10, 10, 4), (10, 10, 12), 2), ((3, 16, 16), (9, 16, 16), 0),
-     ((12, 12), (12, 12, 3), 2)],
-)  # fmt: skip
+    [
+        ((4,), (12,), 0),
+        ((10, 10, 4), (10, 10, 12), 2),
+        ((3, 16, 16), (9, 16, 16), 0),
+        ((12, 12), (12, 12, 3), 2),
+    ],
+)
 def test_the_newest_observations_go_side_by_side_oldest_first(shape, stacked, axis) -> None:
     env = ObservationStack(Counting(shape), 3)
     assert env.observation_space.shape == stacked and env.observation_space.dtype == np.uint8
@@ -47,8 +51,9 @@ def test_the_newest_observations_go_side_by_side_oldest_first(shape, stacked, ax
     for _ in range(3):
         observation, *_ = env.step(0)
     # Steps 1, 2, 3 in the three slots along the axis, oldest first.
-    slots = np.split(observation, 3, axis=axis) if len(shape) != 2 else np.moveaxis(
-        observation, 2, 0)  # fmt: skip
+    slots = (
+        np.split(observation, 3, axis=axis) if len(shape) != 2 else np.moveaxis(observation, 2, 0)
+    )
     assert [int(np.unique(slot).item()) for slot in slots] == [1, 2, 3]
     assert env.observation_space.contains(observation)
     again, _ = env.reset()
@@ -85,10 +90,12 @@ def test_a_run_config_s_stack_reaches_the_env_its_shape_and_the_evaluation_copie
 
 @pytest.mark.parametrize(
     ("env", "message"),
-    [({"id": "CartPole-v1", "stack": 0}, "stack must be a whole number"),
-     ({"id": "CartPole-v1", "stack": 2.5}, "stack must be a whole number"),
-     ({"id": "Pong", "stack": 2}, "stacks its frames itself")],
-)  # fmt: skip
+    [
+        ({"id": "CartPole-v1", "stack": 0}, "stack must be a whole number"),
+        ({"id": "CartPole-v1", "stack": 2.5}, "stack must be a whole number"),
+        ({"id": "Pong", "stack": 2}, "stacks its frames itself"),
+    ],
+)
 def test_a_bad_stack_is_refused_with_the_reason(env, message) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve({"env": env})

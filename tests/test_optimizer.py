@@ -131,7 +131,7 @@ from launch.config import resolve
 for name, env in (("dqn", "CartPole-v1"), ("dpg", "Pendulum-v1"), ("impala", "CartPole-v1")):
     config = resolve({"env": env, "algorithm": name})
     learner = build_algorithm(config.learner, config.algorithms, env_shape(env),
-                              torch.device("cpu"))  # fmt: skip
+                              torch.device("cpu"))
     if name != "impala":  # an update on one batch of transitions
         shape = env_shape(env)
         observations = np.zeros((4, *shape.observation_shape), np.float32)
@@ -145,7 +145,8 @@ for name, env in (("dqn", "CartPole-v1"), ("dpg", "Pendulum-v1"), ("impala", "Ca
         learner.step(DeviceBatch(tensors, torch.ones(4), None))
 print("torch._dynamo" in sys.modules)
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

@@ -130,8 +130,10 @@ def test_int8_policy_requantizes_the_weights_it_takes(pong_frames, monkeypatch) 
     rng = np.random.default_rng(1)
     for load in range(1, 4):
         # The learner's next weights: close to the last ones.
-        state = {name: t.numpy() * (1 + 0.01 * rng.standard_normal(t.shape)).astype(np.float32)
-                 for name, t in float_policy.network.state_dict().items()}  # fmt: skip
+        state = {
+            name: t.numpy() * (1 + 0.01 * rng.standard_normal(t.shape)).astype(np.float32)
+            for name, t in float_policy.network.state_dict().items()
+        }
         policy.load(state)
         float_policy.load(state)
         q = policy.q_values(pong_frames[:64])

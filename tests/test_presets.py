@@ -28,14 +28,16 @@ def test_preset_builds_and_fits_its_network_and_spec(name: str) -> None:
     assert observation.shape == shape.observation_shape
     observations = torch.from_numpy(np.stack([observation, next_observation]))
     if shape.continuous:  # Ape-X DPG: the policy's actions lie within the bounds
-        network = ActorCritic(shape.observation_shape[0], shape.action_low, shape.action_high,
-                              (64, 64))  # fmt: skip
+        network = ActorCritic(
+            shape.observation_shape[0], shape.action_low, shape.action_high, (64, 64)
+        )
         actions = network(observations).detach().numpy()
         assert actions.shape == (2, shape.actions)
         assert (actions >= shape.action_low).all() and (actions <= shape.action_high).all()
     else:
-        network = build_network(shape.observation_shape, shape.actions, (64, 64),
-                                shape.observation_high)  # fmt: skip
+        network = build_network(
+            shape.observation_shape, shape.actions, (64, 64), shape.observation_high
+        )
         assert network(observations).shape == (2, shape.actions)
     replay = PrioritizedReplay(shape.transition_spec(), capacity=8, rng=0)
     replay.add(
@@ -139,12 +141,19 @@ def test_a_run_config_s_own_preset_names_its_env_in_every_process(tmp_path) -> N
     assert env_shape("Grid").observation_shape == (10, 10, 4)
     written = write_resolved(config, tmp_path / "run")
     assert json.loads(written.read_text())["preset"]["solved_return"] == -0.45
-    role = ("from launch.config import read_resolved; from apex.envs.families import "
-            "solved_return, env_shape; import sys; config = read_resolved(__import__("
-            "'pathlib').Path(sys.argv[1])); print(solved_return(config.env, None), "
-            "env_shape(config.env).actions)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", role, str(written)], capture_output=True,
-                          text=True, timeout=60, check=False)  # fmt: skip
+    role = (
+        "from launch.config import read_resolved; from apex.envs.families import "
+        "solved_return, env_shape; import sys; config = read_resolved(__import__("
+        "'pathlib').Path(sys.argv[1])); print(solved_return(config.env, None), "
+        "env_shape(config.env).actions)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", role, str(written)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["-0.45", "4"]
     path.write_text(USER_PRESET.replace('family = "gymnasium"', 'family = "doom"'))
@@ -169,8 +178,21 @@ def test_a_user_preset_file_trains_an_env_that_has_no_built_in_preset(tmp_path) 
 
     path, run_dir = tmp_path / "my.toml", tmp_path / "run"
     path.write_text(USER_PRESET)
-    command = [sys.executable, "-m", "launch", "train", str(path), "--run-dir", str(run_dir),
-               "--plain", "--no-curves", "--actors", "1", "--max-time", "120"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        str(path),
+        "--run-dir",
+        str(run_dir),
+        "--plain",
+        "--no-curves",
+        "--actors",
+        "1",
+        "--max-time",
+        "120",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def evaluated() -> bool:
@@ -187,8 +209,13 @@ def test_a_user_preset_file_trains_an_env_that_has_no_built_in_preset(tmp_path) 
     evaluator_log = (run_dir / "logs" / "evaluator.log").read_text()
     assert "evaluator: Grid every 1000 env steps" in evaluator_log
     assert "at -0.45)" in evaluator_log
-    status = subprocess.run([sys.executable, "-m", "launch", "status", str(run_dir)],
-                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    status = subprocess.run(
+        [sys.executable, "-m", "launch", "status", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert "(target -0.45)" in status.stdout, status.stdout
 
 

@@ -216,8 +216,12 @@ def test_one_update_naming_unwritten_slots_changes_nothing_that_is_served(
     slots = np.arange(1000, 1064)
     dropped = replay.update_priorities(slots, np.full(64, -1), np.full(64, 1e6))
     assert dropped == 64
-    assert replay.update_drops == {"out_of_range": 0, "never_written": 64, "stale": 0,
-                                   "bad_priority": 0}  # fmt: skip
+    assert replay.update_drops == {
+        "out_of_range": 0,
+        "never_written": 64,
+        "stale": 0,
+        "bad_priority": 0,
+    }
     assert replay.total_priority == total
     sample = replay.sample(64, BETA)
     assert (sample.indices < 8).all() and (sample.generations >= 0).all()

@@ -36,8 +36,13 @@ UNROLL_SPEC = TransitionSpec.from_dict(
 VERSIONED_SPEC = TransitionSpec.from_dict(
     {**{name: (f.shape, f.dtype) for name, f in UNROLL_SPEC.items()}, "version": ((), "int64")}
 )
-UNROLL_FIELDS = ("obs:6,3:float32", "action:5:int64", "reward:5:float32",
-                 "discount:5:float32", "log_prob:5:float32")  # fmt: skip
+UNROLL_FIELDS = (
+    "obs:6,3:float32",
+    "action:5:int64",
+    "reward:5:float32",
+    "discount:5:float32",
+    "log_prob:5:float32",
+)
 
 
 FIELD_OPTIONS = [option for field in UNROLL_FIELDS for option in ("--field", field)]
@@ -48,10 +53,12 @@ def clients(
     context: zmq.Context, shard: ShardProcess, insert_timeout_s: float, request_timeout_s: float
 ) -> Iterator[tuple[InsertClient, RequestClient]]:
     """An actor's insert client and a learner's request client of ``shard``."""
-    inserts = InsertClient(context, [shard.endpoints], sender=3, spec=UNROLL_SPEC,
-                           timeout_s=insert_timeout_s)  # fmt: skip
-    requests = RequestClient(context, shard.endpoints.request, sender=9,
-                             timeout_s=request_timeout_s)  # fmt: skip
+    inserts = InsertClient(
+        context, [shard.endpoints], sender=3, spec=UNROLL_SPEC, timeout_s=insert_timeout_s
+    )
+    requests = RequestClient(
+        context, shard.endpoints.request, sender=9, timeout_s=request_timeout_s
+    )
     try:
         yield inserts, requests
     finally:
@@ -169,8 +176,10 @@ def test_a_queue_snapshot_brings_back_the_items_and_the_cursor():
     queue.add(unrolls(7, 0))
     queue.sample(3)
     arrays, meta = queue.state()
-    stored = {name: np.array(value.array if hasattr(value, "array") else value)
-              for name, value in arrays.items()}  # fmt: skip
+    stored = {
+        name: np.array(value.array if hasattr(value, "array") else value)
+        for name, value in arrays.items()
+    }
 
     def read(name, out=None):
         if out is None:
@@ -276,8 +285,9 @@ def test_a_queue_shard_refuses_settings_that_do_not_apply(tmp_path) -> None:
 def test_a_queue_shard_with_a_replay_share_waits_only_for_the_fresh_part(
     context: zmq.Context,
 ) -> None:
-    shard = ShardProcess(*FIELD_OPTIONS, "--queue", "--capacity", "60", "--min-size", "1",
-                         "--replay-share", "0.5")  # fmt: skip
+    shard = ShardProcess(
+        *FIELD_OPTIONS, "--queue", "--capacity", "60", "--min-size", "1", "--replay-share", "0.5"
+    )
     try:
         with clients(context, shard, 1.0, 10.0) as (inserts, requests):
             inserts.insert(unrolls(6, 0), np.ones(6))
@@ -298,8 +308,13 @@ def test_a_learner_that_drained_its_queue_shard_asks_again_at_once(
     from replay.sampling.pump import SamplerConfig
     from replay.sampling.sampler import make_sampler
 
-    config = SamplerConfig(endpoints=(queue_shard.endpoints.request,), batch_size=4, prefetch=1,
-                           sender=11, io_thread=True)  # fmt: skip
+    config = SamplerConfig(
+        endpoints=(queue_shard.endpoints.request,),
+        batch_size=4,
+        prefetch=1,
+        sender=11,
+        io_thread=True,
+    )
     with clients(context, queue_shard, 10.0, 10.0) as (inserts, _):
         inserts.insert(unrolls(4, 0), np.ones(4))
         wait_for(lambda: info(context, queue_shard)["size"] == 4, what="the first unrolls")
@@ -307,8 +322,10 @@ def test_a_learner_that_drained_its_queue_shard_asks_again_at_once(
             assert numbers(sampler.next_batch(timeout_s=10.0)) == [0, 1, 2, 3]
             # The shard it drained is empty: its next request waits there for unrolls,
             # not for an INFO to show the shard filling (a probe interval later).
-            wait_for(lambda: info(context, queue_shard)["samples_waiting"] == 1,
-                     what="a request held by the empty shard")  # fmt: skip
+            wait_for(
+                lambda: info(context, queue_shard)["samples_waiting"] == 1,
+                what="a request held by the empty shard",
+            )
             inserts.insert(unrolls(4, 4), np.ones(4))
             assert numbers(sampler.next_batch(timeout_s=10.0)) == [4, 5, 6, 7]
 

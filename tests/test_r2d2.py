@@ -16,8 +16,9 @@ GAMMA = 0.5  # exact in float32
 
 
 def _builder(envs: int = 1, length: int = 4, period: int = 2) -> SequenceBuilder:
-    return SequenceBuilder(envs, length, period, GAMMA, (1,), np.dtype(np.float32), (2, 1),
-                           burn_in=1)  # fmt: skip
+    return SequenceBuilder(
+        envs, length, period, GAMMA, (1,), np.dtype(np.float32), (2, 1), burn_in=1
+    )
 
 
 def _play(builder: SequenceBuilder, episode_ends: dict[int, str], steps: int) -> list[dict]:
@@ -33,11 +34,19 @@ def _play(builder: SequenceBuilder, episode_ends: dict[int, str], steps: int) ->
         next_observation = np.array([[1000.0 + t]], np.float32) if end else following
         state = np.full((1, 2, 1), -float(t), np.float32)
         ended = (np.array([end == "terminated"]), np.array([end == "truncated"]))
-        out = builder.step(observation, state, np.array([t]), np.array([10.0 * t]),
-                           next_observation, following, *ended)  # fmt: skip
+        out = builder.step(
+            observation,
+            state,
+            np.array([t]),
+            np.array([10.0 * t]),
+            next_observation,
+            following,
+            *ended,
+        )
         if out is not None:
-            emitted += [{key: value[i] for key, value in out.items()}
-                        for i in range(len(out["mask"]))]  # fmt: skip
+            emitted += [
+                {key: value[i] for key, value in out.items()} for i in range(len(out["mask"]))
+            ]
     return emitted
 
 
@@ -77,15 +86,24 @@ def test_an_ended_episode_s_window_is_padded_and_the_next_starts_afresh() -> Non
 def test_frame_references_follow_the_observations_padding_and_overlap_included() -> None:
     # Frame numbers as an actor's frame writer gives them: env 2's frame 10 + t at step t,
     # the episode's final frame 10 + t + 1 after its last step; terminated at step 4.
-    builder = SequenceBuilder(1, 4, 2, GAMMA, (1,), np.dtype(np.float32), (2, 1), burn_in=1,
-                              references=True)  # fmt: skip
+    builder = SequenceBuilder(
+        1, 4, 2, GAMMA, (1,), np.dtype(np.float32), (2, 1), burn_in=1, references=True
+    )
     emitted = []
     for t in range(5):
         observation = np.array([[float(t)]], np.float32)
         pairs = (np.array([[2, 10 + t]]), np.array([[2, 11 + t]]))
-        out = builder.step(observation, np.zeros((1, 2, 1), np.float32), np.array([t]),
-                           np.ones(1), observation + 1, observation + 1, np.array([t == 4]),
-                           np.array([False]), pairs)  # fmt: skip
+        out = builder.step(
+            observation,
+            np.zeros((1, 2, 1), np.float32),
+            np.array([t]),
+            np.ones(1),
+            observation + 1,
+            observation + 1,
+            np.array([t == 4]),
+            np.array([False]),
+            pairs,
+        )
         if out is not None:
             emitted.append(out)
     full, padded = emitted
@@ -118,14 +136,20 @@ def test_envs_keep_windows_of_their_own() -> None:
     got = []
     for t in range(6):
         ended = np.array([t == 1, False])
-        out = builder.step(np.array([t, 100 + t]), np.zeros((2, 1)), np.zeros(2, np.int64),
-                           np.ones(2), np.array([t + 1, 101 + t]), np.array([t + 1, 101 + t]),
-                           ended, np.zeros(2, bool))  # fmt: skip
+        out = builder.step(
+            np.array([t, 100 + t]),
+            np.zeros((2, 1)),
+            np.zeros(2, np.int64),
+            np.ones(2),
+            np.array([t + 1, 101 + t]),
+            np.array([t + 1, 101 + t]),
+            ended,
+            np.zeros(2, bool),
+        )
         if out is not None:
             got.append(out["obs"].tolist())
     # Env 0 ends after 2 steps (padded), then fills 2-4; env 1 fills 0-2 and 3-5.
-    assert got == [[[0, 1, 2, 2]], [[100, 101, 102, 103]], [[2, 3, 4, 5]],
-                   [[103, 104, 105, 106]]]  # fmt: skip
+    assert got == [[[0, 1, 2, 2]], [[100, 101, 102, 103]], [[2, 3, 4, 5]], [[103, 104, 105, 106]]]
     np.testing.assert_array_equal(builder.filled, [1, 0])
 
 
@@ -139,8 +163,9 @@ def test_bad_sequence_settings_are_refused(bad) -> None:
 def test_the_rescaling_is_inverted_on_numpy_and_torch() -> None:
     x = np.array([-1e4, -300.0, -1.0, -1e-3, 0.0, 1e-3, 0.5, 21.0, 1e5])
     np.testing.assert_allclose(unrescale(rescale(x)), x, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(rescale(np.array([0.0, 3.0, -8.0])),
-                               [0.0, 1.0 + 3e-3, -2.0 - 8e-3], rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        rescale(np.array([0.0, 3.0, -8.0])), [0.0, 1.0 + 3e-3, -2.0 - 8e-3], rtol=1e-12
+    )
     t = torch.as_tensor(x, dtype=torch.float64)
     torch.testing.assert_close(unrescale(rescale(t)), t, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(rescale(t), torch.as_tensor(rescale(x)))
@@ -151,8 +176,10 @@ def test_a_sequence_s_priority_mixes_its_largest_and_mean_error_over_its_real_st
     mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]], np.float64)
     expected = [0.9 * 3 + 0.1 * 2, 0.5, 0.0]  # the padded 100 and an all-padded row count 0
     np.testing.assert_allclose(sequence_priorities(td, mask), expected)
-    torch.testing.assert_close(sequence_priorities(torch.as_tensor(td), torch.as_tensor(mask)),
-                               torch.as_tensor(expected, dtype=torch.float64))  # fmt: skip
+    torch.testing.assert_close(
+        sequence_priorities(torch.as_tensor(td), torch.as_tensor(mask)),
+        torch.as_tensor(expected, dtype=torch.float64),
+    )
 
 
 def _network(units: int = 4, value: float | None = None):
@@ -269,8 +296,12 @@ def test_an_update_gives_each_sequence_its_eta_priority_and_starts_skip_the_burn
     from apex.settings import LearnerConfig
 
     settings = R2D2Settings(burn_in=2, n_step=2, lstm_units=4, target_update_period=100)
-    learner = R2D2(LearnerConfig(learning_rate=1e-3, priority_epsilon=1e-3), settings,
-                   _network(), torch.device("cpu"))  # fmt: skip
+    learner = R2D2(
+        LearnerConfig(learning_rate=1e-3, priority_epsilon=1e-3),
+        settings,
+        _network(),
+        torch.device("cpu"),
+    )
     sequences = _sequences(batch=2)
     sequences["starts"] = torch.tensor([1.0, 0.0])
     expected = []
@@ -294,10 +325,14 @@ def test_r2d2_acts_sends_sequences_and_learns_through_the_seam_alone() -> None:
     from apex.learning.staging import DeviceBatch
     from launch.config import resolve
 
-    config = resolve({"algorithm": "r2d2", "learner": {"hidden": [16]},
-                      "actor": {"hidden": [16], "envs_per_actor": 3},
-                      "r2d2": {"sequence_length": 6, "sequence_period": 3, "burn_in": 2,
-                               "lstm_units": 8}})  # fmt: skip
+    config = resolve(
+        {
+            "algorithm": "r2d2",
+            "learner": {"hidden": [16]},
+            "actor": {"hidden": [16], "envs_per_actor": 3},
+            "r2d2": {"sequence_length": 6, "sequence_period": 3, "burn_in": 2, "lstm_units": 8},
+        }
+    )
     shape = env_shape(config.env)
     learner = build_algorithm(config.learner, config.algorithms, shape, torch.device("cpu"))
     acting = build_acting(config.actor_config(0), config.algorithms, shape)
@@ -311,8 +346,15 @@ def test_r2d2_acts_sends_sequences_and_learns_through_the_seam_alone() -> None:
         actions = experience.act(observations, np.full(3, 0.5), rng)
         following = rng.standard_normal((3, 4)).astype(np.float32)
         ended = np.array([step == 4, False, False])
-        out = experience.step(observations, actions, np.ones(3, np.float32), following,
-                              following, ended, np.zeros(3, bool))  # fmt: skip
+        out = experience.step(
+            observations,
+            actions,
+            np.ones(3, np.float32),
+            following,
+            following,
+            ended,
+            np.zeros(3, bool),
+        )
         if ended[0]:  # env 0's next episode starts from a zero state
             assert not experience._state[0].any() and experience._state[1].any()
         if out is not None:
@@ -345,12 +387,22 @@ def test_r2d2_remembers_a_cue_that_a_memoryless_policy_cannot_see() -> None:
     from replay import PrioritizedReplay
 
     name = "tests.memory_env:Cue-v0"
-    config = resolve({"env": name, "algorithm": "r2d2",
-                      "learner": {"hidden": [32], "learning_rate": 3e-3},
-                      "actor": {"hidden": [32], "envs_per_actor": 8},
-                      "r2d2": {"sequence_length": 4, "sequence_period": 4, "burn_in": 0,
-                               "n_step": 1, "lstm_units": 16,
-                               "target_update_period": 50}})  # fmt: skip
+    config = resolve(
+        {
+            "env": name,
+            "algorithm": "r2d2",
+            "learner": {"hidden": [32], "learning_rate": 3e-3},
+            "actor": {"hidden": [32], "envs_per_actor": 8},
+            "r2d2": {
+                "sequence_length": 4,
+                "sequence_period": 4,
+                "burn_in": 0,
+                "n_step": 1,
+                "lstm_units": 16,
+                "target_update_period": 50,
+            },
+        }
+    )
     shape = env_shape(name)
     torch.manual_seed(0)
     learner = build_algorithm(config.learner, config.algorithms, shape, torch.device("cpu"))
@@ -358,8 +410,10 @@ def test_r2d2_remembers_a_cue_that_a_memoryless_policy_cannot_see() -> None:
     spec = acting.transition_spec(shape, config.actor)
     experience = acting.experience(config.actor_config(0), shape, lambda: 1, frame_refs=False)
     store = PrioritizedReplay(spec, capacity=4096, rng=0)
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make(name) for _ in range(8)],
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)  # fmt: skip
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(name) for _ in range(8)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     rng = np.random.default_rng(0)
     observations, _ = envs.reset(seed=0)
     experience.begin(observations)
@@ -371,8 +425,15 @@ def test_r2d2_remembers_a_cue_that_a_memoryless_policy_cannot_see() -> None:
             ended = terminated | truncated
             if ended.any():
                 final[ended] = np.stack(info["final_obs"][ended])
-            out = experience.step(observations, actions, rewards.astype(np.float32), following,
-                                  final, terminated, truncated)  # fmt: skip
+            out = experience.step(
+                observations,
+                actions,
+                rewards.astype(np.float32),
+                following,
+                final,
+                terminated,
+                truncated,
+            )
             if out is not None:
                 sent, priorities = experience.priorities(out, 1e-3)
                 store.add(sent, priorities)
@@ -380,10 +441,12 @@ def test_r2d2_remembers_a_cue_that_a_memoryless_policy_cannot_see() -> None:
         if store.size >= 64:
             sample = store.sample(32, 0.4)
             tensors = {key: torch.as_tensor(value) for key, value in sample.transitions.items()}
-            result = learner.step(DeviceBatch(tensors, torch.as_tensor(sample.weights).float(),
-                                              None))  # fmt: skip
-            store.update_priorities(sample.indices, sample.generations,
-                                    result.new_priorities.numpy())  # fmt: skip
+            result = learner.step(
+                DeviceBatch(tensors, torch.as_tensor(sample.weights).float(), None)
+            )
+            store.update_priorities(
+                sample.indices, sample.generations, result.new_priorities.numpy()
+            )
         if update % 25 == 0:
             acting.policy.load({k: v.numpy() for k, v in learner.policy.state_dict().items()})
     acting.policy.load({k: v.numpy() for k, v in learner.policy.state_dict().items()})
@@ -406,18 +469,48 @@ def test_apex_train_solves_the_cue_with_r2d2_over_sockets(tmp_path) -> None:
     from apex.learning.metrics import read_metrics
 
     run_dir = tmp_path / "cue"
-    settings = ["algorithm=r2d2", "learner.target_return=0.8", "learner.confirm_episodes=20",
-                "learner.eval_every_steps=2000", "learner.eval_episodes=20",
-                "learner.hidden=[32]", "actor.hidden=[32]", "learner.learning_rate=3e-3",
-                "learner.batch_size=32", "learner.metrics_interval_s=0.5",
-                "replay.min_size=64", "r2d2.sequence_length=3", "r2d2.sequence_period=2",
-                "r2d2.burn_in=1", "r2d2.n_step=1", "r2d2.lstm_units=16",
-                "r2d2.target_update_period=50"]  # fmt: skip
-    command = [sys.executable, "-m", "launch", "train", "--env", "tests.memory_env:Cue-v0",
-               "--run-dir", str(run_dir), "--plain", "--no-curves", "--max-time", "120",
-               *(part for setting in settings for part in ("--set", setting))]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False,
-                          cwd=Path(__file__).parents[1])  # fmt: skip
+    settings = [
+        "algorithm=r2d2",
+        "learner.target_return=0.8",
+        "learner.confirm_episodes=20",
+        "learner.eval_every_steps=2000",
+        "learner.eval_episodes=20",
+        "learner.hidden=[32]",
+        "actor.hidden=[32]",
+        "learner.learning_rate=3e-3",
+        "learner.batch_size=32",
+        "learner.metrics_interval_s=0.5",
+        "replay.min_size=64",
+        "r2d2.sequence_length=3",
+        "r2d2.sequence_period=2",
+        "r2d2.burn_in=1",
+        "r2d2.n_step=1",
+        "r2d2.lstm_units=16",
+        "r2d2.target_update_period=50",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        "--env",
+        "tests.memory_env:Cue-v0",
+        "--run-dir",
+        str(run_dir),
+        "--plain",
+        "--no-curves",
+        "--max-time",
+        "120",
+        *(part for setting in settings for part in ("--set", setting)),
+    ]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=Path(__file__).parents[1],
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     records = read_metrics(run_dir)
     [end] = [r for r in records if r.get("event") == "end"]

@@ -43,8 +43,7 @@ def run(frames: FrameWriter | None, send=None) -> tuple[list[dict], list[np.ndar
     config = actor_config()
     acting = Acting(R2D2Acting(config, env_shape("Pong"), SETTINGS), BY_NAME["r2d2"], SETTINGS)
     made, priorities = [], []
-    for maker, experience in group_experience(config, acting, frames, np.full(ENVS, 0.3),
-                                              ROUNDS):  # fmt: skip
+    for maker, experience in group_experience(config, acting, frames, np.full(ENVS, 0.3), ROUNDS):
         sent, initial = maker.priorities(dict(experience), 0.0)
         made.append(experience)
         priorities.append(initial)
@@ -62,11 +61,25 @@ def test_sequences_through_a_frame_shard_are_the_sequences_of_whole_observations
     spec = BY_NAME["r2d2"].transition_spec(env_shape("Pong"), actor_config(), SETTINGS)
     layout = FrameStackSpec.from_transition_spec(spec)
     assert layout is not None and layout.steps == SETTINGS.sequence_length + 1
-    config = ShardConfig(spec=spec, frames=layout, compress_frames=compress, capacity=512,
-                         min_size=1, insert_batch_hint=ENVS, seed=5)  # fmt: skip
+    config = ShardConfig(
+        spec=spec,
+        frames=layout,
+        compress_frames=compress,
+        capacity=512,
+        min_size=1,
+        insert_batch_hint=ENVS,
+        seed=5,
+    )
     ingest = Ingest(config)
-    writer = FrameWriter(ENVS, 4, 1, history=2 * 7 * 2 + 8, compress=compress,
-                         rng=np.random.default_rng(1), unroll_steps=layout.steps)  # fmt: skip
+    writer = FrameWriter(
+        ENVS,
+        4,
+        1,
+        history=2 * 7 * 2 + 8,
+        compress=compress,
+        rng=np.random.default_rng(1),
+        unroll_steps=layout.steps,
+    )
 
     def send(sent: dict[str, np.ndarray], priorities: np.ndarray) -> None:
         assert "obs" not in sent  # the observations go as frames
@@ -81,8 +94,9 @@ def test_sequences_through_a_frame_shard_are_the_sequences_of_whole_observations
     count = len(expected["action"])
     assert count == sum(len(b["action"]) for b in referenced) == ingest.replay.size
     # The same steps, the same priorities: the actor computes them from the observations.
-    np.testing.assert_allclose(np.concatenate(referenced_priorities),
-                               np.concatenate(whole_priorities), rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        np.concatenate(referenced_priorities), np.concatenate(whole_priorities), rtol=1e-6
+    )
     # Each frame once on the wire and in the store: about one a step and one an episode,
     # where whole sequences carry (m + 1)·k = 28 a step (twice, overlapping).
     assert writer.frames_sent <= 1.2 * ENVS * ROUNDS
@@ -95,8 +109,18 @@ def test_sequences_through_a_frame_shard_are_the_sequences_of_whole_observations
     restore_replay(restored.replay, snapshot.read, snapshot.meta)
     assert restored.replay.size == count
     packed = restored.replay.sample(256, 0.4, packed=True)  # left apart for the wire
-    reply = SampleReply(1.0, 1.0, 0, 512, packed.indices, packed.generations, packed.priorities,
-                        packed.weights, packed.transitions, packed.frames)  # fmt: skip
+    reply = SampleReply(
+        1.0,
+        1.0,
+        0,
+        512,
+        packed.indices,
+        packed.generations,
+        packed.priorities,
+        packed.weights,
+        packed.transitions,
+        packed.frames,
+    )
     second = SampleReply.from_message(decode(encode(reply.to_message(0, 0))), spec).fields
     for indices, fields in ((first.indices, first.transitions), (packed.indices, second)):
         for name in spec:

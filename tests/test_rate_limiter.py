@@ -71,9 +71,15 @@ def test_a_live_shard_holds_the_ratio_by_back_pressure() -> None:
     multiple of 100 above (264 + 2048) / 2 = 1156, i.e. 1200. Data the shard has not taken
     waits in ZeroMQ and kernel buffers, and once those fill, the actor times out."""
     shard = ShardProcess(
-        "--capacity", "100000", "--min-size", "100", "--samples-per-insert", "2",
-        "--error-buffer", "64",
-    )  # fmt: skip
+        "--capacity",
+        "100000",
+        "--min-size",
+        "100",
+        "--samples-per-insert",
+        "2",
+        "--error-buffer",
+        "64",
+    )
     context = zmq.Context()
     try:
         actor = InsertClient(context, [shard.endpoints], 1, SMALL_SPEC, timeout_s=0.5, hwm=2)

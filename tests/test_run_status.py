@@ -19,8 +19,16 @@ from tests.conftest import write_run_dir
 
 def test_status_reads_outcome_evaluations_restarts_faults_and_checkpoint(tmp_path: Path) -> None:
     write_run_dir(tmp_path)
-    write_summary(tmp_path, {"reason": "interrupted", "solved": False, "seconds": 12.0,
-                             "exit_code": 0, "learner_restarts": 0})  # fmt: skip
+    write_summary(
+        tmp_path,
+        {
+            "reason": "interrupted",
+            "solved": False,
+            "seconds": 12.0,
+            "exit_code": 0,
+            "learner_restarts": 0,
+        },
+    )
     write_summary(
         tmp_path,
         {
@@ -60,8 +68,9 @@ def test_status_of_a_run_with_nothing_yet_and_of_no_run(tmp_path: Path) -> None:
 
 def test_a_resume_past_its_limit_is_refused_with_the_figures(tmp_path: Path) -> None:
     write_run_dir(tmp_path)
-    write_summary(tmp_path, {"reason": "max_time", "solved": False, "seconds": 33.3,
-                             "exit_code": 0})  # fmt: skip
+    write_summary(
+        tmp_path, {"reason": "max_time", "solved": False, "seconds": 33.3, "exit_code": 0}
+    )
     before = (tmp_path / "summary.json").read_text()
     result = CliRunner().invoke(main, ["train", "--resume", str(tmp_path)])
     assert result.exit_code == 2, result.output
@@ -99,11 +108,26 @@ def test_status_and_curves_read_the_runs_end_and_a_resumed_runs_latest(tmp_path:
 
     write_run_dir(tmp_path, updates=1200, train_seconds=30.0)
     metrics = MetricsWriter(tmp_path)
-    metrics.write({"event": "evaluation", "time_s": 32.0, "updates": 1300,
-                   "eval_return_mean": 480.0, "eval_return_min": 400.0,
-                   "eval_return_max": 500.0})  # fmt: skip
-    metrics.write({"event": "end", "reason": "solved", "solved": True, "updates": 1333,
-                   "train_seconds": 33.0, "transitions_added": 50_000})  # fmt: skip
+    metrics.write(
+        {
+            "event": "evaluation",
+            "time_s": 32.0,
+            "updates": 1300,
+            "eval_return_mean": 480.0,
+            "eval_return_min": 400.0,
+            "eval_return_max": 500.0,
+        }
+    )
+    metrics.write(
+        {
+            "event": "end",
+            "reason": "solved",
+            "solved": True,
+            "updates": 1333,
+            "train_seconds": 33.0,
+            "transitions_added": 50_000,
+        }
+    )
     metrics.close()
     status = run_status(tmp_path)
     assert (status["progress"]["updates"], status["progress"]["time_s"]) == (1333, 33.0)
@@ -128,13 +152,23 @@ def test_status_names_the_confirmed_solve_and_never_an_unconfirmed_one(tmp_path:
     write_run_dir(tmp_path)
     metrics = MetricsWriter(tmp_path)
     for mean, solved in ((470.0, False), (480.0, True)):
-        metrics.write({"event": "confirmation", "time_s": 21.0, "env_steps": 41_000,
-                       "episodes": 100, "eval_return_mean": mean, "solved": solved,
-                       "weights_time_s": 17.5})  # fmt: skip
+        metrics.write(
+            {
+                "event": "confirmation",
+                "time_s": 21.0,
+                "env_steps": 41_000,
+                "episodes": 100,
+                "eval_return_mean": mean,
+                "solved": solved,
+                "weights_time_s": 17.5,
+            }
+        )
     metrics.close()
     out = CliRunner().invoke(main, ["status", str(tmp_path)]).output
-    assert ("solved: confirmed at 480.0 over 100 episodes, 41,000 env steps, weights "
-            "published at 17.5 s of training, confirmed at 21.0 s") in out  # fmt: skip
+    assert (
+        "solved: confirmed at 480.0 over 100 episodes, 41,000 env steps, weights "
+        "published at 17.5 s of training, confirmed at 21.0 s"
+    ) in out
     assert "470.0" not in out
 
 
@@ -143,17 +177,39 @@ def _run_whose_evaluator_died(run_dir: Path, ended: bool) -> None:
 
     write_resolved(resolve({}, {}), run_dir)
     metrics = MetricsWriter(run_dir)
-    metrics.write({"event": "start", "updates": 0, "device": "cpu", "actor_processes": 1,
-                   "ape_x_actors": 8})  # fmt: skip
+    metrics.write(
+        {"event": "start", "updates": 0, "device": "cpu", "actor_processes": 1, "ape_x_actors": 8}
+    )
     dying = {"evaluator": "restarting", "evaluator_restarts": 2, "evaluator_last_exit": 3}
-    metrics.write({"event": "progress", "time_s": 9.0, "updates": 90, "updates_per_s": 10.0,
-                   "transitions_per_s": 100.0, "transitions_added": 900, "replay_sizes": [900],
-                   "episode_return_mean": 20.0, "policy_lag_median": 1.0, "shards_alive": 1,
-                   **dying})  # fmt: skip
+    metrics.write(
+        {
+            "event": "progress",
+            "time_s": 9.0,
+            "updates": 90,
+            "updates_per_s": 10.0,
+            "transitions_per_s": 100.0,
+            "transitions_added": 900,
+            "replay_sizes": [900],
+            "episode_return_mean": 20.0,
+            "policy_lag_median": 1.0,
+            "shards_alive": 1,
+            **dying,
+        }
+    )
     if ended:
-        metrics.write({"event": "end", "reason": "max_time", "solved": False, "updates": 100,
-                       "train_seconds": 10.0, "evaluations": 0, **dying,
-                       "evaluator": "given up", "evaluator_restarts": 5})  # fmt: skip
+        metrics.write(
+            {
+                "event": "end",
+                "reason": "max_time",
+                "solved": False,
+                "updates": 100,
+                "train_seconds": 10.0,
+                "evaluations": 0,
+                **dying,
+                "evaluator": "given up",
+                "evaluator_restarts": 5,
+            }
+        )
     metrics.close()
 
 
@@ -167,15 +223,18 @@ def test_an_evaluator_that_keeps_dying_is_a_fault_everywhere_a_run_is_shown(tmp_
     _run_whose_evaluator_died(ended, ended=True)
     watch = RunWatch(running)
     watch.poll()
-    assert evaluation_text(watch) == ("eval none: the evaluator died (exit code 3), restart 2 "
-                                      "/ target 475.0")  # fmt: skip
+    assert evaluation_text(watch) == (
+        "eval none: the evaluator died (exit code 3), restart 2 / target 475.0"
+    )
     lines = "\n".join(status_lines(run_status(running)))
     assert "faults: evaluator_restarts 2" in lines
     assert "evaluation: none yet (target 475.0): the evaluator died (exit code 3)" in lines
     lines = "\n".join(status_lines(run_status(ended)))
     assert "faults: evaluator_restarts 5, evaluator gave up" in lines
-    assert ("evaluation: none ran (target 475.0): the evaluator gave up after 5 restarts "
-            "(exit code 3): see logs/evaluator.log") in lines  # fmt: skip
+    assert (
+        "evaluation: none ran (target 475.0): the evaluator gave up after 5 restarts "
+        "(exit code 3): see logs/evaluator.log"
+    ) in lines
     outcome = {
         "updates": 100,
         "evaluations": 0,
@@ -200,11 +259,28 @@ def test_a_run_whose_evaluator_cannot_start_says_so_and_names_it_a_fault(tmp_pat
     import sys
 
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "launch", "train", "--env",
-               "tests.grid_env:GridThatFailsToEvaluate-v0", "--max-time", "8", "--plain",
-               "--no-curves", "--run-dir", str(run_dir), "--set", "replay.min_size=200",
-               "--set", "replay.capacity=5000", "--set", "learner.eval_every_steps=200",
-               "--set", "learner.batch_size=32"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        "--env",
+        "tests.grid_env:GridThatFailsToEvaluate-v0",
+        "--max-time",
+        "8",
+        "--plain",
+        "--no-curves",
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "replay.min_size=200",
+        "--set",
+        "replay.capacity=5000",
+        "--set",
+        "learner.eval_every_steps=200",
+        "--set",
+        "learner.batch_size=32",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     end = done.stdout.strip().splitlines()[-2]

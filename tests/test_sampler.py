@@ -251,18 +251,28 @@ def test_a_shard_holding_samples_for_its_rate_limiter_is_waited_for_not_marked_d
     requests: the sampler waits for them instead of counting outages and re-drawing.
     Where no periodic INFO comes in time (30 s apart), the sampler asks one itself."""
     shard = ShardProcess(
-        "--capacity", "1000", "--min-size", "50", "--samples-per-insert", "1",
-        "--error-buffer", "100",
-    )  # fmt: skip
+        "--capacity",
+        "1000",
+        "--min-size",
+        "50",
+        "--samples-per-insert",
+        "1",
+        "--error-buffer",
+        "100",
+    )
     actor = InsertClient(context, [shard.endpoints], sender=3, spec=SMALL_SPEC)
     try:
         actor.insert(make_batch(SMALL_SPEC, 100), np.ones(100))
         # A shard timeout of 1 s: on a loaded machine the shard's INFO, which says it holds
         # the requests, has come more than 0.5 s late.
         with make_sampler(
-            [shard], io_thread, batch_size=64, shard_timeout_s=1.0, probe_interval_s=0.1,
+            [shard],
+            io_thread,
+            batch_size=64,
+            shard_timeout_s=1.0,
+            probe_interval_s=0.1,
             info_interval_s=info_interval_s,
-        ) as sampler:  # fmt: skip
+        ) as sampler:
             for _ in range(3):
                 sampler.next_batch(timeout_s=5)
             with pytest.raises(ReplayTimeout):

@@ -86,7 +86,9 @@ def test_generated_keys_load_and_their_secrets_are_private(tmp_path: Path) -> No
     assert zmq.curve_public(loaded.server.secret) == loaded.server.public
     # ZeroMQ's own certificate reader takes them (czmq/pyzmq format).
     assert zmq.auth.load_certificate(tmp_path / "k" / "server.key_secret") == (
-        loaded.server.public, loaded.server.secret)  # fmt: skip
+        loaded.server.public,
+        loaded.server.secret,
+    )
 
 
 def test_keys_are_never_overwritten_unless_asked(tmp_path: Path) -> None:
@@ -169,8 +171,9 @@ def test_a_peer_without_the_run_s_key_gets_nothing_in_and_nothing_out(
     try:
         watcher = RequestClient(run, keyed_shard.endpoints.request, sender=2, timeout_s=5)
         start = watcher.info()
-        refused = RequestClient(outsider, keyed_shard.endpoints.request, sender=3,
-                                timeout_s=REFUSED_WAIT_S)  # fmt: skip
+        refused = RequestClient(
+            outsider, keyed_shard.endpoints.request, sender=3, timeout_s=REFUSED_WAIT_S
+        )
         # Refused at the handshake, so no request of any kind is answered: a sample
         # stands for them all (each refusal waits out REFUSED_WAIT_S).
         with pytest.raises(ReplayTimeout):
@@ -179,8 +182,11 @@ def test_a_peer_without_the_run_s_key_gets_nothing_in_and_nothing_out(
         size = start["size"]
         # Queued on a connection that never completes, or refused at once for want of one.
         with contextlib.suppress(ReplayTimeout):
-            refused.update(np.arange(min(size, 4)), np.zeros(min(size, 4), np.int64),
-                           np.full(min(size, 4), 1e6))  # fmt: skip
+            refused.update(
+                np.arange(min(size, 4)),
+                np.zeros(min(size, 4), np.int64),
+                np.full(min(size, 4), 1e6),
+            )
         pusher = make_socket(outsider, zmq.PUSH, hwm=8)
         pusher.connect(keyed_shard.endpoints.insert)
         send_frames(pusher, insert_frames(sender=66, count=10), zmq.NOBLOCK)
@@ -231,8 +237,13 @@ def test_only_the_run_s_actors_receive_weights(keys, who: str) -> None:
         policy, their_policy = NumpyDuelingMLP(4, 2, (8,), 0), NumpyDuelingMLP(4, 2, (8,), 0)
         _publish_until(publisher, network, lambda: ours.poll(policy), "the run's actor", 10)
         with pytest.raises(AssertionError, match="timed out"):
-            _publish_until(publisher, network, lambda: theirs.poll(their_policy),
-                           "an outsider's weights", REFUSED_WAIT_S)  # fmt: skip
+            _publish_until(
+                publisher,
+                network,
+                lambda: theirs.poll(their_policy),
+                "an outsider's weights",
+                REFUSED_WAIT_S,
+            )
         assert theirs.version == -1
         assert wait_for(lambda: learner.refusals()[REASONS[who]] >= 1, what="refusal counted")
         for socket in (publisher, ours, theirs):
@@ -252,8 +263,13 @@ def test_an_actor_never_loads_weights_from_a_publisher_that_is_not_the_run_s(key
         subscriber = WeightSubscriber(actor, publisher.endpoint)
         policy = NumpyDuelingMLP(4, 2, (8,), 0)
         with pytest.raises(AssertionError, match="timed out"):
-            _publish_until(publisher, DuelingMLP(4, 2, (8,)), lambda: subscriber.poll(policy),
-                           "weights from an impostor", REFUSED_WAIT_S)  # fmt: skip
+            _publish_until(
+                publisher,
+                DuelingMLP(4, 2, (8,)),
+                lambda: subscriber.poll(policy),
+                "weights from an impostor",
+                REFUSED_WAIT_S,
+            )
         assert subscriber.version == -1
         publisher.close()
         subscriber.close()
@@ -329,7 +345,8 @@ def test_insecure_is_recorded_and_a_loopback_run_needs_no_keys(tmp_path: Path) -
     loopback = resolve({}, {})
     assert with_run_keys(loopback, tmp_path) is loopback and not (tmp_path / "keys").exists()
     assert with_run_keys(loopback, tmp_path, on_cluster=True).security.keys == str(
-        tmp_path / "keys")  # fmt: skip
+        tmp_path / "keys"
+    )
     with pytest.raises(KeysError, match="exists"):  # a run directory is not reused
         with_run_keys(loopback, tmp_path, on_cluster=True)
     bad = CliRunner().invoke(main, ["train", "--keys", str(tmp_path / "missing")])

@@ -19,8 +19,19 @@ def test_the_sequence_cases_time_batches_of_64_by_80_and_measure_a_filled_store(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "sequences.json"
-    arguments = ["bench", "shard", "--quick", "--part", "sequences", "--repeats", "2",
-                 "--seconds", "0.25", "--json", str(out)]  # fmt: skip
+    arguments = [
+        "bench",
+        "shard",
+        "--quick",
+        "--part",
+        "sequences",
+        "--repeats",
+        "2",
+        "--seconds",
+        "0.25",
+        "--json",
+        str(out),
+    ]
     result = CliRunner().invoke(main, arguments)
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())

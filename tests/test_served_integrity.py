@@ -28,11 +28,15 @@ CAPACITY = 4096
 # the capacity, generations past the newest item, and priorities that are not numbers.
 FORGED_UPDATES = [
     (np.arange(1000, 1064), np.full(64, -1), np.full(64, 1e6), "never_written"),
-    (np.arange(CAPACITY, CAPACITY + 8), np.arange(CAPACITY, CAPACITY + 8), np.ones(8),
-     "out_of_range"),
+    (
+        np.arange(CAPACITY, CAPACITY + 8),
+        np.arange(CAPACITY, CAPACITY + 8),
+        np.ones(8),
+        "out_of_range",
+    ),
     (np.arange(4), np.arange(4) + 10**9, np.full(4, 1e6), "never_written"),
     (np.arange(4), np.arange(4), np.array([np.nan, np.inf, -1.0, -np.inf]), "bad_priority"),
-]  # fmt: skip
+]
 
 QUEUE_SPEC = TransitionSpec.from_dict(
     {"obs": ((4,), "float32"), "action": ((), "int64"), "reward": ((), "float32")}
@@ -156,10 +160,14 @@ def _frame_inserts(client: InsertClient, truth: dict[int, np.ndarray]) -> None:
             ids.append(1000 + 10 * env + t)
             stack = [history[env][max(0, t - k)] for k in range(STACK - 1, -1, -1)]
             truth[ids[-1]] = np.stack(stack)
-    scalars = {"action": np.zeros(STORED, np.int64), "reward": np.array(ids, np.float32),
-               "discount": np.ones(STORED, np.float32)}  # fmt: skip
-    client.insert_frames(lambda shard: writer.build(shard, np.array(refs), scalars,
-                                                    np.ones(STORED)))  # fmt: skip
+    scalars = {
+        "action": np.zeros(STORED, np.int64),
+        "reward": np.array(ids, np.float32),
+        "discount": np.ones(STORED, np.float32),
+    }
+    client.insert_frames(
+        lambda shard: writer.build(shard, np.array(refs), scalars, np.ones(STORED))
+    )
 
 
 def test_a_frame_shard_serves_only_stacks_that_were_inserted_after_forged_updates(

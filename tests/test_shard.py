@@ -146,8 +146,9 @@ def test_a_shard_without_snapshots_stops_at_once_right_after_an_insert() -> None
     holds their last flush; a shard that keeps no snapshots would drop those batches at
     exit all the same, and leaves at once, even just after an insert and with a quiet
     period far longer than the wait here."""
-    server = ShardServer(ShardConfig(spec=SMALL_SPEC, capacity=1000, stop_quiet_s=60.0,
-                                     stop_grace_s=120.0))  # fmt: skip
+    server = ShardServer(
+        ShardConfig(spec=SMALL_SPEC, capacity=1000, stop_quiet_s=60.0, stop_grace_s=120.0)
+    )
     serving = threading.Thread(target=server.serve)
     serving.start()
     context = zmq.Context()
@@ -193,19 +194,29 @@ def test_back_pressure_reaches_a_sender_after_a_bounded_backlog(
     # batches before the sender feels anything: data that is stale when it lands. Credit
     # (CREDIT) bounds the backlog exactly.
     shard = ShardProcess(
-        "--capacity", "100000", "--min-size", "100", "--samples-per-insert", "1",
-        "--error-buffer", "200",
-    )  # fmt: skip
+        "--capacity",
+        "100000",
+        "--min-size",
+        "100",
+        "--samples-per-insert",
+        "1",
+        "--error-buffer",
+        "200",
+    )
     try:
         # With credit, the client learns what the shard took from an answer that a busy
         # machine may take over half a second to deliver: it waits long enough for it.
         # With credit, a queue of its own deeper than the shard's window, so that the
         # credit is what stops it.
         inserts = InsertClient(
-            context, [shard.endpoints], sender=7, spec=SMALL_SPEC,
-            timeout_s=0.5 if credit is None else 3.0, credit=credit,
+            context,
+            [shard.endpoints],
+            sender=7,
+            spec=SMALL_SPEC,
+            timeout_s=0.5 if credit is None else 3.0,
+            credit=credit,
             hwm=16 if credit is None else 2 * MAX_WINDOW,
-        )  # fmt: skip
+        )
         batch, priorities = make_batch(SMALL_SPEC, 50), np.ones(50)
         sent, deadline = 0, time.monotonic() + 60
         with pytest.raises(ReplayTimeout):
@@ -241,8 +252,9 @@ def test_a_credit_request_is_held_until_enough_inserts_are_taken(
     pusher.connect(shard.endpoints.insert)
 
     def ask(wanted: float, wait_ms: int) -> None:
-        asker.send_multipart(encode(Message(Kind.CREDIT, 31, 0, -1, wait_ms, wanted,
-                                            incarnation=7)))  # fmt: skip
+        asker.send_multipart(
+            encode(Message(Kind.CREDIT, 31, 0, -1, wait_ms, wanted, incarnation=7))
+        )
 
     def reply():
         assert asker.poll(5000), "no CREDIT reply"
@@ -252,8 +264,9 @@ def test_a_credit_request_is_held_until_enough_inserts_are_taken(
 
     def push_batch() -> None:
         arrays = (*make_batch(SMALL_SPEC, 4).values(), np.ones(4))
-        pusher.send_multipart(encode(Message(Kind.INSERT, 31, next(lanes), -1, 4, 0.0, arrays,
-                                             incarnation=7)))  # fmt: skip
+        pusher.send_multipart(
+            encode(Message(Kind.INSERT, 31, next(lanes), -1, 4, 0.0, arrays, incarnation=7))
+        )
 
     ask(0.0, 0)
     start = reply().scalar  # what this sender id had sent before (nothing)
@@ -299,8 +312,11 @@ def test_a_full_sample_queue_drops_its_oldest_request_not_the_newest(
         assert counters["samples_waiting"] == 64 and counters["rejected_total"] == 0
         inserts.insert(make_batch(SMALL_SPEC, 100), np.ones(100))
         answered: list[int] = []
-        wait_for(lambda: answered.extend(m.sequence for m in asker.drain()) or len(answered) == 64,
-                 what="the waiting requests answered", interval_s=0.05)  # fmt: skip
+        wait_for(
+            lambda: answered.extend(m.sequence for m in asker.drain()) or len(answered) == 64,
+            what="the waiting requests answered",
+            interval_s=0.05,
+        )
         assert sorted(answered) == list(range(6, 70))
     finally:
         inserts.close(linger_s=0)

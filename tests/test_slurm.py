@@ -49,14 +49,21 @@ APEX = [sys.executable, "-m", "launch"]
 # Each role pinned to its own host; the small replay lets training start within seconds;
 # runs end by their limits, never by solving early.
 PINNED = (
-    "--target-return", "1e9",
-    "--set", 'slurm.learner_options=["--nodelist=learner"]',
-    "--set", 'slurm.shard_options=["--nodelist=shard"]',
-    "--set", 'slurm.actor_options=["--nodelist=actor"]',
-    "--set", "replay.min_size=500",
-    "--set", "learner.checkpoint_interval_s=2.0",
-    "--set", f"slurm.python={sys.executable}",  # the test cluster's nodes are this machine
-)  # fmt: skip
+    "--target-return",
+    "1e9",
+    "--set",
+    'slurm.learner_options=["--nodelist=learner"]',
+    "--set",
+    'slurm.shard_options=["--nodelist=shard"]',
+    "--set",
+    'slurm.actor_options=["--nodelist=actor"]',
+    "--set",
+    "replay.min_size=500",
+    "--set",
+    "learner.checkpoint_interval_s=2.0",
+    "--set",
+    f"slurm.python={sys.executable}",  # the test cluster's nodes are this machine
+)
 
 
 def poll(condition, timeout_s: float, what: str, interval_s: float = 0.3):
@@ -206,9 +213,20 @@ def test_submit_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> 
     run_dir = tmp_path / "run"
     result = CliRunner().invoke(
         main,
-        ["slurm", "submit", "--dry-run", "--run-dir", str(run_dir), "--nodes", "2",
-         "--actors-per-node", "3", "--gpus", "1"],
-    )  # fmt: skip
+        [
+            "slurm",
+            "submit",
+            "--dry-run",
+            "--run-dir",
+            str(run_dir),
+            "--nodes",
+            "2",
+            "--actors-per-node",
+            "3",
+            "--gpus",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "--ntasks=6" in result.output and "--gpus=1" in result.output
     assert not run_dir.exists()
@@ -255,8 +273,9 @@ def test_a_script_made_here_names_no_path_of_this_machine_the_user_did_not_set()
 
 def test_submit_refuses_bad_options_clearly(tmp_path: Path) -> None:
     runner = CliRunner()
-    result = runner.invoke(main, ["slurm", "submit", "--dry-run", "--shards", "3",
-                                  "--shard-nodes", "2"])  # fmt: skip
+    result = runner.invoke(
+        main, ["slurm", "submit", "--dry-run", "--shards", "3", "--shard-nodes", "2"]
+    )
     assert result.exit_code == 2 and "do not divide over slurm.shard_nodes" in result.output
     result = runner.invoke(main, ["slurm", "submit", "--dry-run", "--nodes", "0"])
     assert result.exit_code == 2 and "--nodes" in result.output
@@ -370,12 +389,26 @@ def test_a_dpg_run_spans_three_hosts_refuses_strangers_and_survives_a_killed_act
     run_dir = tmp_path / "run"
     # Three actors, all on host "actor", two shards on host "shard"; the run ends by time,
     # well after the faults.
-    job_id = submit(run_dir, "--env", "Pendulum-v1", "--shards", "2", "--actors-per-node", "3",
-                    "--max-time", "30", "--target-return", "1e9")  # fmt: skip
+    job_id = submit(
+        run_dir,
+        "--env",
+        "Pendulum-v1",
+        "--shards",
+        "2",
+        "--actors-per-node",
+        "3",
+        "--max-time",
+        "30",
+        "--target-return",
+        "1e9",
+    )
     # Training can start on two actors' data while the third still starts up; one the
     # learner first hears after the cut has no silence to show (seen once in CI: 1.01 s).
-    poll(lambda: (p := latest_progress(run_dir)) and p["updates"] > 50 and p["actors_heard"] == 3,
-         120, "training to start with all three actors heard")  # fmt: skip
+    poll(
+        lambda: (p := latest_progress(run_dir)) and p["updates"] > 50 and p["actors_heard"] == 3,
+        120,
+        "training to start with all three actors heard",
+    )
     generate(tmp_path / "stranger")
     # A client pair the run never admitted, pinned to the run's real server key.
     generate(tmp_path / "unadmitted")
@@ -530,10 +563,20 @@ def test_a_killed_impala_learner_comes_back_inside_the_job(cluster, tmp_path: Pa
     run_dir = tmp_path / "run"
     # The kill comes at about 160 updates (2 s in, at the first checkpoint); the CPU
     # learner makes 500 about 3 s later, 700 leaves it a margin under load.
-    job_id = submit(run_dir, "--max-updates", "700", "--set", "learner.checkpoint_interval_s=2",
-                    "--set", "algorithm=impala")  # fmt: skip
-    poll(lambda: latest_updates(run_dir) >= 100 and list((run_dir / "checkpoints").glob("*.pt")),
-         120, "100 updates and a checkpoint")  # fmt: skip
+    job_id = submit(
+        run_dir,
+        "--max-updates",
+        "700",
+        "--set",
+        "learner.checkpoint_interval_s=2",
+        "--set",
+        "algorithm=impala",
+    )
+    poll(
+        lambda: latest_updates(run_dir) >= 100 and list((run_dir / "checkpoints").glob("*.pt")),
+        120,
+        "100 updates and a checkpoint",
+    )
     os.kill(poll(lambda: kept_pid(run_dir, "learner"), 30, "the learner's process"), signal.SIGKILL)
     fields = wait_for_job_end(job_id, run_dir, timeout_s=240)
     output = job_output(run_dir)
@@ -564,23 +607,43 @@ def test_a_multi_prog_r2d2_job_fills_three_nodes_and_survives_kill_9_of_shard_an
     # 1 learner + 1 shard + 3 actors over 3 nodes, 2 tasks per node, nodes in name order:
     # actor (learner, shard), learner (actors 0-1), shard (actor 2). Ranks: learner 0,
     # shard 1, actors 2-4.
-    r2d2 = ["algorithm=r2d2", "replay.min_size=64", "learner.batch_size=16",
-            "r2d2.sequence_length=8", "r2d2.sequence_period=4", "r2d2.burn_in=2",
-            "r2d2.lstm_units=16", "replay.snapshot_interval_s=1",
-            "learner.checkpoint_interval_s=1"]  # fmt: skip
+    r2d2 = [
+        "algorithm=r2d2",
+        "replay.min_size=64",
+        "learner.batch_size=16",
+        "r2d2.sequence_length=8",
+        "r2d2.sequence_period=4",
+        "r2d2.burn_in=2",
+        "r2d2.lstm_units=16",
+        "replay.snapshot_interval_s=1",
+        "learner.checkpoint_interval_s=1",
+    ]
     job_id = submit(
-        run_dir, "--layout", "multi-prog", "--nodes", "3", "--set", "actors=3",
-        "--max-updates", "500", *(part for setting in r2d2 for part in ("--set", setting)),
-    )  # fmt: skip
+        run_dir,
+        "--layout",
+        "multi-prog",
+        "--nodes",
+        "3",
+        "--set",
+        "actors=3",
+        "--max-updates",
+        "500",
+        *(part for setting in r2d2 for part in ("--set", setting)),
+    )
 
     def ready_to_kill() -> bool:
-        return (latest_updates(run_dir) >= 100 and bool(complete_snapshots(run_dir / "replay"
-                / "shard-0")) and bool(list((run_dir / "checkpoints").glob("*.pt"))))  # fmt: skip
+        return (
+            latest_updates(run_dir) >= 100
+            and bool(complete_snapshots(run_dir / "replay" / "shard-0"))
+            and bool(list((run_dir / "checkpoints").glob("*.pt")))
+        )
 
     poll(ready_to_kill, 120, "100 updates, a checkpoint and a snapshot")
     for role, rank in (("shard", 1), ("learner", 0)):
-        os.kill(poll(lambda r=role, k=rank: kept_pid(run_dir, r, k), 30, f"the {role}'s process"),
-                signal.SIGKILL)  # fmt: skip
+        os.kill(
+            poll(lambda r=role, k=rank: kept_pid(run_dir, r, k), 30, f"the {role}'s process"),
+            signal.SIGKILL,
+        )
     fields = wait_for_job_end(job_id, run_dir, timeout_s=240)
     output = job_output(run_dir)
     assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "0", output
@@ -603,8 +666,16 @@ def test_the_committed_example_scripts_are_what_submit_renders(layout) -> None:
     slurm_dir = Path(__file__).parent.parent / "slurm"
     result = CliRunner().invoke(
         main,
-        ["slurm", "submit", str(slurm_dir / "cartpole-cluster.toml"), "--layout", layout,
-         "--run-dir", "/shared/runs/cartpole", "--dry-run"],
-    )  # fmt: skip
+        [
+            "slurm",
+            "submit",
+            str(slurm_dir / "cartpole-cluster.toml"),
+            "--layout",
+            layout,
+            "--run-dir",
+            "/shared/runs/cartpole",
+            "--dry-run",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == (slurm_dir / f"example-{layout}.sbatch").read_text()

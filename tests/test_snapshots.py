@@ -193,8 +193,9 @@ def test_a_frame_store_is_written_by_what_it_holds_and_comes_back(
         # About arena_frames frames (an LZ4 block of a 6-byte frame takes 7 or 8 bytes).
         per_frame = spec.frame_nbytes + (2 if compress else 0)
         arena = arena_frames * per_frame if arena_frames else None
-        storage = FrameStackStorage(spec, 60, compress=compress, frame_capacity=90,
-                                    arena_bytes=arena)  # fmt: skip
+        storage = FrameStackStorage(
+            spec, 60, compress=compress, frame_capacity=90, arena_bytes=arena
+        )
         return PrioritizedReplay(None, 60, 0.6, rng=seed, storage=storage)
 
     replay = make(5)
@@ -335,8 +336,9 @@ def test_a_client_out_of_credit_carries_on_with_a_restarted_shard(
     shard = ShardProcess("--capacity", "10000", *limits, "--snapshot-dir", str(tmp_path))
     # A queue deeper than the shard's window (of small batches, MAX_WINDOW): the credit is
     # what stops the client.
-    client = InsertClient(context, [shard.endpoints], sender=5, spec=SMALL_SPEC, timeout_s=0.5,
-                          hwm=2 * MAX_WINDOW)  # fmt: skip
+    client = InsertClient(
+        context, [shard.endpoints], sender=5, spec=SMALL_SPEC, timeout_s=0.5, hwm=2 * MAX_WINDOW
+    )
     try:
         sent = 0
         with pytest.raises(ReplayTimeout):
@@ -349,8 +351,16 @@ def test_a_client_out_of_credit_carries_on_with_a_restarted_shard(
         shard.stop()
         # An empty restart with the limiter open: the client's batches must flow again.
         ports = [e.rsplit(":", 1)[1] for e in (shard.endpoints.insert, shard.endpoints.request)]
-        shard = ShardProcess("--capacity", "10000", "--insert-port", ports[0],
-                             "--request-port", ports[1], "--restore", str(tmp_path))  # fmt: skip
+        shard = ShardProcess(
+            "--capacity",
+            "10000",
+            "--insert-port",
+            ports[0],
+            "--request-port",
+            ports[1],
+            "--restore",
+            str(tmp_path),
+        )
 
         def flows() -> bool:
             try:

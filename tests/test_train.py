@@ -41,13 +41,30 @@ def cartpole_run(tmp_path_factory) -> tuple[Path, str]:
     run_dir = tmp_path_factory.mktemp("run") / "cartpole"
     # Progress records every 0.5 s: the run may solve CartPole within 2 s of training.
     command = [
-        sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--plain",
-        "--no-curves", "--actors", "2", "--shards", "2", "--seed", "3",
-        "--max-time", str(CARTPOLE_RUN_SECONDS),
-        "--set", 'host="0.0.0.0"', "--set", "learner.metrics_interval_s=0.5",
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True,
-                          timeout=CARTPOLE_RUN_SECONDS + 120, check=False)  # fmt: skip
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--plain",
+        "--no-curves",
+        "--actors",
+        "2",
+        "--shards",
+        "2",
+        "--seed",
+        "3",
+        "--max-time",
+        str(CARTPOLE_RUN_SECONDS),
+        "--set",
+        'host="0.0.0.0"',
+        "--set",
+        "learner.metrics_interval_s=0.5",
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=CARTPOLE_RUN_SECONDS + 120, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return run_dir, done.stdout
 
@@ -84,8 +101,16 @@ def wait_for_progress(process: subprocess.Popen, seen: list[str], run_dir: Path)
 
 def train(run_dir: Path, *arguments: str) -> subprocess.Popen:
     # No curves.png: tests/test_live_views.py checks the picture, here it is seconds of CPU.
-    command = [sys.executable, "-m", "launch", "train", "--run-dir", str(run_dir), "--no-curves",
-               *arguments]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--no-curves",
+        *arguments,
+    ]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -110,10 +135,17 @@ def test_a_short_run_learns_far_beyond_random(cartpole_run) -> None:
     if end["reason"] == "solved":
         solve = confirmations[-1]
         assert solve["solved"] and solve["episodes"] == 100 and solve["eval_return_mean"] >= 475
-        assert any(r["weight_version"] == solve["weight_version"]
-                   and r["eval_return_mean"] >= 475 for r in periodic)  # fmt: skip
-        status = subprocess.run([sys.executable, "-m", "launch", "status", str(run_dir)],
-                                capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        assert any(
+            r["weight_version"] == solve["weight_version"] and r["eval_return_mean"] >= 475
+            for r in periodic
+        )
+        status = subprocess.run(
+            [sys.executable, "-m", "launch", "status", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         assert "solved: confirmed at" in status.stdout
     assert not any(r["solved"] for r in confirmations[:-1])
     assert (run_dir / "logs" / "evaluator.log").stat().st_size > 0
@@ -195,8 +227,13 @@ def kill_in_turn(process, run_dir: Path, kills: list[tuple[str, tuple | None, tu
                 wait_until(process, seen, before_kill[0], 30, before_kill[1])
             victims = processes_of(run_dir, role)
             os.kill(victims[0], signal.SIGKILL)
-            wait_until(process, seen, lambda r=role, v=victims: set(processes_of(run_dir, r))
-                       - set(v), 30, f"a restarted {role}")  # fmt: skip
+            wait_until(
+                process,
+                seen,
+                lambda r=role, v=victims: set(processes_of(run_dir, r)) - set(v),
+                30,
+                f"a restarted {role}",
+            )
             if after_restart:
                 wait_until(process, seen, after_restart[0], 90, after_restart[1])
         process.send_signal(signal.SIGINT)
@@ -249,13 +286,27 @@ def test_a_killed_actor_shard_and_learner_each_come_back_and_sigint_leaves_nothi
     learner resumes from its checkpoint and trains on. Then SIGINT stops everything."""
     run_dir = tmp_path / "kills"
     # Snapshots and checkpoints every second, so that each victim has one when it dies.
-    process = train(run_dir, "--actors", "2", "--max-time", "600", "--target-return", "1e9",
-                    "--set", "replay.snapshot_interval_s=1",
-                    "--set", "learner.checkpoint_interval_s=1")  # fmt: skip
-    output = kill_in_turn(process, run_dir, [
-        ("actor", None, None),
-        *shard_and_learner_kills(run_dir, 200),
-    ])  # fmt: skip
+    process = train(
+        run_dir,
+        "--actors",
+        "2",
+        "--max-time",
+        "600",
+        "--target-return",
+        "1e9",
+        "--set",
+        "replay.snapshot_interval_s=1",
+        "--set",
+        "learner.checkpoint_interval_s=1",
+    )
+    output = kill_in_turn(
+        process,
+        run_dir,
+        [
+            ("actor", None, None),
+            *shard_and_learner_kills(run_dir, 200),
+        ],
+    )
     assert process.returncode == 0, output
     assert "actor 0 died" in output and "restarting" in output
     assert "shard 0 died" in output and "from its newest snapshot" in output
@@ -273,15 +324,32 @@ def test_a_killed_actor_shard_and_learner_each_come_back_and_sigint_leaves_nothi
 @pytest.mark.slow
 def test_a_shard_past_its_restart_budget_is_given_up_and_the_run_goes_on(tmp_path: Path) -> None:
     run_dir = tmp_path / "shard-given-up"
-    process = train(run_dir, "--shards", "2", "--max-time", "600", "--target-return", "1e9",
-                    "--set", "replay.restart_budget=0", "--set", "actor.reroute_after_s=2",
-                    "--set", "learner.metrics_interval_s=0.5")  # fmt: skip
+    process = train(
+        run_dir,
+        "--shards",
+        "2",
+        "--max-time",
+        "600",
+        "--target-return",
+        "1e9",
+        "--set",
+        "replay.restart_budget=0",
+        "--set",
+        "actor.reroute_after_s=2",
+        "--set",
+        "learner.metrics_interval_s=0.5",
+    )
     seen: list[str] = []
     try:
         wait_for_progress(process, seen, run_dir)
         os.kill(processes_of(run_dir, "shard")[0], signal.SIGKILL)
-        wait_until(process, seen, lambda: any("given up" in line for line in seen), 30,
-                   "the shard given up")  # fmt: skip
+        wait_until(
+            process,
+            seen,
+            lambda: any("given up" in line for line in seen),
+            30,
+            "the shard given up",
+        )
         wait_until(process, seen, more_updates(run_dir, 300), 90, "updates on the other shard")
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=120)
@@ -323,8 +391,9 @@ def greedy_returns_of(checkpoint: Path, run_dir: Path, episodes: int, seed: int)
     from launch.config import read_resolved
 
     config = read_resolved(run_dir / "config.json")
-    algorithm = build_algorithm(config.learner, config.algorithms, env_shape(config.env),
-                                torch.device("cpu"))  # fmt: skip
+    algorithm = build_algorithm(
+        config.learner, config.algorithms, env_shape(config.env), torch.device("cpu")
+    )
     LearnerCheckpoints.restore(checkpoint, algorithm)
     envs = evaluation_envs(config.env, episodes)
     returns, running = np.zeros(episodes), np.ones(episodes, dtype=bool)
@@ -363,8 +432,9 @@ def test_evaluate_plays_the_run_s_newest_checkpoint_greedily(cartpole_run, tmp_p
     # here without the acting policy: the trained weights, not some others, play greedily.
     assert result["returns"] == greedy_returns_of(newest, run_dir, episodes=4, seed=12345)
     # The same checkpoint and seeds play the same episodes.
-    named = CliRunner().invoke(main, ["evaluate", str(run_dir), "--checkpoint", str(newest),
-                                      "--episodes", "4", "--json"])  # fmt: skip
+    named = CliRunner().invoke(
+        main, ["evaluate", str(run_dir), "--checkpoint", str(newest), "--episodes", "4", "--json"]
+    )
     assert json.loads(named.output)["returns"] == result["returns"]
     text = (
         CliRunner()

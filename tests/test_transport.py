@@ -72,8 +72,12 @@ def test_a_frozen_peer_is_dropped_and_a_quiet_live_one_is_kept(context: zmq.Cont
     peers, sockets, monitors = [], [], []
     try:
         for _ in range(2):
-            peer = subprocess.Popen([sys.executable, "-c", PEER], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, text=True)  # fmt: skip
+            peer = subprocess.Popen(
+                [sys.executable, "-c", PEER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             peers.append(peer)
             socket = make_socket(context, zmq.DEALER, 16)
             monitors.append(socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED))
@@ -121,8 +125,9 @@ def test_a_reader_that_stopped_reading_outlives_a_peer_that_left() -> None:
     """libzmq 4.3.5 aborted such a reader at its next ping (issue 4364): a shard whose
     rate limiter held inserts died when an actor left."""
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
-    reader = subprocess.Popen([sys.executable, "-c", STALLED_READER], stderr=subprocess.PIPE,
-                              **pipes)  # fmt: skip
+    reader = subprocess.Popen(
+        [sys.executable, "-c", STALLED_READER], stderr=subprocess.PIPE, **pipes
+    )
     sender = None
     try:
         endpoint = reader.stdout.readline().strip()

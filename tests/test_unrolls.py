@@ -37,10 +37,16 @@ def test_unrolls_hold_each_envs_steps_with_cuts_at_episode_ends():
     emitted = []
     for t in range(steps):
         out = builder.step(
-            data["obs"][t], data["action"][t], data["reward"][t], data["obs"][t + 1],
-            data["terminated"][t], data["truncated"][t], data["log_prob"][t],
-            data["final_value"][t], 100 + t,
-        )  # fmt: skip
+            data["obs"][t],
+            data["action"][t],
+            data["reward"][t],
+            data["obs"][t + 1],
+            data["terminated"][t],
+            data["truncated"][t],
+            data["log_prob"][t],
+            data["final_value"][t],
+            100 + t,
+        )
         if out is None:
             assert builder.position == (t + 1) % length
         else:
@@ -76,8 +82,9 @@ def test_emitted_unrolls_are_copies_and_bad_settings_are_refused():
     assert first["obs"][:, 0].tolist() == [[1, 1], [1, 1]]  # not overwritten by the second
     assert first["action"].tolist() == [[1], [2]] and second["action"].tolist() == [[3], [0]]
     with pytest.raises(ValueError, match="final value"):
-        builder.step(ones, np.array([0, 0]), np.zeros(2), zeros, no, np.array([True, False]),
-                     np.zeros(2))  # fmt: skip
+        builder.step(
+            ones, np.array([0, 0]), np.zeros(2), zeros, no, np.array([True, False]), np.zeros(2)
+        )
     with pytest.raises(ValueError, match="length"):
         UnrollBuilder(2, 0, 0.99, (2,), np.dtype(np.uint8))
     with pytest.raises(ValueError, match="gamma"):
@@ -90,14 +97,41 @@ def test_an_episode_both_terminated_and_truncated_needs_no_final_value():
     builder = UnrollBuilder(2, 2, 0.9, (3,), np.dtype(np.float32))
     observations = np.zeros((2, 3), np.float32)
     both = np.array([True, False])
-    builder.step(observations, np.array([0, 1]), np.array([1.0, 1.0]), observations,
-                 both, both, np.zeros(2), None, 7)  # fmt: skip
-    out = builder.step(observations, np.array([0, 1]), np.array([1.0, 1.0]), observations,
-                       np.zeros(2, bool), np.zeros(2, bool), np.zeros(2), None, 7)  # fmt: skip
+    builder.step(
+        observations,
+        np.array([0, 1]),
+        np.array([1.0, 1.0]),
+        observations,
+        both,
+        both,
+        np.zeros(2),
+        None,
+        7,
+    )
+    out = builder.step(
+        observations,
+        np.array([0, 1]),
+        np.array([1.0, 1.0]),
+        observations,
+        np.zeros(2, bool),
+        np.zeros(2, bool),
+        np.zeros(2),
+        None,
+        7,
+    )
     assert out["reward"][0].tolist() == [1.0, 1.0]  # nothing folded in
     assert out["discount"][0].tolist() == pytest.approx([0.0, 0.9])
     # A truncation alone still needs the actor's value of its final observation.
     cut = np.array([False, True])
     with pytest.raises(ValueError, match="final value is needed"):
-        builder.step(observations, np.array([0, 1]), np.array([1.0, 1.0]), observations,
-                     np.zeros(2, bool), cut, np.zeros(2), None, 7)  # fmt: skip
+        builder.step(
+            observations,
+            np.array([0, 1]),
+            np.array([1.0, 1.0]),
+            observations,
+            np.zeros(2, bool),
+            cut,
+            np.zeros(2),
+            None,
+            7,
+        )

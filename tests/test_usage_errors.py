@@ -25,6 +25,7 @@ NOT_A_RUN = "{tmp}/not-a-run"
 NO_CHECKPOINT = "{tmp}/no-checkpoint"
 SHARD = "tcp://127.0.0.1:1,tcp://127.0.0.1:2"
 
+# fmt: off
 CASES = [
     ("alpha", ["train", "--set", "replay.alpha=-1"],
      "replay.alpha must be a finite number >= 0, got -1"),
@@ -100,10 +101,16 @@ CASES = [
     ("actor index", ["actor", "--index", "5", "--shard", SHARD, "--weights", "tcp://a:1",
                      "--episodes", "tcp://a:2"], "index 5 but the config has 1 actors"),
     ("bench fuzz count", ["bench", "fuzz", "--messages", "5"], "5 is not in the range x>=100"),
-]  # fmt: skip
+]
+# fmt: on
 if not torch.cuda.is_available():
-    CASES.append(("cuda without one", ["train", "--device", "cuda"],
-                  "learner.device 'cuda' asks for CUDA, but torch"))  # fmt: skip
+    CASES.append(
+        (
+            "cuda without one",
+            ["train", "--device", "cuda"],
+            "learner.device 'cuda' asks for CUDA, but torch",
+        )
+    )
 
 
 @pytest.mark.parametrize(("arguments", "said"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -142,10 +149,17 @@ def test_a_role_that_fails_at_start_is_reported_with_its_own_reason(tmp_path: Pa
 def test_the_error_line_of_a_log_is_the_roles_own_reason(tmp_path: Path) -> None:
     log = tmp_path / "role.log"
     with log.open("w") as out:
-        subprocess.run([sys.executable, "-c", "import logging; logging.basicConfig();"
-                        "logging.getLogger('x').info('starting');"
-                        "raise ValueError('alpha must be >= 0, got -1')"],
-                       stderr=out, check=False)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import logging; logging.basicConfig();"
+                "logging.getLogger('x').info('starting');"
+                "raise ValueError('alpha must be >= 0, got -1')",
+            ],
+            stderr=out,
+            check=False,
+        )
     assert last_error_line(log) == "ValueError: alpha must be >= 0, got -1"
     log.write_text("Usage: apex replay\nError: Invalid value for '--alpha'\n")
     assert last_error_line(log) == "Error: Invalid value for '--alpha'"
@@ -170,8 +184,12 @@ def test_a_failed_sbatch_leaves_no_run_directory_behind(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     result = subprocess.run(
         [sys.executable, "-m", "launch", "slurm", "submit", "--run-dir", str(run_dir)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 1, result.stderr
     assert "Unable to contact slurm controller" in result.stderr
     assert f"{run_dir}, made for it, was removed" in result.stderr

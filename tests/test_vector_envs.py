@@ -33,8 +33,9 @@ def _gym_path(count: int, training: bool) -> gym.vector.VectorEnv:
 @pytest.mark.parametrize("training", [True, False])
 def test_atari_vector_env_steps_as_the_gymnasium_wrappers(training: bool) -> None:
     count, steps = 3, 520
-    vector = AtariStacks("Pong", count, training=training, threads=2, noop_max=0,
-                         max_frames=SHORT_FRAMES)  # fmt: skip
+    vector = AtariStacks(
+        "Pong", count, training=training, threads=2, noop_max=0, max_frames=SHORT_FRAMES
+    )
     wrapped = _gym_path(count, training)
     try:
         seeds = [7, 8, 9]
@@ -94,8 +95,11 @@ def test_each_family_gets_its_vector_env() -> None:
 
 @pytest.mark.parametrize(
     ("gym_id", "rom"),
-    [("ALE/Pong-v5", "pong"), ("ALE/SpaceInvaders-v5", "space_invaders"),
-     ("ALE/MsPacman-v5", "ms_pacman")],
-)  # fmt: skip
+    [
+        ("ALE/Pong-v5", "pong"),
+        ("ALE/SpaceInvaders-v5", "space_invaders"),
+        ("ALE/MsPacman-v5", "ms_pacman"),
+    ],
+)
 def test_rom_names(gym_id: str, rom: str) -> None:
     assert rom_name(gym_id) == rom

@@ -59,8 +59,9 @@ def test_vtrace_equals_the_papers_sum_on_random_unrolls(rho_bar, c_bar, steps, b
     expected_vs, expected_advantages = _reference(*arrays, rho_bar, c_bar)
     got = vtrace_targets(*_torch(arrays), rho_bar=rho_bar, c_bar=c_bar)
     np.testing.assert_allclose(got.vs.numpy(), expected_vs, rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(got.pg_advantages.numpy(), expected_advantages, rtol=1e-10,
-                               atol=1e-10)  # fmt: skip
+    np.testing.assert_allclose(
+        got.pg_advantages.numpy(), expected_advantages, rtol=1e-10, atol=1e-10
+    )
 
 
 def test_on_policy_vtrace_is_the_n_step_bootstrapped_return():
@@ -77,8 +78,9 @@ def test_on_policy_vtrace_is_the_n_step_bootstrapped_return():
     np.testing.assert_allclose(got.vs.numpy(), returns, rtol=1e-10, atol=1e-10)
     # The advantage is then the one-step TD error on the returns.
     next_returns = np.concatenate([returns[1:], bootstrap[None]], axis=0)
-    np.testing.assert_allclose(got.pg_advantages.numpy(),
-                               rewards + discounts * next_returns - values, atol=1e-10)  # fmt: skip
+    np.testing.assert_allclose(
+        got.pg_advantages.numpy(), rewards + discounts * next_returns - values, atol=1e-10
+    )
 
 
 def test_a_zero_trace_cuts_the_sum_exactly_in_float32():

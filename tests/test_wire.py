@@ -140,10 +140,19 @@ def test_encode_refuses_what_cannot_travel() -> None:
 
 def header_with(**changes: int) -> bytes:
     fields = {
-        "magic": wire.MAGIC, "version": wire.PROTOCOL_VERSION, "kind": int(Kind.INFO),
-        "sender": 1, "sequence": 0, "policy": -1, "count": 0, "arrays": 0, "reserved": 0,
-        "scalar": 0.0, "incarnation": 0, "held": 0,
-    }  # fmt: skip
+        "magic": wire.MAGIC,
+        "version": wire.PROTOCOL_VERSION,
+        "kind": int(Kind.INFO),
+        "sender": 1,
+        "sequence": 0,
+        "policy": -1,
+        "count": 0,
+        "arrays": 0,
+        "reserved": 0,
+        "scalar": 0.0,
+        "incarnation": 0,
+        "held": 0,
+    }
     fields.update(changes)
     return struct.pack("<2sBBIQqIHHdII", *fields.values())
 

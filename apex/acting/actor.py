@@ -92,9 +92,13 @@ class Actor:
         self._scales = np.ones(config.envs_per_actor)
         scale = acting.exploration_scale()
         if scale is not None:
-            self._scales = env_epsilons(config.actor_index, config.actor_count,
-                                        config.envs_per_actor, scale,
-                                        config.epsilon_alpha)  # fmt: skip
+            self._scales = env_epsilons(
+                config.actor_index,
+                config.actor_count,
+                config.envs_per_actor,
+                scale,
+                config.epsilon_alpha,
+            )
         self._rng = np.random.default_rng(config.actor_seed)
         self._context = make_context(security, need_server_secret=False)
         self._weights = WeightSubscriber(self._context, endpoints.weights, config.refresh_versions)
@@ -124,10 +128,15 @@ class Actor:
                 rounds = -(-config.insert_batch // per_round) + 1
                 history = 2 * steps * rounds + 8
             self._frames = FrameWriter(
-                config.envs_per_actor, layout["stack"], config.n_step,
-                history=history, compress=layout["compressed"], rng=np.random.default_rng(),
-                frame_shape=self._inserts.frames.frame_shape, unroll_steps=steps,
-            )  # fmt: skip
+                config.envs_per_actor,
+                layout["stack"],
+                config.n_step,
+                history=history,
+                compress=layout["compressed"],
+                rng=np.random.default_rng(),
+                frame_shape=self._inserts.frames.frame_shape,
+                unroll_steps=steps,
+            )
         self._faults = FaultTally()
         self._groups = make_groups(
             config,
@@ -285,10 +294,13 @@ class Actor:
                 break  # a new learner, which never had the round: the next one goes
             if time.monotonic() - started > LOCKSTEP_PATIENCE_S:
                 self.lockstep_timeouts += 1
-                logger.warning("actor %d: no trained weights for %.0f s (a restarted "
-                               "learner?): sending the next round anyway (%d so far)",
-                               self.config.actor_index, LOCKSTEP_PATIENCE_S,
-                               self.lockstep_timeouts)  # fmt: skip
+                logger.warning(
+                    "actor %d: no trained weights for %.0f s (a restarted "
+                    "learner?): sending the next round anyway (%d so far)",
+                    self.config.actor_index,
+                    LOCKSTEP_PATIENCE_S,
+                    self.lockstep_timeouts,
+                )
                 break
             weights.poll(self._policy, timeout_ms=int(WEIGHTS_POLL_S * 1000))
             if self._episodes.heartbeat_due():
@@ -364,8 +376,9 @@ class Actor:
         # What the shards have not confirmed yet is sent again if they lost it; what is
         # still unconfirmed after this is reported as the actor's last word.
         if not self._inserts.flush(FLUSH_TIMEOUT_S):
-            logger.warning("actor %d: stopping with %s", self.config.actor_index,
-                           self._inserts.delivery())  # fmt: skip
+            logger.warning(
+                "actor %d: stopping with %s", self.config.actor_index, self._inserts.delivery()
+            )
         self._report([], [], final=True)
         counts = self._weights.counts()
         if counts["weights_rejected"]:

@@ -168,8 +168,11 @@ def make_groups(
         raise ValueError("; ".join(problems))
     count = config.envs_per_actor // config.env_groups
     share = dataclasses.replace(config, envs_per_actor=count)
-    make_envs = envs or (lambda name, n: actor_envs(name, n, threads=config.env_threads,
-                                                    stepping=config.env_stepping))  # fmt: skip
+    make_envs = envs or (
+        lambda name, n: actor_envs(
+            name, n, threads=config.env_threads, stepping=config.env_stepping
+        )
+    )
     groups = []
     for first in range(0, config.envs_per_actor, count):
         builder = acting.experience(share, shape, version, frame_refs=frames is not None)

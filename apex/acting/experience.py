@@ -123,6 +123,7 @@ class ExperienceMaker:
         without frame shards)."""
         numbers = np.full(self._envs, -1, dtype=np.int64)
         if self._frames is not None and len(envs):
-            numbers[envs] = self._frames.observe(envs + self._first_env, observations[envs, -1],
-                                                 episode_start)  # fmt: skip
+            numbers[envs] = self._frames.observe(
+                envs + self._first_env, observations[envs, -1], episode_start
+            )
         return numbers

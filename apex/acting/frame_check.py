@@ -52,19 +52,25 @@ class FrameStackCheck:
         self._step += 1
         self._steps_left -= 1
         if observations.ndim < 3 or observations.shape[1] < 2:
-            raise NotFrameStacks(self._say(f"observations of shape {observations.shape[1:]} "
-                                           "have no frames to share"))  # fmt: skip
+            raise NotFrameStacks(
+                self._say(f"observations of shape {observations.shape[1:]} have no frames to share")
+            )
         envs = len(observations)
         shifted = (following[:, :-1] == observations[:, 1:]).reshape(envs, -1).all(axis=1)
         broken = np.flatnonzero(~shifted & ~np.asarray(ended, dtype=bool))
         if broken.size:
-            raise NotFrameStacks(self._say(
-                f"env {broken[0]}'s observation after step {self._step} is not the one "
-                "before it shifted by a frame (next[:-1] != obs[1:])"))  # fmt: skip
+            raise NotFrameStacks(
+                self._say(
+                    f"env {broken[0]}'s observation after step {self._step} is not the one "
+                    "before it shifted by a frame (next[:-1] != obs[1:])"
+                )
+            )
 
     def _say(self, what: str) -> str:
-        return (f"{self._env}: frame storage needs observations that are stacks of frames, "
-                f"but {what}; set replay.frames = false to store them whole")  # fmt: skip
+        return (
+            f"{self._env}: frame storage needs observations that are stacks of frames, "
+            f"but {what}; set replay.frames = false to store them whole"
+        )
 
 
 def prove_frame_stacks(make_env: Callable[[], object], env_name: str, seed: int = 0) -> None:

@@ -117,8 +117,15 @@ class FrameWriter:
         env ``envs[i]``'s); returns their numbers."""
         envs = np.asarray(envs, dtype=np.int64)
         slots = np.empty(envs.size, dtype=np.int64)
-        numbers = _number(self._next, self._episode_start, self._episode_first, envs,
-                          bool(episode_start), self._size, slots)  # fmt: skip
+        numbers = _number(
+            self._next,
+            self._episode_start,
+            self._episode_first,
+            envs,
+            bool(episode_start),
+            self._size,
+            slots,
+        )
         rows = frames.reshape(envs.size, -1)
         if self._compress:
             self._compress_into(rows, self._blobs, slots, self._lengths)
@@ -172,8 +179,9 @@ class FrameWriter:
             offsets = np.zeros(len(slots) + 1, dtype=np.int64)
             np.cumsum(self._lengths[slots], out=offsets[1:])
             data = np.empty(offsets[-1], dtype=np.uint8)
-            copy_out_blobs(self._blobs.reshape(-1), self._positions, self._lengths, slots,
-                           offsets, data)  # fmt: skip
+            copy_out_blobs(
+                self._blobs.reshape(-1), self._positions, self._lengths, slots, offsets, data
+            )
             return FrameInsert(*head, records, priorities, data=data, offsets=offsets)
         frames = self._frames[slots].reshape(len(slots), *self._frame_shape)
         return FrameInsert(*head, records, priorities, frames=frames)

@@ -41,9 +41,11 @@ def env_epsilons(
     """
     total = actor_count * envs_per_actor
     return np.array(
-        [actor_epsilon(j * actor_count + actor_index, total, base, alpha)
-         for j in range(envs_per_actor)]
-    )  # fmt: skip
+        [
+            actor_epsilon(j * actor_count + actor_index, total, base, alpha)
+            for j in range(envs_per_actor)
+        ]
+    )
 
 
 def epsilon_greedy(

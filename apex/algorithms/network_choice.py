@@ -107,7 +107,9 @@ def builtin_layout(observation_shape: Sequence[int]) -> str | None:
 def builtin_network_problems(observation_shape: Sequence[int], env: str) -> list[str]:
     if builtin_layout(observation_shape) is not None:
         return []
-    return [f"{env} has observations of shape {tuple(observation_shape)}: the built-in "
-            f"networks take flat (d,) vectors and uint8 images of {GRID_MIN_SIDE}x"
-            f"{GRID_MIN_SIDE} and up; give learner.network, a factory of your own "
-            "(launch/README.md)"]  # fmt: skip
+    return [
+        f"{env} has observations of shape {tuple(observation_shape)}: the built-in "
+        f"networks take flat (d,) vectors and uint8 images of {GRID_MIN_SIDE}x"
+        f"{GRID_MIN_SIDE} and up; give learner.network, a factory of your own "
+        "(launch/README.md)"
+    ]

@@ -65,8 +65,10 @@ def image_input(observations: torch.Tensor, layout: ImageLayout) -> torch.Tensor
 def checked_layout(observation_shape: Sequence[int], observation_high: float) -> ImageLayout:
     layout = image_layout(observation_shape, observation_high)
     if layout is None:
-        raise ValueError(f"no network for observations of shape {tuple(observation_shape)}: "
-                         "use (d,) vectors or uint8 images of 4x4 and up")  # fmt: skip
+        raise ValueError(
+            f"no network for observations of shape {tuple(observation_shape)}: "
+            "use (d,) vectors or uint8 images of 4x4 and up"
+        )
     return layout
 
 
@@ -229,8 +231,7 @@ class PolicyValueNet(nn.Module):
         observation_high: float = 255.0,
     ) -> None:
         super().__init__()
-        self.torso, width, self.layout = feature_torso(observation_shape, hidden,
-                                                       observation_high)  # fmt: skip
+        self.torso, width, self.layout = feature_torso(observation_shape, hidden, observation_high)
         self.policy = nn.Linear(width, actions)
         self.value = nn.Linear(width, 1)
 
@@ -240,8 +241,9 @@ class PolicyValueNet(nn.Module):
         return self.policy(features), self.value(features).squeeze(1)
 
 
-def user_network(entry_point: str, observation_shape: Sequence[int], observation_dtype,
-                 actions: int) -> nn.Module:  # fmt: skip
+def user_network(
+    entry_point: str, observation_shape: Sequence[int], observation_dtype, actions: int
+) -> nn.Module:
     """A user's network (``learner.network``): the factory ``entry_point`` names, called
     with the observation space as the replay stores it (a ``Box`` of its shape and dtype:
     [0, 255] for uint8, unbounded else) and the ``Discrete`` action space.
@@ -261,16 +263,24 @@ def user_network(entry_point: str, observation_shape: Sequence[int], observation
     try:
         network = factory(observations, gym.spaces.Discrete(actions))
     except Exception as exc:  # a user's code: any error refuses the network, said once
-        raise ValueError(f"learner.network {entry_point!r} raised {type(exc).__name__}: "
-                         f"{exc}") from exc  # fmt: skip
+        raise ValueError(
+            f"learner.network {entry_point!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
     if not isinstance(network, nn.Module):
-        raise ValueError(f"learner.network {entry_point!r} returned a "
-                         f"{type(network).__name__}, not a torch.nn.Module")  # fmt: skip
+        raise ValueError(
+            f"learner.network {entry_point!r} returned a "
+            f"{type(network).__name__}, not a torch.nn.Module"
+        )
     return network
 
 
-def output_problems(network: nn.Module, observation_shape: Sequence[int], observation_dtype,
-                    actions: int, outputs: str) -> list[str]:  # fmt: skip
+def output_problems(
+    network: nn.Module,
+    observation_shape: Sequence[int],
+    observation_dtype,
+    actions: int,
+    outputs: str,
+) -> list[str]:
     """What is wrong with ``network``'s answer to two observations: ``outputs`` "q" (a
     tensor ``[2, actions]``) or "logits and values" (``[2, actions]`` and ``[2]``)."""
     import numpy as np
@@ -280,12 +290,15 @@ def output_problems(network: nn.Module, observation_shape: Sequence[int], observ
         with torch.no_grad():
             answer = network(batch)
     except Exception as exc:  # a user's code: its failure is the problem reported
-        return [f"learner.network failed on a batch of 2 observations of shape "
-                f"{tuple(observation_shape)}: {type(exc).__name__}: {exc}"]  # fmt: skip
+        return [
+            f"learner.network failed on a batch of 2 observations of shape "
+            f"{tuple(observation_shape)}: {type(exc).__name__}: {exc}"
+        ]
     wanted = ((2, actions),) if outputs == "q" else ((2, actions), (2,))
     got = answer if isinstance(answer, tuple) else (answer,)
-    shapes = tuple(tuple(part.shape) if isinstance(part, torch.Tensor) else type(part).__name__
-                   for part in got)  # fmt: skip
+    shapes = tuple(
+        tuple(part.shape) if isinstance(part, torch.Tensor) else type(part).__name__ for part in got
+    )
     if shapes != wanted:
         return [
             f"learner.network gives {' and '.join(map(str, shapes))} for 2 observations; "
@@ -298,9 +311,11 @@ def user_network_problems(entry_point: str, shape, outputs: str) -> list[str]:
     """Whether a user's network (``learner.network``) builds for an env of ``shape``
     (``EnvShape``) and gives ``outputs`` (:func:`output_problems`)."""
     try:
-        network = user_network(entry_point, shape.observation_shape, shape.observation_dtype,
-                               shape.actions)  # fmt: skip
+        network = user_network(
+            entry_point, shape.observation_shape, shape.observation_dtype, shape.actions
+        )
     except ValueError as exc:
         return [str(exc)]
-    return output_problems(network, shape.observation_shape, shape.observation_dtype,
-                           shape.actions, outputs)  # fmt: skip
+    return output_problems(
+        network, shape.observation_shape, shape.observation_dtype, shape.actions, outputs
+    )

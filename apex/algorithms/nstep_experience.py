@@ -69,8 +69,15 @@ class ValuePolicy(TDPolicy, Protocol):
 
 def _builder(config: ActorConfig, shape: tuple[int, ...], dtype, spec_action) -> NStepBuilder:
     action_shape, action_dtype = spec_action
-    return NStepBuilder(config.envs_per_actor, config.n_step, config.gamma, shape,
-                        np.dtype(dtype), action_shape, action_dtype)  # fmt: skip
+    return NStepBuilder(
+        config.envs_per_actor,
+        config.n_step,
+        config.gamma,
+        shape,
+        np.dtype(dtype),
+        action_shape,
+        action_dtype,
+    )
 
 
 def action_layout(shape: EnvShape) -> tuple[tuple[int, ...], np.dtype]:
@@ -95,8 +102,9 @@ class NStepExperience(ActingOnEnvs):
     ) -> None:
         super().__init__(policy, config.envs_per_actor)
         self._action = action_layout(shape)
-        self._observations: NStepBuilder | None = self._observation_builder(config, shape,
-                                                                            frame_refs)  # fmt: skip
+        self._observations: NStepBuilder | None = self._observation_builder(
+            config, shape, frame_refs
+        )
         self._refs = _builder(config, (2,), np.int64, self._action) if frame_refs else None
 
     def _observation_builder(

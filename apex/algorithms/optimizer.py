@@ -21,9 +21,15 @@ import torch
 
 # The group keys torch.optim.Adam writes, with the values this Adam always has ("fused"
 # is set to the path taken).
-_FIXED_GROUP = {"weight_decay": 0.0, "amsgrad": False, "maximize": False, "foreach": None,
-                "capturable": False, "differentiable": False,
-                "decoupled_weight_decay": False}  # fmt: skip
+_FIXED_GROUP = {
+    "weight_decay": 0.0,
+    "amsgrad": False,
+    "maximize": False,
+    "foreach": None,
+    "capturable": False,
+    "differentiable": False,
+    "decoupled_weight_decay": False,
+}
 
 
 class Adam:
@@ -45,19 +51,31 @@ class Adam:
         if not self._parameters:
             raise ValueError("Adam got no parameters")
         if lr < 0.0 or eps < 0.0 or not all(0.0 <= beta < 1.0 for beta in betas):
-            raise ValueError(f"Adam needs lr >= 0, eps >= 0 and betas in [0, 1): {lr}, {eps}, "
-                             f"{betas}")  # fmt: skip
-        self._exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format)
-                          for p in self._parameters]  # fmt: skip
-        self._exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format)
-                             for p in self._parameters]  # fmt: skip
+            raise ValueError(
+                f"Adam needs lr >= 0, eps >= 0 and betas in [0, 1): {lr}, {eps}, {betas}"
+            )
+        self._exp_avgs = [
+            torch.zeros_like(p, memory_format=torch.preserve_format) for p in self._parameters
+        ]
+        self._exp_avg_sqs = [
+            torch.zeros_like(p, memory_format=torch.preserve_format) for p in self._parameters
+        ]
         # As torch's fused Adam keeps them: a float32 count on each parameter's device.
-        self._steps = [torch.zeros((), dtype=torch.float32, device=p.device)
-                       for p in self._parameters]  # fmt: skip
+        self._steps = [
+            torch.zeros((), dtype=torch.float32, device=p.device) for p in self._parameters
+        ]
         on_kernel_devices = all(p.device.type in ("cpu", "cuda") for p in self._parameters)
         self._fused = on_kernel_devices if fused is None else fused
-        self.param_groups = [{"params": self._parameters, "lr": lr, "betas": tuple(betas),
-                              "eps": eps, **_FIXED_GROUP, "fused": self._fused}]  # fmt: skip
+        self.param_groups = [
+            {
+                "params": self._parameters,
+                "lr": lr,
+                "betas": tuple(betas),
+                "eps": eps,
+                **_FIXED_GROUP,
+                "fused": self._fused,
+            }
+        ]
         self._device_lr: torch.Tensor | None = None
         self._device_lr_value = lr
 
@@ -69,8 +87,9 @@ class Adam:
         if not self._fused:
             raise ValueError("a step size on the device needs the fused kernel")
         self._device_lr_value = float(self.param_groups[0]["lr"])
-        self._device_lr = torch.tensor(self._device_lr_value, dtype=torch.float32,
-                                       device=self._parameters[0].device)  # fmt: skip
+        self._device_lr = torch.tensor(
+            self._device_lr_value, dtype=torch.float32, device=self._parameters[0].device
+        )
 
     def sync_learning_rate(self) -> None:
         """The device's step size set to the group's ``lr`` if a schedule changed it (one
@@ -111,9 +130,23 @@ class Adam:
             torch._foreach_add_(steps, 1)
             self.sync_learning_rate()
             rate = lr if self._device_lr is None else self._device_lr
-            torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
-                               lr=rate, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps,
-                               maximize=False, grad_scale=None, found_inf=found_inf)  # fmt: skip
+            torch._fused_adam_(
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                [],
+                steps,
+                amsgrad=False,
+                lr=rate,
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=0.0,
+                eps=eps,
+                maximize=False,
+                grad_scale=None,
+                found_inf=found_inf,
+            )
             if found_inf is not None:  # the kernel skipped the step; the counts go back
                 torch._foreach_sub_(steps, [found_inf] * len(steps))
             return
@@ -136,8 +169,11 @@ class Adam:
         state = {}
         for index, step in enumerate(self._steps):
             if step.item() > 0:
-                state[index] = {"step": step.clone(), "exp_avg": self._exp_avgs[index].clone(),
-                                "exp_avg_sq": self._exp_avg_sqs[index].clone()}  # fmt: skip
+                state[index] = {
+                    "step": step.clone(),
+                    "exp_avg": self._exp_avgs[index].clone(),
+                    "exp_avg_sq": self._exp_avg_sqs[index].clone(),
+                }
         group = {key: value for key, value in self.param_groups[0].items() if key != "params"}
         group["params"] = list(range(len(self._parameters)))
         return {"state": state, "param_groups": [group]}
@@ -161,14 +197,18 @@ class Adam:
         for index, entry in state_dict.get("state", {}).items():
             place = position.get(int(index))
             if place is None or not {"step", "exp_avg", "exp_avg_sq"} <= set(entry):
-                raise ValueError(f"the saved state of parameter {index} is not Adam's "
-                                 "(unknown index, or no step and moments)")  # fmt: skip
+                raise ValueError(
+                    f"the saved state of parameter {index} is not Adam's "
+                    "(unknown index, or no step and moments)"
+                )
             parameter = self._parameters[place]
             for name, kept in (("exp_avg", self._exp_avgs), ("exp_avg_sq", self._exp_avg_sqs)):
                 value = entry[name]
                 if value.shape != parameter.shape:
-                    raise ValueError(f"saved {name} of shape {tuple(value.shape)} for a "
-                                     f"parameter of shape {tuple(parameter.shape)}")  # fmt: skip
+                    raise ValueError(
+                        f"saved {name} of shape {tuple(value.shape)} for a "
+                        f"parameter of shape {tuple(parameter.shape)}"
+                    )
                 kept[place].copy_(value)
             self._steps[place].fill_(float(entry["step"]))
         group = self.param_groups[0]

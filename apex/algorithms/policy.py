@@ -130,13 +130,19 @@ class NumpyActorCritic(NumpyParameters):
     """
 
     def __init__(
-        self, observation_size: int, low: Sequence[float], high: Sequence[float],
-        hidden: Sequence[int], seed: int,
-    ) -> None:  # fmt: skip
+        self,
+        observation_size: int,
+        low: Sequence[float],
+        high: Sequence[float],
+        hidden: Sequence[int],
+        seed: int,
+    ) -> None:
         low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
         rng = np.random.default_rng(seed)
-        p: dict[str, np.ndarray] = {"policy.scale": (high - low) / 2,
-                                    "policy.offset": (high + low) / 2}  # fmt: skip
+        p: dict[str, np.ndarray] = {
+            "policy.scale": (high - low) / 2,
+            "policy.offset": (high + low) / 2,
+        }
         for net, sizes in (
             ("policy.net", [observation_size, *hidden, low.size]),
             ("critic.net", [observation_size + low.size, *hidden, 1]),
@@ -151,8 +157,13 @@ class NumpyActorCritic(NumpyParameters):
     def _prepare(self) -> None:
         def layers(net: str) -> list[tuple[np.ndarray, np.ndarray]]:
             count = sum(1 for n in self._parameters if n.startswith(net) and n.endswith(".weight"))
-            return [(np.ascontiguousarray(self._parameters[f"{net}.{2 * i}.weight"].T),
-                     self._parameters[f"{net}.{2 * i}.bias"]) for i in range(count)]  # fmt: skip
+            return [
+                (
+                    np.ascontiguousarray(self._parameters[f"{net}.{2 * i}.weight"].T),
+                    self._parameters[f"{net}.{2 * i}.bias"],
+                )
+                for i in range(count)
+            ]
 
         self._policy, self._critic = layers("policy.net"), layers("critic.net")
         self.scale, self.offset = (
@@ -193,8 +204,9 @@ class NumpyPolicyValueMLP(NumpyParameters):
     def _prepare(self) -> None:
         p = self._parameters
         layers = [f"torso.{2 * i}" for i in range(self._layers)]
-        self._torso = [(np.ascontiguousarray(p[f"{layer}.weight"].T), p[f"{layer}.bias"])
-                       for layer in layers]  # fmt: skip
+        self._torso = [
+            (np.ascontiguousarray(p[f"{layer}.weight"].T), p[f"{layer}.bias"]) for layer in layers
+        ]
         # Logits and value from one matmul: the value is the last column.
         self._heads = (
             np.ascontiguousarray(np.concatenate([p["policy.weight"], p["value.weight"]]).T),
@@ -305,8 +317,9 @@ def user_network_factory(entry_point: str, shape) -> Callable[[], nn.Module] | N
     def build() -> nn.Module:
         from apex.algorithms.networks import user_network  # torch: a user's network only
 
-        return user_network(entry_point, shape.observation_shape, shape.observation_dtype,
-                            shape.actions)  # fmt: skip
+        return user_network(
+            entry_point, shape.observation_shape, shape.observation_dtype, shape.actions
+        )
 
     return build
 

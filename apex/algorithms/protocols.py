@@ -231,5 +231,6 @@ class Acting:
     def experience(
         self, actor: ActorConfig, shape: EnvShape, version: Callable[[], int], frame_refs: bool
     ) -> ExperienceBuilder:
-        return self.builder.build_experience(actor, self.settings, shape, self.policy, version,
-                                             frame_refs)  # fmt: skip
+        return self.builder.build_experience(
+            actor, self.settings, shape, self.policy, version, frame_refs
+        )

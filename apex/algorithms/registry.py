@@ -22,8 +22,12 @@ if TYPE_CHECKING:
     from apex.settings import ActorConfig, LearnerConfig
 
 # In order of preference: "auto" takes the first that fits the env's action space.
-ALGORITHMS: tuple[AlgorithmBuilder, ...] = (DQNBuilder(), DPGBuilder(), ImpalaBuilder(),
-                                             R2D2Builder())  # fmt: skip
+ALGORITHMS: tuple[AlgorithmBuilder, ...] = (
+    DQNBuilder(),
+    DPGBuilder(),
+    ImpalaBuilder(),
+    R2D2Builder(),
+)
 BY_NAME: dict[str, AlgorithmBuilder] = {builder.name: builder for builder in ALGORITHMS}
 # What a run's ``algorithm`` setting may say: a registered name, or "auto" (from the
 # action space).
@@ -59,8 +63,10 @@ def choose(setting: str, shape: EnvShape, env: str = "the environment") -> Algor
         fits = ", ".join(b.name for b in ALGORITHMS if b.continuous == shape.continuous)
         kind = "a continuous (Box)" if shape.continuous else "a Discrete"
         needs = "a continuous (Box) one" if builder.continuous else "Discrete"
-        raise ValueError(f"{env} has {kind} action space: {builder.name.upper()} needs "
-                         f"{needs}; use algorithm {fits} (or auto)")  # fmt: skip
+        raise ValueError(
+            f"{env} has {kind} action space: {builder.name.upper()} needs "
+            f"{needs}; use algorithm {fits} (or auto)"
+        )
     problems = builder.shape_problems(shape, env)
     if problems:
         raise ValueError("; ".join(problems))

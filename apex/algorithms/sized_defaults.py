@@ -79,16 +79,25 @@ def rule(algorithm: str, kind: str, episode_limit: int | None, cuda: bool) -> Si
     reasons: list[tuple[str, object, str]] = [
         ("actors", 1, "one actor process: on a small task the learner is what a run waits on"),
         ("actor.envs_per_actor", 8, "8 env copies in it"),
-        ("learner.eval_every_steps", _clamped(10 * steps, 2_000, 50_000),
-         f"10 episodes of {steps:,} steps, within 2,000..50,000"),
-    ]  # fmt: skip
+        (
+            "learner.eval_every_steps",
+            _clamped(10 * steps, 2_000, 50_000),
+            f"10 episodes of {steps:,} steps, within 2,000..50,000",
+        ),
+    ]
     if builder.replay == "prioritized" and builder.items == "transitions":
         reasons += [
-            ("replay.capacity", _clamped(200 * steps, 50_000, 1_000_000),
-             f"200 episodes of {steps:,} steps, within 50,000..1,000,000"),
-            ("replay.min_size", _clamped(2 * steps, 1_000, 50_000),
-             f"2 episodes of {steps:,} steps, within 1,000..50,000"),
-        ]  # fmt: skip
+            (
+                "replay.capacity",
+                _clamped(200 * steps, 50_000, 1_000_000),
+                f"200 episodes of {steps:,} steps, within 50,000..1,000,000",
+            ),
+            (
+                "replay.min_size",
+                _clamped(2 * steps, 1_000, 50_000),
+                f"2 episodes of {steps:,} steps, within 1,000..50,000",
+            ),
+        ]
     where = f"{builder.name}/defaults.toml [sized.{kind}]"
     reasons += [(name, value, where) for name, value in _flat(builder_sized(builder, kind))]
     settings: dict = {}
@@ -129,8 +138,9 @@ def task_defaults(name: str, algorithm: str, cuda: bool | None = None) -> SizedD
     chosen = preset(name)
     if chosen.defaults or chosen.family != "gymnasium":
         return SizedDefaults()
-    key = json.dumps([chosen.gym_id, chosen.make, dict(chosen.kwargs), chosen.stack],
-                     sort_keys=True, default=str)  # fmt: skip
+    key = json.dumps(
+        [chosen.gym_id, chosen.make, dict(chosen.kwargs), chosen.stack], sort_keys=True, default=str
+    )
     probed = _probed(name, key)
     if probed is None:
         return SizedDefaults()

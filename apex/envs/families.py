@@ -97,16 +97,18 @@ def _made_by_user(make: str, kwargs: Mapping) -> gym.Env:
     except Exception as exc:  # a user's code: any error is the env's refusal, said once
         raise ValueError(f"[env] make {make!r} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(env, gym.Env):
-        raise ValueError(f"[env] make {make!r} returned a {type(env).__name__}, not a "
-                         "gymnasium.Env")  # fmt: skip
+        raise ValueError(
+            f"[env] make {make!r} returned a {type(env).__name__}, not a gymnasium.Env"
+        )
     return env
 
 
 def _image(space: gym.spaces.Space) -> bool:
     """A uint8 ``Box`` of two or three dimensions: kept as it is, for a network of
     convolutions (``apex.algorithms.network_choice``)."""
-    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
-            and len(space.shape) in (2, 3))  # fmt: skip
+    return (
+        isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
+    )
 
 
 def _flattens(space: gym.spaces.Space) -> bool:
@@ -130,15 +132,19 @@ def flat_observations(env: gym.Env, name: str) -> gym.Env:
         return env
     if not _flattens(space):
         env.close()
-        raise ValueError(f"{name} has observations of {space}: use a Box, Discrete, "
-                         "MultiBinary or MultiDiscrete space, or a Tuple or Dict of "
-                         "them")  # fmt: skip
+        raise ValueError(
+            f"{name} has observations of {space}: use a Box, Discrete, "
+            "MultiBinary or MultiDiscrete space, or a Tuple or Dict of "
+            "them"
+        )
     flat = gym.spaces.flatten_space(space)
     low, high = (np.asarray(bound, np.float32) for bound in (flat.low, flat.high))
     flat_space = gym.spaces.Box(low, high, flat.shape, np.float32)
     return gym.wrappers.TransformObservation(
-        env, lambda observation: gym.spaces.flatten(space, observation).astype(np.float32),
-        flat_space)  # fmt: skip
+        env,
+        lambda observation: gym.spaces.flatten(space, observation).astype(np.float32),
+        flat_space,
+    )
 
 
 def make_atari(
@@ -149,8 +155,9 @@ def make_atari(
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make(gym_id, frameskip=1, repeat_action_probability=0.0,
-                   max_num_frames_per_episode=max_frames)  # fmt: skip
+    env = gym.make(
+        gym_id, frameskip=1, repeat_action_probability=0.0, max_num_frames_per_episode=max_frames
+    )
     env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, noop_max=noop_max)
     env = gym.wrappers.FrameStackObservation(env, 4)
     if training:
@@ -180,8 +187,10 @@ def _make_minatar(gym_id: str, kwargs: Mapping) -> gym.Env:
     channels = env.unwrapped.game.env.channels  # plane name -> index
     if hidden - set(channels) or hidden >= set(channels):
         env.close()
-        raise ValueError(f"[env] kwargs.hidden_planes {sorted(hidden)}: {gym_id} has the planes "
-                         f"{sorted(channels, key=channels.get)}, and must keep one")  # fmt: skip
+        raise ValueError(
+            f"[env] kwargs.hidden_planes {sorted(hidden)}: {gym_id} has the planes "
+            f"{sorted(channels, key=channels.get)}, and must keep one"
+        )
     kept = np.array(sorted(i for name, i in channels.items() if name not in hidden))
     space = gym.spaces.Box(0, 1, (*env.observation_space.shape[:2], len(kept)), np.uint8)
     return gym.wrappers.TransformObservation(
@@ -314,5 +323,7 @@ def shape_of(env: gym.Env, name: str) -> EnvShape:
         if not (np.isfinite(low).all() and np.isfinite(high).all()):
             raise ValueError(f"{name}'s Box action space is unbounded: DPG needs bounds")
         return EnvShape(*observation, actions.shape[0], tuple(low), tuple(high))
-    raise ValueError(f"{name} has a {type(actions).__name__} action space of shape "
-                     f"{actions.shape}: use Discrete (DQN) or a flat Box (DPG)")  # fmt: skip
+    raise ValueError(
+        f"{name} has a {type(actions).__name__} action space of shape "
+        f"{actions.shape}: use Discrete (DQN) or a flat Box (DPG)"
+    )

@@ -40,11 +40,13 @@ class ObservationStack(gym.ObservationWrapper):
         super().__init__(env)
         space = env.observation_space
         if not isinstance(count, int) or count < 1:
-            raise ValueError(f"[env] stack must be a whole number of observations >= 1, got "
-                             f"{count!r}")  # fmt: skip
+            raise ValueError(
+                f"[env] stack must be a whole number of observations >= 1, got {count!r}"
+            )
         if not isinstance(space, gym.spaces.Box) or not 1 <= len(space.shape) <= 3:
-            raise ValueError(f"[env] stack takes a Box observation of 1 to 3 dimensions; "
-                             f"this env's is {space}")  # fmt: skip
+            raise ValueError(
+                f"[env] stack takes a Box observation of 1 to 3 dimensions; this env's is {space}"
+            )
         self._axis = stack_axis(space.shape)
         self._planar = len(space.shape) == 2  # (h, w): each copy gains a plane axis
         low, high = self._joined([space.low] * count), self._joined([space.high] * count)

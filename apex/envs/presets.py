@@ -145,8 +145,9 @@ def read_presets(values: dict, source: str) -> list[EnvPreset]:
         problems.append(f"{source}: family must be one of {', '.join(FAMILIES)}, got {family!r}")
     extra = values.get("extra", family if family in ("atari", "minatar") else "")
     if not isinstance(extra, str):
-        problems.append(f"{source}: extra must be the name of an optional dependency, got "
-                        f"{extra!r}")  # fmt: skip
+        problems.append(
+            f"{source}: extra must be the name of an optional dependency, got {extra!r}"
+        )
         extra = ""
     settings = _table(values.get("settings", {}), f"{source}: settings", problems)
     by_algorithm = _table(values.get("algorithms", {}), f"{source}: algorithms", problems)
@@ -162,22 +163,32 @@ def read_presets(values: dict, source: str) -> list[EnvPreset]:
     for name, given in envs.items():
         env = _table(given, f"{source}: envs.{name}", problems)
         for key in sorted(set(env) - _ENV_KEYS):
-            problems.append(f"{source}: envs.{name}: unknown key {key!r} (known: id, "
-                            "solved_return)")  # fmt: skip
+            problems.append(
+                f"{source}: envs.{name}: unknown key {key!r} (known: id, solved_return)"
+            )
         solved = env.get("solved_return")
         if isinstance(solved, bool) or not isinstance(solved, (int, float, type(None))):
-            problems.append(f"{source}: envs.{name}.solved_return must be a number, "
-                            f"got {solved!r}")  # fmt: skip
+            problems.append(f"{source}: envs.{name}.solved_return must be a number, got {solved!r}")
             solved = None
         gym_id = env.get("id", name)
         if not isinstance(gym_id, str) or not gym_id:
             problems.append(f"{source}: envs.{name}.id must be a gymnasium id, got {gym_id!r}")
-        presets.append(EnvPreset(name, None if solved is None else float(solved), family,
-                                 str(gym_id), settings, by_algorithm, source,
-                                 extra=extra))  # fmt: skip
+        presets.append(
+            EnvPreset(
+                name,
+                None if solved is None else float(solved),
+                family,
+                str(gym_id),
+                settings,
+                by_algorithm,
+                source,
+                extra=extra,
+            )
+        )
     if ids is not None and not problems:
-        presets.append(EnvPreset(ids, None, family, ids, settings, by_algorithm, source,
-                                 extra=extra))  # fmt: skip
+        presets.append(
+            EnvPreset(ids, None, family, ids, settings, by_algorithm, source, extra=extra)
+        )
     if problems:
         raise ConfigError(problems, what="preset")
     return presets
@@ -206,8 +217,9 @@ def _built_in() -> tuple[dict[str, EnvPreset], dict[str, EnvPreset]]:
         for chosen in read_preset_file(path):
             into = patterns if "*" in chosen.name else found
             if chosen.name in into:
-                raise ConfigError([f"{path}: {chosen.name} is preset in "
-                                   f"{into[chosen.name].source} too"])  # fmt: skip
+                raise ConfigError(
+                    [f"{path}: {chosen.name} is preset in {into[chosen.name].source} too"]
+                )
             into[chosen.name] = chosen
     return found, patterns
 

@@ -57,8 +57,9 @@ def vector_env(
     if stepping == "processes":
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(FORKSERVER_PRELOAD)
-        return gym.vector.AsyncVectorEnv(factories, shared_memory=True, context="forkserver",
-                                         autoreset_mode=autoreset_mode)  # fmt: skip
+        return gym.vector.AsyncVectorEnv(
+            factories, shared_memory=True, context="forkserver", autoreset_mode=autoreset_mode
+        )
     raise ValueError(f"env stepping must be one of {ENV_STEPPINGS}, got {stepping!r}")
 
 
@@ -80,8 +81,9 @@ class ThreadedVectorEnv(gym.vector.SyncVectorEnv):
         super().__init__(factories, autoreset_mode=autoreset_mode)
         self._pool = ThreadPoolExecutor(max_workers=self.num_envs, thread_name_prefix="env-copy")
 
-    def reset(self, *, seed: int | list[int | None] | None = None,
-              options: dict[str, Any] | None = None):  # fmt: skip
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ):
         if options is not None and "reset_mask" in options:
             return super().reset(seed=seed, options=options)  # a few copies: one by one
         if seed is None:
@@ -90,8 +92,9 @@ class ThreadedVectorEnv(gym.vector.SyncVectorEnv):
             seed = [seed + i for i in range(self.num_envs)]
         if len(seed) != self.num_envs:
             raise ValueError(f"{len(seed)} seeds for {self.num_envs} copies")
-        results = list(self._pool.map(lambda env, s: env.reset(seed=s, options=options),
-                                      self.envs, seed))  # fmt: skip
+        results = list(
+            self._pool.map(lambda env, s: env.reset(seed=s, options=options), self.envs, seed)
+        )
         self._terminations = np.zeros(self.num_envs, dtype=np.bool_)
         self._truncations = np.zeros(self.num_envs, dtype=np.bool_)
         self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
@@ -99,8 +102,9 @@ class ThreadedVectorEnv(gym.vector.SyncVectorEnv):
         for i, (observation, info) in enumerate(results):
             self._env_obs[i] = observation
             infos = self._add_info(infos, info, i)
-        self._observations = concatenate(self.single_observation_space, self._env_obs,
-                                         self._observations)  # fmt: skip
+        self._observations = concatenate(
+            self.single_observation_space, self._env_obs, self._observations
+        )
         return deepcopy(self._observations) if self.copy else self._observations, infos
 
     def _step_copy(self, i: int, action) -> tuple:
@@ -130,12 +134,18 @@ class ThreadedVectorEnv(gym.vector.SyncVectorEnv):
             if final is not None:
                 infos = self._add_info(infos, final, i)
             infos = self._add_info(infos, info, i)
-        self._observations = concatenate(self.single_observation_space, self._env_obs,
-                                         self._observations)  # fmt: skip
+        self._observations = concatenate(
+            self.single_observation_space, self._env_obs, self._observations
+        )
         self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
         observations = deepcopy(self._observations) if self.copy else self._observations
-        return (observations, self._rewards.copy(), self._terminations.copy(),
-                self._truncations.copy(), infos)  # fmt: skip
+        return (
+            observations,
+            self._rewards.copy(),
+            self._terminations.copy(),
+            self._truncations.copy(),
+            infos,
+        )
 
     def close_extras(self, **kwargs: Any) -> None:
         self._pool.shutdown(wait=True)

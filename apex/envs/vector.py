@@ -42,8 +42,9 @@ def actor_envs(
     other env's copies step (``apex.envs.stepping``)."""
     if preset(name).atari:
         return AtariStacks(name, count, training=True, threads=threads)
-    return vector_env(env_factories(name, count, training=True), stepping,
-                      gym.vector.AutoresetMode.SAME_STEP)  # fmt: skip
+    return vector_env(
+        env_factories(name, count, training=True), stepping, gym.vector.AutoresetMode.SAME_STEP
+    )
 
 
 def evaluation_envs(
@@ -59,8 +60,11 @@ def evaluation_envs(
         return AtariStacks(name, count, training=False, threads=1)
     # gymnasium's own vector version, where it has one for the env as made here.
     plain = not (chosen.minatar or chosen.kwargs or chosen.make or chosen.stack != 1)
-    if (stepping == "serial" and plain
-            and registered_spec(chosen.gym_id).vector_entry_point is not None):  # fmt: skip
+    if (
+        stepping == "serial"
+        and plain
+        and registered_spec(chosen.gym_id).vector_entry_point is not None
+    ):
         return gym.make_vec(chosen.gym_id, num_envs=count, vectorization_mode="vector_entry_point")
     return vector_env(env_factories(name, count, training=False), stepping)
 

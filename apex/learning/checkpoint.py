@@ -109,8 +109,12 @@ class LearnerCheckpoints:
         # Counters a run wrote before one was retired (a settle time) are dropped.
         restored = LearnerCounters(**{k: v for k, v in counters.items() if k in known})
         algorithm.load_state_dict({"steps": restored.updates, **state})
-        logger.info("resumed from %s at update %d, weights version %d", path,
-                    restored.updates, restored.weight_version)  # fmt: skip
+        logger.info(
+            "resumed from %s at update %d, weights version %d",
+            path,
+            restored.updates,
+            restored.weight_version,
+        )
         return restored
 
     def save(
@@ -128,6 +132,10 @@ class LearnerCheckpoints:
             return save(self.directory, counters.updates, state)
         except OSError as exc:
             self.failed += 1
-            logger.error("checkpoint at update %d not written (%s); %d failed so far",
-                         counters.updates, exc, self.failed)  # fmt: skip
+            logger.error(
+                "checkpoint at update %d not written (%s); %d failed so far",
+                counters.updates,
+                exc,
+                self.failed,
+            )
             return None

@@ -137,9 +137,11 @@ def lost_by_actor(delivery: dict) -> dict[str, dict] | None:
     it knows of it (missing, in transit, gone or stopped, its longest silence), so that a
     loss in a record says where it happened; None where none lost any."""
     keys = ("missing", "in_transit", "gone", "stopped", "longest_silence_s")
-    losing = {index: {key: actor.get(key) for key in keys}
-              for index, actor in (delivery.get("actors") or {}).items()
-              if (actor.get("missing") or 0) > (actor.get("in_transit") or 0)}  # fmt: skip
+    losing = {
+        index: {key: actor.get(key) for key in keys}
+        for index, actor in (delivery.get("actors") or {}).items()
+        if (actor.get("missing") or 0) > (actor.get("in_transit") or 0)
+    }
     return losing or None
 
 

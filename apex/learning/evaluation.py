@@ -81,9 +81,15 @@ class Evaluation:
         facts = np.array(
             [self.index, int(self.confirmation), self.skipped, self.replayed], dtype=np.int64
         )
-        return Message(ApexKind.EVALUATION, EVALUATOR_SENDER, sequence, self.weight_version,
-                       self.returns.size, float(self.env_steps),
-                       (np.asarray(self.returns, dtype=np.float64), facts))  # fmt: skip
+        return Message(
+            ApexKind.EVALUATION,
+            EVALUATOR_SENDER,
+            sequence,
+            self.weight_version,
+            self.returns.size,
+            float(self.env_steps),
+            (np.asarray(self.returns, dtype=np.float64), facts),
+        )
 
 
 def read_evaluation(message: Message) -> Evaluation:
@@ -98,8 +104,9 @@ def read_evaluation(message: Message) -> Evaluation:
         raise ProtocolError(f"an EVALUATION holds 2 arrays, got {len(message.arrays)}")
     returns, facts = message.arrays
     if returns.dtype != np.float64 or returns.ndim != 1 or returns.size == 0:
-        raise ProtocolError(f"evaluation returns must be float64 (n,), got {returns.dtype}"
-                            f"{returns.shape}")  # fmt: skip
+        raise ProtocolError(
+            f"evaluation returns must be float64 (n,), got {returns.dtype}{returns.shape}"
+        )
     if not np.isfinite(returns).all() or returns.size != message.count:
         raise ProtocolError("evaluation returns are not finite or not as many as it says")
     if facts.dtype != np.int64 or facts.shape != (len(FACTS),) or (facts < 0).any():

@@ -215,10 +215,17 @@ class Evaluator:
 
     def run(self) -> None:
         config = self.config
-        logger.info("evaluator: %s every %d env steps, %d episodes (confirmed on %d at %s), "
-                    "%d lane(s), copies stepped %s", config.env, config.every_steps,
-                    config.episodes, config.confirm_episodes, config.target_return, config.lanes,
-                    config.stepping)  # fmt: skip
+        logger.info(
+            "evaluator: %s every %d env steps, %d episodes (confirmed on %d at %s), "
+            "%d lane(s), copies stepped %s",
+            config.env,
+            config.every_steps,
+            config.episodes,
+            config.confirm_episodes,
+            config.target_return,
+            config.lanes,
+            config.stepping,
+        )
         watchdog = StepWatchdog(config.step_timeout_s, heartbeat=lambda _age: None)
         try:
             while not self._stop.is_set() and not self._orphaned():

@@ -123,11 +123,14 @@ class Learner:
             self.counters = self._checkpoints.restore(resume_from, algorithm)
         self._context = make_context(security)
         try:
-            self._weights = Publications(WeightPublisher(self._context, host, weights_port),
-                                         PUBLISH_AT_LEAST_EVERY_S,
-                                         PUBLICATIONS_KEPT)  # fmt: skip
-            self._episodes = EpisodeCollector(self._context, host, episodes_port,
-                                              on_evaluation=self._take_evaluation)  # fmt: skip
+            self._weights = Publications(
+                WeightPublisher(self._context, host, weights_port),
+                PUBLISH_AT_LEAST_EVERY_S,
+                PUBLICATIONS_KEPT,
+            )
+            self._episodes = EpisodeCollector(
+                self._context, host, episodes_port, on_evaluation=self._take_evaluation
+            )
         except ConfigError:
             self._context.destroy(linger=0)
             raise
@@ -182,9 +185,12 @@ class Learner:
         outcome = Outcome("stopped", False, self.counters)
         tasks = Periodic()
         tasks.every(
-            "publish", self._publish, seconds=PUBLISH_AT_LEAST_EVERY_S,
-            updates=config.publish_period, start_updates=self.counters.updates,
-        )  # fmt: skip
+            "publish",
+            self._publish,
+            seconds=PUBLISH_AT_LEAST_EVERY_S,
+            updates=config.publish_period,
+            start_updates=self.counters.updates,
+        )
         tasks.every("episodes", self._take_episodes)
         tasks.every("progress", self._write_progress, seconds=config.metrics_interval_s)
         tasks.every("checkpoint", self._checkpoint_or_count, seconds=config.checkpoint_interval_s)
@@ -194,8 +200,11 @@ class Learner:
             if not self.source.start(cancelled=self._stop, waiting=self._while_filling):
                 if self._out_of_time():
                     outcome.reason = "max_time"
-                    logger.warning("the run's %g s ran out before the shards held data to "
-                                   "sample: no update made", config.max_time_s)  # fmt: skip
+                    logger.warning(
+                        "the run's %g s ran out before the shards held data to "
+                        "sample: no update made",
+                        config.max_time_s,
+                    )
                 else:
                     logger.info("stopped before the shards held data")
             else:
@@ -210,8 +219,13 @@ class Learner:
                 if not self._train_one():
                     break
                 if first_update:  # how long this life took to start training
-                    metrics.write({"event": "first_update", "updates": self.counters.updates,
-                                   "time_s": self._elapsed_s()})  # fmt: skip
+                    metrics.write(
+                        {
+                            "event": "first_update",
+                            "updates": self.counters.updates,
+                            "time_s": self._elapsed_s(),
+                        }
+                    )
                     first_update = False
                 tasks.run_due(self.counters.updates)
                 if self.solving.solved and not outcome.solved:
@@ -277,8 +291,10 @@ class Learner:
                 self._resend_weights_if_due()
                 if time.monotonic() >= deadline:
                     # Name the wait that ran out, not the last short poll inside it.
-                    raise ReplayTimeout(f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards "
-                                        "down, empty or rate-limited)") from exc  # fmt: skip
+                    raise ReplayTimeout(
+                        f"no batch ready for {BATCH_TIMEOUT_S:.0f} s (shards "
+                        "down, empty or rate-limited)"
+                    ) from exc
         config = self.config
         if config.learning_rate_final is not None:
             rate = config.learning_rate_at(self.counters.updates)
@@ -303,9 +319,11 @@ class Learner:
         self.counters.updates_skipped += 1
         self._skipped_in_a_row += 1
         if self._skipped_in_a_row == 1:
-            logger.warning("update %d skipped: its loss or a gradient is not finite (%d "
-                           "skipped so far)", self.counters.updates,
-                           self.counters.updates_skipped)  # fmt: skip
+            logger.warning(
+                "update %d skipped: its loss or a gradient is not finite (%d skipped so far)",
+                self.counters.updates,
+                self.counters.updates_skipped,
+            )
         if self._skipped_in_a_row >= self.config.max_skipped_updates:
             raise NonFiniteTraining(
                 f"{self._skipped_in_a_row} updates in a row had a loss or gradient that is "
@@ -317,9 +335,13 @@ class Learner:
 
     def _publish(self) -> None:
         self.counters.weight_version += 1
-        self._weights.publish(self.algorithm.policy, self.counters.weight_version,
-                              self.counters.updates, self._episodes.env_steps(),
-                              self._elapsed_s())  # fmt: skip
+        self._weights.publish(
+            self.algorithm.policy,
+            self.counters.weight_version,
+            self.counters.updates,
+            self._episodes.env_steps(),
+            self._elapsed_s(),
+        )
 
     def _out_of_time(self) -> bool:
         return self.config.max_time_s is not None and self._elapsed_s() >= self.config.max_time_s
@@ -343,8 +365,7 @@ class Learner:
             return
         version, updates = self.counters.weight_version, self.counters.updates
         if self._weights.updates_behind(version) == updates:
-            self._weights.send(self.algorithm.policy, version, updates,
-                               self._episodes.env_steps())  # fmt: skip
+            self._weights.send(self.algorithm.policy, version, updates, self._episodes.env_steps())
         else:
             self._publish()
 
@@ -364,17 +385,24 @@ class Learner:
         published_s = self._weights.published_at_s(evaluation.weight_version)
         heard_s = self._elapsed_s()
         solves = self.solving.take(evaluation, self.counters, heard_s, published_s)
-        logger.info("%s %d (weights %d, %d env steps): greedy mean %.1f over %d episodes%s",
-                    "confirmation of evaluation" if evaluation.confirmation else "evaluation",
-                    evaluation.index, evaluation.weight_version, evaluation.env_steps,
-                    evaluation.mean, evaluation.returns.size,
-                    ": solved" if solves else "")  # fmt: skip
+        logger.info(
+            "%s %d (weights %d, %d env steps): greedy mean %.1f over %d episodes%s",
+            "confirmation of evaluation" if evaluation.confirmation else "evaluation",
+            evaluation.index,
+            evaluation.weight_version,
+            evaluation.env_steps,
+            evaluation.mean,
+            evaluation.returns.size,
+            ": solved" if solves else "",
+        )
         if self._metrics is not None:
             weights_updates = self._weights.updates_behind(evaluation.weight_version)
             # Timed both when the learner heard it and when the weights it played went out.
-            self._metrics.write(evaluation.record(heard_s, self.counters.updates,
-                                                  weights_updates, solves,
-                                                  published_s))  # fmt: skip
+            self._metrics.write(
+                evaluation.record(
+                    heard_s, self.counters.updates, weights_updates, solves, published_s
+                )
+            )
 
     def _write_progress(self) -> None:
         now = time.monotonic()

@@ -153,8 +153,11 @@ def _lag_figures(name: str, lags) -> dict:
     """Median, 90th percentile and largest of ``lags`` (None each when there are none)."""
     if not lags:
         return {f"{name}_median": None, f"{name}_p90": None, f"{name}_max": None}
-    return {f"{name}_median": float(np.median(lags)),
-            f"{name}_p90": float(np.percentile(lags, 90)), f"{name}_max": max(lags)}  # fmt: skip
+    return {
+        f"{name}_median": float(np.median(lags)),
+        f"{name}_p90": float(np.percentile(lags, 90)),
+        f"{name}_max": max(lags),
+    }
 
 
 # What a progress record keeps of each shard's INFO, for apex top: fill, intake,

@@ -178,9 +178,11 @@ def device_problems(name: str, prefix: str = "learner.device") -> list[str]:
     if device.type != "cuda":
         return []
     if not torch.cuda.is_available():
-        return [f"{prefix} {name!r} asks for CUDA, but torch {torch.__version__} sees no CUDA "
-                f"device here (built for CUDA {torch.version.cuda or 'none'}); use auto or "
-                "cpu, or install a CUDA build of torch (APEX_TORCH=torch)"]  # fmt: skip
+        return [
+            f"{prefix} {name!r} asks for CUDA, but torch {torch.__version__} sees no CUDA "
+            f"device here (built for CUDA {torch.version.cuda or 'none'}); use auto or "
+            "cpu, or install a CUDA build of torch (APEX_TORCH=torch)"
+        ]
     if device.index is not None and device.index >= torch.cuda.device_count():
         return [f"{prefix} {name!r}: torch sees {torch.cuda.device_count()} CUDA devices"]
     return []

@@ -150,14 +150,16 @@ class ActorConfig:
             if not 0 <= value < math.inf:
                 problems.append(f"{prefix}{name} must be finite and >= 0, got {value}")
         if not 0 < self.reward_scale < math.inf:
-            problems.append(f"{prefix}reward_scale must be finite and > 0, "
-                            f"got {self.reward_scale}")  # fmt: skip
+            problems.append(f"{prefix}reward_scale must be finite and > 0, got {self.reward_scale}")
         if self.env_stepping not in ENV_STEPPINGS:
-            problems.append(f"{prefix}env_stepping must be one of {ENV_STEPPINGS}, "
-                            f"got {self.env_stepping!r}")  # fmt: skip
+            problems.append(
+                f"{prefix}env_stepping must be one of {ENV_STEPPINGS}, got {self.env_stepping!r}"
+            )
         if self.acting_precision not in ACTING_PRECISIONS:
-            problems.append(f"{prefix}acting_precision must be one of {ACTING_PRECISIONS}, "
-                            f"got {self.acting_precision!r}")  # fmt: skip
+            problems.append(
+                f"{prefix}acting_precision must be one of {ACTING_PRECISIONS}, "
+                f"got {self.acting_precision!r}"
+            )
         problems += positive_or_none(
             {
                 f"{prefix}insert_timeout_s": self.insert_timeout_s,
@@ -175,11 +177,15 @@ class ActorConfig:
         if groups == 1:
             return []
         if self.envs_per_actor % groups:
-            return [f"{prefix}env_groups ({groups}) must divide {prefix}envs_per_actor "
-                    f"({self.envs_per_actor})"]  # fmt: skip
+            return [
+                f"{prefix}env_groups ({groups}) must divide {prefix}envs_per_actor "
+                f"({self.envs_per_actor})"
+            ]
         from apex.envs.families import preset  # gymnasium's registry: only when groups are asked
 
         if not preset(self.env).atari:
-            return [f"{prefix}env_groups > 1 needs an ALE game, whose emulators play on "
-                    f"threads of their own; {self.env} steps on the actor's thread"]  # fmt: skip
+            return [
+                f"{prefix}env_groups > 1 needs an ALE game, whose emulators play on "
+                f"threads of their own; {self.env} steps on the actor's thread"
+            ]
         return []

@@ -151,8 +151,10 @@ class LearnerConfig:
         if not (isinstance(final, (int, float)) and math.isfinite(final) and final > 0):
             problems.append(f"{prefix}learning_rate_final must be > 0, got {final}")
         if not isinstance(updates, int) or isinstance(updates, bool) or updates < 1:
-            problems.append(f"{prefix}learning_rate_decay_updates must be an integer >= 1 "
-                            f"with a learning_rate_final, got {updates!r}")  # fmt: skip
+            problems.append(
+                f"{prefix}learning_rate_decay_updates must be an integer >= 1 "
+                f"with a learning_rate_final, got {updates!r}"
+            )
         return problems
 
     def _range_problems(self, prefix: str) -> list[str]:
@@ -187,14 +189,18 @@ class LearnerConfig:
                 problems.append(f"{prefix}{name} must be an integer >= 0, got {value!r}")
         problems += in_unit_interval(f"{prefix}eval_epsilon", self.eval_epsilon)
         if not (isinstance(self.eval_niceness, int) and 0 <= self.eval_niceness <= MAX_NICENESS):
-            problems.append(f"{prefix}eval_niceness must be an integer in [0, {MAX_NICENESS}], "
-                            f"got {self.eval_niceness!r}")  # fmt: skip
+            problems.append(
+                f"{prefix}eval_niceness must be an integer in [0, {MAX_NICENESS}], "
+                f"got {self.eval_niceness!r}"
+            )
         if self.eval_stepping not in EVAL_STEPPINGS:
-            problems.append(f"{prefix}eval_stepping must be one of {EVAL_STEPPINGS}, got "
-                            f"{self.eval_stepping!r}")  # fmt: skip
+            problems.append(
+                f"{prefix}eval_stepping must be one of {EVAL_STEPPINGS}, got {self.eval_stepping!r}"
+            )
         if not isinstance(self.stop_when_solved, bool):
-            problems.append(f"{prefix}stop_when_solved must be true or false, got "
-                            f"{self.stop_when_solved!r}")  # fmt: skip
+            problems.append(
+                f"{prefix}stop_when_solved must be true or false, got {self.stop_when_solved!r}"
+            )
         if self.target_return is not None and not math.isfinite(self.target_return):
             problems.append(f"{prefix}target_return must be finite, got {self.target_return}")
         if not (isinstance(self.beta, (int, float)) and 0 <= self.beta < math.inf):

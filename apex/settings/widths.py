@@ -13,9 +13,11 @@ def hidden_problems(name: str, hidden: object) -> list[str]:
     if (
         isinstance(hidden, (tuple, list))
         and 1 <= len(hidden) <= MAX_HIDDEN_LAYERS
-        and all(isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= MAX_HIDDEN_WIDTH
-                for w in hidden)
-    ):  # fmt: skip
+        and all(
+            isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= MAX_HIDDEN_WIDTH
+            for w in hidden
+        )
+    ):
         return []
     return [
         f"{name} must be 1 to {MAX_HIDDEN_LAYERS} layer widths, each 1 to {MAX_HIDDEN_WIDTH}, "

@@ -64,28 +64,49 @@ LOSE_REROUTE_S = 5.0
 class FaultRun:
     """One ``apex train`` in ``root/run``, its output in ``root/train.out``."""
 
-    def __init__(self, root: Path, tmpfs: bool = False, shards: int = 1,
-                 settings: tuple[str, ...] = ()) -> None:  # fmt: skip
+    def __init__(
+        self, root: Path, tmpfs: bool = False, shards: int = 1, settings: tuple[str, ...] = ()
+    ) -> None:
         self.run_dir = root / "run"
         self.run_dir.mkdir(parents=True)
         self.mounted = False
         if tmpfs:
-            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs",
-                            str(self.run_dir)], check=True)  # fmt: skip
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(self.run_dir)],
+                check=True,
+            )
             self.mounted = True
         self.output = root / "train.out"
         command = [
-            sys.executable, "-m", "launch", "train", "--actors", "2", "--shards", str(shards),
-            "--max-time", "900", "--target-return", "1e12", "--run-dir", str(self.run_dir),
+            sys.executable,
+            "-m",
+            "launch",
+            "train",
+            "--actors",
+            "2",
+            "--shards",
+            str(shards),
+            "--max-time",
+            "900",
+            "--target-return",
+            "1e12",
+            "--run-dir",
+            str(self.run_dir),
             "--no-curves",
-            "--set", "learner.eval_every_steps=0", "--set", "learner.metrics_interval_s=0.5",
-            "--set", f"learner.checkpoint_interval_s={PERIOD_S}",
-            "--set", f"replay.snapshot_interval_s={PERIOD_S}",
+            "--set",
+            "learner.eval_every_steps=0",
+            "--set",
+            "learner.metrics_interval_s=0.5",
+            "--set",
+            f"learner.checkpoint_interval_s={PERIOD_S}",
+            "--set",
+            f"replay.snapshot_interval_s={PERIOD_S}",
             *(part for setting in settings for part in ("--set", setting)),
-        ]  # fmt: skip
+        ]
         with open(self.output, "wb") as out:
-            self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(),
-                                            stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+            self.process = subprocess.Popen(
+                command, cwd=REPO_ROOT, env=worker_env(), stdout=out, stderr=subprocess.STDOUT
+            )
         self._pause = threading.Event()
 
     def ended(self) -> str | None:
@@ -209,8 +230,9 @@ def _last_int(pattern: str, text: str) -> int | None:
 def _local_run(root: Path, fault: str) -> FaultRun:
     lose = fault == "lose-shard"
     settings = ("replay.restart_budget=0", f"actor.reroute_after_s={LOSE_REROUTE_S}")
-    return FaultRun(root, tmpfs=fault == "full-disk", shards=2 if lose else 1,
-                    settings=settings if lose else ())  # fmt: skip
+    return FaultRun(
+        root, tmpfs=fault == "full-disk", shards=2 if lose else 1, settings=settings if lose else ()
+    )
 
 
 def _measure(fault: str, hold_s: float, settle_records: int, open_run=_local_run) -> dict:
@@ -218,15 +240,23 @@ def _measure(fault: str, hold_s: float, settle_records: int, open_run=_local_run
         lose = fault == "lose-shard"
         run = open_run(Path(directory), fault)
         try:
-            run.wait(lambda: len(run.snapshots()) >= 2 and len(run.checkpoints()) >= 2
-                     and len(run.progress()) >= 4, START_TIMEOUT_S,
-                     "training with two snapshots and two checkpoints")  # fmt: skip
+            run.wait(
+                lambda: (
+                    len(run.snapshots()) >= 2
+                    and len(run.checkpoints()) >= 2
+                    and len(run.progress()) >= 4
+                ),
+                START_TIMEOUT_S,
+                "training with two snapshots and two checkpoints",
+            )
             _wait_late_in_period(run, fault)
             before = run.progress()
             rate = statistics.median(r["updates_per_s"] for r in before[-4:])
             ingest = statistics.median(r.get("transitions_per_s") or 0 for r in before[-4:])
-            at_fault = {"updates": before[-1]["updates"],
-                        "replay": sum(s or 0 for s in before[-1]["replay_sizes"])}  # fmt: skip
+            at_fault = {
+                "updates": before[-1]["updates"],
+                "replay": sum(s or 0 for s in before[-1]["replay_sizes"]),
+            }
             started = time.monotonic()
             measured = _inject(run, fault, hold_s)
             if "requeue_s" in measured:  # the first job's last records are not a recovery
@@ -307,8 +337,9 @@ def _inject(run: FaultRun, fault: str, hold_s: float) -> dict:
         arguments = Path(f"/proc/{victim}/cmdline").read_bytes().split(b"\0")
         index = int(arguments[arguments.index(b"--shard-index") + 1])
         os.kill(victim, signal.SIGKILL)
-        run.wait(lambda: "given up" in run.output.read_text(errors="replace"), 60,
-                 "the shard given up")  # fmt: skip
+        run.wait(
+            lambda: "given up" in run.output.read_text(errors="replace"), 60, "the shard given up"
+        )
         return {"shard": index}
     elif fault == "stop-shard":
         shard = run.pids("shard")[0]
@@ -324,30 +355,50 @@ def _inject(run: FaultRun, fault: str, hold_s: float) -> dict:
         freed = time.monotonic()
         snapshot, checkpoint = run.snapshots()[0][0], run.checkpoints()[-1]
         written = "a snapshot and a checkpoint after the disk was freed"
-        run.wait(lambda: run.snapshots()[0][0] > snapshot and run.checkpoints()[-1] != checkpoint,
-                 RECOVERY_TIMEOUT_S, written)  # fmt: skip
-        first = run.wait(lambda: run.progress()[-1]["updates"] > updates and run.progress()[-1],
-                         RECOVERY_TIMEOUT_S, "progress after the disk was freed")  # fmt: skip
-        return {"full_s": hold_s, "writes_back_s": time.monotonic() - freed,
-                "updates_while_full": first["updates"] - updates}  # fmt: skip
+        run.wait(
+            lambda: run.snapshots()[0][0] > snapshot and run.checkpoints()[-1] != checkpoint,
+            RECOVERY_TIMEOUT_S,
+            written,
+        )
+        first = run.wait(
+            lambda: run.progress()[-1]["updates"] > updates and run.progress()[-1],
+            RECOVERY_TIMEOUT_S,
+            "progress after the disk was freed",
+        )
+        return {
+            "full_s": hold_s,
+            "writes_back_s": time.monotonic() - freed,
+            "updates_while_full": first["updates"] - updates,
+        }
     else:
         raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
     return {}
 
 
 METRICS = (
-    ("recovered", "bool"), ("recovery_s", "s"), ("updates_lost", "updates"),
-    ("replay_lost", "transitions"), ("transitions_lost", "transitions"),
-    ("transitions_in_transit", "transitions"), ("resent_batches", "batches"),
-    ("rerouted_batches", "batches"), ("transitions_abandoned", "transitions"),
+    ("recovered", "bool"),
+    ("recovery_s", "s"),
+    ("updates_lost", "updates"),
+    ("replay_lost", "transitions"),
+    ("transitions_lost", "transitions"),
+    ("transitions_in_transit", "transitions"),
+    ("resent_batches", "batches"),
+    ("rerouted_batches", "batches"),
+    ("transitions_abandoned", "transitions"),
     ("duplicates_dropped", "batches"),
-    ("batches_lost_at_shard_restart", "batches"), ("snapshots_refused", "count"),
-    ("snapshots_failed", "count"), ("checkpoints_refused", "count"),
-    ("checkpoints_failed", "count"), ("metrics_dropped", "records"),
-    ("updates_while_full", "updates"), ("writes_back_s", "s"), ("requeue_s", "s"),
+    ("batches_lost_at_shard_restart", "batches"),
+    ("snapshots_refused", "count"),
+    ("snapshots_failed", "count"),
+    ("checkpoints_refused", "count"),
+    ("checkpoints_failed", "count"),
+    ("metrics_dropped", "records"),
+    ("updates_while_full", "updates"),
+    ("writes_back_s", "s"),
+    ("requeue_s", "s"),
     ("replay_restored_fraction", "fraction"),
-    ("updates_per_period", "updates"), ("transitions_per_period", "transitions"),
-)  # fmt: skip
+    ("updates_per_period", "updates"),
+    ("transitions_per_period", "transitions"),
+)
 
 
 def run(
@@ -374,25 +425,53 @@ def run(
             params = {"fault": fault, "hold_s": hold_s, "period_s": PERIOD_S, "slurm": slurm}
             unavailable = _unavailable(fault, slurm, cluster is None)
             if unavailable:
-                records.append({"suite": SUITE, "case": fault, "implementation": "apex",
-                                "status": "unavailable", "reason": unavailable,
-                                "params": params})  # fmt: skip
+                records.append(
+                    {
+                        "suite": SUITE,
+                        "case": fault,
+                        "implementation": "apex",
+                        "status": "unavailable",
+                        "reason": unavailable,
+                        "params": params,
+                    }
+                )
                 continue
             progress(f"faults: {fault}")
             result = _measure(fault, hold_s, settle, open_run)
-            params = {**params, **{key: result.get(key) for key in (
-                "exit_code", "restarts", "error", "shards_given_up", "job_state",
-                "job_restarts", "lost_by_actor")},
-                "shards": 2 if fault == "lose-shard" else 1}  # fmt: skip
+            params = {
+                **params,
+                **{
+                    key: result.get(key)
+                    for key in (
+                        "exit_code",
+                        "restarts",
+                        "error",
+                        "shards_given_up",
+                        "job_state",
+                        "job_restarts",
+                        "lost_by_actor",
+                    )
+                },
+                "shards": 2 if fault == "lose-shard" else 1,
+            }
             for metric, unit in METRICS:
                 value = result.get(metric)
                 if value is not None:
                     records.append(ok_record(SUITE, fault, "apex", metric, unit, [value], params))
     hosts = "learner, shard and actors on 3 namespace hosts under Slurm" if slurm else "local"
-    return {"config": {"faults": list(faults), "hold_s": hold_s, "period_s": PERIOD_S,
-                       "actors": 2, "shards": "1 (lose-shard: 2)", "env": "CartPole-v1",
-                       "hosts": hosts},
-            "records": records, "ratios": []}  # fmt: skip
+    return {
+        "config": {
+            "faults": list(faults),
+            "hold_s": hold_s,
+            "period_s": PERIOD_S,
+            "actors": 2,
+            "shards": "1 (lose-shard: 2)",
+            "env": "CartPole-v1",
+            "hosts": hosts,
+        },
+        "records": records,
+        "ratios": [],
+    }
 
 
 def _unavailable(fault: str, slurm: bool, no_cluster: bool) -> str | None:

@@ -43,8 +43,9 @@ SETTLE_TIMEOUT_S = 120.0
 ARRIVAL_TIMEOUT_MS = 2000
 EPISODE_CHUNK = 500  # below the collector's receive HWM: a chunk is never dropped
 INSERT_KINDS = [int(Kind.INSERT), int(Kind.INSERT_FRAMES)]
-REQUEST_KINDS = [int(k) for k in (Kind.SAMPLE, Kind.UPDATE, Kind.INFO, Kind.SPEC, Kind.CREDIT,
-                                  Kind.SNAPSHOT)]  # fmt: skip
+REQUEST_KINDS = [
+    int(k) for k in (Kind.SAMPLE, Kind.UPDATE, Kind.INFO, Kind.SPEC, Kind.CREDIT, Kind.SNAPSHOT)
+]
 APEX_KINDS = [int(k) for k in ApexKind]
 AUDIT_SAMPLES, AUDIT_BATCH = 16, 1024
 
@@ -65,10 +66,11 @@ def _insert_totals(info: dict, learner: int) -> dict[str, int]:
         "taken": sum(s["insert_messages_taken"] for s in senders),
         "inserts": sum(s["inserts"] for s in senders),
         "requests": sum(s["requests"] for s in senders),
-        "settled": info["rejected_total"] + info["duplicates_dropped"]
+        "settled": info["rejected_total"]
+        + info["duplicates_dropped"]
         + info["out_of_order_refused"],
         "protocol": info["rejected"].get("protocol", 0),
-    }  # fmt: skip
+    }
 
 
 def fuzz_shard(
@@ -84,8 +86,10 @@ def fuzz_shard(
     draws = RngDraws(rng)
     client = RequestClient(context, request_endpoint, sender=learner, timeout_s=10.0)
     batch = {name: np.zeros((4, *f.shape), f.dtype) for name, f in spec.items()}
-    insert_templates = [replay_messages.Insert(batch, np.ones(4)).to_message(spec, sender, 0, 0)
-                        for sender in (1, 2, 2**32 - 1)]  # fmt: skip
+    insert_templates = [
+        replay_messages.Insert(batch, np.ones(4)).to_message(spec, sender, 0, 0)
+        for sender in (1, 2, 2**32 - 1)
+    ]
     slots = np.arange(4, dtype=np.int64)
     start = client.info()
     size, capacity = int(start["size"]), int(start["capacity"])
@@ -109,10 +113,13 @@ def fuzz_shard(
     for _ in range(messages):
         send_frames(pusher, descriptor_message(draws, INSERT_KINDS, insert_templates))
     middle = _insert_totals(
-        settle(client, lambda i: _insert_totals(i, learner)["taken"] - before["taken"]
-                >= messages, "every insert message taken"),
+        settle(
+            client,
+            lambda i: _insert_totals(i, learner)["taken"] - before["taken"] >= messages,
+            "every insert message taken",
+        ),
         learner,
-    )  # fmt: skip
+    )
     insert_seconds = time.monotonic() - started
 
     dealer = make_socket(context, zmq.DEALER, hwm=1024)
@@ -220,8 +227,10 @@ def fuzz_episode_socket(context: zmq.Context, rng: np.random.Generator, messages
     pusher.connect(collector.endpoint)
     counts = np.zeros(len(ACTOR_COUNTS), np.int64)
     episodes = (np.ones(2), np.array([10, 20]), counts, np.zeros(0, np.uint8))
-    templates = [Message(ApexKind.EPISODES, sender, 0, 3, 2, 100.0, episodes, incarnation=7)
-                 for sender in (0, 5)]  # fmt: skip
+    templates = [
+        Message(ApexKind.EPISODES, sender, 0, 3, 2, 100.0, episodes, incarnation=7)
+        for sender in (0, 5)
+    ]
     started = time.monotonic()
     sent = 0
     try:

@@ -25,11 +25,15 @@ from replay.wire.layout import HEADER_NBYTES, MAGIC, Kind, Message, encode
 
 # Kinds a shard's request socket must refuse: replies, inserts, and numbers no kind has
 # (application kinds 32-63 included).
-_REQUEST_SOCKET_REFUSES = (
-    [Kind.SAMPLE_REPLY, Kind.INFO_REPLY, Kind.SPEC_REPLY, Kind.ERROR, Kind.CREDIT_REPLY,
-     Kind.INSERT, Kind.INSERT_FRAMES]
-    + [k for k in range(256) if k not in {int(kind) for kind in Kind}]
-)  # fmt: skip
+_REQUEST_SOCKET_REFUSES = [
+    Kind.SAMPLE_REPLY,
+    Kind.INFO_REPLY,
+    Kind.SPEC_REPLY,
+    Kind.ERROR,
+    Kind.CREDIT_REPLY,
+    Kind.INSERT,
+    Kind.INSERT_FRAMES,
+] + [k for k in range(256) if k not in {int(kind) for kind in Kind}]
 _INSERT_SOCKET_REFUSES = [k for k in range(256) if k not in (Kind.INSERT, Kind.INSERT_FRAMES)]
 _VERSION_OFFSET, _KIND_OFFSET = 2, 3
 _ARRAY_COUNT_OFFSET = 28
@@ -88,8 +92,9 @@ class HostileMessages:
     def _insert(self, arrays, count: int | None = None, pack: bool = True) -> list[bytes]:
         sender = int(self.rng.integers(0, 2**32))
         rows = len(arrays[0]) if count is None else count
-        return _bytes(encode(Message(Kind.INSERT, sender, 0, 0, rows, 0.0, tuple(arrays)),
-                             pack=pack))  # fmt: skip
+        return _bytes(
+            encode(Message(Kind.INSERT, sender, 0, 0, rows, 0.0, tuple(arrays)), pack=pack)
+        )
 
     def _one(self, options):
         return options[int(self.rng.integers(0, len(options)))]
@@ -128,8 +133,9 @@ class HostileMessages:
 
     def _insert_trailing_bytes(self) -> list[bytes]:
         frame = self._insert(self._arrays(8))[0]
-        return [frame + self.rng.integers(0, 256, int(self.rng.integers(8, 512)), np.uint8)
-                .tobytes()]  # fmt: skip
+        return [
+            frame + self.rng.integers(0, 256, int(self.rng.integers(8, 512)), np.uint8).tobytes()
+        ]
 
     def _insert_missing_frame(self) -> list[bytes]:
         frames = self._insert(self._arrays(4), pack=False)
@@ -208,8 +214,16 @@ class HostileMessages:
         return [_poke(self._request(Kind.INFO)[0], _KIND_OFFSET, bytes([kind]))]
 
     def _request_absurd_sample(self, size: int) -> list[bytes]:
-        count, beta = self._one([(0, 0.4), (2**32 - 1, 0.4), (10**7, 0.4), (32, float("nan")),
-                                 (32, float("inf")), (32, -1.0)])  # fmt: skip
+        count, beta = self._one(
+            [
+                (0, 0.4),
+                (2**32 - 1, 0.4),
+                (10**7, 0.4),
+                (32, float("nan")),
+                (32, float("inf")),
+                (32, -1.0),
+            ]
+        )
         return self._request(Kind.SAMPLE, count, beta)
 
     def _request_snapshot_without_snapshots(self, size: int) -> list[bytes]:

@@ -58,10 +58,15 @@ from replay.store.spec import TransitionSpec
 from replay.wire.transport import make_socket, send_frames
 
 SUITE = "fuzz"
-SPEC = TransitionSpec.from_dict({
-    "obs": ((4,), "float32"), "action": ((), "int64"), "reward": ((), "float32"),
-    "discount": ((), "float32"), "next_obs": ((4,), "float32"),
-})  # fmt: skip
+SPEC = TransitionSpec.from_dict(
+    {
+        "obs": ((4,), "float32"),
+        "action": ((), "int64"),
+        "reward": ((), "float32"),
+        "discount": ((), "float32"),
+        "next_obs": ((4,), "float32"),
+    }
+)
 REAL_ACTOR = 7
 FLOODER = 8
 LEARNER = 9
@@ -89,12 +94,16 @@ class FuzzedShard:
     """An ``apex replay`` process with its log in a file (to measure how much it wrote)."""
 
     def __init__(self, capacity: int, log_path: Path) -> None:
-        fields = [o for name, (shape, dtype) in SPEC.to_dict().items()
-                  for o in ("--field", f"{name}:{','.join(map(str, shape))}:{dtype}")]  # fmt: skip
+        fields = [
+            o
+            for name, (shape, dtype) in SPEC.to_dict().items()
+            for o in ("--field", f"{name}:{','.join(map(str, shape))}:{dtype}")
+        ]
         self.log_path = log_path
         log_path.write_text("")
-        self.role = RoleProcess.apex("replay", "--capacity", str(capacity), *fields,
-                                     log_path=log_path, name="fuzzed shard")  # fmt: skip
+        self.role = RoleProcess.apex(
+            "replay", "--capacity", str(capacity), *fields, log_path=log_path, name="fuzzed shard"
+        )
         self.process = self.role.process
         try:
             endpoints = self.role.await_ready(START_TIMEOUT_S)
@@ -165,11 +174,12 @@ def run_fuzz(messages: int, seed: int = 0, progress: Callable[[str], None] | Non
             outcome = _fuzz(shard, context, make, rng, messages, progress)
             progress(f"fuzz: {messages} descriptor-level messages per decoding endpoint")
             outcome["descriptor"] = {
-                "shard": fuzz_shard(shard.insert, shard.request, SPEC, context, rng, messages,
-                                    LEARNER),
+                "shard": fuzz_shard(
+                    shard.insert, shard.request, SPEC, context, rng, messages, LEARNER
+                ),
                 "learner_episodes": fuzz_episode_socket(context, rng, messages),
                 "actor_weights": fuzz_weight_subscription(context, rng, messages),
-            }  # fmt: skip
+            }
             for part in outcome["descriptor"].values():
                 outcome["checks"].update(part.pop("checks"))
             outcome["checks"]["shard_alive_after_everything"] = shard.process.poll() is None
@@ -226,8 +236,11 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         if number % AUDIT_EVERY == 0:
             audit.check(learner.sample(32, 0.4, SPEC), next_id, capacity)
     sent_pull = hostile_inserts + valid_messages
-    after_inserts = settle(learner, lambda i: _totals(i)["taken"] - before["taken"] >= sent_pull,
-                            "every insert message taken")  # fmt: skip
+    after_inserts = settle(
+        learner,
+        lambda i: _totals(i)["taken"] - before["taken"] >= sent_pull,
+        "every insert message taken",
+    )
     insert_seconds = time.monotonic() - started
     middle = _totals(after_inserts)
     size = after_inserts["size"]
@@ -272,8 +285,9 @@ def _fuzz(shard, context, make, rng, messages: int, progress) -> dict:
         protocol = info["rejected"].get("protocol", 0) - protocol_before
         return _totals(info)["requests"] - middle["requests"] + protocol
 
-    final = settle(learner, lambda i: counted_requests(i) >= hostile_requests,
-                   "every request counted")  # fmt: skip
+    final = settle(
+        learner, lambda i: counted_requests(i) >= hostile_requests, "every request counted"
+    )
 
     end = _totals(final)
     rss_end, log_end = rss_bytes(shard.process.pid), shard.log_lines()
@@ -351,8 +365,14 @@ def _sampled_ids(learner: RequestClient, size: int, audit: RowAudit, ids_sent: i
 def run(messages: int, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict:
     """The suite: one fuzz run, as benchmark records and a config with the checks."""
     outcome = run_fuzz(messages, seed, progress)
-    base = {"suite": SUITE, "case": f"{messages} per endpoint", "implementation": "apex",
-            "status": "ok", "repeats": 1, "params": {"seed": seed}}  # fmt: skip
+    base = {
+        "suite": SUITE,
+        "case": f"{messages} per endpoint",
+        "implementation": "apex",
+        "status": "ok",
+        "repeats": 1,
+        "params": {"seed": seed},
+    }
     descriptor = outcome["descriptor"]
     rows = [
         ("hostile insert messages", "messages", outcome["hostile_inserts"]),
@@ -362,18 +382,25 @@ def run(messages: int, seed: int = 0, progress: Callable[[str], None] | None = N
         ("shard RSS growth", "bytes", max(outcome["rss_growth_bytes"], 0)),
         ("shard log lines", "lines", outcome["log_lines"]),
         ("checks passed", "checks", sum(outcome["checks"].values())),
-        ("sampled rows checked", "rows", outcome["rows_checked"]
-         + descriptor["shard"]["rows_checked"]),
-        ("bad rows served", "rows", outcome["bad_rows_served"]
-         + descriptor["shard"]["bad_rows_served"]),
+        (
+            "sampled rows checked",
+            "rows",
+            outcome["rows_checked"] + descriptor["shard"]["rows_checked"],
+        ),
+        (
+            "bad rows served",
+            "rows",
+            outcome["bad_rows_served"] + descriptor["shard"]["bad_rows_served"],
+        ),
         ("descriptor messages, shard insert", "messages", descriptor["shard"]["insert_messages"]),
-        ("descriptor messages, shard request", "messages",
-         descriptor["shard"]["request_messages"]),
-        ("descriptor messages, learner episodes", "messages",
-         descriptor["learner_episodes"]["messages"]),
-        ("descriptor messages, actor weights", "messages",
-         descriptor["actor_weights"]["messages"]),
-    ]  # fmt: skip
+        ("descriptor messages, shard request", "messages", descriptor["shard"]["request_messages"]),
+        (
+            "descriptor messages, learner episodes",
+            "messages",
+            descriptor["learner_episodes"]["messages"],
+        ),
+        ("descriptor messages, actor weights", "messages", descriptor["actor_weights"]["messages"]),
+    ]
     records = [
         {**base, "metric": metric, "unit": unit, "median": value, "min": value, "max": value}
         for metric, unit, value in rows

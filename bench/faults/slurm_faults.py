@@ -41,8 +41,13 @@ WORKER = {"shard": "-m launch replay ", "learner": "--kept", "actor": "--kept"}
 def cluster_up() -> bool:
     """True if this machine's namespace Slurm answers with its three hosts."""
     try:
-        found = subprocess.run(["sinfo", "--noheader", "--format=%n %t"], capture_output=True,
-                               text=True, timeout=20, check=False)  # fmt: skip
+        found = subprocess.run(
+            ["sinfo", "--noheader", "--format=%n %t"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     states = dict(line.split() for line in found.stdout.splitlines() if len(line.split()) == 2)
@@ -55,8 +60,11 @@ def namespace_cluster() -> Iterator[None]:
     if cluster_up():
         yield
         return
-    script = [["bash", str(CLUSTER / "slurm.sh"), "down"], ["bash", str(CLUSTER / "netns.sh"),
-              "up"], ["bash", str(CLUSTER / "slurm.sh"), "up", "ns3"]]  # fmt: skip
+    script = [
+        ["bash", str(CLUSTER / "slurm.sh"), "down"],
+        ["bash", str(CLUSTER / "netns.sh"), "up"],
+        ["bash", str(CLUSTER / "slurm.sh"), "up", "ns3"],
+    ]
     try:
         for command in script:
             subprocess.run(command, check=True, timeout=600)
@@ -73,20 +81,42 @@ class SlurmFaultRun(FaultRun):
         self.run_dir = root / "run"
         self.mounted = False
         command = [
-            sys.executable, "-m", "launch", "slurm", "submit", "--run-dir", str(self.run_dir),
-            "--actors-per-node", "2", "--shards", "1", "--max-time", "900",
-            "--target-return", "1e12",
-            "--set", 'slurm.learner_options=["--nodelist=learner"]',
-            "--set", 'slurm.shard_options=["--nodelist=shard"]',
-            "--set", 'slurm.actor_options=["--nodelist=actor"]',
-            "--set", "learner.eval_every_steps=0", "--set", "learner.metrics_interval_s=0.5",
-            "--set", f"learner.checkpoint_interval_s={PERIOD_S}",
-            "--set", f"replay.snapshot_interval_s={PERIOD_S}",
-            "--set", f"slurm.python={sys.executable}",  # the test cluster's nodes are here
+            sys.executable,
+            "-m",
+            "launch",
+            "slurm",
+            "submit",
+            "--run-dir",
+            str(self.run_dir),
+            "--actors-per-node",
+            "2",
+            "--shards",
+            "1",
+            "--max-time",
+            "900",
+            "--target-return",
+            "1e12",
+            "--set",
+            'slurm.learner_options=["--nodelist=learner"]',
+            "--set",
+            'slurm.shard_options=["--nodelist=shard"]',
+            "--set",
+            'slurm.actor_options=["--nodelist=actor"]',
+            "--set",
+            "learner.eval_every_steps=0",
+            "--set",
+            "learner.metrics_interval_s=0.5",
+            "--set",
+            f"learner.checkpoint_interval_s={PERIOD_S}",
+            "--set",
+            f"replay.snapshot_interval_s={PERIOD_S}",
+            "--set",
+            f"slurm.python={sys.executable}",  # the test cluster's nodes are here
             *(part for setting in settings for part in ("--set", setting)),
-        ]  # fmt: skip
-        subprocess.run(command, cwd=REPO_ROOT, env=worker_env(), check=True, timeout=60,
-                       capture_output=True)  # fmt: skip
+        ]
+        subprocess.run(
+            command, cwd=REPO_ROOT, env=worker_env(), check=True, timeout=60, capture_output=True
+        )
         self.job_id = (self.run_dir / "slurm-job-id").read_text().strip()
         self._state, self._asked_at = "", float("-inf")
         self._pause = threading.Event()
@@ -115,8 +145,11 @@ class SlurmFaultRun(FaultRun):
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:
                 continue
-            if found_role == role and WORKER[role] in command.decode() and (
-                    b"SLURM_PROCID=" in environ):  # fmt: skip
+            if (
+                found_role == role
+                and WORKER[role] in command.decode()
+                and (b"SLURM_PROCID=" in environ)
+            ):
                 found.append(pid)
         return sorted(found)
 
@@ -131,15 +164,15 @@ class SlurmFaultRun(FaultRun):
         if fault == "preempt":
             signalled = time.monotonic()
             starts = self._starts()
-            subprocess.run(["scancel", "--batch", "--signal=USR1", self.job_id], check=True,
-                           timeout=30)  # fmt: skip
+            subprocess.run(
+                ["scancel", "--batch", "--signal=USR1", self.job_id], check=True, timeout=30
+            )
             self.wait(lambda: self._starts() > starts, 300, "the requeued job's learner")
             output = self.job_output()
             final = re.findall(r"written \(final, [^)]*, (\d+) transitions\)", output)
             restored = re.findall(r"restored \S+: (\d+) transitions", output)
             fraction = int(restored[-1]) / int(final[-1]) if final and restored else None
-            return {"requeue_s": time.monotonic() - signalled,
-                    "replay_restored_fraction": fraction}  # fmt: skip
+            return {"requeue_s": time.monotonic() - signalled, "replay_restored_fraction": fraction}
         return None
 
     def _starts(self) -> int:
@@ -162,9 +195,11 @@ class SlurmFaultRun(FaultRun):
         if self.ended() is None:
             subprocess.run(["scancel", self.job_id], check=False, timeout=30)
         code = fields.get("ExitCode", "?:?").split(":")[0]
-        summary = {"exit_code": int(code) if code.isdigit() else None,
-                   "job_state": fields.get("JobState"),
-                   "job_restarts": fields.get("Restarts")}  # fmt: skip
+        summary = {
+            "exit_code": int(code) if code.isdigit() else None,
+            "job_state": fields.get("JobState"),
+            "job_restarts": fields.get("Restarts"),
+        }
         ends = [r for r in read_metrics(self.run_dir) if r.get("event") == "end"]
         return summary, (ends[-1] if ends else {})
 
@@ -173,6 +208,11 @@ def run(quick: bool = False, faults: tuple[str, ...] | None = None, progress=pri
     """The fault suite (``bench.faults.faults_suite``) with every role a Slurm task on the three
     namespace hosts; without root (no namespaces) each fault is an unavailable record."""
     cluster = namespace_cluster() if os.geteuid() == 0 else None
-    return faults_suite.run(quick, faults or SLURM_FAULTS, progress, slurm=True,
-                            open_run=lambda root, fault: SlurmFaultRun(root),
-                            cluster=cluster)  # fmt: skip
+    return faults_suite.run(
+        quick,
+        faults or SLURM_FAULTS,
+        progress,
+        slurm=True,
+        open_run=lambda root, fault: SlurmFaultRun(root),
+        cluster=cluster,
+    )

@@ -76,12 +76,16 @@ def arms_of(document: dict, source: str) -> list[Arm]:
     for implementation in dict.fromkeys(r["implementation"] for r in records):
         mine = [r for r in records if r["implementation"] == implementation]
         figures = {r["metric"]: r for r in mine if r["status"] == "ok" and "iqm" in r}
-        side_runs = [r for r in runs if r.get("implementation") == implementation
-                     and "error" not in r]  # fmt: skip
+        side_runs = [
+            r for r in runs if r.get("implementation") == implementation and "error" not in r
+        ]
         curves = all(isinstance(r.get("evaluations"), list) for r in side_runs)
         label = algorithm if implementation == "apex" else implementation
-        arms.append(Arm(label, source, document.get("git", {}), task, figures,
-                        side_runs if curves else None))  # fmt: skip
+        arms.append(
+            Arm(
+                label, source, document.get("git", {}), task, figures, side_runs if curves else None
+            )
+        )
     return arms
 
 
@@ -97,8 +101,10 @@ def gather(documents: list[tuple[str, dict]]) -> list[Arm]:
     labels = [a.label for a in arms]
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
-        raise ArmsError(f"more than one arm named {', '.join(twice)}: give each arm's "
-                        "sittings as one record (apex bench learn --resume)")  # fmt: skip
+        raise ArmsError(
+            f"more than one arm named {', '.join(twice)}: give each arm's "
+            "sittings as one record (apex bench learn --resume)"
+        )
     return arms
 
 
@@ -118,15 +124,21 @@ def compare(reference: Arm, other: Arm) -> list[dict]:
         difference = sign * (mine["iqm"] - theirs["iqm"])
         numerator, denominator = (mine, theirs) if higher else (theirs, mine)
         comparison = {
-            "suite": ARMS_SUITE, "metric": metric, "unit": mine["unit"],
-            "reference": reference.label, "other": other.label, "difference": difference,
+            "suite": ARMS_SUITE,
+            "metric": metric,
+            "unit": mine["unit"],
+            "reference": reference.label,
+            "other": other.label,
+            "difference": difference,
             "probability_of_improvement": probability_of_improvement(
-                {metric: mine["params"]["values"]}, {metric: theirs["params"]["values"]},
-                higher_is_better=higher),
+                {metric: mine["params"]["values"]},
+                {metric: theirs["params"]["values"]},
+                higher_is_better=higher,
+            ),
             "intervals_overlap": not apart,
             "reference_ahead": apart and difference > 0,
             "bound": bool(mine.get("lower_bound") or theirs.get("lower_bound")),
-        }  # fmt: skip
+        }
         if numerator["iqm"] > 0 and denominator["iqm"] > 0:
             comparison["ratio"] = numerator["iqm"] / denominator["iqm"]
         found.append(comparison)
@@ -136,13 +148,26 @@ def compare(reference: Arm, other: Arm) -> list[dict]:
 def result(arms: list[Arm]) -> dict:
     """The arms' figures as records (suite ``arms``, implementation the arm's name) and
     the reference's comparison with each other arm."""
-    records = [{**figure, "suite": ARMS_SUITE, "implementation": arm.label}
-               for arm in arms for figure in arm.figures.values()]  # fmt: skip
+    records = [
+        {**figure, "suite": ARMS_SUITE, "implementation": arm.label}
+        for arm in arms
+        for figure in arm.figures.values()
+    ]
     comparisons = [c for other in arms[1:] for c in compare(arms[0], other)]
-    config = {"subject": subject(arms[0].task), "env": arms[0].task["env"],
-              "env_kwargs": arms[0].task.get("env_kwargs"),
-              "arms": [{"label": a.label, "source": a.source, "git": a.git,
-                        "task": a.task.get("name") or a.task["env"]} for a in arms]}  # fmt: skip
+    config = {
+        "subject": subject(arms[0].task),
+        "env": arms[0].task["env"],
+        "env_kwargs": arms[0].task.get("env_kwargs"),
+        "arms": [
+            {
+                "label": a.label,
+                "source": a.source,
+                "git": a.git,
+                "task": a.task.get("name") or a.task["env"],
+            }
+            for a in arms
+        ],
+    }
     return {"records": records, "comparisons": comparisons, "config": config}
 
 
@@ -158,28 +183,46 @@ def markdown(outcome: dict) -> str:
     labels = [a["label"] for a in config["arms"]]
     cell = {(r["implementation"], r["metric"]): r for r in records}
     metrics = sorted(dict.fromkeys(r["metric"] for r in records), key=_metric_order)
-    lines = [f"### arms: {config['subject']}", "", "| figure | " + " | ".join(labels) + " |",
-             "|---|" + "---|" * len(labels)]  # fmt: skip
+    lines = [
+        f"### arms: {config['subject']}",
+        "",
+        "| figure | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
     for metric in metrics:
         row = []
         for label in labels:
             r = cell.get((label, metric))
-            row.append("—" if r is None else f"{r['iqm']:.3g} [{r['ci_low']:.3g}, "
-                       f"{r['ci_high']:.3g}]")  # fmt: skip
+            row.append(
+                "—" if r is None else f"{r['iqm']:.3g} [{r['ci_low']:.3g}, {r['ci_high']:.3g}]"
+            )
         lines.append(f"| {metric} | " + " | ".join(row) + " |")
     lines.append("")
     for c in outcome["comparisons"]:
-        verdict = ("apart, the reference ahead" if c["reference_ahead"] else "apart, behind"
-                   if not c["intervals_overlap"] else "overlapping")  # fmt: skip
+        verdict = (
+            "apart, the reference ahead"
+            if c["reference_ahead"]
+            else "apart, behind"
+            if not c["intervals_overlap"]
+            else "overlapping"
+        )
         ratio = f", ratio {c['ratio']:.2f}×" if "ratio" in c else ""
         bound = " (an unsolved run in the middle half: bounds only)" if c["bound"] else ""
-        lines.append(f"- {c['reference']} against {c['other']}, {c['metric']}: difference "
-                     f"{c['difference']:+.3g}{ratio}; P({c['reference']} better) "
-                     f"{c['probability_of_improvement']:.2f}; intervals {verdict}"
-                     f"{bound}")  # fmt: skip
-    lines += ["", "Sources: " + "; ".join(
-        f"{a['label']} from {a['source']} @ {str(a['git'].get('commit', '?'))[:7]}"
-        + (" (dirty tree)" if a["git"].get("dirty") else "") for a in config["arms"])]  # fmt: skip
+        lines.append(
+            f"- {c['reference']} against {c['other']}, {c['metric']}: difference "
+            f"{c['difference']:+.3g}{ratio}; P({c['reference']} better) "
+            f"{c['probability_of_improvement']:.2f}; intervals {verdict}"
+            f"{bound}"
+        )
+    lines += [
+        "",
+        "Sources: "
+        + "; ".join(
+            f"{a['label']} from {a['source']} @ {str(a['git'].get('commit', '?'))[:7]}"
+            + (" (dirty tree)" if a["git"].get("dirty") else "")
+            for a in config["arms"]
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -198,13 +241,18 @@ def plot(arms: list[Arm], path: Path) -> Path:
 
     summarised = [f"{a.label} ({a.source})" for a in arms if a.runs is None]
     if summarised:
-        raise ArmsError("no curves in a summarised record: give its whole record (the "
-                        f".full.json.gz beside it) for {', '.join(summarised)}")  # fmt: skip
+        raise ArmsError(
+            "no curves in a summarised record: give its whole record (the "
+            f".full.json.gz beside it) for {', '.join(summarised)}"
+        )
     budget = max(float(a.task["budget_s"]) for a in arms)
     figure, axis = plt.subplots(figsize=(7, 4.5))
     draw_return_bands(axis, {a.label: a.runs for a in arms}, budget)
-    axis.set(xlabel="seconds since spawn", ylabel="greedy return (IQM, 95% band)",
-             title=f"{subject(arms[0].task)}: arms against wall-clock time")  # fmt: skip
+    axis.set(
+        xlabel="seconds since spawn",
+        ylabel="greedy return (IQM, 95% band)",
+        title=f"{subject(arms[0].task)}: arms against wall-clock time",
+    )
     if axis.get_legend_handles_labels()[0]:
         axis.legend(loc="best")
     path.parent.mkdir(parents=True, exist_ok=True)

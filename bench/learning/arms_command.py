@@ -9,14 +9,22 @@ import click
 
 
 @click.command("arms")
-@click.argument("records", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))  # fmt: skip
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The comparison as a record: the arms' figures, the comparisons.")  # fmt: skip
+@click.argument(
+    "records", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The comparison as a record: the arms' figures, the comparisons.",
+)
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="One PNG of every arm's curve (whole records: a summarised one's "
-              ".full.json.gz).")  # fmt: skip
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="One PNG of every arm's curve (whole records: a summarised one's .full.json.gz).",
+)
 def bench_arms(records, json_path, markdown_path, plot_path) -> None:
     """Arms of one environment from learning records made apart (apex bench learn), the
     first arm against each other: IQMs with 95% intervals at every shared figure, the
@@ -40,8 +48,10 @@ def bench_arms(records, json_path, markdown_path, plot_path) -> None:
         click.echo(f"curves: {drawn}")
     if json_path:
         document = report.new_document(REPO_ROOT)
-        document["suites"][arms.ARMS_SUITE] = {"config": outcome["config"],
-                                              "comparisons": outcome["comparisons"]}  # fmt: skip
+        document["suites"][arms.ARMS_SUITE] = {
+            "config": outcome["config"],
+            "comparisons": outcome["comparisons"],
+        }
         document["records"] = outcome["records"]
         problems = report.validate(document)
         if problems:

@@ -15,8 +15,11 @@ RETURN_SHARES = (1 / 9, 2 / 9, 1 / 3, 2 / 3, 1.0)
 
 
 def _case_runs(config: dict, lag: int, correction: bool) -> list[dict]:
-    return [r for r in config["runs"] if r["lag"] == lag and r["correction"] == correction
-            and r["seed"] in config["seeds"]]  # fmt: skip
+    return [
+        r
+        for r in config["runs"]
+        if r["lag"] == lag and r["correction"] == correction and r["seed"] in config["seeds"]
+    ]
 
 
 def _k(lag: int) -> str:
@@ -32,27 +35,40 @@ def markdown(document: dict) -> str:
     config = document["suites"][SUITE]["config"]
     env, budget = config["env"], config["budget_s"]
     records = {(r["case"], r["metric"]): r for r in document["records"] if r["suite"] == SUITE}
-    lines = [f"### lag: {env}, {len(config['seeds'])} seeds, {budget:g} s of training", "",
-             "| K | correction | lag trained on | time to confirmed solve, IQM [95%] | "
-             "unsolved | updates to it, IQM [95%] | updates/s |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
-    cases = [(lag, correction) for lag in config["lags"] for correction in (True, False)
-             if _case_runs(config, lag, correction)]  # fmt: skip
+    lines = [
+        f"### lag: {env}, {len(config['seeds'])} seeds, {budget:g} s of training",
+        "",
+        "| K | correction | lag trained on | time to confirmed solve, IQM [95%] | "
+        "unsolved | updates to it, IQM [95%] | updates/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    cases = [
+        (lag, correction)
+        for lag in config["lags"]
+        for correction in (True, False)
+        if _case_runs(config, lag, correction)
+    ]
     for lag, correction in cases:
         case = case_name(env, lag, correction)
         solve, lagged = records.get((case, "time_to_solve")), records.get((case, "trained_lag"))
         low, high = solve["iqm_ci95"]
         bound = "≥ " if solve["iqm_lower_bound"] else ""
         measured = f"{lagged['median']:.0f}" if lagged else "—"
-        lines.append(f"| {_k(lag)} | {_correction(correction)} | {measured} | "
-                     f"{bound}{solve['iqm']:.1f} s [{low:.1f}, {high:.1f}] | "
-                     f"{solve['unsolved']} of {solve['repeats']} | "
-                     f"{_updates_cells(records, case)} |")  # fmt: skip
+        lines.append(
+            f"| {_k(lag)} | {_correction(correction)} | {measured} | "
+            f"{bound}{solve['iqm']:.1f} s [{low:.1f}, {high:.1f}] | "
+            f"{solve['unsolved']} of {solve['repeats']} | "
+            f"{_updates_cells(records, case)} |"
+        )
     times = [share * budget for share in RETURN_SHARES]
-    lines += ["", "Greedy return, IQM [95%] over the seeds (after a confirmed solve that "
-              "ended a run: its confirmation's mean):", "",
-              "| K | correction | " + " | ".join(f"at {t:.0f} s" for t in times) + " |",
-              "|---|---|" + "---|" * len(times)]  # fmt: skip
+    lines += [
+        "",
+        "Greedy return, IQM [95%] over the seeds (after a confirmed solve that "
+        "ended a run: its confirmation's mean):",
+        "",
+        "| K | correction | " + " | ".join(f"at {t:.0f} s" for t in times) + " |",
+        "|---|---|" + "---|" * len(times),
+    ]
     for lag, correction in cases:
         runs = _case_runs(config, lag, correction)
         cells = []
@@ -66,21 +82,27 @@ def markdown(document: dict) -> str:
         lines.append(f"| {_k(lag)} | {_correction(correction)} | " + " | ".join(cells) + " |")
     goal = config["goal"]
     if goal.get("checked"):
-        lines += ["", f"Goal: V-trace's IQM time at K = {goal['lag_k']} over K = "
-                  f"{goal['base_k']}: **{goal['iqm_ratio']:.2f}×**{_ratio_ci(goal)} (at most "
-                  f"{GOAL_SHARE:.2f} asked: {_verdict(goal)}); P(lagged solves sooner) "
-                  f"{goal['p_lagged_sooner']:.2f}."]  # fmt: skip
+        lines += [
+            "",
+            f"Goal: V-trace's IQM time at K = {goal['lag_k']} over K = "
+            f"{goal['base_k']}: **{goal['iqm_ratio']:.2f}×**{_ratio_ci(goal)} (at most "
+            f"{GOAL_SHARE:.2f} asked: {_verdict(goal)}); P(lagged solves sooner) "
+            f"{goal['p_lagged_sooner']:.2f}.",
+        ]
         if "updates" in goal:
             counted = goal["updates"]
             bound = "≥ " if counted["lower_bound"] else ""
-            lines[-1] += (f" In updates to the solve: **{bound}{counted['iqm_ratio']:.2f}×**"
-                          f"{_ratio_ci(counted)} ({_verdict(counted)}); P(lagged solves in "
-                          f"fewer) {counted['p_lagged_fewer']:.2f}.")  # fmt: skip
+            lines[-1] += (
+                f" In updates to the solve: **{bound}{counted['iqm_ratio']:.2f}×**"
+                f"{_ratio_ci(counted)} ({_verdict(counted)}); P(lagged solves in "
+                f"fewer) {counted['p_lagged_fewer']:.2f}."
+            )
     lines += ["", "Seconds to a confirmed solve per seed (— unsolved):", ""]
     for lag, correction in cases:
         runs = sorted(_case_runs(config, lag, correction), key=lambda r: r["seed"])
-        seeds = ", ".join(f"{r['seed']}: {r['solve_s']:.1f}" if r["solved"] else
-                          f"{r['seed']}: —" for r in runs)  # fmt: skip
+        seeds = ", ".join(
+            f"{r['seed']}: {r['solve_s']:.1f}" if r["solved"] else f"{r['seed']}: —" for r in runs
+        )
         lines.append(f"- K = {_k(lag)}, {_correction(correction)}: {seeds}")
     return "\n".join(lines) + "\n"
 
@@ -124,13 +146,13 @@ def plot(document: dict, directory: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     config = document["suites"][SUITE]["config"]
-    lags = [lag for lag in config["lags"]
-            if any(_case_runs(config, lag, c) for c in (True, False))]  # fmt: skip
+    lags = [lag for lag in config["lags"] if any(_case_runs(config, lag, c) for c in (True, False))]
     if not lags:
         return []
     directory.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(1, len(lags), figsize=(3.6 * len(lags), 3.8), sharey=True,
-                                squeeze=False)  # fmt: skip
+    figure, axes = plt.subplots(
+        1, len(lags), figsize=(3.6 * len(lags), 3.8), sharey=True, squeeze=False
+    )
     targets = {r["target"] for r in config["runs"] if r.get("target") is not None}
     for axis, lag in zip(axes[0], lags, strict=True):
         cases = {_correction(c): _case_runs(config, lag, c) for c in (True, False)}

@@ -70,9 +70,13 @@ DEFAULT_BUDGET_S = 90.0
 # unroll is replayed (a preset's replay_share, CartPole's since stop 55, would add the
 # replayed unrolls' age to the lag K sets): every case learns from fresh unrolls only.
 WEIGHT_REFRESH_STEPS = 5
-QUEUE_SETTINGS = ("replay.capacity=32", "replay.min_size=8", "actor.insert_credit=4",
-                  f"actor.weight_refresh_steps={WEIGHT_REFRESH_STEPS}",
-                  "replay.replay_share=0")  # fmt: skip
+QUEUE_SETTINGS = (
+    "replay.capacity=32",
+    "replay.min_size=8",
+    "actor.insert_credit=4",
+    f"actor.weight_refresh_steps={WEIGHT_REFRESH_STEPS}",
+    "replay.replay_share=0",
+)
 # The issue's bar: V-trace at a lag of about 20 versions within 10% of its time at lag 0.
 GOAL_LAG, GOAL_SHARE = 20, 1.10
 
@@ -84,8 +88,7 @@ def lag_settings(lag: int) -> list[str]:
     return [f"actor.refresh_versions={lag}"]
 
 
-def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float,
-             root: Path) -> dict:  # fmt: skip
+def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float, root: Path) -> dict:
     """One ``apex train`` run, as the record keeps it: its confirmed solve (training
     seconds; ``solve_s`` None: unsolved), its evaluations and confirmations as
     ``[training s, env steps, updates behind the weights, mean]`` (the learning suite's
@@ -95,39 +98,73 @@ def run_once(env: str, lag: int, correction: bool, seed: int, budget_s: float,
     solving weights, and ``solve_env_steps``)."""
     run_dir = root / f"{env.replace('/', '-')}-k{lag}-{'vtrace' if correction else 'off'}-{seed}"
     command = [
-        sys.executable, "-m", "launch", "train", "--env", env, "--seed", str(seed),
-        "--max-time", str(budget_s), "--run-dir", str(run_dir), "--plain", "--no-curves",
-        "--set", "algorithm=impala", "--set", "learner.publish_period=1",
+        sys.executable,
+        "-m",
+        "launch",
+        "train",
+        "--env",
+        env,
+        "--seed",
+        str(seed),
+        "--max-time",
+        str(budget_s),
+        "--run-dir",
+        str(run_dir),
+        "--plain",
+        "--no-curves",
+        "--set",
+        "algorithm=impala",
+        "--set",
+        "learner.publish_period=1",
         *(part for setting in lag_settings(lag) for part in ("--set", setting)),
-        "--set", f"impala.correction={'true' if correction else 'false'}",
+        "--set",
+        f"impala.correction={'true' if correction else 'false'}",
         *(part for setting in QUEUE_SETTINGS for part in ("--set", setting)),
-    ]  # fmt: skip
-    completed = subprocess.run(command, check=False, cwd=REPO_ROOT, env=worker_env(),
-                               capture_output=True, timeout=budget_s + 180)  # fmt: skip
+    ]
+    completed = subprocess.run(
+        command,
+        check=False,
+        cwd=REPO_ROOT,
+        env=worker_env(),
+        capture_output=True,
+        timeout=budget_s + 180,
+    )
     if completed.returncode != 0:
-        raise RuntimeError(f"apex train exited {completed.returncode}: "
-                           f"{completed.stdout.decode()[-2000:]}")  # fmt: skip
+        raise RuntimeError(
+            f"apex train exited {completed.returncode}: {completed.stdout.decode()[-2000:]}"
+        )
     records = read_metrics(run_dir)
     progress = [r for r in records if r.get("event") == "progress"]
     lags = [r["trained_lag_median"] for r in progress if r.get("trained_lag_median") is not None]
 
     def events(kind: str) -> list[list[float]]:
-        return [[r["time_s"], r["env_steps"], r.get("weights_updates"), r["eval_return_mean"]]
-                for r in records if r.get("event") == kind]  # fmt: skip
+        return [
+            [r["time_s"], r["env_steps"], r.get("weights_updates"), r["eval_return_mean"]]
+            for r in records
+            if r.get("event") == kind
+        ]
 
     # The learner marks the confirmation that solves the run (the first at the target).
     solves = [r for r in records if r.get("event") == "confirmation" and r.get("solved")]
     solve = solves[0] if solves and solves[0]["time_s"] <= budget_s else None
     outcome = (read_summary(run_dir) or {}).get("outcome", {})
-    return {"lag": lag, "correction": correction, "seed": seed, "budget_s": budget_s,
-            "git": git_commit(REPO_ROOT), "solved": solve is not None,
-            "solve_s": solve["time_s"] if solve else None,
-            "solve_updates": solve.get("weights_updates") if solve else None,
-            "solve_env_steps": solve["env_steps"] if solve else None,
-            "updates": outcome.get("updates"), "training_s": outcome.get("train_seconds"),
-            "evaluations": events("evaluation"), "confirmations": events("confirmation"),
-            "target": target_return(read_config(run_dir)),
-            "trained_lag": statistics.median(lags) if lags else None}  # fmt: skip
+    return {
+        "lag": lag,
+        "correction": correction,
+        "seed": seed,
+        "budget_s": budget_s,
+        "git": git_commit(REPO_ROOT),
+        "solved": solve is not None,
+        "solve_s": solve["time_s"] if solve else None,
+        "solve_updates": solve.get("weights_updates") if solve else None,
+        "solve_env_steps": solve["env_steps"] if solve else None,
+        "updates": outcome.get("updates"),
+        "training_s": outcome.get("train_seconds"),
+        "evaluations": events("evaluation"),
+        "confirmations": events("confirmation"),
+        "target": target_return(read_config(run_dir)),
+        "trained_lag": statistics.median(lags) if lags else None,
+    }
 
 
 def case_name(env: str, lag: int, correction: bool) -> str:
@@ -163,8 +200,9 @@ def run(
     return summarize(env, lags, seeds, budget_s, runs)
 
 
-def summarize(env: str, lags: Sequence[int], seeds: Sequence[int], budget_s: float,
-              runs: list[dict]) -> dict[str, object]:  # fmt: skip
+def summarize(
+    env: str, lags: Sequence[int], seeds: Sequence[int], budget_s: float, runs: list[dict]
+) -> dict[str, object]:
     """Per case: the times to a confirmed solve (an unsolved run at the budget) with their
     IQM and interval, and the lag trained on; the ratios of medians to the least K; the
     goal; the runs themselves (their curves) in the config."""
@@ -175,16 +213,28 @@ def summarize(env: str, lags: Sequence[int], seeds: Sequence[int], budget_s: flo
     for lag in lags:
         for correction in (True, False):
             case = case_name(env, lag, correction)
-            mine = sorted((r for r in runs if r["lag"] == lag and r["correction"] == correction
-                           and r["seed"] in seeds), key=lambda r: r["seed"])  # fmt: skip
+            mine = sorted(
+                (
+                    r
+                    for r in runs
+                    if r["lag"] == lag and r["correction"] == correction and r["seed"] in seeds
+                ),
+                key=lambda r: r["seed"],
+            )
             if not mine:
                 continue
             times = [r["solve_s"] if r["solved"] else budget_s for r in mine]
             measured = [r["trained_lag"] for r in mine if r["trained_lag"] is not None]
             settings = ["learner.publish_period=1", *QUEUE_SETTINGS, *lag_settings(lag)]
-            params = {"env": env, "refresh_versions": max(lag, 1), "lockstep": lag == 0,
-                      "correction": correction, "seeds": [r["seed"] for r in mine],
-                      "budget_s": budget_s, "settings": settings}  # fmt: skip
+            params = {
+                "env": env,
+                "refresh_versions": max(lag, 1),
+                "lockstep": lag == 0,
+                "correction": correction,
+                "seeds": [r["seed"] for r in mine],
+                "budget_s": budget_s,
+                "settings": settings,
+            }
             record = ok_record(SUITE, case, "apex", "time_to_solve", "s", times, params)
             record["unsolved"] = sum(not r["solved"] for r in mine)
             record["per_seed"] = times
@@ -192,24 +242,40 @@ def summarize(env: str, lags: Sequence[int], seeds: Sequence[int], budget_s: flo
             records.append(record)
             scores[(lag, correction)] = times
             if measured:
-                records.append(ok_record(SUITE, case, "apex", "trained_lag", "versions",
-                                         measured, params))  # fmt: skip
+                records.append(
+                    ok_record(SUITE, case, "apex", "trained_lag", "versions", measured, params)
+                )
             counted = _updates_records(case, mine, params)
             records += counted
             if counted:
-                update_scores[(lag, correction)] = (counted[0]["per_seed"],
-                                                    [r["solved"] for r in mine])  # fmt: skip
+                update_scores[(lag, correction)] = (
+                    counted[0]["per_seed"],
+                    [r["solved"] for r in mine],
+                )
             medians[(lag, correction)] = record["median"]
     base = min(lag for lag, _ in medians) if medians else min(lags)
     for (lag, correction), median in medians.items():
         # A median at the budget is a censored time: no ratio is made from it.
         fresh = medians.get((base, correction))
         if lag != base and fresh is not None and max(median, fresh) < budget_s:
-            ratios.append({"suite": SUITE, "case": case_name(env, lag, correction),
-                           "metric": "time_to_solve", "numerator": f"k{lag}",
-                           "denominator": f"k{base}", "ratio": float(median / fresh)})  # fmt: skip
-    config = {"env": env, "lags": list(lags), "seeds": list(seeds), "budget_s": budget_s,
-              "goal": _goal(scores, update_scores, base, budget_s), "runs": runs}  # fmt: skip
+            ratios.append(
+                {
+                    "suite": SUITE,
+                    "case": case_name(env, lag, correction),
+                    "metric": "time_to_solve",
+                    "numerator": f"k{lag}",
+                    "denominator": f"k{base}",
+                    "ratio": float(median / fresh),
+                }
+            )
+    config = {
+        "env": env,
+        "lags": list(lags),
+        "seeds": list(seeds),
+        "budget_s": budget_s,
+        "goal": _goal(scores, update_scores, base, budget_s),
+        "runs": runs,
+    }
     return {"records": records, "ratios": ratios, "config": config}
 
 
@@ -217,8 +283,9 @@ def _updates_records(case: str, runs: list[dict], params: dict) -> list[dict]:
     """A case's updates to a confirmed solve (an unsolved run at the updates it made: a
     lower bound) with their IQM and interval, and its updates per training second (see
     the module's note on throughput). None for runs recorded before these counts."""
-    if any(r.get("updates") is None or (r["solved"] and r.get("solve_updates") is None)
-           for r in runs):  # fmt: skip
+    if any(
+        r.get("updates") is None or (r["solved"] and r.get("solve_updates") is None) for r in runs
+    ):
         return []
     counts = [r["solve_updates"] if r["solved"] else r["updates"] for r in runs]
     solved = [r["solved"] for r in runs]
@@ -237,13 +304,19 @@ def _interval(times: list[float], budget_s: float, solved: list[bool] | None = N
     flags = solved if solved is not None else [t < budget_s for t in times]
     censored = censored_iqm(times, flags, budget_s)
     _, low, high = stratified_bootstrap_ci({"case": times})
-    return {"iqm": censored["iqm"], "iqm_ci95": [low, high],
-            "iqm_lower_bound": censored["lower_bound"]}  # fmt: skip
+    return {
+        "iqm": censored["iqm"],
+        "iqm_ci95": [low, high],
+        "iqm_lower_bound": censored["lower_bound"],
+    }
 
 
-def _goal(scores: dict[tuple[int, bool], list[float]],
-          update_scores: dict[tuple[int, bool], tuple[list[float], list[bool]]], base: int,
-          budget_s: float) -> dict:  # fmt: skip
+def _goal(
+    scores: dict[tuple[int, bool], list[float]],
+    update_scores: dict[tuple[int, bool], tuple[list[float], list[bool]]],
+    base: int,
+    budget_s: float,
+) -> dict:
     """The issue's bar, where the runs hold both cases: V-trace's IQM at K = GOAL_LAG over
     its IQM at the smallest K, at most GOAL_SHARE; with P(the lagged run solves sooner).
     The same in updates to the solve where the runs count them (``updates``)."""
@@ -255,10 +328,17 @@ def _goal(scores: dict[tuple[int, bool], list[float]],
     ratio = lagged_iqm["iqm"] / iqm(fresh)
     # An unsolved lagged run in the middle half makes the ratio a lower bound: not met.
     met = ratio <= GOAL_SHARE and not lagged_iqm["lower_bound"]
-    goal = {"checked": True, "lag_k": GOAL_LAG, "base_k": base, "iqm_ratio": ratio,
-            "met": met, **_ratio_interval(lagged, fresh, met),
-            "p_lagged_sooner": probability_of_improvement({"t": lagged}, {"t": fresh},
-                                                          higher_is_better=False)}  # fmt: skip
+    goal = {
+        "checked": True,
+        "lag_k": GOAL_LAG,
+        "base_k": base,
+        "iqm_ratio": ratio,
+        "met": met,
+        **_ratio_interval(lagged, fresh, met),
+        "p_lagged_sooner": probability_of_improvement(
+            {"t": lagged}, {"t": fresh}, higher_is_better=False
+        ),
+    }
     counted, counted_fresh = update_scores.get((GOAL_LAG, True)), update_scores.get((base, True))
     fresh_iqm = censored_iqm(*counted_fresh, 0.0) if counted_fresh else None
     # A lag-0 count that is a lower bound bounds the ratio from above only: none is made.
@@ -268,11 +348,14 @@ def _goal(scores: dict[tuple[int, bool], list[float]],
         # An unsolved lagged run's count is a lower bound: so is the ratio.
         met = ratio <= GOAL_SHARE and not lagged_iqm["lower_bound"]
         goal["updates"] = {
-            "iqm_ratio": ratio, "met": met, **_ratio_interval(counted[0], counted_fresh[0], met),
+            "iqm_ratio": ratio,
+            "met": met,
+            **_ratio_interval(counted[0], counted_fresh[0], met),
             "lower_bound": lagged_iqm["lower_bound"],
-            "p_lagged_fewer": probability_of_improvement({"u": counted[0]},
-                                                         {"u": counted_fresh[0]},
-                                                         higher_is_better=False)}  # fmt: skip
+            "p_lagged_fewer": probability_of_improvement(
+                {"u": counted[0]}, {"u": counted_fresh[0]}, higher_is_better=False
+            ),
+        }
     return goal
 
 

@@ -28,41 +28,87 @@ def previous_runs(paths: tuple[Path, ...], name: str, sides: tuple[str, ...] = (
             document = json.loads(path.read_text())
             config = document["suites"]["learn"]["config"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise click.BadParameter(f"{path}: not a learning record ({exc})",
-                                     param_hint="--resume") from exc  # fmt: skip
+            raise click.BadParameter(
+                f"{path}: not a learning record ({exc})", param_hint="--resume"
+            ) from exc
         held = config["task"].get("name") or config["task"]["env"]  # older records: env
         if held != name:
-            raise click.BadParameter(f"{path} holds {held}, not {name}",
-                                     param_hint="--resume")  # fmt: skip
+            raise click.BadParameter(f"{path} holds {held}, not {name}", param_hint="--resume")
         runs += [run for run in config["runs"] if not sides or run_side(run) in sides]
     return runs
 
 
 @click.command("learn")
-@click.option("--task", "env", type=click.Choice(list(TASKS)), default="CartPole-v1",
-              help="The task (bench.learning.learn_tasks).")  # fmt: skip
+@click.option(
+    "--task",
+    "env",
+    type=click.Choice(list(TASKS)),
+    default="CartPole-v1",
+    help="The task (bench.learning.learn_tasks).",
+)
 @click.option("--seed", "seeds", multiple=True, type=int, help="Seeds [the task's 0-9].")
-@click.option("--side", "sides", multiple=True, type=click.Choice(["apex", "peer"]),
-              help="Which sides run [both].")  # fmt: skip
-@click.option("--keep-training", is_flag=True,
-              help="Train on past a confirmed solve to the budget: 'stays solved'.")  # fmt: skip
-@click.option("--set", "apex_settings", multiple=True, metavar="KEY=VALUE",
-              help="More apex settings (apex train --set), to tune on seeds 100+.")  # fmt: skip
-@click.option("--resume", "resume_paths", multiple=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Records whose runs count and are not run again (sittings merged).")  # fmt: skip
-@click.option("--keep-side", "keep_sides", multiple=True, type=click.Choice(["apex", "peer"]),
-              help="With --resume: keep only this side's runs from the records, and run "
-              "the other's again (a side's preset changed) [both].")  # fmt: skip
+@click.option(
+    "--side",
+    "sides",
+    multiple=True,
+    type=click.Choice(["apex", "peer"]),
+    help="Which sides run [both].",
+)
+@click.option(
+    "--keep-training",
+    is_flag=True,
+    help="Train on past a confirmed solve to the budget: 'stays solved'.",
+)
+@click.option(
+    "--set",
+    "apex_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="More apex settings (apex train --set), to tune on seeds 100+.",
+)
+@click.option(
+    "--resume",
+    "resume_paths",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Records whose runs count and are not run again (sittings merged).",
+)
+@click.option(
+    "--keep-side",
+    "keep_sides",
+    multiple=True,
+    type=click.Choice(["apex", "peer"]),
+    help="With --resume: keep only this side's runs from the records, and run "
+    "the other's again (a side's preset changed) [both].",
+)
 @click.option("--quick", is_flag=True, help=f"Seed 0, {QUICK_BUDGET_S:g} s: plumbing only.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The record, rewritten after every run.")  # fmt: skip
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The record, rewritten after every run.",
+)
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--plots", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="Where the PNG goes [bench/results/plots; none for a "
-              "--quick, --set or --seed run].")  # fmt: skip
-def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, keep_sides,
-                quick, json_path, markdown_path, plot_dir) -> None:  # fmt: skip
+@click.option(
+    "--plots",
+    "plot_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the PNG goes [bench/results/plots; none for a --quick, --set or --seed run].",
+)
+def bench_learn(
+    env,
+    seeds,
+    sides,
+    keep_training,
+    apex_settings,
+    resume_paths,
+    keep_sides,
+    quick,
+    json_path,
+    markdown_path,
+    plot_dir,
+) -> None:
     """Learning speed with confirmed solves and 95% intervals: apex beside its peer
     (stable-baselines3 with the rl-zoo settings), the same rule on both sides."""
     from bench import report
@@ -78,10 +124,17 @@ def bench_learn(env, seeds, sides, keep_training, apex_settings, resume_paths, k
     document = report.new_document(REPO_ROOT)
 
     save, saved_so_far = sitting_savers(document, learn_suite.SUITE, vars(task), json_path)
-    result = learn_suite.run(task, seeds=seeds or task.seeds, implementations=sides or
-                             ("apex", "peer"), previous=previous, keep_training=keep_training,
-                             apex_settings=apex_settings, progress=progress,
-                             on_run=saved_so_far, warm_up=not quick)  # fmt: skip
+    result = learn_suite.run(
+        task,
+        seeds=seeds or task.seeds,
+        implementations=sides or ("apex", "peer"),
+        previous=previous,
+        keep_training=keep_training,
+        apex_settings=apex_settings,
+        progress=progress,
+        on_run=saved_so_far,
+        warm_up=not quick,
+    )
     save(result)
     echo_markdown(learn_report.markdown(document), markdown_path)
     if plot_dir is None and (apex_settings or seeds or quick):

@@ -28,13 +28,18 @@ def markdown(document: dict) -> str:
     for case in dict.fromkeys(r["case"] for r in records):
         chosen = [r for r in records if r["case"] == case]
         sides = list(dict.fromkeys(r["implementation"] for r in chosen))
-        lines += [f"### learn: {case}", "", "| metric | " + " | ".join(sides) + " |",
-                  "|---|" + "---|" * len(sides)]  # fmt: skip
+        lines += [
+            f"### learn: {case}",
+            "",
+            "| metric | " + " | ".join(sides) + " |",
+            "|---|" + "---|" * len(sides),
+        ]
         for metric in dict.fromkeys(r["metric"] for r in chosen if r["status"] == "ok"):
             cells = []
             for side in sides:
-                found = [r for r in chosen if r["implementation"] == side
-                         and r.get("metric") == metric]  # fmt: skip
+                found = [
+                    r for r in chosen if r["implementation"] == side and r.get("metric") == metric
+                ]
                 cells.append(_cell(found[0]) if found else "—")
             lines.append(f"| {metric} | " + " | ".join(cells) + " |")
         for record in chosen:
@@ -46,14 +51,19 @@ def markdown(document: dict) -> str:
             what = "time to a confirmed solve" if solve else ratio["metric"].replace("_", " ")
             better = "solves sooner" if solve else "returns more"
             bound = "≥ " if ratio.get("ratio_lower_bound") else ""
-            lines += ["", f"{ratio['numerator']}/{ratio['denominator']} IQM {what}: "
-                      f"**{bound}{ratio['ratio']:.2f}×**; P(apex {better}) "
-                      f"{bound if ratio['probability_of_improvement'] < 1 else ''}"
-                      f"{ratio['probability_of_improvement']:.2f}; the 95% intervals "
-                      f"{overlap}."]  # fmt: skip
+            lines += [
+                "",
+                f"{ratio['numerator']}/{ratio['denominator']} IQM {what}: "
+                f"**{bound}{ratio['ratio']:.2f}×**; P(apex {better}) "
+                f"{bound if ratio['probability_of_improvement'] < 1 else ''}"
+                f"{ratio['probability_of_improvement']:.2f}; the 95% intervals "
+                f"{overlap}.",
+            ]
             if bound:
-                lines.append(f"({ratio['numerator']}'s unsolved runs count at the budget, "
-                             "so these are lower bounds.)")  # fmt: skip
+                lines.append(
+                    f"({ratio['numerator']}'s unsolved runs count at the budget, "
+                    "so these are lower bounds.)"
+                )
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -61,10 +71,14 @@ def markdown(document: dict) -> str:
 def _cell(record: dict) -> str:
     unit = record["unit"]
     if "iqm" not in record:  # per seed, no interval (stays solved)
-        return (f"median {_figure(record['median'], unit)} (min {_figure(record['min'], unit)}"
-                f", {record['repeats']} seeds)")  # fmt: skip
-    text = (f"{_figure(record['iqm'], unit)} [{_figure(record['ci_low'], unit)}, "
-            f"{_figure(record['ci_high'], unit)}]")  # fmt: skip
+        return (
+            f"median {_figure(record['median'], unit)} (min {_figure(record['min'], unit)}"
+            f", {record['repeats']} seeds)"
+        )
+    text = (
+        f"{_figure(record['iqm'], unit)} [{_figure(record['ci_low'], unit)}, "
+        f"{_figure(record['ci_high'], unit)}]"
+    )
     if record.get("unsolved"):
         bound = "≥ " if record.get("lower_bound") else ""
         text = f"{bound}{text}, {record['unsolved']} of {record['repeats']} unsolved"
@@ -101,14 +115,19 @@ def plot(document: dict, directory: Path) -> list[Path]:
     task, runs = config["task"], [r for r in config["runs"] if "error" not in r]
     figure, axis = plt.subplots(figsize=(7, 4.5))
     sides = dict.fromkeys(r["implementation"] for r in runs)
-    draw_return_bands(axis, {side: [r for r in runs if r["implementation"] == side]
-                             for side in sides}, task["budget_s"])  # fmt: skip
+    draw_return_bands(
+        axis,
+        {side: [r for r in runs if r["implementation"] == side] for side in sides},
+        task["budget_s"],
+    )
     name = task.get("name") or task["env"]  # the task's case (older records: its env)
     if task["target"] is not None:
-        axis.axhline(task["target"], color="#888888", linestyle="--", linewidth=1,
-                     label="target")  # fmt: skip
-    axis.set(xlabel="seconds since spawn", ylabel="greedy return (IQM, 95% band)",
-             title=f"{name}: learning against wall-clock time")  # fmt: skip
+        axis.axhline(task["target"], color="#888888", linestyle="--", linewidth=1, label="target")
+    axis.set(
+        xlabel="seconds since spawn",
+        ylabel="greedy return (IQM, 95% band)",
+        title=f"{name}: learning against wall-clock time",
+    )
     if axis.get_legend_handles_labels()[0]:
         axis.legend(loc="lower right")
     path = directory / f"learn-{name.replace('/', '-')}.png"

@@ -40,20 +40,31 @@ def _solve_fields(confirmations: list[list[float]], target: float | None) -> dic
     first = next((c for c in confirmations if target is not None and c[3] >= target), None)
     if first is None:
         return {"solved": False, "solve_s": None, "solve_env_steps": None, "solve_updates": None}
-    return {"solved": True, "solve_s": first[0], "solve_env_steps": int(first[1]),
-            "solve_updates": None if first[2] is None else int(first[2])}  # fmt: skip
+    return {
+        "solved": True,
+        "solve_s": first[0],
+        "solve_env_steps": int(first[1]),
+        "solve_updates": None if first[2] is None else int(first[2]),
+    }
 
 
-def spawned(command: list[str], budget_s: float, grace_s: float = GRACE_S
-            ) -> tuple[float, subprocess.CompletedProcess | None]:  # fmt: skip
+def spawned(
+    command: list[str], budget_s: float, grace_s: float = GRACE_S
+) -> tuple[float, subprocess.CompletedProcess | None]:
     """Runs ``command`` from the repository, timed from its spawn (``time.time()``); the
     completed process, or None when it ran past ``budget_s`` and its grace. It runs in a
     session of its own, all of which is killed at the deadline: a run's roles are its
     children, and killing the supervisor alone would leave them running."""
     started = time.time()
-    with subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(), text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          start_new_session=True) as process:  # fmt: skip
+    with subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=worker_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as process:
         try:
             stdout, stderr = process.communicate(timeout=budget_s + grace_s)
         except subprocess.TimeoutExpired:
@@ -64,8 +75,9 @@ def spawned(command: list[str], budget_s: float, grace_s: float = GRACE_S
     return started, subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
-def _run(base: dict, task: Task, spawned: float, evaluations: list, confirmations: list,
-         ended: float) -> dict:  # fmt: skip
+def _run(
+    base: dict, task: Task, spawned: float, evaluations: list, confirmations: list, ended: float
+) -> dict:
     """A finished run: events given as ``[unix time, env steps, updates, mean]``, timed
     from ``spawned`` and kept up to the budget."""
 
@@ -74,9 +86,13 @@ def _run(base: dict, task: Task, spawned: float, evaluations: list, confirmation
         return [event for event in timed if event[0] <= task.budget_s]
 
     confirmations = within_budget(confirmations)
-    return {**base, **_solve_fields(confirmations, task.target),
-            "evaluations": within_budget(evaluations), "confirmations": confirmations,
-            "end_s": ended - spawned}  # fmt: skip
+    return {
+        **base,
+        **_solve_fields(confirmations, task.target),
+        "evaluations": within_budget(evaluations),
+        "confirmations": confirmations,
+        "end_s": ended - spawned,
+    }
 
 
 def run_apex(
@@ -84,26 +100,49 @@ def run_apex(
 ) -> dict:
     """``apex train`` on ``task`` with ``seed``, its evaluations read from its metrics;
     ``settings``: more ``--set KEY=VALUE`` (a preset being tuned, on seeds 100 and up)."""
-    base = {"implementation": "apex", "seed": seed, "budget_s": task.budget_s,
-            "git": git_commit(REPO_ROOT), "settings": list(settings)}  # fmt: skip
+    base = {
+        "implementation": "apex",
+        "seed": seed,
+        "budget_s": task.budget_s,
+        "git": git_commit(REPO_ROOT),
+        "settings": list(settings),
+    }
     stops = task.target is not None and not keep_training
     with tempfile.TemporaryDirectory(prefix="apex-learn-") as directory:
         run_dir = Path(directory) / "run"
         command = [
-            sys.executable, "-m", "launch", "train", "--env", task.env, "--seed", str(seed),
-            "--max-time", str(task.budget_s), "--run-dir", str(run_dir), "--plain", "--no-curves",
-            "--set", f"learner.eval_every_steps={task.eval_every_steps}",
-            "--set", f"learner.eval_episodes={task.eval_episodes}",
-            "--set", f"learner.confirm_episodes={task.confirm_episodes}",
+            sys.executable,
+            "-m",
+            "launch",
+            "train",
+            "--env",
+            task.env,
+            "--seed",
+            str(seed),
+            "--max-time",
+            str(task.budget_s),
+            "--run-dir",
+            str(run_dir),
+            "--plain",
+            "--no-curves",
+            "--set",
+            f"learner.eval_every_steps={task.eval_every_steps}",
+            "--set",
+            f"learner.eval_episodes={task.eval_episodes}",
+            "--set",
+            f"learner.confirm_episodes={task.confirm_episodes}",
             # A task without a target (returns at checkpoints) must not stop at the env's
             # own threshold (HalfCheetah-v5's 4,800 ended a 20-minute run at 444 s).
-            "--set", f"learner.stop_when_solved={'true' if stops else 'false'}",
-            *(part for setting in (*task.apex_settings, *settings)
-              for part in ("--set", setting)),
+            "--set",
+            f"learner.stop_when_solved={'true' if stops else 'false'}",
+            *(part for setting in (*task.apex_settings, *settings) for part in ("--set", setting)),
             # A JSON value of strings, numbers, booleans and lists of them is TOML's too.
-            *(part for key, value in task.env_kwargs
-              for part in ("--set", f"env.kwargs.{key}={json.dumps(value)}")),
-        ]  # fmt: skip
+            *(
+                part
+                for key, value in task.env_kwargs
+                for part in ("--set", f"env.kwargs.{key}={json.dumps(value)}")
+            ),
+        ]
         if task.target is not None:
             command += ["--target-return", str(task.target)]
         spawned_at, completed = spawned(command, task.budget_s)
@@ -116,8 +155,11 @@ def run_apex(
         records = read_metrics(run_dir)
 
     def events(kind: str) -> list[list[float]]:
-        return [[r["unix_s"], r["env_steps"], r.get("weights_updates"), r["eval_return_mean"]]
-                for r in records if r.get("event") == kind]  # fmt: skip
+        return [
+            [r["unix_s"], r["env_steps"], r.get("weights_updates"), r["eval_return_mean"]]
+            for r in records
+            if r.get("event") == kind
+        ]
 
     end = next((r for r in records if r.get("event") == "end"), {})
     base["updates"] = end.get("updates")
@@ -126,16 +168,26 @@ def run_apex(
 
 def run_peer(task: Task, seed: int, keep_training: bool = False) -> dict:
     """The peer (``bench.learning.sb3_worker``) on ``task`` with ``seed``."""
-    base = {"implementation": task.peer, "seed": seed, "budget_s": task.budget_s,
-            "git": git_commit(REPO_ROOT)}  # fmt: skip
+    base = {
+        "implementation": task.peer,
+        "seed": seed,
+        "budget_s": task.budget_s,
+        "git": git_commit(REPO_ROOT),
+    }
     request = {
-        "env": task.env, "seed": seed, "max_seconds": task.budget_s,
-        "max_steps": task.peer_max_steps, "eval_every_steps": task.eval_every_steps,
-        "eval_episodes": task.eval_episodes, "confirm_episodes": task.confirm_episodes,
-        "target_return": task.target, "stop_when_solved": not keep_training,
-        "torch_threads": 2, "algorithm": task.peer.removeprefix("sb3-"),
+        "env": task.env,
+        "seed": seed,
+        "max_seconds": task.budget_s,
+        "max_steps": task.peer_max_steps,
+        "eval_every_steps": task.eval_every_steps,
+        "eval_episodes": task.eval_episodes,
+        "confirm_episodes": task.confirm_episodes,
+        "target_return": task.target,
+        "stop_when_solved": not keep_training,
+        "torch_threads": 2,
+        "algorithm": task.peer.removeprefix("sb3-"),
         "env_kwargs": dict(task.env_kwargs),
-    }  # fmt: skip
+    }
     command = [sys.executable, "-m", "bench.learning.sb3_worker", json.dumps(request)]
     spawned_at, completed = spawned(command, task.budget_s)
     if completed is None:
@@ -145,5 +197,6 @@ def run_peer(task: Task, seed: int, keep_training: bool = False) -> dict:
         tail = completed.stderr.strip().splitlines()[-1:] or ["no output"]
         return {**base, "error": f"the peer exited {completed.returncode}: {tail[0]}"}
     result = json.loads(lines[-1])
-    return _run(base, task, spawned_at, result["evaluations"], result["confirmations"],
-                result["ended_unix"])  # fmt: skip
+    return _run(
+        base, task, spawned_at, result["evaluations"], result["confirmations"], result["ended_unix"]
+    )

@@ -88,12 +88,29 @@ def intervals_apart(a: dict, b: dict) -> bool:
     return a["ci_high"] < b["ci_low"] or b["ci_high"] < a["ci_low"]
 
 
-def _record(case: str, implementation: str, metric: str, unit: str, values: list[float],
-            params: dict, **figures) -> dict:  # fmt: skip
-    return {"suite": SUITE, "case": case, "implementation": implementation, "status": "ok",
-            "metric": metric, "unit": unit, "median": float(np.median(values)),
-            "min": float(min(values)), "max": float(max(values)), "repeats": len(values),
-            "params": {**params, "values": values}, **figures}  # fmt: skip
+def _record(
+    case: str,
+    implementation: str,
+    metric: str,
+    unit: str,
+    values: list[float],
+    params: dict,
+    **figures,
+) -> dict:
+    return {
+        "suite": SUITE,
+        "case": case,
+        "implementation": implementation,
+        "status": "ok",
+        "metric": metric,
+        "unit": unit,
+        "median": float(np.median(values)),
+        "min": float(min(values)),
+        "max": float(max(values)),
+        "repeats": len(values),
+        "params": {**params, "values": values},
+        **figures,
+    }
 
 
 def side_records(task: Task, implementation: str, runs: list[dict]) -> list[dict]:
@@ -101,36 +118,79 @@ def side_records(task: Task, implementation: str, runs: list[dict]) -> list[dict
     case = task.case
     failed = [r for r in runs if "error" in r]
     runs = [r for r in runs if "error" not in r]
-    params = {"seeds": [r["seed"] for r in runs], "budget_s": task.budget_s,
-              "failed": [{"seed": r["seed"], "error": r["error"]} for r in failed]}  # fmt: skip
+    params = {
+        "seeds": [r["seed"] for r in runs],
+        "budget_s": task.budget_s,
+        "failed": [{"seed": r["seed"], "error": r["error"]} for r in failed],
+    }
     if not runs:
         reason = failed[0]["error"] if failed else "no runs"
-        return [{"suite": SUITE, "case": case, "implementation": implementation,
-                 "status": "unavailable", "reason": reason, "params": params}]  # fmt: skip
+        return [
+            {
+                "suite": SUITE,
+                "case": case,
+                "implementation": implementation,
+                "status": "unavailable",
+                "reason": reason,
+                "params": params,
+            }
+        ]
     records = []
     if task.target is not None:
         solved = [r["solved"] for r in runs]
         for metric, unit, field in SOLVE_METRICS:
-            values = [float(r[field]) if r["solved"] and r[field] is not None
-                      else _unsolved_score(r, field) for r in runs]  # fmt: skip
+            values = [
+                float(r[field])
+                if r["solved"] and r[field] is not None
+                else _unsolved_score(r, field)
+                for r in runs
+            ]
             budget = task.budget_s if field == "solve_s" else 0.0
             censored = censored_iqm(values, solved, budget=budget)
-            records.append(_record(
-                case, implementation, metric, unit, values, params,
-                unsolved=censored["unsolved"], lower_bound=censored["lower_bound"],
-                **_interval(values, case, higher_is_better=False),
-            ))  # fmt: skip
-        per_seed = {str(r["seed"]): stays_solved(r, task.target) for r in runs
-                    if not r.get("stopped_at_solve", True)}  # fmt: skip
+            records.append(
+                _record(
+                    case,
+                    implementation,
+                    metric,
+                    unit,
+                    values,
+                    params,
+                    unsolved=censored["unsolved"],
+                    lower_bound=censored["lower_bound"],
+                    **_interval(values, case, higher_is_better=False),
+                )
+            )
+        per_seed = {
+            str(r["seed"]): stays_solved(r, task.target)
+            for r in runs
+            if not r.get("stopped_at_solve", True)
+        }
         fractions = [f for f in per_seed.values() if f is not None]
         if fractions:
-            records.append(_record(case, implementation, "stays_solved", "fraction",
-                                   fractions, {**params, "per_seed": per_seed}))  # fmt: skip
+            records.append(
+                _record(
+                    case,
+                    implementation,
+                    "stays_solved",
+                    "fraction",
+                    fractions,
+                    {**params, "per_seed": per_seed},
+                )
+            )
     for seconds in task.checkpoints_s:
         values = [v for v in (return_at(r, seconds) for r in runs) if v is not None]
         if len(values) == len(runs) and seconds <= task.budget_s:
-            records.append(_record(case, implementation, f"return_at_{seconds:g}s", "return",
-                                   values, params, **_interval(values, case, True)))  # fmt: skip
+            records.append(
+                _record(
+                    case,
+                    implementation,
+                    f"return_at_{seconds:g}s",
+                    "return",
+                    values,
+                    params,
+                    **_interval(values, case, True),
+                )
+            )
     return records
 
 
@@ -148,8 +208,9 @@ def comparisons(task: Task, records: list[dict]) -> list[dict]:
     none is made."""
     solving = task.target is not None
     metric = "time_to_confirmed_solve" if solving else f"return_at_{task.checkpoints_s[-1]:g}s"
-    figures = {r["implementation"]: r for r in records
-               if r["status"] == "ok" and r["metric"] == metric}  # fmt: skip
+    figures = {
+        r["implementation"]: r for r in records if r["status"] == "ok" and r["metric"] == metric
+    }
     if {"apex", task.peer} - figures.keys():
         return []
     apex, peer = figures["apex"], figures[task.peer]
@@ -159,15 +220,21 @@ def comparisons(task: Task, records: list[dict]) -> list[dict]:
     numerator, denominator = (peer, apex) if solving else (apex, peer)
     if denominator["iqm"] <= 0:
         return []
-    return [{
-        "suite": SUITE, "case": task.case, "metric": metric,
-        "numerator": numerator["implementation"], "denominator": denominator["implementation"],
-        "ratio": numerator["iqm"] / denominator["iqm"],
-        "probability_of_improvement": probability_of_improvement(
-            apex_values, peer_values, higher_is_better=not solving),
-        "intervals_overlap": not intervals_apart(apex, peer),
-        "ratio_lower_bound": bool(peer.get("lower_bound")),
-    }]  # fmt: skip
+    return [
+        {
+            "suite": SUITE,
+            "case": task.case,
+            "metric": metric,
+            "numerator": numerator["implementation"],
+            "denominator": denominator["implementation"],
+            "ratio": numerator["iqm"] / denominator["iqm"],
+            "probability_of_improvement": probability_of_improvement(
+                apex_values, peer_values, higher_is_better=not solving
+            ),
+            "intervals_overlap": not intervals_apart(apex, peer),
+            "ratio_lower_bound": bool(peer.get("lower_bound")),
+        }
+    ]
 
 
 def run(
@@ -208,12 +275,20 @@ def run(
             runs.append(outcome)
             if on_run:
                 on_run(runs)
-    by_side = {name: [r for r in runs if r["implementation"] == name]
-               for name in dict.fromkeys(r["implementation"] for r in runs)}  # fmt: skip
-    records = [record for name, side in by_side.items()
-               for record in side_records(task, name, side)]  # fmt: skip
+    by_side = {
+        name: [r for r in runs if r["implementation"] == name]
+        for name in dict.fromkeys(r["implementation"] for r in runs)
+    }
+    records = [
+        record for name, side in by_side.items() for record in side_records(task, name, side)
+    ]
     ratios = comparisons(task, records)
-    config = {"task": vars(task) | {"seeds": list(task.seeds)}, "seeds": list(seeds),
-              "keep_training": keep_training, "apex_settings": list(apex_settings),
-              "warm_up_s": WARM_UP_S if warm_up else 0.0, "runs": runs}  # fmt: skip
+    config = {
+        "task": vars(task) | {"seeds": list(task.seeds)},
+        "seeds": list(seeds),
+        "keep_training": keep_training,
+        "apex_settings": list(apex_settings),
+        "warm_up_s": WARM_UP_S if warm_up else 0.0,
+        "runs": runs,
+    }
     return {"records": records, "ratios": ratios, "config": config}

@@ -63,8 +63,11 @@ POPGYM_GAMES = (
     ("PositionOnlyCartPoleEasy", 300.0, (30.0, 60.0, 120.0, 300.0)),
 )
 # Memory against a stack against neither, by the "r2d2/", "dqn-stack4/" and "dqn/" tasks.
-MEMORY_ARMS = (("r2d2", ("algorithm=r2d2",)), ("dqn", ("algorithm=dqn",)),
-               ("dqn-stack4", ("algorithm=dqn", "env.stack=4")))  # fmt: skip
+MEMORY_ARMS = (
+    ("r2d2", ("algorithm=r2d2",)),
+    ("dqn", ("algorithm=dqn",)),
+    ("dqn-stack4", ("algorithm=dqn", "env.stack=4")),
+)
 # MinAtar Breakout without its trail plane (where the ball was a step before): a single
 # frame shows the ball but not where it goes.
 NO_TRAIL = (("hidden_planes", ("trail",)),)
@@ -73,6 +76,7 @@ NO_TRAIL = (("hidden_planes", ("trail",)),)
 # (R2D2's two), the time a user gives a first try.
 USER = "bench.learning.user_envs"
 USER_CHECKPOINTS_S = (30.0, 60.0, 120.0, 180.0)
+# fmt: off
 TASKS = {
     task.case: task
     for task in (
@@ -134,7 +138,8 @@ TASKS = {
                f"impala/{env}")
           for env in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")),
     )
-}  # fmt: skip
+}
+# fmt: on
 
 
 def task(name: str) -> Task:

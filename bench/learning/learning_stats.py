@@ -52,8 +52,9 @@ def censored_iqm(times: Sequence[float], solved: Sequence[bool], budget: float) 
     """
     if len(times) != len(solved):
         raise ValueError(f"{len(times)} times but {len(solved)} solved flags")
-    scored = np.array([t if ok else max(t, budget) for t, ok in zip(times, solved, strict=True)],
-                      dtype=np.float64)  # fmt: skip
+    scored = np.array(
+        [t if ok else max(t, budget) for t, ok in zip(times, solved, strict=True)], dtype=np.float64
+    )
     order = np.argsort(scored, kind="stable")
     cut = scored.size // 4
     middle = order[cut : scored.size - cut]

@@ -120,25 +120,47 @@ def _linear(start: float):
 # and clip range decaying linearly from 2.5e-4 and 0.1) with the MinAtar paper's network
 # (``minatar_torso``) below both heads. env -> (PPO settings, env copies, the zoo's
 # n_timesteps)
-PPO_ATARI = {"n_steps": 128, "batch_size": 256, "n_epochs": 4, "vf_coef": 0.5,
-             "ent_coef": 0.01, "learning_rate": _linear(2.5e-4),
-             "clip_range": _linear(0.1)}  # fmt: skip
+PPO_ATARI = {
+    "n_steps": 128,
+    "batch_size": 256,
+    "n_epochs": 4,
+    "vf_coef": 0.5,
+    "ent_coef": 0.01,
+    "learning_rate": _linear(2.5e-4),
+    "clip_range": _linear(0.1),
+}
 PPO_ZOO = {
     "CartPole-v1": (
-        {"n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20,
-         "ent_coef": 0.0, "learning_rate": _linear(1e-3), "clip_range": _linear(0.2)},
+        {
+            "n_steps": 32,
+            "batch_size": 256,
+            "gae_lambda": 0.8,
+            "gamma": 0.98,
+            "n_epochs": 20,
+            "ent_coef": 0.0,
+            "learning_rate": _linear(1e-3),
+            "clip_range": _linear(0.2),
+        },
         8,
         100_000,
     ),
     "LunarLander-v3": (
-        {"n_steps": 1024, "batch_size": 64, "gae_lambda": 0.98, "gamma": 0.999,
-         "n_epochs": 4, "ent_coef": 0.01},
+        {
+            "n_steps": 1024,
+            "batch_size": 64,
+            "gae_lambda": 0.98,
+            "gamma": 0.999,
+            "n_epochs": 4,
+            "ent_coef": 0.01,
+        },
         16,
         1_000_000,
     ),
-    **{env: (PPO_ATARI, 8, 10_000_000) for env in ("MinAtar/Breakout-v1",
-                                                   "MinAtar/SpaceInvaders-v1")},
-}  # fmt: skip
+    **{
+        env: (PPO_ATARI, 8, 10_000_000)
+        for env in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")
+    },
+}
 # sb3-contrib's RecurrentPPO for the partially observed tasks: the zoo has no POPGym
 # entry, so its defaults (an LSTM of 256 cells before both heads, 128 steps a rollout,
 # 10 epochs of 128), on 8 env copies. (settings, env copies)
@@ -180,9 +202,12 @@ def minatar_torso():
         def __init__(self, space) -> None:
             super().__init__(space, features_dim=128)
             self.net = nn.Sequential(
-                nn.Conv2d(space.shape[2], 16, kernel_size=3), nn.ReLU(), nn.Flatten(),
-                nn.Linear(16 * 8 * 8, 128), nn.ReLU(),
-            )  # fmt: skip
+                nn.Conv2d(space.shape[2], 16, kernel_size=3),
+                nn.ReLU(),
+                nn.Flatten(),
+                nn.Linear(16 * 8 * 8, 128),
+                nn.ReLU(),
+            )
 
         def forward(self, observations):
             return self.net(observations.float().permute(0, 3, 1, 2))
@@ -240,19 +265,21 @@ def main() -> None:
     if request.get("env_stepping") == "processes":
         from stable_baselines3.common.vec_env import SubprocVecEnv
 
-        vec_options = {"vec_env_cls": SubprocVecEnv,
-                       "vec_env_kwargs": {"start_method": "forkserver"}}  # fmt: skip
+        vec_options = {
+            "vec_env_cls": SubprocVecEnv,
+            "vec_env_kwargs": {"start_method": "forkserver"},
+        }
 
     torch.set_num_threads(request.get("torch_threads", 2))
     deadline = STARTED_UNIX + request["max_seconds"]
     target = request.get("target_return")
     every = request["eval_every_steps"]
-    periodic_env = make_vec_env(eval_source, n_envs=request["eval_episodes"],
-                                seed=seed + EVAL_SEED_OFFSET)  # fmt: skip
+    periodic_env = make_vec_env(
+        eval_source, n_envs=request["eval_episodes"], seed=seed + EVAL_SEED_OFFSET
+    )
     confirm_env = None
     # [unix time, env steps, gradient steps, greedy mean] per evaluation.
-    result = {"started_unix": STARTED_UNIX, "evaluations": [], "confirmations": [],
-              "solved": False}  # fmt: skip
+    result = {"started_unix": STARTED_UNIX, "evaluations": [], "confirmations": [], "solved": False}
 
     # Seconds spent evaluating so far: an event's fifth field is the training seconds at
     # its weights, the clock from the start of learning without its evaluations.
@@ -288,8 +315,9 @@ def main() -> None:
             if target is None or mean < target or not request["confirm_episodes"]:
                 return True
             if confirm_env is None:
-                confirm_env = make_vec_env(eval_source, n_envs=request["confirm_episodes"],
-                                           seed=seed + CONFIRM_SEED_OFFSET)  # fmt: skip
+                confirm_env = make_vec_env(
+                    eval_source, n_envs=request["confirm_episodes"], seed=seed + CONFIRM_SEED_OFFSET
+                )
             confirmed = greedy_mean(self.model, confirm_env)
             result["confirmations"].append([time.time(), steps, updates, confirmed, trained])
             if confirmed >= target and not result["solved"]:
@@ -303,12 +331,23 @@ def main() -> None:
 
         settings, copies = RECURRENT_PPO
         zoo_steps = request["max_steps"]
-        model = RecurrentPPO("MlpLstmPolicy", make_vec_env(source, n_envs=copies, seed=seed),
-                             seed=seed, verbose=0, **settings)  # fmt: skip
+        model = RecurrentPPO(
+            "MlpLstmPolicy",
+            make_vec_env(source, n_envs=copies, seed=seed),
+            seed=seed,
+            verbose=0,
+            **settings,
+        )
     elif request.get("algorithm") == "ppo":
         settings, copies, zoo_steps = PPO_ZOO[env_id]
-        model = PPO("MlpPolicy", make_vec_env(source, n_envs=copies, seed=seed), seed=seed,
-                    verbose=0, **settings, **extra)  # fmt: skip
+        model = PPO(
+            "MlpPolicy",
+            make_vec_env(source, n_envs=copies, seed=seed),
+            seed=seed,
+            verbose=0,
+            **settings,
+            **extra,
+        )
     elif env_id in TD3_ZOO:
         settings, zoo_steps = TD3_ZOO[env_id]
         env = make_vec_env(source, n_envs=1, seed=seed)
@@ -331,8 +370,9 @@ def main() -> None:
             # SB3 recomputes progress over the extended total, which would raise ε again.
             model.exploration_schedule = lambda _progress_remaining: final_eps
         model.learn(total_timesteps=more_steps, callback=callback, reset_num_timesteps=False)
-    result.update(ended_unix=time.time(), env_steps=model.num_timesteps,
-                  updates=gradient_steps(model))  # fmt: skip
+    result.update(
+        ended_unix=time.time(), env_steps=model.num_timesteps, updates=gradient_steps(model)
+    )
     print(json.dumps(result), flush=True)
 
 

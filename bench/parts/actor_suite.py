@@ -74,9 +74,14 @@ def acting_loop(env: str, count: int, hidden: tuple[int, ...], variant: str = "a
     shape = env_shape(env)
     precision = "int8" if "int8" in variant else "float32"
     groups = 2 if variant.endswith("-halves") else 1
-    config = ActorConfig(env=env, envs_per_actor=count, hidden=hidden,
-                         acting_precision=precision, insert_batch=INSERT_BATCH,
-                         env_groups=groups)  # fmt: skip
+    config = ActorConfig(
+        env=env,
+        envs_per_actor=count,
+        hidden=hidden,
+        acting_precision=precision,
+        insert_batch=INSERT_BATCH,
+        env_groups=groups,
+    )
     acting = build_acting(config, default_sections(), shape)
     policy = acting.policy
     weights = policy.network.arrays()  # what each refresh loads again
@@ -86,14 +91,23 @@ def acting_loop(env: str, count: int, hidden: tuple[int, ...], variant: str = "a
         make_envs = _gymnasium_envs
     frames = None
     if len(shape.observation_shape) == 3 and shape.observation_shape[1:] == (84, 84):
-        frames = FrameWriter(count, shape.observation_shape[0], config.n_step,
-                             history=INSERT_BATCH + 8, compress=True,
-                             rng=np.random.default_rng(0))  # fmt: skip
+        frames = FrameWriter(
+            count,
+            shape.observation_shape[0],
+            config.n_step,
+            history=INSERT_BATCH + 8,
+            compress=True,
+            rng=np.random.default_rng(0),
+        )
     state = {"pending": [], "version": 0, "steps": 0}
-    envs = make_groups(config, shape, acting, frames, lambda: state["version"],
-                       np.full(count, 0.1), envs=make_envs)  # fmt: skip
-    refresh = preset(env).defaults.get("actor", {}).get("weight_refresh_steps",
-                                                        config.weight_refresh_steps)  # fmt: skip
+    envs = make_groups(
+        config, shape, acting, frames, lambda: state["version"], np.full(count, 0.1), envs=make_envs
+    )
+    refresh = (
+        preset(env)
+        .defaults.get("actor", {})
+        .get("weight_refresh_steps", config.weight_refresh_steps)
+    )
     rng = np.random.default_rng(0)
     for group in envs:
         group.begin(0)
@@ -148,10 +162,16 @@ def play_loop(env: str, count: int, variant: str) -> Callable[[], None]:
         from ale_py.vector_env import AtariVectorEnv  # the atari extra
 
         batch = count // 2
-        envs = AtariVectorEnv(rom_name(preset(env).gym_id), count, batch_size=batch,
-                              num_threads=2, frameskip=4, stack_num=4,
-                              autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-                              use_fire_reset=False)  # fmt: skip
+        envs = AtariVectorEnv(
+            rom_name(preset(env).gym_id),
+            count,
+            batch_size=batch,
+            num_threads=2,
+            frameskip=4,
+            stack_num=4,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            use_fire_reset=False,
+        )
     observations = [envs.reset(seed=0)[0]]
 
     def step() -> None:
@@ -196,8 +216,18 @@ def forward_alone(env: str, count: int, variant: str) -> tuple[Callable[[], None
 
 
 def _plan(quick: bool) -> list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[str, ...]]]:
-    pong = ("before", "ale", "ale-int8", "ale-int8-halves", "env-gym", "env-ale",
-            "forward-float32", "forward-int8", "play-sync", "play-async")  # fmt: skip
+    pong = (
+        "before",
+        "ale",
+        "ale-int8",
+        "ale-int8-halves",
+        "env-gym",
+        "env-ale",
+        "forward-float32",
+        "forward-int8",
+        "play-sync",
+        "play-async",
+    )
     return [
         ("CartPole-v1", (1, 8) if quick else (1, 8, 32), (256, 256), ("ale",)),
         ("Pong", (4,) if quick else (1, 4, 16, 32, 64), (512,), pong),
@@ -229,8 +259,13 @@ def run(
                     progress(f"actor {case}")
                 per_core = env == "Pong"
                 clock = "process cpu" if per_core else "wall"
-                params = {"env": env, "envs_per_actor": count, "torch_threads": 1,
-                          "variant": variant, "clock": clock}  # fmt: skip
+                params = {
+                    "env": env,
+                    "envs_per_actor": count,
+                    "torch_threads": 1,
+                    "variant": variant,
+                    "clock": clock,
+                }
                 base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
                 extras: dict = {}
                 halves = variant.startswith("play-") or variant.endswith("-halves")
@@ -246,15 +281,20 @@ def run(
                     else:
                         step = acting_loop(env, count, hidden, variant)
                 except (ImportError, gym.error.Error) as exc:
-                    records.append({**base, "status": "unavailable",
-                                    "reason": f"{type(exc).__name__}: {exc}"})  # fmt: skip
+                    records.append(
+                        {**base, "status": "unavailable", "reason": f"{type(exc).__name__}: {exc}"}
+                    )
                     continue
                 unit = "env steps/s per core" if per_core else "env steps/s"
                 if variant.startswith("forward-"):
                     unit = "observations/s per core"
                 items = getattr(step, "env_steps_per_call", count)
-                timing = {"items_per_call": items, "repeats": repeats, "warmup_calls": 5,
-                          "seconds_per_repeat": per_repeat}  # fmt: skip
+                timing = {
+                    "items_per_call": items,
+                    "repeats": repeats,
+                    "warmup_calls": 5,
+                    "seconds_per_repeat": per_repeat,
+                }
                 measurement = measure_rate(
                     "env_steps" if not variant.startswith("forward-") else "observations",
                     unit,
@@ -265,8 +305,14 @@ def run(
                 records.append({**base, "status": "ok", **measurement.to_record(), **extras})
                 if halves or variant == "ale-int8":  # where async pays: a process's wall time
                     wall = measure_rate("env_steps_per_process", "env steps/s", step, **timing)
-                    records.append({**base, "status": "ok", **wall.to_record(),
-                                    "params": {**params, "clock": "wall"}})  # fmt: skip
+                    records.append(
+                        {
+                            **base,
+                            "status": "ok",
+                            **wall.to_record(),
+                            "params": {**params, "clock": "wall"},
+                        }
+                    )
     return {
         "records": records,
         "ratios": _ratios(records),
@@ -277,8 +323,11 @@ def run(
 def _ratios(records: list[dict]) -> list[dict]:
     """Per Pong env count: each variant's per-core rate over the ``before`` loop's, and
     the env groups' over one group's, per core and per process."""
-    rates = {r["case"]: r["median"] for r in records
-             if r["status"] == "ok" and r["metric"] == "env_steps"}  # fmt: skip
+    rates = {
+        r["case"]: r["median"]
+        for r in records
+        if r["status"] == "ok" and r["metric"] == "env_steps"
+    }
     ratios = []
     for case, rate in rates.items():
         if not case.startswith("Pong-") or not case.endswith("-before"):
@@ -287,19 +336,36 @@ def _ratios(records: list[dict]) -> list[dict]:
         for variant in ("ale", "ale-int8", "ale-int8-halves"):
             after = rates.get(prefix + variant)
             if after is not None:
-                ratios.append({"suite": SUITE, "case": prefix + variant, "metric": "env_steps",
-                               "numerator": variant, "denominator": "before",
-                               "ratio": after / rate})  # fmt: skip
+                ratios.append(
+                    {
+                        "suite": SUITE,
+                        "case": prefix + variant,
+                        "metric": "env_steps",
+                        "numerator": variant,
+                        "denominator": "before",
+                        "ratio": after / rate,
+                    }
+                )
     # The groups against one group, per core and per process, same envs and network.
-    walls = {r["case"]: r["median"] for r in records
-             if r["status"] == "ok" and r["metric"] == "env_steps_per_process"}  # fmt: skip
+    walls = {
+        r["case"]: r["median"]
+        for r in records
+        if r["status"] == "ok" and r["metric"] == "env_steps_per_process"
+    }
     for case in rates:
         if not case.endswith("-ale-int8-halves"):
             continue
         one = case.removesuffix("-halves")
         for metric, table in (("env_steps", rates), ("env_steps_per_process", walls)):
             if one in table and case in table:
-                ratios.append({"suite": SUITE, "case": case, "metric": metric,
-                               "numerator": "ale-int8-halves", "denominator": "ale-int8",
-                               "ratio": table[case] / table[one]})  # fmt: skip
+                ratios.append(
+                    {
+                        "suite": SUITE,
+                        "case": case,
+                        "metric": metric,
+                        "numerator": "ale-int8-halves",
+                        "denominator": "ale-int8",
+                        "ratio": table[case] / table[one],
+                    }
+                )
     return ratios

@@ -43,25 +43,44 @@ def curve_cases(
         keys = str(Path(directory) / "keys")
         generate(Path(keys))
         cases = [
-            (f"ingest-{kind}-1p-curve", "ingest", "transitions/s",
-             lambda k=kind, key=None: measure_apex(
-                 k, 1, timing, (1 << 16) if k != "atari" else (1 << 12), keys=key),
-             {"pushers": 1, "kind": kind})
+            (
+                f"ingest-{kind}-1p-curve",
+                "ingest",
+                "transitions/s",
+                lambda k=kind, key=None: measure_apex(
+                    k, 1, timing, (1 << 16) if k != "atari" else (1 << 12), keys=key
+                ),
+                {"pushers": 1, "kind": kind},
+            )
             for kind in kinds
-        ]  # fmt: skip
+        ]
         cases.append(
-            ("sample-1shard-curve", "ready_batches", "batches/s",
-             lambda key=None: measure_sampling(1, timing, fill, ingest_rate, keys=key)[0],
-             {"shards": 1, "batch_size": SAMPLE_BATCH, "prefetch": SAMPLE_PREFETCH,
-              "fill_per_shard": fill, "ingest_rate": ingest_rate})
-        )  # fmt: skip
+            (
+                "sample-1shard-curve",
+                "ready_batches",
+                "batches/s",
+                lambda key=None: measure_sampling(1, timing, fill, ingest_rate, keys=key)[0],
+                {
+                    "shards": 1,
+                    "batch_size": SAMPLE_BATCH,
+                    "prefetch": SAMPLE_PREFETCH,
+                    "fill_per_shard": fill,
+                    "ingest_rate": ingest_rate,
+                },
+            )
+        )
         network = "mlp" if timing["seconds_per_repeat"] < 0.5 else "nature-cnn"
         cases.append(
-            (f"weights-{network}-{FANOUT_SUBSCRIBERS}sub-curve", "weights_versions",
-             "versions/s",
-             lambda key=None: measure_fanout(key, FANOUT_SUBSCRIBERS, timing["repeats"], network),
-             {"subscribers": FANOUT_SUBSCRIBERS, "network": network})
-        )  # fmt: skip
+            (
+                f"weights-{network}-{FANOUT_SUBSCRIBERS}sub-curve",
+                "weights_versions",
+                "versions/s",
+                lambda key=None: measure_fanout(
+                    key, FANOUT_SUBSCRIBERS, timing["repeats"], network
+                ),
+                {"subscribers": FANOUT_SUBSCRIBERS, "network": network},
+            )
+        )
         for case, metric, unit, measure, params in cases:
             medians = {}
             for implementation in IMPLEMENTATIONS:
@@ -69,12 +88,28 @@ def curve_cases(
                     progress(f"shard {case} {implementation}")
                 key = keys if implementation == "apex-curve" else None
                 rates = measure(key=key)
-                records.append(ok_record(suite, case, implementation, metric, unit, rates,
-                                         {**params, "curve": key is not None}))  # fmt: skip
+                records.append(
+                    ok_record(
+                        suite,
+                        case,
+                        implementation,
+                        metric,
+                        unit,
+                        rates,
+                        {**params, "curve": key is not None},
+                    )
+                )
                 medians[implementation] = float(np.median(rates))
-            ratios.append({"suite": suite, "case": case, "metric": metric,
-                           "numerator": "apex-curve", "denominator": "apex",
-                           "ratio": medians["apex-curve"] / medians["apex"]})  # fmt: skip
+            ratios.append(
+                {
+                    "suite": suite,
+                    "case": case,
+                    "metric": metric,
+                    "numerator": "apex-curve",
+                    "denominator": "apex",
+                    "ratio": medians["apex-curve"] / medians["apex"],
+                }
+            )
     return records, ratios
 
 

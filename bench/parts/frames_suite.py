@@ -72,9 +72,11 @@ def fill_frames(replay, frames: np.ndarray, transitions: int, chunk: int = 64) -
             obs = obs[obs >= 0]
             if obs.size:
                 records = {
-                    "stream": np.full(obs.size, stream, np.int64), "obs_frame": obs,
-                    "next_obs_frame": obs + N_STEP, **_scalars(obs.size),
-                }  # fmt: skip
+                    "stream": np.full(obs.size, stream, np.int64),
+                    "obs_frame": obs,
+                    "next_obs_frame": obs + N_STEP,
+                    **_scalars(obs.size),
+                }
                 replay.add(records, np.ones(obs.size))
 
 
@@ -161,12 +163,24 @@ def _codec_records(frames: np.ndarray, timing: dict) -> list[dict]:
         params = {"frames": len(frames), "frame_bytes": nbytes}
         records.append({**base, **_fixed("compression_ratio", "x", ratio), "params": params})
         if decode is None:
-            rate = measure_rate("decode", "frames/s", decode_batch, items_per_call=order.size,
-                                warmup_calls=3, **timing)  # fmt: skip
+            rate = measure_rate(
+                "decode",
+                "frames/s",
+                decode_batch,
+                items_per_call=order.size,
+                warmup_calls=3,
+                **timing,
+            )
         else:
             sample = [packed[i] for i in order[:512]]
-            rate = measure_rate("decode", "frames/s", lambda s=sample, d=decode: [d(b) for b in s],
-                                items_per_call=len(sample), warmup_calls=2, **timing)  # fmt: skip
+            rate = measure_rate(
+                "decode",
+                "frames/s",
+                lambda s=sample, d=decode: [d(b) for b in s],
+                items_per_call=len(sample),
+                warmup_calls=2,
+                **timing,
+            )
         records.append({**base, **rate.to_record(), "params": params})
     return records
 
@@ -175,18 +189,37 @@ def _ratio(by: dict, case: str, metric: str, numerator: str, denominator: str) -
     top, bottom = by.get((case, numerator, metric)), by.get((case, denominator, metric))
     if top is None or bottom is None:
         return None
-    return {"suite": SUITE, "case": case, "metric": metric, "numerator": numerator,
-            "denominator": denominator, "ratio": top["median"] / bottom["median"]}  # fmt: skip
+    return {
+        "suite": SUITE,
+        "case": case,
+        "metric": metric,
+        "numerator": numerator,
+        "denominator": denominator,
+        "ratio": top["median"] / bottom["median"],
+    }
 
 
 def _fixed(metric: str, unit: str, value: float) -> dict:
-    return {"metric": metric, "unit": unit, "median": value, "min": value, "max": value,
-            "repeats": 1, "per_repeat_s": 0.0}  # fmt: skip
+    return {
+        "metric": metric,
+        "unit": unit,
+        "median": value,
+        "min": value,
+        "max": value,
+        "repeats": 1,
+        "per_repeat_s": 0.0,
+    }
 
 
 def _unavailable(case: str, implementation: str, reason: str) -> dict:
-    return {"suite": SUITE, "case": case, "implementation": implementation,
-            "status": "unavailable", "reason": reason, "params": {}}  # fmt: skip
+    return {
+        "suite": SUITE,
+        "case": case,
+        "implementation": implementation,
+        "status": "unavailable",
+        "reason": reason,
+        "params": {},
+    }
 
 
 def _cpprb_record(frames: np.ndarray, capacity: int, timing: dict) -> dict:
@@ -198,8 +231,10 @@ def _cpprb_record(frames: np.ndarray, capacity: int, timing: dict) -> dict:
         return _unavailable(f"pong-{capacity}", "cpprb-stack", "cpprb is not installed")
     env_dict = {
         "obs": {"shape": (84, 84, STACK), "dtype": np.uint8},
-        "act": {"dtype": np.int64}, "rew": {}, "done": {},
-    }  # fmt: skip
+        "act": {"dtype": np.int64},
+        "rew": {},
+        "done": {},
+    }
     buffer = cpprb.PrioritizedReplayBuffer(
         capacity, env_dict, next_of="obs", stack_compress="obs", alpha=0.6
     )
@@ -209,10 +244,16 @@ def _cpprb_record(frames: np.ndarray, capacity: int, timing: dict) -> dict:
         ends = (start + np.arange(1000)) % (len(frames) - STACK - 1) + STACK
         obs = np.stack([last[..., e - STACK + 1 : e + 1] for e in ends])
         following = np.stack([last[..., e - STACK + 2 : e + 2] for e in ends])
-        buffer.add(obs=obs, next_obs=following, act=np.zeros(1000, np.int64),
-                   rew=np.zeros(1000), done=np.zeros(1000))  # fmt: skip
-    rate = measure_rate("sample", "batches/s", lambda: buffer.sample(BATCH, beta=0.4),
-                        warmup_calls=3, **timing)  # fmt: skip
+        buffer.add(
+            obs=obs,
+            next_obs=following,
+            act=np.zeros(1000, np.int64),
+            rew=np.zeros(1000),
+            done=np.zeros(1000),
+        )
+    rate = measure_rate(
+        "sample", "batches/s", lambda: buffer.sample(BATCH, beta=0.4), warmup_calls=3, **timing
+    )
     base = {"suite": SUITE, "case": f"pong-{capacity}", "implementation": "cpprb-stack"}
     return {**base, "status": "ok", **rate.to_record(), "params": {"capacity": capacity}}
 
@@ -237,9 +278,12 @@ def _store_records(frames: np.ndarray, capacity: int, timing: dict) -> list[dict
             records.append({**base, **_fixed("frame_bytes_used", "B", used), "params": params})
         buffers = replay.allocate_batch(BATCH)
         rate = measure_rate(
-            "sample", "batches/s", lambda r=replay, b=buffers: r.sample(BATCH, 0.4, out=b),
-            warmup_calls=3, **timing,
-        )  # fmt: skip
+            "sample",
+            "batches/s",
+            lambda r=replay, b=buffers: r.sample(BATCH, 0.4, out=b),
+            warmup_calls=3,
+            **timing,
+        )
         records.append({**base, **rate.to_record(), "params": params})
         del replay
     return records
@@ -247,15 +291,21 @@ def _store_records(frames: np.ndarray, capacity: int, timing: dict) -> list[dict
 
 def _rss_record(capacity: int) -> dict:
     command = [sys.executable, "-m", "bench.parts.frames_suite", "fill", str(capacity)]
-    completed = subprocess.run(command, cwd=REPO_ROOT, env=worker_env(), capture_output=True,
-                               text=True, timeout=3600, check=False)  # fmt: skip
+    completed = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     base = {"suite": SUITE, "case": f"pong-fill-{capacity}", "implementation": "apex-frames-lz4"}
     if completed.returncode != 0:
         tail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
         return {**base, "status": "unavailable", "reason": tail, "params": {}}
     result = json.loads(completed.stdout.strip().splitlines()[-1])
-    return {**base, "status": "ok", **_fixed("rss", "bytes", result["rss_bytes"]),
-            "params": result}  # fmt: skip
+    return {**base, "status": "ok", **_fixed("rss", "bytes", result["rss_bytes"]), "params": result}
 
 
 def run(*, quick: bool = False, progress: Callable[[str], None] | None = None) -> dict:
@@ -295,11 +345,18 @@ def _fill(capacity: int) -> None:
     status = open("/proc/self/status", encoding="utf-8").read()  # noqa: SIM115
     rss_kib = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
     storage = replay.storage
-    print(json.dumps({
-        "capacity": capacity, "size": replay.size, "rss_bytes": rss_kib * 1024,
-        "store_nbytes": storage.nbytes, "frame_bytes_stored": storage.frame_bytes_stored,
-        "seconds": time.monotonic() - started,
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "capacity": capacity,
+                "size": replay.size,
+                "rss_bytes": rss_kib * 1024,
+                "store_nbytes": storage.nbytes,
+                "frame_bytes_stored": storage.frame_bytes_stored,
+                "seconds": time.monotonic() - started,
+            }
+        )
+    )
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["fill"]:

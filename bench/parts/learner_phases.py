@@ -60,8 +60,14 @@ def numpy_batch(shape: tuple[int, ...], batch_size: int, seed: int = 0) -> Repla
         "next_obs": observations(),
     }
     zeros = np.zeros(batch_size, np.int64)
-    return ReplayBatch(transitions, np.ones(batch_size, np.float32), zeros.astype(np.int32),
-                       zeros, zeros, np.ones(batch_size))  # fmt: skip
+    return ReplayBatch(
+        transitions,
+        np.ones(batch_size, np.float32),
+        zeros.astype(np.int32),
+        zeros,
+        zeros,
+        np.ones(batch_size),
+    )
 
 
 def in_sampler_arrays(batch: ReplayBatch, stager: DeviceStager) -> ReplayBatch:

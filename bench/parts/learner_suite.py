@@ -110,9 +110,11 @@ def run(
                     timing = {"repeats": repeats, "seconds_per_repeat": per_repeat}
                     updates = _measure(network, shape, hidden, batch_size, device, timing)
                     params = {
-                        "network": network, "device": device.type, "batch_size": batch_size,
+                        "network": network,
+                        "device": device.type,
+                        "batch_size": batch_size,
                         "torch_threads": torch_threads,
-                    }  # fmt: skip
+                    }
                     base = {"suite": SUITE, "case": case, "implementation": "apex", "status": "ok"}
                     records.append({**base, **updates, "params": params})
                     steps = batch_size * _steps_per_item(network)
@@ -128,8 +130,16 @@ def run(
     return {"records": records, "ratios": [], "config": {**config, "torch_threads": torch_threads}}
 
 
-NETWORKS = ("mlp", "nature-cnn", "ddpg-mlp", "td3-mlp", "impala-mlp", "impala-nature-cnn",
-            "r2d2-mlp", "r2d2-nature-cnn")  # fmt: skip
+NETWORKS = (
+    "mlp",
+    "nature-cnn",
+    "ddpg-mlp",
+    "td3-mlp",
+    "impala-mlp",
+    "impala-nature-cnn",
+    "r2d2-mlp",
+    "r2d2-nature-cnn",
+)
 GRAPHED = ("mlp", "nature-cnn")  # on CUDA, also as the learner runs DQN there: in a graph
 
 
@@ -186,13 +196,15 @@ def _measure_impala(shape, hidden, batch_size: int, device: torch.device, timing
     from apex.algorithms.impala.settings import ImpalaSettings
     from launch.config import resolve
 
-    config = dataclasses.replace(resolve({"env": "CartPole-v1", "algorithm": "impala"}).learner,
-                                 hidden=hidden)  # fmt: skip
+    config = dataclasses.replace(
+        resolve({"env": "CartPole-v1", "algorithm": "impala"}).learner, hidden=hidden
+    )
     algorithm = Impala(config, ImpalaSettings(), shape, 6, device)
     steps = UNROLL_LENGTH
     if len(shape) == 3:
-        observations = torch.randint(0, 256, (batch_size, steps + 1, *shape), dtype=torch.uint8,
-                                     device=device)  # fmt: skip
+        observations = torch.randint(
+            0, 256, (batch_size, steps + 1, *shape), dtype=torch.uint8, device=device
+        )
     else:
         observations = torch.randn(batch_size, steps + 1, *shape, device=device)
     unrolls = {
@@ -211,8 +223,7 @@ def _r2d2_settings(network: str):
     from launch.config import resolve
 
     if network == "r2d2-mlp":  # the popgym preset's, read without making its env
-        run = resolve({"env": "popgym:popgym-RepeatFirstEasy-v0", "algorithm": "r2d2"},
-                      sized=False)  # fmt: skip
+        run = resolve({"env": "popgym:popgym-RepeatFirstEasy-v0", "algorithm": "r2d2"}, sized=False)
         return run.learner, run.algorithms["r2d2"]
     run = resolve({"env": "CartPole-v1", "algorithm": "r2d2"}, sized=False)
     return run.learner, R2D2Settings()  # R2D2's own defaults: sequences of 80, an LSTM of 512
@@ -239,8 +250,9 @@ def _measure_r2d2(
     algorithm = R2D2(config, settings, online, device)
     steps, units = settings.sequence_length, settings.lstm_units
     if len(shape) == 3:
-        observations = torch.randint(0, 256, (batch_size, steps + 1, *shape), dtype=torch.uint8,
-                                     device=device)  # fmt: skip
+        observations = torch.randint(
+            0, 256, (batch_size, steps + 1, *shape), dtype=torch.uint8, device=device
+        )
     else:
         observations = torch.randn(batch_size, steps + 1, *shape, device=device)
     generator = torch.Generator().manual_seed(0)
@@ -288,8 +300,9 @@ def _measure(
     else:
         online = build_network(shape, 6, hidden).to(device)
         optimizer = adam(online.parameters(), 1e-4, 1.5e-4)
-        update = functools.partial(dqn_step, online, copy.deepcopy(online), optimizer, batch,
-                                   weights, 10.0, 1e-3)  # fmt: skip
+        update = functools.partial(
+            dqn_step, online, copy.deepcopy(online), optimizer, batch, weights, 10.0, 1e-3
+        )
 
     def step() -> None:
         update()
@@ -306,10 +319,19 @@ def _measure(
 
 def _phase_records(base: dict, params: dict, phases: dict[str, float]) -> list[dict]:
     return [
-        {**base, "case": f"{base['case']}-phase", "metric": phase, "unit": "ms/update",
-         "median": ms, "min": ms, "max": ms, "repeats": 1, "params": params}
+        {
+            **base,
+            "case": f"{base['case']}-phase",
+            "metric": phase,
+            "unit": "ms/update",
+            "median": ms,
+            "min": ms,
+            "max": ms,
+            "repeats": 1,
+            "params": params,
+        }
         for phase, ms in phases.items()
-    ]  # fmt: skip
+    ]
 
 
 def _scaled(updates: dict, batch_size: int) -> dict:

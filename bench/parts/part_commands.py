@@ -87,10 +87,13 @@ def bench_replay(
 )
 @click.option("--curve", is_flag=True, help="Also the CURVE cases: with keys beside without.")
 @click.option(
-    "--part", "parts", multiple=True, type=click.Choice(["ingest", "sample", "queue", "sequences"]),
+    "--part",
+    "parts",
+    multiple=True,
+    type=click.Choice(["ingest", "sample", "queue", "sequences"]),
     help="Only these parts [all]: ingest by kind, the sample service, IMPALA's queue, R2D2's "
     "sequences (a store of 10M steps, and batches of 64 x 80 from one shard).",
-)  # fmt: skip
+)
 def bench_shard(
     quick,
     repeats,
@@ -127,13 +130,18 @@ def bench_shard(
 @click.option("--repeats", type=click.IntRange(min=1), default=5, help="Timed repeats per figure.")
 @click.option("--threads", type=click.IntRange(min=1), default=2, help="torch threads on the CPU.")
 @click.option(
-    "--device", "devices", type=click.Choice(["cpu", "cuda"]), multiple=True,
+    "--device",
+    "devices",
+    type=click.Choice(["cpu", "cuda"]),
+    multiple=True,
     help="Only these devices (repeatable) [the CPU, and CUDA where torch sees it].",
-)  # fmt: skip
+)
 @click.option(
-    "--network", "networks", multiple=True,
+    "--network",
+    "networks",
+    multiple=True,
     help="Only this network's cases (repeatable; mlp, nature-cnn, r2d2-mlp, ...) [all].",
-)  # fmt: skip
+)
 @report_options
 def bench_learner(quick, repeats, threads, devices, networks, json_path, markdown_path) -> None:
     """Learner updates/s by batch size (MLP and Nature CNN), CPU and CUDA when present,
@@ -147,14 +155,19 @@ def bench_learner(quick, repeats, threads, devices, networks, json_path, markdow
             raise click.UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device")
     unknown = sorted(set(networks) - set(learner_suite.NETWORKS))
     if unknown:
-        raise click.UsageError(f"--network: no {', '.join(unknown)}; there are "
-                               f"{', '.join(learner_suite.NETWORKS)}")  # fmt: skip
+        raise click.UsageError(
+            f"--network: no {', '.join(unknown)}; there are {', '.join(learner_suite.NETWORKS)}"
+        )
 
     def run_suite(memory_bytes: int | None) -> dict:
         return learner_suite.run(
-            quick=quick, repeats=repeats, torch_threads=threads, progress=progress,
-            device_types=tuple(devices) or ("cpu", "cuda"), networks=tuple(networks),
-        )  # fmt: skip
+            quick=quick,
+            repeats=repeats,
+            torch_threads=threads,
+            progress=progress,
+            device_types=tuple(devices) or ("cpu", "cuda"),
+            networks=tuple(networks),
+        )
 
     run_bench(learner_suite.SUITE, run_suite, json_path, markdown_path)
 

@@ -33,19 +33,28 @@ def measure_queue(timing: dict) -> tuple[list[float], list[float]]:
     context = make_context(SecurityConfig(None), need_server_secret=False)
     processes = [shard]
     try:
-        budget = START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing[
-            "seconds_per_repeat"
-        ] + 30  # fmt: skip
-        processes.append(start_pusher("apex", "unrolls", 1, [ready], budget,
-                                      batch=UNROLLS_PER_MESSAGE))  # fmt: skip
+        budget = (
+            START_TIMEOUT_S
+            + timing["warmup_s"]
+            + timing["repeats"] * timing["seconds_per_repeat"]
+            + 30
+        )
+        processes.append(
+            start_pusher("apex", "unrolls", 1, [ready], budget, batch=UNROLLS_PER_MESSAGE)
+        )
         client = RequestClient(context, ready["request"], sender=97)
         deadline = time.monotonic() + START_TIMEOUT_S
         while client.info()["size"] < UNROLL_BATCH:
             if time.monotonic() > deadline:
                 raise TimeoutError("no unrolls reached the queue")
             time.sleep(0.05)
-        config = SamplerConfig(endpoints=(ready["request"],), batch_size=UNROLL_BATCH,
-                               prefetch=4, sender=96, security=SecurityConfig(None))  # fmt: skip
+        config = SamplerConfig(
+            endpoints=(ready["request"],),
+            batch_size=UNROLL_BATCH,
+            prefetch=4,
+            sender=96,
+            security=SecurityConfig(None),
+        )
         with make_sampler(config, spec, DeviceStager("cpu")) as sampler:
             batch_rates, unroll_rates = sampled_windows(
                 sampler, lambda: client.info()["transitions_added"], timing

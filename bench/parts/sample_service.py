@@ -79,8 +79,10 @@ def measure_sampling(
         fill_shards(kind, context, endpoints, spec, fill * shard_count)
         # A shard busy filling or serving samples on a loaded machine (the suite's two
         # workers beside a Slurm job) has taken over 5 s, the default, to answer INFO.
-        clients = [RequestClient(context, r["request"], sender=97, timeout_s=INFO_TIMEOUT_S)
-                   for r in readies]  # fmt: skip
+        clients = [
+            RequestClient(context, r["request"], sender=97, timeout_s=INFO_TIMEOUT_S)
+            for r in readies
+        ]
         deadline = time.monotonic() + START_TIMEOUT_S
         while sum(c.info()["size"] for c in clients) < fill * shard_count * 0.95:
             if time.monotonic() > deadline:

@@ -42,25 +42,43 @@ def store_records(suite: str, stored_steps: int, timing: dict) -> list[dict]:
     """The ``store-sequences`` records, measured in a fresh process."""
     request = {"stored_steps": stored_steps, **timing}
     command = [sys.executable, "-m", "bench.parts.sequence_cases", json.dumps(request)]
-    completed = subprocess.run(command, cwd=REPO_ROOT, env=worker_env(), capture_output=True,
-                               text=True, timeout=3600, check=False)  # fmt: skip
+    completed = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     case = "store-sequences"
     if completed.returncode != 0:
         tail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
         return [unavailable_record(suite, case, "apex", tail)]
     result = json.loads(completed.stdout.strip().splitlines()[-1])
-    keys = ("stored_steps", "sequences", "sequence_length", "batch_size", "item_nbytes",
-            "store_nbytes", "fill_s")  # fmt: skip
+    keys = (
+        "stored_steps",
+        "sequences",
+        "sequence_length",
+        "batch_size",
+        "item_nbytes",
+        "store_nbytes",
+        "fill_s",
+    )
     params = {key: result[key] for key in keys}
     per_million = result["rss_bytes"] / (result["stored_steps"] / 1e6)
-    timed = [("sample_time", result["sample_ms"]),
-             ("sample_and_update_time", result["sample_and_update_ms"])]  # fmt: skip
+    timed = [
+        ("sample_time", result["sample_ms"]),
+        ("sample_and_update_time", result["sample_and_update_ms"]),
+    ]
     return [
-        *(ok_record(suite, case, "apex", metric, "ms/batch", values, params)
-          for metric, values in timed),
+        *(
+            ok_record(suite, case, "apex", metric, "ms/batch", values, params)
+            for metric, values in timed
+        ),
         _fixed(suite, case, "rss", "bytes", result["rss_bytes"], params),
         _fixed(suite, case, "rss_per_million_steps", "bytes", per_million, params),
-    ]  # fmt: skip
+    ]
 
 
 def sampler_records(suite: str, timing: dict, sequences: int) -> list[dict]:
@@ -68,10 +86,16 @@ def sampler_records(suite: str, timing: dict, sequences: int) -> list[dict]:
     from bench.parts.sample_service import measure_sampling
     from bench.parts.shard_processes import SAMPLE_PREFETCH
 
-    params = {"shards": 1, "batch_size": SEQUENCE_BATCH, "prefetch": SAMPLE_PREFETCH,
-              "fill_per_shard": sequences, "ingest_rate": SEQUENCE_INGEST_RATE}  # fmt: skip
-    batches, ingest = measure_sampling(1, timing, sequences, SEQUENCE_INGEST_RATE, "sequences",
-                                       batch_size=SEQUENCE_BATCH)  # fmt: skip
+    params = {
+        "shards": 1,
+        "batch_size": SEQUENCE_BATCH,
+        "prefetch": SAMPLE_PREFETCH,
+        "fill_per_shard": sequences,
+        "ingest_rate": SEQUENCE_INGEST_RATE,
+    }
+    batches, ingest = measure_sampling(
+        1, timing, sequences, SEQUENCE_INGEST_RATE, "sequences", batch_size=SEQUENCE_BATCH
+    )
     case = "sample-sequences-1shard"
     return [
         ok_record(suite, case, "apex", "ready_batches", "batches/s", batches, params),
@@ -95,8 +119,9 @@ def sequence_records(
     return records + sampler_records(suite, timing, stored_steps // length)
 
 
-def _milliseconds_per_call(operation: Callable[[], object], repeats: int,
-                           seconds_per_repeat: float) -> list[float]:  # fmt: skip
+def _milliseconds_per_call(
+    operation: Callable[[], object], repeats: int, seconds_per_repeat: float
+) -> list[float]:
     """Mean milliseconds per call of ``operation`` in each of ``repeats`` windows."""
     for _ in range(5):
         operation()
@@ -127,8 +152,9 @@ def _measure(request: dict) -> dict:
     began = time.monotonic()
     for start in range(0, sequences, rows):
         count = min(rows, sequences - start)
-        store.add({name: items[:count] for name, items in block.items()},
-                  rng.uniform(0.1, 2.0, count))  # fmt: skip
+        store.add(
+            {name: items[:count] for name, items in block.items()}, rng.uniform(0.1, 2.0, count)
+        )
     fill_s = time.monotonic() - began
     buffers = store.allocate_batch(SEQUENCE_BATCH)
     timing = {"repeats": request["repeats"], "seconds_per_repeat": request["seconds_per_repeat"]}
@@ -138,8 +164,9 @@ def _measure(request: dict) -> dict:
 
     def sample_and_update():
         batch = sample()
-        store.update_priorities(batch.indices, batch.generations,
-                                rng.uniform(0.1, 2.0, SEQUENCE_BATCH))  # fmt: skip
+        store.update_priorities(
+            batch.indices, batch.generations, rng.uniform(0.1, 2.0, SEQUENCE_BATCH)
+        )
 
     sample_ms = _milliseconds_per_call(sample, **timing)
     sample_and_update_ms = _milliseconds_per_call(sample_and_update, **timing)
@@ -147,11 +174,17 @@ def _measure(request: dict) -> dict:
     status = open("/proc/self/status", encoding="utf-8").read()  # noqa: SIM115
     rss_kib = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
     return {
-        "stored_steps": sequences * length, "sequences": sequences, "sequence_length": length,
-        "batch_size": SEQUENCE_BATCH, "item_nbytes": spec.item_nbytes, "fill_s": fill_s,
-        "sample_ms": sample_ms, "sample_and_update_ms": sample_and_update_ms,
-        "rss_bytes": rss_kib * 1024, "store_nbytes": store_nbytes,
-    }  # fmt: skip
+        "stored_steps": sequences * length,
+        "sequences": sequences,
+        "sequence_length": length,
+        "batch_size": SEQUENCE_BATCH,
+        "item_nbytes": spec.item_nbytes,
+        "fill_s": fill_s,
+        "sample_ms": sample_ms,
+        "sample_and_update_ms": sample_and_update_ms,
+        "rss_bytes": rss_kib * 1024,
+        "store_nbytes": store_nbytes,
+    }
 
 
 if __name__ == "__main__":

@@ -24,8 +24,7 @@ SAMPLE_PREFETCH = 8
 
 def spawn(module: str, *arguments: str) -> RoleProcess:
     """``python -m MODULE ARGUMENTS`` from the repository, its log in a temporary file."""
-    return RoleProcess([sys.executable, "-m", module, *arguments], cwd=REPO_ROOT,
-                       env=worker_env())  # fmt: skip
+    return RoleProcess([sys.executable, "-m", module, *arguments], cwd=REPO_ROOT, env=worker_env())
 
 
 def field_options(kind: str) -> list[str]:
@@ -53,10 +52,19 @@ def start_shard(
     ready payload (endpoints)."""
     frames = ["--frames"] if kind == "atari-frames" else []
     process = spawn(
-        "launch", "replay", "--capacity", str(capacity), "--shard-index", str(index),
-        "--seed", str(index), *field_options(kind), *frames, *(["--keys", keys] if keys else []),
+        "launch",
+        "replay",
+        "--capacity",
+        str(capacity),
+        "--shard-index",
+        str(index),
+        "--seed",
+        str(index),
+        *field_options(kind),
+        *frames,
+        *(["--keys", keys] if keys else []),
         *extra,
-    )  # fmt: skip
+    )
     return process, process.await_ready(timeout_s)
 
 
@@ -120,8 +128,9 @@ def measure_raw(kind: str, pushers: int, timing: dict, pack: bool = True) -> lis
         budget = (
             START_TIMEOUT_S + timing["warmup_s"] + timing["repeats"] * timing["seconds_per_repeat"]
         )
-        senders = [start_pusher("raw", kind, 100 + i, target, budget, pack=pack)
-                   for i in range(pushers)]  # fmt: skip
+        senders = [
+            start_pusher("raw", kind, 100 + i, target, budget, pack=pack) for i in range(pushers)
+        ]
         rates = receiver.expect("rates", budget + 30)
     finally:
         stop_all([*senders, receiver])
@@ -171,8 +180,11 @@ def measure_apex(
         last = client.info()
         rejected = last["rejected"]
         if shares is not None:
-            parts = [counts["transitions"] - first.get(sender, {}).get("transitions", 0)
-                     for sender, counts in last["senders"].items() if sender != "99"]  # fmt: skip
+            parts = [
+                counts["transitions"] - first.get(sender, {}).get("transitions", 0)
+                for sender, counts in last["senders"].items()
+                if sender != "99"
+            ]
             mean = sum(parts) / max(1, len(parts))
             shares.extend(part / mean if mean else 0.0 for part in parts)
         client.close()

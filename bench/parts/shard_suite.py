@@ -120,17 +120,22 @@ def run(
     for kind in kinds if "ingest" in parts else ():
         missing = missing_env("Pong") if kind == "atari-frames" else None  # real Pong frames
         if missing:
-            records += [unavailable_record(SUITE, f"ingest-{kind}-{pushers}p", implementation,
-                                           missing)
-                        for pushers in pusher_counts
-                        for implementation in ("apex", "apex-no-credit")]  # fmt: skip
+            records += [
+                unavailable_record(SUITE, f"ingest-{kind}-{pushers}p", implementation, missing)
+                for pushers in pusher_counts
+                for implementation in ("apex", "apex-no-credit")
+            ]
             continue
         nbytes = message_nbytes(kind) / INSERT_BATCH
         capacity = (1 << 16) if kind in ("small", "atari-frames") else (1 << 12)
         for pushers in pusher_counts:
             case = f"ingest-{kind}-{pushers}p"
-            params = {"pushers": pushers, "batch": INSERT_BATCH, "transition_nbytes": nbytes,
-                      "rounds": timing["repeats"]}  # fmt: skip
+            params = {
+                "pushers": pushers,
+                "batch": INSERT_BATCH,
+                "transition_nbytes": nbytes,
+                "rounds": timing["repeats"],
+            }
             shares: list[float] = []
             rates = _ingest_rounds(kind, pushers, timing, capacity, shares, case, progress)
             for implementation, values in rates.items():
@@ -144,18 +149,21 @@ def run(
             if pushers > 1:
                 # Each pusher's part of what the shard took, of the mean part: the least is
                 # the most starved sender (1.0: none is).
-                records.append(_record(case, "apex", "sender_share", "of the mean", shares,
-                                       params))  # fmt: skip
+                records.append(_record(case, "apex", "sender_share", "of the mean", shares, params))
             for baseline in ("raw-pyzmq", "raw-pyzmq-per-array"):
                 if baseline in rates:
                     per_round = [a / b for a, b in zip(rates["apex"], rates[baseline], strict=True)]
                     ratios.append(
                         {
-                            "suite": SUITE, "case": case, "metric": "ingest",
-                            "numerator": "apex", "denominator": baseline,
-                            "ratio": float(np.median(per_round)), "per_round": per_round,
+                            "suite": SUITE,
+                            "case": case,
+                            "metric": "ingest",
+                            "numerator": "apex",
+                            "denominator": baseline,
+                            "ratio": float(np.median(per_round)),
+                            "per_round": per_round,
                         }
-                    )  # fmt: skip
+                    )
     fill = (1 << 12) if quick else (1 << 16)
     for shard_count in shard_counts if "sample" in parts else ():
         case = f"sample-{shard_count}shard"
@@ -177,8 +185,13 @@ def run(
         case, rate = "sample-atari-frames-1shard", ATARI_SAMPLE_INGEST_RATE
         if progress:
             progress(f"shard {case} apex")
-        params = {"shards": 1, "batch_size": SAMPLE_BATCH, "prefetch": SAMPLE_PREFETCH,
-                  "fill_per_shard": ATARI_SAMPLE_FILL, "ingest_rate": rate}  # fmt: skip
+        params = {
+            "shards": 1,
+            "batch_size": SAMPLE_BATCH,
+            "prefetch": SAMPLE_PREFETCH,
+            "fill_per_shard": ATARI_SAMPLE_FILL,
+            "ingest_rate": rate,
+        }
         batches, ingest = measure_sampling(1, timing, ATARI_SAMPLE_FILL, rate, "atari-frames")
         records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
         records.append(
@@ -196,8 +209,13 @@ def run(
         case = "queue-unrolls-1shard"
         if progress:
             progress(f"shard {case} apex")
-        params = {"shards": 1, "batch_size": UNROLL_BATCH, "unrolls_per_message":
-                  UNROLLS_PER_MESSAGE, "capacity": QUEUE_CAPACITY, "unroll_length": 20}  # fmt: skip
+        params = {
+            "shards": 1,
+            "batch_size": UNROLL_BATCH,
+            "unrolls_per_message": UNROLLS_PER_MESSAGE,
+            "capacity": QUEUE_CAPACITY,
+            "unroll_length": 20,
+        }
         batches, unrolls = measure_queue(timing)
         records.append(_record(case, "apex", "ready_batches", "batches/s", batches, params))
         records.append(_record(case, "apex", "unrolls", "unrolls/s", unrolls, params))
@@ -208,8 +226,7 @@ def run(
     if curve:  # the same figures with CURVE keys beside without (bench.parts.curve_cases)
         from bench.parts.curve_cases import curve_cases
 
-        more_records, more_ratios = curve_cases(SUITE, timing, kinds, fill, ingest_rate,
-                                                progress)  # fmt: skip
+        more_records, more_ratios = curve_cases(SUITE, timing, kinds, fill, ingest_rate, progress)
         records += more_records
         ratios += more_ratios
     return {

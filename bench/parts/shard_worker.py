@@ -107,11 +107,16 @@ def push(request: dict) -> None:
         if request["mode"] == "apex":
             shards = [ShardEndpoints(insert, requests) for insert, requests in request["shards"]]
             client = InsertClient(
-                context, shards, request["sender"], spec, timeout_s=0.5, hwm=16,
+                context,
+                shards,
+                request["sender"],
+                spec,
+                timeout_s=0.5,
+                hwm=16,
                 start_timeout_s=30.0,
                 batch_hint=request["batch"],
                 **({} if request.get("credit", True) else {"credit": None}),
-            )  # fmt: skip
+            )
             # Paced to ``rate`` transitions/s when given (an actor fleet of a stated size),
             # else as fast as the shard takes them.
             interval_s = request["batch"] / request["rate"] if request.get("rate") else 0.0
@@ -154,9 +159,13 @@ class FrameSource:
 
         self.frames = pong_frames(512, seed=seed)
         self.writer = FrameWriter(
-            FRAME_ENVS, 4, FRAME_N, history=batch + 8, compress=compress,
+            FRAME_ENVS,
+            4,
+            FRAME_N,
+            history=batch + 8,
+            compress=compress,
             rng=np.random.default_rng(seed),
-        )  # fmt: skip
+        )
         self.per_env = max(1, batch // FRAME_ENVS)
         self.step = 0
         self.envs = np.arange(FRAME_ENVS)
@@ -236,10 +245,16 @@ def push_frames(request: dict, stop: dict) -> None:
     try:
         shards = [ShardEndpoints(insert, requests) for insert, requests in request["shards"]]
         client = InsertClient(
-            context, shards, request["sender"], transition_spec("atari"), timeout_s=0.5,
-            hwm=16, start_timeout_s=30.0, batch_hint=request["batch"],
+            context,
+            shards,
+            request["sender"],
+            transition_spec("atari"),
+            timeout_s=0.5,
+            hwm=16,
+            start_timeout_s=30.0,
+            batch_hint=request["batch"],
             **({} if request.get("credit", True) else {"credit": None}),
-        )  # fmt: skip
+        )
         compress = client.frame_layout["compressed"]
         recorded = None
         if len(shards) == 1:

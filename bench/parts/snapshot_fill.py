@@ -111,8 +111,10 @@ def measure_fill(kind: str, capacity: int, fraction: float) -> dict:
             stop_all([shard])
         snapshot = Path(info["last_snapshot"]["path"])
         if info["last_snapshot"]["transitions"] != info["size"]:
-            raise RuntimeError(f"the snapshot holds {info['last_snapshot']['transitions']} "
-                               f"transitions, the shard {info['size']}")  # fmt: skip
+            raise RuntimeError(
+                f"the snapshot holds {info['last_snapshot']['transitions']} "
+                f"transitions, the shard {info['size']}"
+            )
         measured = {
             "transitions": info["size"],
             "content_bytes": content_bytes(kind, spec, info),
@@ -137,8 +139,9 @@ def measure_fill(kind: str, capacity: int, fraction: float) -> dict:
             stop_all([restored], budget_s=300)
             context.destroy(linger=0)
     if measured["restored_transitions"] != measured["transitions"]:
-        raise RuntimeError(f"restored {measured['restored_transitions']} of "
-                           f"{measured['transitions']} transitions")  # fmt: skip
+        raise RuntimeError(
+            f"restored {measured['restored_transitions']} of {measured['transitions']} transitions"
+        )
     measured["bytes_ratio"] = measured["snapshot_bytes"] / max(measured["content_bytes"], 1)
     return measured
 
@@ -154,10 +157,13 @@ def fill_records(cases, suite: str, progress) -> list[dict]:
         measured = measure_fill(kind, capacity, fraction)
         params = {"capacity": capacity, "fill": fraction, "transitions": measured["transitions"]}
         for metric, unit in (
-            ("content_bytes", "bytes"), ("snapshot_bytes", "bytes"), ("bytes_ratio", "x"),
-            ("snapshot_time_s", "s"), ("restore_time_s", "s"), ("empty_peak_rss", "bytes"),
+            ("content_bytes", "bytes"),
+            ("snapshot_bytes", "bytes"),
+            ("bytes_ratio", "x"),
+            ("snapshot_time_s", "s"),
+            ("restore_time_s", "s"),
+            ("empty_peak_rss", "bytes"),
             ("restore_peak_rss", "bytes"),
-        ):  # fmt: skip
-            records.append(ok_record(suite, case, "apex", metric, unit, [measured[metric]],
-                                     params))  # fmt: skip
+        ):
+            records.append(ok_record(suite, case, "apex", metric, unit, [measured[metric]], params))
     return records

@@ -30,8 +30,9 @@ SUITE = "snapshot"
 SAMPLE_BATCH = 512
 
 
-def _record(case: str, implementation: str, metric: str, unit: str, values: list[float],
-            params: dict) -> dict:  # fmt: skip
+def _record(
+    case: str, implementation: str, metric: str, unit: str, values: list[float], params: dict
+) -> dict:
     return ok_record(SUITE, case, implementation, metric, unit, values, params)
 
 
@@ -42,8 +43,9 @@ def _latencies(client, spec, info, seconds: float, snapshot: bool) -> tuple[list
     deadline = time.monotonic() + seconds
     # With snapshots: at least one must complete (a paced Pong snapshot takes ~10 s).
     hard_deadline = deadline + 600
-    while time.monotonic() < deadline or (snapshot and not written
-                                          and time.monotonic() < hard_deadline):  # fmt: skip
+    while time.monotonic() < deadline or (
+        snapshot and not written and time.monotonic() < hard_deadline
+    ):
         now = time.monotonic()
         if now - last_poll > 0.02:  # look at the shard's state every 20 ms
             state = info()
@@ -104,8 +106,12 @@ def _case(kind: str, capacity: int, seconds: float, rate: float, progress) -> li
                 ("no-snapshot", "snapshotting"), values, strict=True
             ):
                 value = float(np.percentile(samples, q)) * 1e3
-                records.append({**_record(case, implementation, name, "ms", [value], params),
-                                "params": {**params, "samples": len(samples)}})  # fmt: skip
+                records.append(
+                    {
+                        **_record(case, implementation, name, "ms", [value], params),
+                        "params": {**params, "samples": len(samples)},
+                    }
+                )
         records.append(_record(case, "snapshotting", "ingest", "transitions/s", [ingest], params))
         seconds_taken = [w["seconds"] for w in written]
         records.append(_record(case, "apex", "snapshot_time", "s", seconds_taken, params))
@@ -162,24 +168,45 @@ def run(
         else [("small", 1_000_000, 20_000.0), ("atari-frames", 1_000_000, 5_000.0)]
     )
     # The fill cases: a CartPole-sized shard and a Pong shard of the Pong preset's size.
-    fill_cases = [(kind, capacity, fraction)
-                  for kind, capacity in ((("small", 1 << 14), ("atari-frames", 4_096)) if quick
-                                         else (("small", 1_000_000), ("atari-frames", 2_000_000)))
-                  for fraction in FILLS]  # fmt: skip
+    fill_cases = [
+        (kind, capacity, fraction)
+        for kind, capacity in (
+            (("small", 1 << 14), ("atari-frames", 4_096))
+            if quick
+            else (("small", 1_000_000), ("atari-frames", 2_000_000))
+        )
+        for fraction in FILLS
+    ]
     records = fill_records(fill_cases, SUITE, say) if part in ("all", "fill") else []
     if part == "fill":
-        return {"records": records, "ratios": [],
-                "config": {"quick": quick, "part": part, "fill_cases": fill_cases}}  # fmt: skip
+        return {
+            "records": records,
+            "ratios": [],
+            "config": {"quick": quick, "part": part, "fill_cases": fill_cases},
+        }
     for kind, capacity, rate in cases:
         records += _case(kind, capacity, seconds, rate, say)
     ratios = []
     by = {(r["case"], r["implementation"], r["metric"]): r["median"] for r in records}
     for kind, capacity, _ in cases:
         case = f"{kind}-{capacity}"
-        ratios.append({"suite": SUITE, "case": case, "metric": "sample_p99",
-                       "numerator": "snapshotting", "denominator": "no-snapshot",
-                       "ratio": by[(case, "snapshotting", "sample_p99")]
-                       / by[(case, "no-snapshot", "sample_p99")]})  # fmt: skip
-    config = {"quick": quick, "part": part, "seconds": seconds, "insert_batch": INSERT_BATCH,
-              "cases": [list(c) for c in cases], "fill_cases": fill_cases}  # fmt: skip
+        ratios.append(
+            {
+                "suite": SUITE,
+                "case": case,
+                "metric": "sample_p99",
+                "numerator": "snapshotting",
+                "denominator": "no-snapshot",
+                "ratio": by[(case, "snapshotting", "sample_p99")]
+                / by[(case, "no-snapshot", "sample_p99")],
+            }
+        )
+    config = {
+        "quick": quick,
+        "part": part,
+        "seconds": seconds,
+        "insert_batch": INSERT_BATCH,
+        "cases": [list(c) for c in cases],
+        "fill_cases": fill_cases,
+    }
     return {"records": records, "ratios": ratios, "config": config}

@@ -220,5 +220,9 @@ def plan(
 def check(predicted: float, measured: float, tolerance: float = 0.25) -> dict:
     """A prediction against a measurement: relative error and whether it is within."""
     error = (predicted - measured) / measured if measured else math.inf
-    return {"predicted": predicted, "measured": measured, "error": error,
-            "within": abs(error) <= tolerance}  # fmt: skip
+    return {
+        "predicted": predicted,
+        "measured": measured,
+        "error": error,
+        "within": abs(error) <= tolerance,
+    }

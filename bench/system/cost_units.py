@@ -71,17 +71,35 @@ def actor_process_cost(env: str, envs: int, seconds: float, shared: bool = False
 
     context = zmq.Context()
     with tempfile.TemporaryDirectory(prefix="apex-model-") as directory:
-        run = FleetRun(Path(directory), env, 1, frames=ENVS[env]["kind"] == "atari-frames",
-                       envs=envs)  # fmt: skip
+        run = FleetRun(
+            Path(directory), env, 1, frames=ENVS[env]["kind"] == "atari-frames", envs=envs
+        )
         publisher = WeightPublisher(context)
         collector = EpisodeCollector(context)
         network = learner_network(env)
-        command = [sys.executable, "-m", "launch", "actor", "--config",
-                   str(run.config_path), "--index", "0", "--shard",
-                   ",".join(run.endpoints[0]), "--weights", publisher.endpoint,
-                   "--episodes", collector.endpoint]  # fmt: skip
-        actor = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "launch",
+            "actor",
+            "--config",
+            str(run.config_path),
+            "--index",
+            "0",
+            "--shard",
+            ",".join(run.endpoints[0]),
+            "--weights",
+            publisher.endpoint,
+            "--episodes",
+            collector.endpoint,
+        ]
+        actor = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=worker_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         # The actor on a core of its own (or shared), everything measuring it on the other.
         os.sched_setaffinity(actor.pid, {SHARD_CORE})
         for process in run.processes:
@@ -144,8 +162,11 @@ def actor_step_costs(env: str, seconds: float) -> dict:
     (k1, k2), (c1, c2) = counts, own
     per_vector = max(0.0, (c1 - c2) / (1 / k1 - 1 / k2))
     factors = [shared_factor(beside, alone) for beside, alone in zip(shared, own, strict=True)]
-    return {"per_vector_step_s": per_vector, "per_env_step_s": max(0.0, c1 - per_vector / k1),
-            "actor_shared_factor": sum(factors) / len(factors)}  # fmt: skip
+    return {
+        "per_vector_step_s": per_vector,
+        "per_env_step_s": max(0.0, c1 - per_vector / k1),
+        "actor_shared_factor": sum(factors) / len(factors),
+    }
 
 
 def fleet_message_costs(seconds: float, shared: bool = False) -> dict:
@@ -183,8 +204,13 @@ def fleet_message_costs(seconds: float, shared: bool = False) -> dict:
             client.close()
             context.destroy(linger=0)
             run.stop()
-    return {"messages": messages, "connections": 2 * actors, "seconds": seconds,
-            "shard_cpu": shard_cpu, "client_cpu": client_cpu}  # fmt: skip
+    return {
+        "messages": messages,
+        "connections": 2 * actors,
+        "seconds": seconds,
+        "shard_cpu": shard_cpu,
+        "client_cpu": client_cpu,
+    }
 
 
 class _ShardWindow:
@@ -197,8 +223,7 @@ class _ShardWindow:
         self._affinity = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {CLIENT_CORE})
         self.context = zmq.Context()
-        self.requests = RequestClient(self.context, self.ready["request"], sender=90,
-                                      timeout_s=30)  # fmt: skip
+        self.requests = RequestClient(self.context, self.ready["request"], sender=90, timeout_s=30)
 
     def counters(self) -> tuple[float, int, int]:
         info = self.requests.info()
@@ -259,8 +284,10 @@ def _insert_costs(shard: _ShardWindow, kind: str, seconds: float, idle: float) -
         raise RuntimeError(f"no insert message reached the shard in {elapsed:.1f} s")
     # The shard's idle CPU subtracted can exceed a short window's busy CPU: noise, not a
     # negative cost.
-    return (max(0.0, cpu_after - cpu_before - idle * elapsed) / messages,
-            (client_after - client_before) / messages)  # fmt: skip
+    return (
+        max(0.0, cpu_after - cpu_before - idle * elapsed) / messages,
+        (client_after - client_before) / messages,
+    )
 
 
 def shard_costs(env: str, seconds: float) -> dict:
@@ -280,8 +307,11 @@ def shard_costs(env: str, seconds: float) -> dict:
                 if shard.counters()[2] < 20_000:
                     endpoints = [ShardEndpoints(shard.ready["insert"], shard.ready["request"])]
                     fill_shards(kind, shard.context, endpoints, spec, 20_000)
-                figures[shared] = {"per_message_s": per_message, "client_s_per_message": client,
-                                   **_sample_costs(shard, spec, seconds, idle)}  # fmt: skip
+                figures[shared] = {
+                    "per_message_s": per_message,
+                    "client_s_per_message": client,
+                    **_sample_costs(shard, spec, seconds, idle),
+                }
         connections = _connection_cost(shard, spec, seconds, idle)
     finally:
         shard.close()
@@ -289,9 +319,13 @@ def shard_costs(env: str, seconds: float) -> dict:
     size = SAMPLE_SIZES[-1]
     request_own = own["per_request_s"] + size * own["per_sampled_s"]
     request_beside = beside["per_request_s"] + size * beside["per_sampled_s"]
-    return {**own, **connections, "idle_cores": idle,
-            "message_shared_factor": shared_factor(beside["per_message_s"], own["per_message_s"]),
-            "request_shared_factor": shared_factor(request_beside, request_own)}  # fmt: skip
+    return {
+        **own,
+        **connections,
+        "idle_cores": idle,
+        "message_shared_factor": shared_factor(beside["per_message_s"], own["per_message_s"]),
+        "request_shared_factor": shared_factor(request_beside, request_own),
+    }
 
 
 def _sample_costs(shard: _ShardWindow, spec, seconds: float, idle: float) -> dict:
@@ -306,8 +340,9 @@ def _sample_costs(shard: _ShardWindow, spec, seconds: float, idle: float) -> dic
 
     costs, reply_bytes = {}, {}
     for size in SAMPLE_SIZES:
-        config = SamplerConfig(endpoints=(shard.ready["request"],), batch_size=size,
-                               prefetch=4, sender=91)  # fmt: skip
+        config = SamplerConfig(
+            endpoints=(shard.ready["request"],), batch_size=size, prefetch=4, sender=91
+        )
         with make_sampler(config, spec, DeviceStager("cpu")) as sampler:
             done = []
 
@@ -325,8 +360,11 @@ def _sample_costs(shard: _ShardWindow, spec, seconds: float, idle: float) -> dic
     (k1, c1), (k2, c2) = sorted(costs.items())
     per_sampled = max(0.0, (c2 - c1) / (k2 - k1))
     (_, b1), (_, b2) = sorted(reply_bytes.items())
-    return {"per_request_s": max(0.0, c1 - k1 * per_sampled), "per_sampled_s": per_sampled,
-            "sample_bytes": (b2 - b1) / (k2 - k1)}  # fmt: skip
+    return {
+        "per_request_s": max(0.0, c1 - k1 * per_sampled),
+        "per_sampled_s": per_sampled,
+        "sample_bytes": (b2 - b1) / (k2 - k1),
+    }
 
 
 def _connection_cost(shard: _ShardWindow, spec, seconds: float, idle: float) -> dict:
@@ -335,8 +373,9 @@ def _connection_cost(shard: _ShardWindow, spec, seconds: float, idle: float) -> 
     endpoints = [ShardEndpoints(shard.ready["insert"], shard.ready["request"])]
     context = zmq.Context()
     try:
-        clients = [InsertClient(context, endpoints, sender=200 + i, spec=spec)
-                   for i in range(IDLE_CLIENTS)]  # fmt: skip
+        clients = [
+            InsertClient(context, endpoints, sender=200 + i, spec=spec) for i in range(IDLE_CLIENTS)
+        ]
         started = time.process_time()
         cpu = shard.cpu_over(seconds)
         ours = time.process_time() - started
@@ -345,8 +384,10 @@ def _connection_cost(shard: _ShardWindow, spec, seconds: float, idle: float) -> 
     finally:
         context.destroy(linger=0)
     connection_seconds = 2 * IDLE_CLIENTS * seconds
-    return {"per_connection_s": max(0.0, (cpu - idle * seconds) / connection_seconds),
-            "client_per_connection_s": ours / connection_seconds}  # fmt: skip
+    return {
+        "per_connection_s": max(0.0, (cpu - idle * seconds) / connection_seconds),
+        "client_per_connection_s": ours / connection_seconds,
+    }
 
 
 def wire_bytes(env: str) -> float:

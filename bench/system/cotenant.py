@@ -39,8 +39,9 @@ def train_forever(env: str, hidden: tuple[int, ...]) -> None:
     optimizer = torch.optim.Adam(network.parameters(), lr=1e-4)
     dtype = torch.uint8 if shape.observation_dtype.kind == "u" else torch.float32
     size = (batch, *shape.observation_shape)
-    observations = (torch.randint(0, 255, size, dtype=dtype) if dtype == torch.uint8
-                    else torch.randn(size))  # fmt: skip
+    observations = (
+        torch.randint(0, 255, size, dtype=dtype) if dtype == torch.uint8 else torch.randn(size)
+    )
     while True:
         loss = network(observations).square().mean()
         optimizer.zero_grad(set_to_none=True)
@@ -62,8 +63,7 @@ def learner_on_core(
         return
     widths = ",".join(map(str, hidden))
     command = [sys.executable, "-m", "bench.system.cotenant", env, widths]
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(),
-                               stdout=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_env(), stdout=subprocess.DEVNULL)
     try:
         os.sched_setaffinity(process.pid, {core})
         yield

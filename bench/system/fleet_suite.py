@@ -149,8 +149,16 @@ class FleetRun:
             )
             for i in range(shards)
         ]
-        self._learner_command = [*launch, "learner", "--config", str(config_path), "--run-dir",
-                                 str(run_dir), "--host", self.address("learner")]  # fmt: skip
+        self._learner_command = [
+            *launch,
+            "learner",
+            "--config",
+            str(config_path),
+            "--run-dir",
+            str(run_dir),
+            "--host",
+            self.address("learner"),
+        ]
         for pair in self.endpoints:
             self._learner_command += ["--shard", ",".join(pair)]
 
@@ -182,8 +190,9 @@ class FleetRun:
     def spawn(self, role: str, command: list[str], cores: set[int], **streams) -> subprocess.Popen:
         """``command`` on ``role``'s host, pinned to ``cores`` (set while it still imports:
         the threads it starts later inherit them)."""
-        process = subprocess.Popen(self.on_host(role, command), cwd=REPO_ROOT, env=worker_env(),
-                                   **streams)  # fmt: skip
+        process = subprocess.Popen(
+            self.on_host(role, command), cwd=REPO_ROOT, env=worker_env(), **streams
+        )
         os.sched_setaffinity(process.pid, cores)
         return process
 
@@ -197,8 +206,7 @@ class FleetRun:
         """CPU seconds so far: the shards together, the learner, and the machine's soft
         interrupts (the network stack's receive work, not charged to any process)."""
         seconds = [cpu_seconds(process.pid) or 0.0 for process in self.processes]
-        return {"shards": sum(seconds[:-1]), "learner": seconds[-1],
-                "softirq": softirq_seconds()}  # fmt: skip
+        return {"shards": sum(seconds[:-1]), "learner": seconds[-1], "softirq": softirq_seconds()}
 
     def infos(self) -> list[dict]:
         context = zmq.Context()
@@ -243,8 +251,9 @@ def start_worker(
     }
     command = [sys.executable, "-m", "bench.system.fleet_worker", json.dumps(params)]
     with open(run.run_dir / f"fleet-{first}.log", "wb") as log:
-        worker = run.spawn("actor", command, OTHER_CORES, stdout=subprocess.PIPE, stderr=log,
-                           text=True)  # fmt: skip
+        worker = run.spawn(
+            "actor", command, OTHER_CORES, stdout=subprocess.PIPE, stderr=log, text=True
+        )
     # The fleet stands in for actors on other machines: on the shards' core it yields to
     # them, so what it costs does not come out of the replay's service.
     os.setpriority(os.PRIO_PROCESS, worker.pid, FLEET_NICE)
@@ -267,10 +276,9 @@ def _measure(
         run = FleetRun(Path(directory), env_name, shards, hosts=hosts)
         try:
             workers = [
-                start_worker(run, recording, first, min(ACTORS_PER_WORKER, actors - first),
-                             seconds)
+                start_worker(run, recording, first, min(ACTORS_PER_WORKER, actors - first), seconds)
                 for first in range(0, actors, ACTORS_PER_WORKER)
-            ]  # fmt: skip
+            ]
             for worker in workers:  # each says when its actors start sending
                 worker.stdout.readline()
             run.start_learner()
@@ -293,8 +301,11 @@ def _measure(
         finally:
             run.stop()
     if failed:
-        return {"target_per_s": actors * PAPER_RATE, "workers_failed": len(failed),
-                "failures": failed}  # fmt: skip
+        return {
+            "target_per_s": actors * PAPER_RATE,
+            "workers_failed": len(failed),
+            "failures": failed,
+        }
     sent = sum(r["transitions_sent"] for r in reports)
     received = sum(
         s["transitions"]
@@ -372,15 +383,25 @@ def run(
             case = f"{env_name}-{actors}x{shards}" + ("-hosts" if hosts else "")
             for metric, value in {**figures, "sustained": float(sustained)}.items():
                 if value is None:
-                    failures.append(f"no {metric}: the learner wrote too few progress "
-                                    "records with updates in the window")  # fmt: skip
+                    failures.append(
+                        f"no {metric}: the learner wrote too few progress "
+                        "records with updates in the window"
+                    )
                     continue
-                records.append(ok_record(SUITE, case, "apex", metric, UNITS[metric], [value],
-                                         params))  # fmt: skip
+                records.append(
+                    ok_record(SUITE, case, "apex", metric, UNITS[metric], [value], params)
+                )
             if failures:
-                records.append({"suite": SUITE, "case": case, "implementation": "apex",
-                                "status": "unavailable", "reason": "; ".join(failures),
-                                "params": params})  # fmt: skip
+                records.append(
+                    {
+                        "suite": SUITE,
+                        "case": case,
+                        "implementation": "apex",
+                        "status": "unavailable",
+                        "reason": "; ".join(failures),
+                        "params": params,
+                    }
+                )
     per_shard = largest / shards
     return {
         "records": records,

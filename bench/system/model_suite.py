@@ -25,22 +25,38 @@ SUITE = "model"
 CLUSTER_SIZES = (360, 1_000, 4_000)
 TOLERANCE = 0.25
 COST_UNITS = {
-    "per_vector_step_s": "s", "per_env_step_s": "s", "client_s_per_message": "s",
-    "client_credit_s": "s", "per_credit_s": "s", "client_per_connection_s": "s",
-    "message_shared_factor": "x", "request_shared_factor": "x", "actor_shared_factor": "x",
+    "per_vector_step_s": "s",
+    "per_env_step_s": "s",
+    "client_s_per_message": "s",
+    "client_credit_s": "s",
+    "per_credit_s": "s",
+    "client_per_connection_s": "s",
+    "message_shared_factor": "x",
+    "request_shared_factor": "x",
+    "actor_shared_factor": "x",
     "client_shared_factor": "x",
-    "wire_bytes": "bytes/transition", "sample_bytes": "bytes/transition",
-    "weights_bytes": "bytes", "idle_cores": "cores", "per_message_s": "s",
-    "per_request_s": "s", "per_sampled_s": "s", "per_connection_s": "s",
-}  # fmt: skip
+    "wire_bytes": "bytes/transition",
+    "sample_bytes": "bytes/transition",
+    "weights_bytes": "bytes",
+    "idle_cores": "cores",
+    "per_message_s": "s",
+    "per_request_s": "s",
+    "per_sampled_s": "s",
+    "per_connection_s": "s",
+}
 PLAN_UNITS = {
-    "actor_processes": "processes", "actor_cores": "cores", "actor_cores_packed": "cores",
+    "actor_processes": "processes",
+    "actor_cores": "cores",
+    "actor_cores_packed": "cores",
     "shards": "shards",
-    "shard_cores": "cores", "sampling_limit_updates_per_s": "updates/s",
-    "actors_to_shards_mb_per_s": "MB/s", "shards_to_learner_mb_per_s": "MB/s",
-    "weights_mb_per_s": "MB/s", "replay_ratio": "sampled/inserted",
+    "shard_cores": "cores",
+    "sampling_limit_updates_per_s": "updates/s",
+    "actors_to_shards_mb_per_s": "MB/s",
+    "shards_to_learner_mb_per_s": "MB/s",
+    "weights_mb_per_s": "MB/s",
+    "replay_ratio": "sampled/inserted",
     "shard_cores_shared": "cores",
-}  # fmt: skip
+}
 
 
 def _by_case(records: list[dict], suite: str) -> dict[str, dict]:
@@ -72,20 +88,42 @@ def system_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
         if not figures.get("updates") or "cpu_shard" not in figures:
             continue
         shards = params["shards"]
-        beside_shard = (figures["cpu_learner"] + figures["cpu_actor"]
-                        + figures["cpu_shard"] * (shards - 1) / shards)  # fmt: skip
+        beside_shard = (
+            figures["cpu_learner"]
+            + figures["cpu_actor"]
+            + figures["cpu_shard"] * (shards - 1) / shards
+        )
         processes = params["actors"]
-        beside_actor = (figures["cpu_learner"] + figures["cpu_shard"]
-                        + figures["cpu_actor"] * (processes - 1) / processes)  # fmt: skip
-        load = Load(figures["transitions_in"], params["actors"], params["envs_per_actor"], shards,
-                    figures["updates"], round(figures["samples"] / figures["updates"]),
-                    _busy(beside_shard, cores), _busy(beside_actor, cores))  # fmt: skip
-        predictions = {"shard": cost_model.shard_cores(costs, load),
-                       "actor": cost_model.actor_cores(costs, load)}  # fmt: skip
+        beside_actor = (
+            figures["cpu_learner"]
+            + figures["cpu_shard"]
+            + figures["cpu_actor"] * (processes - 1) / processes
+        )
+        load = Load(
+            figures["transitions_in"],
+            params["actors"],
+            params["envs_per_actor"],
+            shards,
+            figures["updates"],
+            round(figures["samples"] / figures["updates"]),
+            _busy(beside_shard, cores),
+            _busy(beside_actor, cores),
+        )
+        predictions = {
+            "shard": cost_model.shard_cores(costs, load),
+            "actor": cost_model.actor_cores(costs, load),
+        }
         for role, predicted in predictions.items():
             measured = figures[f"cpu_{role}"]
-            checks.append({"source": source, "kind": "system", "case": case, "role": role,
-                           **cost_model.check(predicted, measured, TOLERANCE)})  # fmt: skip
+            checks.append(
+                {
+                    "source": source,
+                    "kind": "system",
+                    "case": case,
+                    "role": role,
+                    **cost_model.check(predicted, measured, TOLERANCE),
+                }
+            )
     return checks
 
 
@@ -104,10 +142,16 @@ def fleet_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
         messages, shards = figures["messages_per_s"], params["shards"]
         others = figures["fleet_cpu_cores"] + figures["shard_cpu_cores"] * (shards - 1) / shards
         fleet_cores = max(1, cores - 1)
-        load = Load(messages * costs.transitions_per_message, params["actors"], 1, shards,
-                    figures["learner_updates_per_s"], _learner_batch(costs.env),
-                    _busy(others, fleet_cores),
-                    _busy(figures["shard_cpu_cores"], fleet_cores))  # fmt: skip
+        load = Load(
+            messages * costs.transitions_per_message,
+            params["actors"],
+            1,
+            shards,
+            figures["learner_updates_per_s"],
+            _learner_batch(costs.env),
+            _busy(others, fleet_cores),
+            _busy(figures["shard_cpu_cores"], fleet_cores),
+        )
         shard = cost_model.shard_cores(costs, load)
         # The fleet runs niced on the shards' cores. When both want more than those cores
         # have, the shards take what they need and the fleet sends with what is left, in
@@ -117,8 +161,15 @@ def fleet_checks(costs: UnitCosts, document: dict, source: str) -> list[dict]:
             ("shard", shard, figures["shard_cpu_cores"]),
             ("insert clients", clients, figures["fleet_cpu_cores"]),
         ):
-            checks.append({"source": source, "kind": "fleet", "case": case, "role": role,
-                           **cost_model.check(predicted, measured, TOLERANCE)})  # fmt: skip
+            checks.append(
+                {
+                    "source": source,
+                    "kind": "fleet",
+                    "case": case,
+                    "role": role,
+                    **cost_model.check(predicted, measured, TOLERANCE),
+                }
+            )
     return checks
 
 
@@ -198,12 +249,14 @@ def run(
     rounds = [cost_units.measure(list(envs), seconds, progress) for _ in range(repeats)]
     for env in envs:
         samples = {name: [measured[env][name] for measured in rounds] for name in COST_UNITS}
-        costs = UnitCosts(**{**rounds[0][env], **{n: statistics.median(v)
-                                                  for n, v in samples.items()}})  # fmt: skip
+        costs = UnitCosts(
+            **{**rounds[0][env], **{n: statistics.median(v) for n, v in samples.items()}}
+        )
         unit_costs[env] = costs.to_dict()
         for name, unit in COST_UNITS.items():
-            records.append(ok_record(SUITE, f"{env}-units", "apex", name, unit, samples[name],
-                                     {"env": env}))  # fmt: skip
+            records.append(
+                ok_record(SUITE, f"{env}-units", "apex", name, unit, samples[name], {"env": env})
+            )
         for source, document in documents.items():
             checks += system_checks(costs, document, source)
             checks += fleet_checks(costs, document, source)
@@ -215,14 +268,26 @@ def run(
             params = {"env": "Pong", "actors": actors, "learner_updates_per_s": updates}
             case = f"Pong-{actors}-actors-{updates:g}-updates"
             for name, unit in PLAN_UNITS.items():
-                records.append(ok_record(SUITE, case, "model", name, unit, [row[name]],
-                                         params))  # fmt: skip
+                records.append(ok_record(SUITE, case, "model", name, unit, [row[name]], params))
     for check in checks:
-        params = {"source": check["source"], "role": check["role"], "error": check["error"],
-                  "within": check["within"]}  # fmt: skip
+        params = {
+            "source": check["source"],
+            "role": check["role"],
+            "error": check["error"],
+            "within": check["within"],
+        }
         for kind in ("predicted", "measured"):
-            records.append(ok_record(SUITE, f"check-{check['case']}-{check['role']}", kind,
-                                     "cpu", "cores", [check[kind]], params))  # fmt: skip
+            records.append(
+                ok_record(
+                    SUITE,
+                    f"check-{check['case']}-{check['role']}",
+                    kind,
+                    "cpu",
+                    "cores",
+                    [check[kind]],
+                    params,
+                )
+            )
     scaling = scaling_checks(scaling_records, scaling_seconds, progress) if scaling_records else {}
     for check in scaling.get("checks", []):
         params = {key: check[key] for key in ("source", "bound_by", "error", "within")}

@@ -32,16 +32,27 @@ def bench_faults(quick, faults, slurm, json_path, markdown_path) -> None:
 
 @click.command("fleet")
 @click.option("--quick", is_flag=True, help="Fleets of 16 and 64, 12 s windows.")
-@click.option("--env", "env_name", type=click.Choice(["CartPole-v1", "Pong"]),
-              default="CartPole-v1", help="Whose recorded transitions it sends.")  # fmt: skip
-@click.option("--actors", "fleet_sizes", multiple=True, type=click.IntRange(min=1),
-              help="Fleet sizes [64 256 1024 2048].")  # fmt: skip
+@click.option(
+    "--env",
+    "env_name",
+    type=click.Choice(["CartPole-v1", "Pong"]),
+    default="CartPole-v1",
+    help="Whose recorded transitions it sends.",
+)
+@click.option(
+    "--actors",
+    "fleet_sizes",
+    multiple=True,
+    type=click.IntRange(min=1),
+    help="Fleet sizes [64 256 1024 2048].",
+)
 @click.option("--shards", type=click.IntRange(min=1), default=4, help="Replay shards.")
 @click.option("--seconds", type=click.FloatRange(min=1), default=None, help="Window [40].")
 @click.option("--hosts", is_flag=True, help="Shards, learner, fleet on 3 namespace hosts (root).")
 @report_options
-def bench_fleet(quick, env_name, fleet_sizes, shards, seconds, hosts, json_path,
-                markdown_path) -> None:  # fmt: skip
+def bench_fleet(
+    quick, env_name, fleet_sizes, shards, seconds, hosts, json_path, markdown_path
+) -> None:
     """Logical actors replaying recorded transitions at the Ape-X paper's rate: the largest
     fleet S shards and a real learner sustain."""
     from bench.system import fleet_suite
@@ -53,16 +64,34 @@ def bench_fleet(quick, env_name, fleet_sizes, shards, seconds, hosts, json_path,
 
 
 @click.command("model")
-@click.option("--env", "envs", multiple=True, type=click.Choice(["CartPole-v1", "Pong"]),
-              help="Envs whose unit costs to measure [both].")  # fmt: skip
+@click.option(
+    "--env",
+    "envs",
+    multiple=True,
+    type=click.Choice(["CartPole-v1", "Pong"]),
+    help="Envs whose unit costs to measure [both].",
+)
 @click.option("--seconds", type=click.FloatRange(min=0.5), default=3.0, help="Per unit cost.")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, help="Median of this many.")
-@click.option("--measured", multiple=True, help="bench system/fleet JSON [bench/results/].",
-              type=click.Path(exists=True, dir_okay=False, path_type=Path))  # fmt: skip
-@click.option("--learner-rate", "learner_rates", multiple=True, type=click.FloatRange(min=0.1),
-              help="Learner updates/s to plan for [19: the Ape-X paper's GPU].")  # fmt: skip
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write model-checks.png and model-plan.png here.")  # fmt: skip
+@click.option(
+    "--measured",
+    multiple=True,
+    help="bench system/fleet JSON [bench/results/].",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+)
+@click.option(
+    "--learner-rate",
+    "learner_rates",
+    multiple=True,
+    type=click.FloatRange(min=0.1),
+    help="Learner updates/s to plan for [19: the Ape-X paper's GPU].",
+)
+@click.option(
+    "--plot",
+    "plot_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write model-checks.png and model-plan.png here.",
+)
 @click.option(
     "--scaling",
     "scaling_records",
@@ -141,19 +170,30 @@ def bench_model(
     help="Measured window per configuration [12].",
 )
 @click.option("--envs-per-actor", type=click.IntRange(min=1), default=4, help="Per process.")
-@click.option("--layout", "layouts", multiple=True, type=LAYOUT,
-              help="PROCESSESxENVS, e.g. 4x64 (replaces --actors).")  # fmt: skip
+@click.option(
+    "--layout",
+    "layouts",
+    multiple=True,
+    type=LAYOUT,
+    help="PROCESSESxENVS, e.g. 4x64 (replaces --actors).",
+)
 @report_options
-def bench_system(quick, actor_counts, shard_counts, seconds, envs_per_actor, layouts, json_path,
-                 markdown_path) -> None:  # fmt: skip
+def bench_system(
+    quick, actor_counts, shard_counts, seconds, envs_per_actor, layouts, json_path, markdown_path
+) -> None:
     """Whole-system throughput, policy lag, start, CPU and memory per role as actors grow."""
     from bench.system import system_suite
 
     def run_suite(memory_bytes: int | None) -> dict:
         return system_suite.run(
-            quick=quick, actor_counts=actor_counts or None, shard_counts=shard_counts or None,
-            envs_per_actor=envs_per_actor, layouts=layouts, seconds_per_window=seconds,
-            memory_bytes=memory_bytes, progress=progress,
-        )  # fmt: skip
+            quick=quick,
+            actor_counts=actor_counts or None,
+            shard_counts=shard_counts or None,
+            envs_per_actor=envs_per_actor,
+            layouts=layouts,
+            seconds_per_window=seconds,
+            memory_bytes=memory_bytes,
+            progress=progress,
+        )
 
     run_bench(system_suite.SUITE, run_suite, json_path, markdown_path)

@@ -97,11 +97,21 @@ def measure_training(
     with tempfile.TemporaryDirectory(prefix="apex-measured-") as directory:
         run_dir = Path(directory) / "run"
         command = [
-            sys.executable, "-m", "launch", "train", *arguments,
-            "--max-time", str(START_TIMEOUT_S + warm_up_s + seconds + 30),
-            "--target-return", "1e12", "--set", "learner.eval_every_steps=0", "--no-curves",
-            "--run-dir", str(run_dir),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "launch",
+            "train",
+            *arguments,
+            "--max-time",
+            str(START_TIMEOUT_S + warm_up_s + seconds + 30),
+            "--target-return",
+            "1e12",
+            "--set",
+            "learner.eval_every_steps=0",
+            "--no-curves",
+            "--run-dir",
+            str(run_dir),
+        ]
         launched = time.time()
         process = subprocess.Popen(
             command,
@@ -132,9 +142,10 @@ def measure_training(
         first_update_s = _first_update_s(run_dir, launched)
     end_time = max((r.get("time_s") or 0) for r in records)
     window = [
-        r for r in records
+        r
+        for r in records
         if r.get("event") == "progress" and r.get("time_s", 0) >= end_time - elapsed
-    ]  # fmt: skip
+    ]
     cpu = {
         role: max(cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0), 0.0) / elapsed
         for role in ("learner", "shard", "actor")
@@ -184,11 +195,16 @@ def run(
     for shards in shard_counts:
         for actors, envs in layouts:
             case = f"actors{actors}-shards{shards}" + (
-                f"-envs{envs}" if envs != ENVS_PER_ACTOR else "")  # fmt: skip
+                f"-envs{envs}" if envs != ENVS_PER_ACTOR else ""
+            )
             params = {
-                "actors": actors, "shards": shards, "envs_per_actor": envs,
-                "ape_x_actors": actors * envs, "window_s": seconds, "env": "CartPole-v1",
-            }  # fmt: skip
+                "actors": actors,
+                "shards": shards,
+                "envs_per_actor": envs,
+                "ape_x_actors": actors * envs,
+                "window_s": seconds,
+                "env": "CartPole-v1",
+            }
             base = {"suite": SUITE, "case": case, "implementation": "apex", "params": params}
             if actors > cap:
                 reason = (
@@ -200,8 +216,14 @@ def run(
             if progress:
                 progress(f"system {case}")
             try:
-                arguments = ["--actors", str(actors), "--shards", str(shards),
-                             "--envs-per-actor", str(envs)]  # fmt: skip
+                arguments = [
+                    "--actors",
+                    str(actors),
+                    "--shards",
+                    str(shards),
+                    "--envs-per-actor",
+                    str(envs),
+                ]
                 measured = measure_training(arguments, seconds, warmup_s)
             except (RuntimeError, TimeoutError) as exc:
                 records.append({**base, "status": "unavailable", "reason": str(exc)})
@@ -230,11 +252,19 @@ def run(
             for metric, (unit, values) in figures.items():
                 if not values:
                     continue
-                records.append({
-                    **base, "params": params, "status": "ok", "metric": metric, "unit": unit,
-                    "median": float(np.median(values)), "min": float(min(values)),
-                    "max": float(max(values)), "repeats": len(values),
-                })  # fmt: skip
+                records.append(
+                    {
+                        **base,
+                        "params": params,
+                        "status": "ok",
+                        "metric": metric,
+                        "unit": unit,
+                        "median": float(np.median(values)),
+                        "min": float(min(values)),
+                        "max": float(max(values)),
+                        "repeats": len(values),
+                    }
+                )
     config = {
         "quick": quick,
         "layouts": [list(layout) for layout in layouts],

@@ -91,9 +91,14 @@ class Supervisor:
     """
 
     def __init__(
-        self, config: RunConfig, run_dir: Path, resume: bool = False, echo=print, live=False,
+        self,
+        config: RunConfig,
+        run_dir: Path,
+        resume: bool = False,
+        echo=print,
+        live=False,
         curves: bool = True,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.config = config
         self.run_dir = run_dir
         self.resume = resume
@@ -147,31 +152,55 @@ class Supervisor:
             weights_port, episodes_port, *pairs = free_ports(host, 2 + 2 * config.shards)
             shard_ports = list(zip(pairs[::2], pairs[1::2], strict=True))
             shard_args = [
-                a for ports in shard_ports
+                a
+                for ports in shard_ports
                 for a in ("--shard", f"tcp://{host}:{ports[0]},tcp://{host}:{ports[1]}")
-            ]  # fmt: skip
+            ]
             for index, (insert_port, request_port) in enumerate(shard_ports):
                 command = self._command(
-                    "replay", *config_arg, "--shard-index", str(index), "--host", host,
-                    "--insert-port", str(insert_port), "--request-port", str(request_port),
-                    "--run-dir", str(self.run_dir),
-                )  # fmt: skip
+                    "replay",
+                    *config_arg,
+                    "--shard-index",
+                    str(index),
+                    "--host",
+                    host,
+                    "--insert-port",
+                    str(insert_port),
+                    "--request-port",
+                    str(request_port),
+                    "--run-dir",
+                    str(self.run_dir),
+                )
                 self._children.append(Child("shard", index, command, logs / f"shard-{index}.log"))
             learner_command = self._command(
-                "learner", *config_arg, "--run-dir", str(self.run_dir), "--host", host,
-                "--weights-port", str(weights_port), "--episodes-port", str(episodes_port),
+                "learner",
+                *config_arg,
+                "--run-dir",
+                str(self.run_dir),
+                "--host",
+                host,
+                "--weights-port",
+                str(weights_port),
+                "--episodes-port",
+                str(episodes_port),
                 *shard_args,
-            )  # fmt: skip
+            )
             if self.resume:  # apex train --resume: the run's checkpoint, or none may be left
                 learner_command.append("--resume-if-any")
             learner = Child("learner", 0, learner_command, logs / "learner.log")
             self._children.append(learner)
             for index in range(config.actors):
                 command = self._command(
-                    "actor", *config_arg, "--index", str(index),
-                    "--weights", f"tcp://{host}:{weights_port}",
-                    "--episodes", f"tcp://{host}:{episodes_port}", *shard_args,
-                )  # fmt: skip
+                    "actor",
+                    *config_arg,
+                    "--index",
+                    str(index),
+                    "--weights",
+                    f"tcp://{host}:{weights_port}",
+                    "--episodes",
+                    f"tcp://{host}:{episodes_port}",
+                    *shard_args,
+                )
                 self._children.append(Child("actor", index, command, logs / f"actor-{index}.log"))
             for child in self._children:
                 self._spawn(child)
@@ -282,8 +311,10 @@ class Supervisor:
                 return
             child.streak.died()
             delay = child.streak.backoff_s()
-            source = {"shard": " from its newest snapshot",
-                      "learner": " from its newest checkpoint"}.get(child.role, "")  # fmt: skip
+            source = {
+                "shard": " from its newest snapshot",
+                "learner": " from its newest checkpoint",
+            }.get(child.role, "")
             if child.role == "learner" and "--resume-if-any" not in child.command:
                 child.command.append("--resume-if-any")
             how = f"died (exit code {code})"
@@ -366,8 +397,7 @@ class Supervisor:
             self._stop_role(role)
         drawing = None
         if self._curves:
-            drawing = threading.Thread(target=write_run_curves, args=(self.run_dir,),
-                                       name="curves")  # fmt: skip
+            drawing = threading.Thread(target=write_run_curves, args=(self.run_dir,), name="curves")
             drawing.start()
         self._stop_role("shard")
         if drawing is not None:

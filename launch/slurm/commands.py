@@ -88,9 +88,14 @@ def submit(
     from launch.slurm.script import render
 
     overrides = run_overrides(
-        env=env, shards=shards, seed=seed, target_return=target_return,
-        max_updates=max_updates, max_time=max_time, settings=settings,
-    )  # fmt: skip
+        env=env,
+        shards=shards,
+        seed=seed,
+        target_return=target_return,
+        max_updates=max_updates,
+        max_time=max_time,
+        settings=settings,
+    )
     cluster = {
         key: value
         for key, value in (
@@ -234,10 +239,23 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
     if role == "shard":
         insert_port, request_port = layout.shard_ports[index]
         command = [
-            sys.executable, "-m", "launch", "replay", "--config", str(run_dir / "config.json"),
-            "--run-dir", str(run_dir), "--shard-index", str(index), "--host", "0.0.0.0",
-            "--insert-port", str(insert_port), "--request-port", str(request_port),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "launch",
+            "replay",
+            "--config",
+            str(run_dir / "config.json"),
+            "--run-dir",
+            str(run_dir),
+            "--shard-index",
+            str(index),
+            "--host",
+            "0.0.0.0",
+            "--insert-port",
+            str(insert_port),
+            "--request-port",
+            str(request_port),
+        ]
         os.execv(sys.executable, command)  # the keeper's child is the shard itself
     if role == "actor":
         actor = builder.actor(config, index, layout.shards, layout.weights, layout.episodes)
@@ -263,8 +281,17 @@ def _keep(role: str, run_dir: Path) -> int:
     This process imports nothing heavy: every task has one."""
     from launch.slurm.keeper import LEARNER_RESTART_BUDGET, SHARD_RESTART_BUDGET, run_restarting
 
-    command = [sys.executable, "-m", "launch", "slurm", "task", role, "--run-dir",
-               str(run_dir), "--kept"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "launch",
+        "slurm",
+        "task",
+        role,
+        "--run-dir",
+        str(run_dir),
+        "--kept",
+    ]
     what = f"{role} task {os.environ.get('SLURM_PROCID', '?')}"
     if role == "shard":
         budget = _restart_budget(run_dir / "config.json", SHARD_RESTART_BUDGET)
@@ -291,8 +318,9 @@ def _start_drawing_curves(run_dir: Path) -> subprocess.Popen | None:
     TERM that ends the job (``_end_job``): an ignored signal stays ignored across exec."""
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        return subprocess.Popen([sys.executable, "-m", "launch", "plot", str(run_dir)],
-                                stdout=subprocess.DEVNULL)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "launch", "plot", str(run_dir)], stdout=subprocess.DEVNULL
+        )
     except OSError:
         return None
     finally:

@@ -22,8 +22,11 @@ logger = logging.getLogger(__name__)
 
 def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
     """``time_s`` and ``key`` of the records that have both."""
-    pairs = [(r["time_s"], r[key]) for r in records
-             if r.get("time_s") is not None and r.get(key) is not None]  # fmt: skip
+    pairs = [
+        (r["time_s"], r[key])
+        for r in records
+        if r.get("time_s") is not None and r.get(key) is not None
+    ]
     if not pairs:
         return np.empty(0), np.empty(0)
     times, values = zip(*pairs, strict=True)
@@ -85,26 +88,46 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
             (episode_t, episode_steps, episode_u),
             strict=True,
         ):
-            axis.plot(eval_x, eval_mean, marker="o", markersize=3, color=colour,
-                      label=f"{label}: evaluation")  # fmt: skip
+            axis.plot(
+                eval_x,
+                eval_mean,
+                marker="o",
+                markersize=3,
+                color=colour,
+                label=f"{label}: evaluation",
+            )
             if eval_low.size == eval_mean.size:
                 axis.fill_between(eval_x, eval_low, eval_high, color=colour, alpha=0.12)
             if episode_x.size == episode_mean.size:
-                axis.plot(episode_x, episode_mean, color=colour, linestyle="--", linewidth=1,
-                          alpha=0.8, label=f"{label}: episodes (last 100)")  # fmt: skip
+                axis.plot(
+                    episode_x,
+                    episode_mean,
+                    color=colour,
+                    linestyle="--",
+                    linewidth=1,
+                    alpha=0.8,
+                    label=f"{label}: episodes (last 100)",
+                )
         rate_axis.plot(*_series(run.progress, "updates_per_s"), color=colour, label=label)
-        sizes = [(r["time_s"], _replay_size(r)) for r in run.progress
-                 if r.get("time_s") is not None and _replay_size(r) is not None]  # fmt: skip
+        sizes = [
+            (r["time_s"], _replay_size(r))
+            for r in run.progress
+            if r.get("time_s") is not None and _replay_size(r) is not None
+        ]
         if sizes:
             replay_axis.plot(*zip(*sizes, strict=True), color=colour, label=label)
-        lag_axis.plot(*_series(run.progress, "policy_lag_median"), color=colour,
-                      label=f"{label}: p50")  # fmt: skip
-        lag_axis.plot(*_series(run.progress, "policy_lag_p90"), color=colour, linestyle=":",
-                      label=f"{label}: p90")  # fmt: skip
+        lag_axis.plot(
+            *_series(run.progress, "policy_lag_median"), color=colour, label=f"{label}: p50"
+        )
+        lag_axis.plot(
+            *_series(run.progress, "policy_lag_p90"),
+            color=colour,
+            linestyle=":",
+            label=f"{label}: p90",
+        )
     for axis in returns_axes:
         _draw_targets(axis, sorted(targets))
-    titles = ("return against training time", "return against env steps",
-              "return against updates")  # fmt: skip
+    titles = ("return against training time", "return against env steps", "return against updates")
     for axis, title, xlabel in zip(
         returns_axes, titles, ("training time (s)", "env steps", "updates"), strict=True
     ):
@@ -113,17 +136,28 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
         axis.xaxis.set_major_formatter(EngFormatter())  # 150k, not 150000
     replay_axis.yaxis.set_major_formatter(EngFormatter())
     rate_axis.set(title="learner updates/s", xlabel="training time (s)", ylabel="updates/s")
-    replay_axis.set(title="replay size (all shards)", xlabel="training time (s)",
-                    ylabel="transitions")  # fmt: skip
-    lag_axis.set(title="policy lag of finished episodes", xlabel="training time (s)",
-                 ylabel="weight versions")  # fmt: skip
+    replay_axis.set(
+        title="replay size (all shards)", xlabel="training time (s)", ylabel="transitions"
+    )
+    lag_axis.set(
+        title="policy lag of finished episodes",
+        xlabel="training time (s)",
+        ylabel="weight versions",
+    )
     for axis in axes.flat:
         axis.grid(alpha=0.3)
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=7, loc="best")
         else:
-            axis.text(0.5, 0.5, "no data yet", transform=axis.transAxes, ha="center",
-                      va="center", color="grey")  # fmt: skip
+            axis.text(
+                0.5,
+                0.5,
+                "no data yet",
+                transform=axis.transAxes,
+                ha="center",
+                va="center",
+                color="grey",
+            )
     names = ", ".join(_label(d, run_dirs) for d in run_dirs)
     figure.suptitle(f"apex: {names}", fontsize=11)
     figure.tight_layout()
@@ -141,8 +175,9 @@ def _draw_targets(axis, targets: list[float]) -> None:
     span = max(high - low, 1.0)
     for target in targets:
         if low - span <= target <= high + span:
-            axis.axhline(target, color="black", linestyle=":", linewidth=1,
-                         label=f"target {target:g}")  # fmt: skip
+            axis.axhline(
+                target, color="black", linestyle=":", linewidth=1, label=f"target {target:g}"
+            )
         else:
             axis.plot([], [], " ", label=f"target {target:g} (off the chart)")
 

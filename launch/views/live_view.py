@@ -55,17 +55,19 @@ def plain_line(watch: RunWatch, elapsed_s: float) -> str:
     if not progress:
         return f"{head} {watch.filling()}"
     left = watch.time_left_s()
-    return " | ".join((
-        f"{head} updates {progress['updates']:,} ({figure(progress['updates_per_s'])}/s)",
-        f"{figure(progress.get('transitions_per_s'))} {watch.items}/s",
-        f"replay {fill_text(watch)}",
-        f"return {figure(progress.get('episode_return_mean'), 1)}",
-        evaluation_text(watch),
-        f"policy lag p50 {figure(progress.get('policy_lag_median'))}",
-        *((faults,) if (faults := env_fault_text(progress)) else ()),
-        *((f"left {duration(left)}",) if left is not None else ()),
-        *((f"bound by {binding}",) if (binding := watch.binding()) else ()),
-    ))  # fmt: skip
+    return " | ".join(
+        (
+            f"{head} updates {progress['updates']:,} ({figure(progress['updates_per_s'])}/s)",
+            f"{figure(progress.get('transitions_per_s'))} {watch.items}/s",
+            f"replay {fill_text(watch)}",
+            f"return {figure(progress.get('episode_return_mean'), 1)}",
+            evaluation_text(watch),
+            f"policy lag p50 {figure(progress.get('policy_lag_median'))}",
+            *((faults,) if (faults := env_fault_text(progress)) else ()),
+            *((f"left {duration(left)}",) if left is not None else ()),
+            *((f"bound by {binding}",) if (binding := watch.binding()) else ()),
+        )
+    )
 
 
 def status_table(watch: RunWatch, elapsed_s: float):
@@ -85,8 +87,10 @@ def status_table(watch: RunWatch, elapsed_s: float):
         table.add_row("replay", fill_text(watch))
         lag = (figure(progress.get("policy_lag_median")), figure(progress.get("policy_lag_p90")))
         table.add_row("policy lag", f"p50 {lag[0]}, p90 {lag[1]} versions")
-        table.add_row("return", f"{figure(progress.get('episode_return_mean'), 1)} (episodes, "
-                      "mean of the last 100)")  # fmt: skip
+        table.add_row(
+            "return",
+            f"{figure(progress.get('episode_return_mean'), 1)} (episodes, mean of the last 100)",
+        )
     table.add_row("evaluation", evaluation_text(watch).removeprefix("eval "))
     if faults := env_fault_text(progress):
         table.add_row("env", faults)
@@ -109,8 +113,12 @@ class ProgressDisplay:
             from rich.live import Live
 
             # Lines the supervisor echoes meanwhile (restarts, the end) print above it.
-            self._live = Live(status_table(self._watch, 0.0), refresh_per_second=4,
-                              transient=False, redirect_stdout=True)  # fmt: skip
+            self._live = Live(
+                status_table(self._watch, 0.0),
+                refresh_per_second=4,
+                transient=False,
+                redirect_stdout=True,
+            )
             self._live.start()
 
     def tick(self) -> None:

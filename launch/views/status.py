@@ -45,8 +45,15 @@ class RunRecords:
         def of(event: str) -> list[dict]:
             return [r for r in records if r.get("event") == event]
 
-        return cls(config, of("progress"), of("evaluation"), of("start"), of("end"),
-                   of("confirmation"), of("waiting"))  # fmt: skip
+        return cls(
+            config,
+            of("progress"),
+            of("evaluation"),
+            of("start"),
+            of("end"),
+            of("confirmation"),
+            of("waiting"),
+        )
 
     @property
     def target_return(self) -> float | None:
@@ -147,8 +154,10 @@ def evaluator_trouble(record: dict) -> str | None:
     state, restarts = record.get("evaluator"), record.get("evaluator_restarts") or 0
     code = record.get("evaluator_last_exit")
     if state == "given up":
-        return (f"the evaluator gave up after {restarts} restarts (exit code {code}): "
-                "see logs/evaluator.log")  # fmt: skip
+        return (
+            f"the evaluator gave up after {restarts} restarts (exit code {code}): "
+            "see logs/evaluator.log"
+        )
     if state == "restarting":
         return f"the evaluator died (exit code {code}), restart {restarts}"
     return None
@@ -207,11 +216,19 @@ def run_status(run_dir: Path) -> dict:
         status["progress"] = {
             key: last.get(key)
             for key in (
-                "time_s", "updates", "updates_per_s", "transitions_per_s", "transitions_added",
-                "replay_sizes", "episode_return_mean", "policy_lag_median", "shards_alive",
-                "trained_lag_median", "trained_lag_p90",
+                "time_s",
+                "updates",
+                "updates_per_s",
+                "transitions_per_s",
+                "transitions_added",
+                "replay_sizes",
+                "episode_return_mean",
+                "policy_lag_median",
+                "shards_alive",
+                "trained_lag_median",
+                "trained_lag_p90",
             )
-        }  # fmt: skip
+        }
         final = run.timeline[-1]
         if final.get("event") == "end":  # the run's end: its totals, the last window's rates
             status["progress"].update({key: final[key] for key in ("time_s", "updates")})
@@ -226,17 +243,21 @@ def run_status(run_dir: Path) -> dict:
         status["last_eval_return"], status["best_eval_return"] = means[-1], max(means)
     solves = [c for c in run.confirmations if c.get("solved")]
     if solves:
-        status["confirmed"] = {k: solves[0].get(k) for k in
-                               ("eval_return_mean", "episodes", "env_steps", "time_s",
-                                "weights_time_s")}  # fmt: skip
+        status["confirmed"] = {
+            k: solves[0].get(k)
+            for k in ("eval_return_mean", "episodes", "env_steps", "time_s", "weights_time_s")
+        }
     newest = checkpoint.latest(run_dir / "checkpoints")
     status["checkpoint"] = str(newest) if newest else None
     faults: dict = {}
     if run.ends:
         end = run.ends[-1]
         status["ended"] = {k: end.get(k) for k in ("reason", "solved", "updates", "train_seconds")}
-        faults = {k: end[k] for k in ("checkpoints_failed", "metrics_dropped",
-                                      "updates_skipped_nonfinite") if end.get(k)}  # fmt: skip
+        faults = {
+            k: end[k]
+            for k in ("checkpoints_failed", "metrics_dropped", "updates_skipped_nonfinite")
+            if end.get(k)
+        }
         if end.get("delivery"):
             status["delivery"] = describe(end["delivery"])
             if text := env_fault_text(end["delivery"], named=False):
@@ -307,8 +328,10 @@ def status_lines(status: dict) -> list[str]:
         state = "running, or stopped without an outcome"
     lines.append(f"run {status['run_dir']} ({status.get('env') or 'unknown env'}): {state}")
     for life in status.get("history", []):
-        lines.append(f"  earlier life: {'solved' if life['solved'] else life['reason']} "
-                     f"after {_number(life['seconds'])} s")  # fmt: skip
+        lines.append(
+            f"  earlier life: {'solved' if life['solved'] else life['reason']} "
+            f"after {_number(life['seconds'])} s"
+        )
     actors = status.get("actors")
     if actors:
         lines.append(
@@ -333,8 +356,9 @@ def status_lines(status: dict) -> list[str]:
         if progress.get("trained_lag_median") is not None:  # items that carry a version
             lag, p90 = progress["trained_lag_median"], progress["trained_lag_p90"]
             lines.append(f"  policy lag of what was trained on: p50 {lag}, p90 {p90}")
-        lines.append(f"  episode return (mean of the last 100): "
-                     f"{_number(progress['episode_return_mean'])}")  # fmt: skip
+        lines.append(
+            f"  episode return (mean of the last 100): {_number(progress['episode_return_mean'])}"
+        )
         if status.get("bound_by"):
             lines.append(f"  bound by {status['bound_by']}")
     else:
@@ -357,12 +381,17 @@ def status_lines(status: dict) -> list[str]:
         # The result is the learner's at the weights' publication; the verdict's arrival
         # adds the evaluator's latency (runs before the publication time was kept: only it).
         published = confirmed.get("weights_time_s")
-        when = (f"weights published at {_number(published)} s of training, confirmed at "
-                f"{_number(confirmed['time_s'])} s" if published is not None
-                else f"{_number(confirmed['time_s'])} s of training")  # fmt: skip
-        lines.append(f"  solved: confirmed at {_number(confirmed['eval_return_mean'])} over "
-                     f"{confirmed['episodes']} episodes, {confirmed['env_steps']:,} env steps, "
-                     f"{when}")  # fmt: skip
+        when = (
+            f"weights published at {_number(published)} s of training, confirmed at "
+            f"{_number(confirmed['time_s'])} s"
+            if published is not None
+            else f"{_number(confirmed['time_s'])} s of training"
+        )
+        lines.append(
+            f"  solved: confirmed at {_number(confirmed['eval_return_mean'])} over "
+            f"{confirmed['episodes']} episodes, {confirmed['env_steps']:,} env steps, "
+            f"{when}"
+        )
     restarts = status.get("restarts") or {}
     lines.append("  restarts: " + (", ".join(f"{r} {n}" for r, n in restarts.items()) or "none"))
     faults = status.get("faults") or {}
@@ -380,8 +409,11 @@ def status_lines(status: dict) -> list[str]:
 
 def run_dir_contents(run_dir: Path) -> str:
     """The end line's list of what a run left, with the commands that read it."""
-    names = [name for name in (SUMMARY_FILE, "metrics.jsonl", CURVES_FILE, "checkpoints", "logs")
-             if (run_dir / name).exists()]  # fmt: skip
+    names = [
+        name
+        for name in (SUMMARY_FILE, "metrics.jsonl", CURVES_FILE, "checkpoints", "logs")
+        if (run_dir / name).exists()
+    ]
     return (
         f"results in {run_dir}/: {', '.join(names)}; "
         f"read them with: apex status {run_dir}  |  apex plot {run_dir}"

@@ -92,17 +92,21 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
     )
     roles = Table(expand=True, title="roles", title_justify="left")
     for column in ("role", "procs", "CPU", "memory", "rate", "state"):
-        roles.add_column(column, justify="left" if column in ("role", "state") else "right",
-                         no_wrap=column != "state")  # fmt: skip
+        roles.add_column(
+            column,
+            justify="left" if column in ("role", "state") else "right",
+            no_wrap=column != "state",
+        )
     learner = local.get("learner", {})
     learner_cpu = watch.learner_cpu_cores()
     roles.add_row(
-        "learner", str(learner.get("processes", "–")),
+        "learner",
+        str(learner.get("processes", "–")),
         figure(learner_cpu if learner_cpu is not None else learner.get("cpu_cores"), 2),
-        _megabytes(learner.get("rss")), f"{figure(progress.get('updates_per_s'))} upd/s",
-        f"{watch.updates():,} updates, {figure(progress.get('samples_per_s'))} "
-        "samples/s",
-    )  # fmt: skip
+        _megabytes(learner.get("rss")),
+        f"{figure(progress.get('updates_per_s'))} upd/s",
+        f"{watch.updates():,} updates, {figure(progress.get('samples_per_s'))} samples/s",
+    )
     shards_here = local.get("shard", {})
     shard_rows = watch.shard_rows()
     for shard in shard_rows:
@@ -114,42 +118,66 @@ def dashboard(watch: RunWatch, local: dict[str, dict]):
         if shard.get("samples_waiting"):
             state.append(f"[yellow]{shard['samples_waiting']} samples waiting[/]")
         roles.add_row(
-            f"shard {shard['index']}" + ("" if shard["alive"] else " [red]down[/]"), "",
-            figure(shard.get("cpu_cores"), 2), "", f"{figure(shard.get('in_per_s'))} in/s",
+            f"shard {shard['index']}" + ("" if shard["alive"] else " [red]down[/]"),
+            "",
+            figure(shard.get("cpu_cores"), 2),
+            "",
+            f"{figure(shard.get('in_per_s'))} in/s",
             ", ".join(state),
-        )  # fmt: skip
+        )
     if shards_here:
-        roles.add_row("(shards here)", str(shards_here["processes"]), "",
-                      _megabytes(shards_here["rss"]), "", "")  # fmt: skip
+        roles.add_row(
+            "(shards here)",
+            str(shards_here["processes"]),
+            "",
+            _megabytes(shards_here["rss"]),
+            "",
+            "",
+        )
     actors_here = local.get("actor", {})
     heard, silent = progress.get("actors_heard"), progress.get("actors_silent")
     restarts = (progress.get("actor_lives") or 0) - (heard or 0)
     roles.add_row(
-        "actors", str(actors_here.get("processes", "–")),
+        "actors",
+        str(actors_here.get("processes", "–")),
         figure(actors_here.get("cpu_cores"), 2) if actors_here else "–",
-        _megabytes(actors_here.get("rss")), f"{figure(watch.actors_sent_per_s())} sent/s",
+        _megabytes(actors_here.get("rss")),
+        f"{figure(watch.actors_sent_per_s())} sent/s",
         f"{heard if heard is not None else '?'} heard, "
         + (f"[yellow]{silent} silent ≥ 10 s[/]" if silent else "none silent")
-        + "".join(f", [red]{index} stuck in a step {age} s[/]"
-                  for index, age in (progress.get("actors_stuck") or {}).items())
+        + "".join(
+            f", [red]{index} stuck in a step {age} s[/]"
+            for index, age in (progress.get("actors_stuck") or {}).items()
+        )
         + f", restarts {restarts}"
-        + (f", [yellow]env faults {progress['env_faults']:,}[/]"
-           if progress.get("env_faults") else ""),
-    )  # fmt: skip
+        + (
+            f", [yellow]env faults {progress['env_faults']:,}[/]"
+            if progress.get("env_faults")
+            else ""
+        ),
+    )
     learning = Table.grid(padding=(0, 2))
     learning.add_column(style="bold cyan", justify="right")
     learning.add_column()
-    learning.add_row("return", f"{figure(progress.get('episode_return_mean'), 1)} (episodes, "
-                     "mean of the last 100)")  # fmt: skip
+    learning.add_row(
+        "return",
+        f"{figure(progress.get('episode_return_mean'), 1)} (episodes, mean of the last 100)",
+    )
     learning.add_row("evaluation", evaluation_text(watch).removeprefix("eval "))
     learning.add_row("curve", sparkline(list(watch.evaluations), top=watch.target) or "–")
     for label, name in (("policy lag", "policy_lag"), ("lag trained", "trained_lag")):
         if name == "policy_lag" or progress.get(f"{name}_median") is not None:  # IMPALA's
-            learning.add_row(label, f"p50 {figure(progress.get(f'{name}_median'))}, p90 "
-                             f"{figure(progress.get(f'{name}_p90'))}, max "
-                             f"{figure(progress.get(f'{name}_max'))}")  # fmt: skip
-    learning.add_row("replay", f"{fill_text(watch)} in all, "
-                     f"{figure(progress.get('transitions_per_s'))} {watch.items}/s in")  # fmt: skip
+            learning.add_row(
+                label,
+                f"p50 {figure(progress.get(f'{name}_median'))}, p90 "
+                f"{figure(progress.get(f'{name}_p90'))}, max "
+                f"{figure(progress.get(f'{name}_max'))}",
+            )
+    learning.add_row(
+        "replay",
+        f"{fill_text(watch)} in all, "
+        f"{figure(progress.get('transitions_per_s'))} {watch.items}/s in",
+    )
     # Short here (the dashboard fills a screen); apex status says what would move it.
     learning.add_row("bound by", watch.binding(remedy=False) or "–")
     shard_count = len(progress.get("shards") or []) or watch.config.get("shards") or "?"

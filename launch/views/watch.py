@@ -107,13 +107,15 @@ class RunWatch:
         rows = []
         for index, shard in enumerate(new):
             before = old[index] if index < len(old) else None
-            rows.append({
-                **shard,
-                "index": index,
-                "in_per_s": rate_between(shard, before, "transitions_added", "uptime_s"),
-                "samples_per_s": rate_between(shard, before, "samples_served", "uptime_s"),
-                "cpu_cores": rate_between(shard, before, "cpu_s", "uptime_s"),
-            })  # fmt: skip
+            rows.append(
+                {
+                    **shard,
+                    "index": index,
+                    "in_per_s": rate_between(shard, before, "transitions_added", "uptime_s"),
+                    "samples_per_s": rate_between(shard, before, "samples_served", "uptime_s"),
+                    "cpu_cores": rate_between(shard, before, "cpu_s", "uptime_s"),
+                }
+            )
         return rows
 
     def updates(self) -> int:
@@ -149,8 +151,10 @@ class RunWatch:
         if waiting and isinstance(replay.get("min_size"), int):
             text += f": {waiting['replay_size']:,} of {replay['min_size']:,} {self.items}"
         if waiting.get("rejected_total"):
-            text += (f"; the shards rejected {waiting['rejected_total']:,} insert messages "
-                     "(their logs say why)")  # fmt: skip
+            text += (
+                f"; the shards rejected {waiting['rejected_total']:,} insert messages "
+                "(their logs say why)"
+            )
         return text
 
     def state(self) -> str:

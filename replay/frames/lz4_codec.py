@@ -100,8 +100,9 @@ def _compress_rows(rows: np.ndarray, scratch: np.ndarray, lengths: np.ndarray) -
 
 
 @njit(cache=True, nogil=True)
-def _compress_into(rows: np.ndarray, blobs: np.ndarray, slots: np.ndarray,
-                   lengths: np.ndarray) -> None:  # fmt: skip
+def _compress_into(
+    rows: np.ndarray, blobs: np.ndarray, slots: np.ndarray, lengths: np.ndarray
+) -> None:
     """Compresses row ``i`` into ``blobs[slots[i]]``; its size into ``lengths[slots[i]]``."""
     for i in range(rows.shape[0]):
         slot = slots[i]
@@ -111,8 +112,9 @@ def _compress_into(rows: np.ndarray, blobs: np.ndarray, slots: np.ndarray,
 
 
 @njit(cache=True, nogil=True)
-def _decompress_check(data: np.ndarray, offsets: np.ndarray, nbytes: int,
-                      scratch: np.ndarray) -> int:  # fmt: skip
+def _decompress_check(
+    data: np.ndarray, offsets: np.ndarray, nbytes: int, scratch: np.ndarray
+) -> int:
     """Index of the first blob ``data[offsets[i]:offsets[i+1]]`` that does not decode
     to exactly ``nbytes`` bytes, or -1 if all do."""
     for i in range(offsets.size - 1):
@@ -126,9 +128,15 @@ def _decompress_check(data: np.ndarray, offsets: np.ndarray, nbytes: int,
 
 
 @njit(cache=True, nogil=True)
-def _gather_compressed(arena: np.ndarray, positions: np.ndarray, lengths: np.ndarray,
-                       prev: np.ndarray, heads: np.ndarray, stack: int,
-                       out: np.ndarray) -> None:  # fmt: skip
+def _gather_compressed(
+    arena: np.ndarray,
+    positions: np.ndarray,
+    lengths: np.ndarray,
+    prev: np.ndarray,
+    heads: np.ndarray,
+    stack: int,
+    out: np.ndarray,
+) -> None:
     """As ``frame_kernels.gather_stacks``, decoding each frame from ``arena``."""
     capacity = arena.size
     nbytes = out.shape[2]
@@ -143,13 +151,18 @@ def _gather_compressed(arena: np.ndarray, positions: np.ndarray, lengths: np.nda
             prefetch_range(base, positions[ahead] % capacity, lengths[ahead])
         frame = frames[i]
         start = positions[frame] % capacity
-        _decompress(arena[start:].ctypes.data, out[i // stack, i % stack].ctypes.data,
-                    lengths[frame], nbytes)  # fmt: skip
+        _decompress(
+            arena[start:].ctypes.data,
+            out[i // stack, i % stack].ctypes.data,
+            lengths[frame],
+            nbytes,
+        )
 
 
 @njit(cache=True, nogil=True)
-def _decode_stacks(data: np.ndarray, offsets: np.ndarray, index: np.ndarray,
-                   out: np.ndarray) -> int:  # fmt: skip
+def _decode_stacks(
+    data: np.ndarray, offsets: np.ndarray, index: np.ndarray, out: np.ndarray
+) -> int:
     """``out[b, j]`` = blob ``index[b, j]`` decoded: stacks straight from a packed
     payload (no buffer of distinct frames between). The first blob that does not
     decode to one frame, or -1."""
@@ -165,8 +178,7 @@ def _decode_stacks(data: np.ndarray, offsets: np.ndarray, index: np.ndarray,
         start, end = offsets[blob], offsets[blob + 1]
         if end <= start or end > data.size:
             return blob
-        got = _decompress(data[start:].ctypes.data, out[b, j].ctypes.data, end - start,
-                          nbytes)  # fmt: skip
+        got = _decompress(data[start:].ctypes.data, out[b, j].ctypes.data, end - start, nbytes)
         if got != nbytes:
             return blob
     return -1

@@ -28,8 +28,10 @@ def check_count(message: Message) -> None:
     what a peer declares and what it sends agree, or the message is refused."""
     rows = message.arrays[-1].shape[0] if message.arrays[-1].ndim else None
     if message.count != rows:
-        raise ProtocolError(f"{message.kind.name} declares {message.count} transitions but "
-                            f"carries {rows} priorities")  # fmt: skip
+        raise ProtocolError(
+            f"{message.kind.name} declares {message.count} transitions but "
+            f"carries {rows} priorities"
+        )
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,13 @@ class FrameInsert:
 
     def to_message(self, layout: FrameStackSpec, sender: int, sequence: int, version: int):
         payload = (
-            (np.ascontiguousarray(self.data, dtype=np.uint8),
-             np.ascontiguousarray(self.offsets, dtype=np.int64))
+            (
+                np.ascontiguousarray(self.data, dtype=np.uint8),
+                np.ascontiguousarray(self.offsets, dtype=np.int64),
+            )
             if self.compressed
             else (np.ascontiguousarray(self.frames),)
-        )  # fmt: skip
+        )
         arrays = (
             np.ascontiguousarray(self.streams, dtype=np.int64),
             np.ascontiguousarray(self.numbers, dtype=np.int64),
@@ -96,8 +100,15 @@ class FrameInsert:
         records = dict(zip(fields, message.arrays[head:-1], strict=True))
         payload = message.arrays[3:head]
         if compressed:
-            return cls(streams, numbers, starts, records, message.arrays[-1],
-                       data=payload[0], offsets=payload[1])  # fmt: skip
+            return cls(
+                streams,
+                numbers,
+                starts,
+                records,
+                message.arrays[-1],
+                data=payload[0],
+                offsets=payload[1],
+            )
         return cls(streams, numbers, starts, records, message.arrays[-1], frames=payload[0])
 
 
@@ -117,8 +128,9 @@ def check_blobs(data: np.ndarray, offsets: np.ndarray, count: int, largest: int)
         )
     offsets = offsets.astype(np.int64, copy=False)
     lengths = np.diff(offsets)
-    if count and (offsets[0] != 0 or lengths.min() <= 0 or offsets[-1] != data.size
-                  or lengths.max() > largest):  # fmt: skip
+    if count and (
+        offsets[0] != 0 or lengths.min() <= 0 or offsets[-1] != data.size or lengths.max() > largest
+    ):
         raise InvalidBatchError("blob offsets do not cut the data into non-empty frames")
     return data, offsets
 

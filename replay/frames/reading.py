@@ -56,8 +56,9 @@ class FrameStackReader:
 
     def _item_heads(self, slots: np.ndarray) -> np.ndarray:
         """``(n, heads)``: the head frames of the items at ``slots``, in head order."""
-        return np.concatenate([heads[slots].reshape(slots.size, -1)
-                               for heads in self._heads.values()], axis=1)  # fmt: skip
+        return np.concatenate(
+            [heads[slots].reshape(slots.size, -1) for heads in self._heads.values()], axis=1
+        )
 
     def gather(self, slots: np.ndarray, out: BatchBuffers | None = None) -> dict[str, np.ndarray]:
         """The items at ``slots`` (sampled, so alive), their stacks put together."""
@@ -77,8 +78,12 @@ class FrameStackReader:
 
         def part(start: int, stop: int) -> None:
             for heads, target, each in work:
-                gather(*stored, heads[start * each : stop * each], k,
-                       target[start * each : stop * each])  # fmt: skip
+                gather(
+                    *stored,
+                    heads[start * each : stop * each],
+                    k,
+                    target[start * each : stop * each],
+                )
 
         run_in_parts(n, part, self._gather_threads)
         for name, column in self._scalar_columns.items():

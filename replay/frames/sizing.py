@@ -28,8 +28,13 @@ def default_window(spec: FrameStackSpec) -> int:
     return max(DEFAULT_WINDOW, 4 * ((spec.steps or 1) + spec.stack))
 
 
-def store_sizes(spec: FrameStackSpec, capacity: int, frame_capacity: int | None, compress: bool,
-           arena_bytes: int | None) -> tuple[int, int]:  # fmt: skip
+def store_sizes(
+    spec: FrameStackSpec,
+    capacity: int,
+    frame_capacity: int | None,
+    compress: bool,
+    arena_bytes: int | None,
+) -> tuple[int, int]:
     """Frame slots and arena bytes, the defaults where None is given."""
     # A step makes one frame: an unroll of T steps about T new ones.
     item_frames = capacity * (spec.steps or 1)
@@ -44,7 +49,8 @@ def planned_nbytes(spec: FrameStackSpec, capacity: int, compress: bool = False) 
     scalars and head slots, and the stream table."""
     frames, arena = store_sizes(spec, int(capacity), None, compress, None)
     per_item = sum(f.item_nbytes for f in spec.scalars.values())
-    per_item += sum(4 * math.prod(spec.record_spec[f"{name}_frame"].shape)
-                    for name, _ in spec.stack_fields)  # fmt: skip
+    per_item += sum(
+        4 * math.prod(spec.record_spec[f"{name}_frame"].shape) for name, _ in spec.stack_fields
+    )
     streams = DEFAULT_MAX_STREAMS * (default_window(spec) * 4 + 8)
     return arena + frames * FRAME_LINK_BYTES + int(capacity) * per_item + streams

@@ -60,16 +60,20 @@ class FrameStackSpec:
     def record_spec(self) -> TransitionSpec:
         """What an actor sends per item: its stream, its heads' frame numbers, the scalars."""
         refs = [FieldSpec("stream", (), "int64")]
-        refs += [FieldSpec(f"{name}_frame", () if self.steps is None else (count,), "int64")
-                 for name, count in self.stack_fields]  # fmt: skip
+        refs += [
+            FieldSpec(f"{name}_frame", () if self.steps is None else (count,), "int64")
+            for name, count in self.stack_fields
+        ]
         return TransitionSpec([*refs, *self.scalars.values()])
 
     @functools.cached_property
     def transition_spec(self) -> TransitionSpec:
         """What the learner gets: the stacks put together, then the scalars."""
         shape = (self.stack, *self.frame_shape)
-        stacks = [FieldSpec(name, shape if self.steps is None else (count, *shape),
-                            self.frame_dtype) for name, count in self.stack_fields]  # fmt: skip
+        stacks = [
+            FieldSpec(name, shape if self.steps is None else (count, *shape), self.frame_dtype)
+            for name, count in self.stack_fields
+        ]
         fields = {f.name: f for f in (*stacks, *self.scalars.values())}
         return TransitionSpec([fields[name] for name in self.order or fields])
 
@@ -95,8 +99,14 @@ class FrameStackSpec:
         if len(obs.shape) < 4:
             return None
         scalars = TransitionSpec([f for f in spec.values() if f.name != "obs"])
-        return cls(tuple(obs.shape[2:]), obs.dtype.name, obs.shape[1], scalars, tuple(spec),
-                   steps=obs.shape[0])  # fmt: skip
+        return cls(
+            tuple(obs.shape[2:]),
+            obs.dtype.name,
+            obs.shape[1],
+            scalars,
+            tuple(spec),
+            steps=obs.shape[0],
+        )
 
     @functools.cached_property
     def frame_nbytes(self) -> int:

@@ -15,8 +15,19 @@ from replay.store.state import Reader, Rows, json_like, meta_counts, meta_int, r
 
 # Which of the store's arrays are per frame slot and per stream row (the others, but the
 # arena and cursor, are per transition slot): a snapshot writes the rows in use of each.
-_PER_FRAME = frozenset({"positions", "lengths", "frame_stream", "frame_number", "frame_gen",
-                        "prev", "prev_gen", "depth", "refs"})  # fmt: skip
+_PER_FRAME = frozenset(
+    {
+        "positions",
+        "lengths",
+        "frame_stream",
+        "frame_number",
+        "frame_gen",
+        "prev",
+        "prev_gen",
+        "depth",
+        "refs",
+    }
+)
 _PER_STREAM = frozenset({"table", "stream_newest"})
 # The arrays of head frames by stack field (a transition's names from before unrolls).
 _HEAD_NAMES = {"obs": "obs_head", "next_obs": "next_head"}
@@ -52,22 +63,42 @@ class FrameStackState:
     slots_touched: int
 
     def _arrays(self) -> dict[str, np.ndarray]:
-        named = {"arena": self._arena, "positions": self._positions, "lengths": self._lengths,
-                 "frame_stream": self._frame_stream, "frame_number": self._frame_number,
-                 "frame_gen": self._frame_gen, "prev": self._prev, "prev_gen": self._prev_gen,
-                 "depth": self._depth, "refs": self._refs, "cursor": self._cursor,
-                 "table": self._table, "stream_newest": self._stream_newest,
-                 "generations": self._generations}  # fmt: skip
+        named = {
+            "arena": self._arena,
+            "positions": self._positions,
+            "lengths": self._lengths,
+            "frame_stream": self._frame_stream,
+            "frame_number": self._frame_number,
+            "frame_gen": self._frame_gen,
+            "prev": self._prev,
+            "prev_gen": self._prev_gen,
+            "depth": self._depth,
+            "refs": self._refs,
+            "cursor": self._cursor,
+            "table": self._table,
+            "stream_newest": self._stream_newest,
+            "generations": self._generations,
+        }
         heads = {_HEAD_NAMES.get(name, f"{name}_head"): a for name, a in self._heads.items()}
         return {**named, **heads, **{f"field.{k}": v for k, v in self._scalar_columns.items()}}
 
     def _settings(self) -> dict[str, object]:
         spec = self._spec
-        return {"kind": "frames", "capacity": self._capacity, "arena": int(self._arena.size),
-                "frames": int(self._prev.size), "window": int(self._table.shape[1]),
-                "streams": int(self._table.shape[0]), "compress": self._compress,
-                "layout": [list(spec.frame_shape), str(spec.frame_dtype), spec.stack,
-                           spec.record_spec.to_dict()]}  # fmt: skip
+        return {
+            "kind": "frames",
+            "capacity": self._capacity,
+            "arena": int(self._arena.size),
+            "frames": int(self._prev.size),
+            "window": int(self._table.shape[1]),
+            "streams": int(self._table.shape[0]),
+            "compress": self._compress,
+            "layout": [
+                list(spec.frame_shape),
+                str(spec.frame_dtype),
+                spec.stack,
+                spec.record_spec.to_dict(),
+            ],
+        }
 
     def state(self) -> tuple[dict[str, np.ndarray | Rows], dict]:
         """Arrays and scalars for a snapshot (``replay.store.state``): taken right after an add

@@ -105,13 +105,17 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         arena_bytes: int | None = None,
         gather_threads: int | None = None,
     ) -> None:
-        frame_capacity, arena_bytes = store_sizes(spec, capacity, frame_capacity, compress,
-                                                  arena_bytes)  # fmt: skip
+        frame_capacity, arena_bytes = store_sizes(
+            spec, capacity, frame_capacity, compress, arena_bytes
+        )
         window = default_window(spec) if window is None else window
         for name, value in (
-            ("capacity", capacity), ("frame_capacity", frame_capacity), ("window", window),
-            ("max_streams", max_streams), ("stack", spec.stack),
-        ):  # fmt: skip
+            ("capacity", capacity),
+            ("frame_capacity", frame_capacity),
+            ("window", window),
+            ("max_streams", max_streams),
+            ("stack", spec.stack),
+        ):
             if not isinstance(value, (int, np.integer)) or not 0 < value < 2**31:
                 raise InvalidIndexError(f"{name} must be an integer in [1, 2^31), got {value!r}")
         if spec.stack > 127:
@@ -204,9 +208,15 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
 
     # -- writing ------------------------------------------------------------------------
 
-    def store_frames(self, streams: np.ndarray, numbers: np.ndarray, starts: np.ndarray,
-                     frames: np.ndarray | None = None, data: np.ndarray | None = None,
-                     offsets: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    def store_frames(
+        self,
+        streams: np.ndarray,
+        numbers: np.ndarray,
+        starts: np.ndarray,
+        frames: np.ndarray | None = None,
+        data: np.ndarray | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> np.ndarray:
         """:meth:`add_frames` for whole ``frames``, else :meth:`add_compressed_frames`."""
         if frames is not None:
             return self.add_frames(streams, numbers, starts, frames)
@@ -217,8 +227,9 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         """No live item has a smaller generation (the ring's or an early eviction's)."""
         return self._oldest
 
-    def add_frames(self, streams: np.ndarray, numbers: np.ndarray, starts: np.ndarray,
-                   frames: np.ndarray) -> np.ndarray:  # fmt: skip
+    def add_frames(
+        self, streams: np.ndarray, numbers: np.ndarray, starts: np.ndarray, frames: np.ndarray
+    ) -> np.ndarray:
         """Stores frames, each once (compressing them if this store compresses); a frame
         already held is skipped.
 
@@ -254,9 +265,14 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
             lengths = np.full(count, rows.shape[1], dtype=np.int64)
         return self._place(streams, numbers, starts, data, offsets, lengths)
 
-    def add_compressed_frames(self, streams: np.ndarray, numbers: np.ndarray,
-                              starts: np.ndarray, data: np.ndarray,
-                              offsets: np.ndarray) -> np.ndarray:  # fmt: skip
+    def add_compressed_frames(
+        self,
+        streams: np.ndarray,
+        numbers: np.ndarray,
+        starts: np.ndarray,
+        data: np.ndarray,
+        offsets: np.ndarray,
+    ) -> np.ndarray:
         """Stores frames compressed by the writer (LZ4 blocks), each checked by decoding it.
 
         Args:
@@ -293,16 +309,38 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
         done = 0
         while done < count:
             stopped = done + link_frames(
-                dense[done:], numbers[done:], starts[done:], lengths[done:], self._table,
-                self._frame_stream, self._frame_number, self._frame_gen, self._prev,
-                self._prev_gen, self._depth, self._refs, self._positions, self._lengths,
-                self._stream_newest, self._cursor, self._arena.size, self._stack, slots[done:],
+                dense[done:],
+                numbers[done:],
+                starts[done:],
+                lengths[done:],
+                self._table,
+                self._frame_stream,
+                self._frame_number,
+                self._frame_gen,
+                self._prev,
+                self._prev_gen,
+                self._depth,
+                self._refs,
+                self._positions,
+                self._lengths,
+                self._stream_newest,
+                self._cursor,
+                self._arena.size,
+                self._stack,
+                slots[done:],
                 new[done:],
-            )  # fmt: skip
+            )
             # A frame already held keeps its bytes: a resend must not rewrite a frame that
             # stored transitions refer to.
-            copy_blobs(self._arena, self._positions, slots[done:stopped], new[done:stopped],
-                       data, offsets[done:stopped], lengths[done:stopped])  # fmt: skip
+            copy_blobs(
+                self._arena,
+                self._positions,
+                slots[done:stopped],
+                new[done:stopped],
+                data,
+                offsets[done:stopped],
+                lengths[done:stopped],
+            )
             done = stopped
             if done < count:
                 self._evict_oldest()
@@ -327,10 +365,18 @@ class FrameStackStorage(FrameStackReader, FrameStackState, RingSlots):
             numbers = np.ascontiguousarray(batch[field], dtype=np.int64).reshape(-1)
             slots = np.empty(numbers.size, dtype=np.int64)
             bad, reason = resolve_heads(
-                np.repeat(dense, per_item), numbers, self._table, self._frame_stream,
-                self._frame_number, self._frame_gen, self._prev, self._prev_gen, self._depth,
-                self._stack, slots,
-            )  # fmt: skip
+                np.repeat(dense, per_item),
+                numbers,
+                self._table,
+                self._frame_stream,
+                self._frame_number,
+                self._frame_gen,
+                self._prev,
+                self._prev_gen,
+                self._depth,
+                self._stack,
+                slots,
+            )
             if bad >= 0:
                 item = bad // per_item
                 raise InvalidBatchError(

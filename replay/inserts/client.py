@@ -117,8 +117,10 @@ class InsertClient:
         if credit is not None:
             self.incarnation = secrets.randbits(32) or 1
             share = -(-credit // len(shards))
-            self._credits = [ShardCredit(context, shard.request, sender, share, self.incarnation)
-                             for shard in shards]  # fmt: skip
+            self._credits = [
+                ShardCredit(context, shard.request, sender, share, self.incarnation)
+                for shard in shards
+            ]
             self._start_credits(deadline)
         self._next = 0
         self._sequence = 0
@@ -159,8 +161,9 @@ class InsertClient:
             InvalidBatchError: the batch does not match the spec.
             ReplayTimeout: no shard had room within the timeout.
         """
-        frames = self._encoder.encode(batch, priorities, self._sender, self._sequence,
-                                      policy_version)  # fmt: skip
+        frames = self._encoder.encode(
+            batch, priorities, self._sender, self._sequence, policy_version
+        )
         return self._send(lambda _index: frames, stretch=1)
 
     def insert_frames(
@@ -187,8 +190,9 @@ class InsertClient:
         def frames_for(index: int) -> list:
             if index not in built:
                 insert = build(index)
-                message = insert.to_message(self.frames, self._sender, self._sequence,
-                                            policy_version)  # fmt: skip
+                message = insert.to_message(
+                    self.frames, self._sender, self._sequence, policy_version
+                )
                 built[index] = (insert, encode(message))
             return built[index][1]
 
@@ -232,8 +236,13 @@ class InsertClient:
         has taken (they may be numbered in place)."""
         credit = self._credits[index]
         if credit is not None:
-            frames = restamp(frames, sequence=credit.sent, incarnation=credit.incarnation,
-                             held=credit.in_flight, in_place=fresh)  # fmt: skip
+            frames = restamp(
+                frames,
+                sequence=credit.sent,
+                incarnation=credit.incarnation,
+                held=credit.in_flight,
+                in_place=fresh,
+            )
         try:
             send_frames(self._sockets[index], frames, zmq.NOBLOCK)
         except zmq.Again:
@@ -269,8 +278,12 @@ class InsertClient:
                 self._orphans.extend(kept)
             else:
                 self._abandoned += sum(peek_count(frames) for frames in kept)
-            logger.warning("shard %d silent for %.0f s: giving it up; %d batches go elsewhere",
-                           index, self._reroute_after_s, len(kept))  # fmt: skip
+            logger.warning(
+                "shard %d silent for %.0f s: giving it up; %d batches go elsewhere",
+                index,
+                self._reroute_after_s,
+                len(kept),
+            )
         for credit in credits:
             if credit.gone:
                 credit.ask(self._timeout_ms / 1000)  # answers when it is back
@@ -293,8 +306,12 @@ class InsertClient:
         the socket takes them now; the rest wait for the next call."""
         position = max(0, credit.resend_at - credit.taken)
         while position < len(credit.retained):
-            frames = restamp(credit.retained[position], sequence=credit.taken + position,
-                             incarnation=credit.incarnation, held=position)  # fmt: skip
+            frames = restamp(
+                credit.retained[position],
+                sequence=credit.taken + position,
+                incarnation=credit.incarnation,
+                held=position,
+            )
             try:
                 send_frames(self._sockets[index], frames, zmq.NOBLOCK)
             except zmq.Again:
@@ -323,8 +340,11 @@ class InsertClient:
         while True:
             self._give_up_silent_shards()
             self._send_orphans()
-            waiting = [(index, credit) for index, credit in enumerate(self._credits)
-                       if credit is not None and (credit.in_flight or credit.gone)]  # fmt: skip
+            waiting = [
+                (index, credit)
+                for index, credit in enumerate(self._credits)
+                if credit is not None and (credit.in_flight or credit.gone)
+            ]
             done = not self._orphans and not any(credit.in_flight for _, credit in waiting)
             now = time.monotonic()
             remaining = deadline - now

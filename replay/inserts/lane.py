@@ -84,8 +84,9 @@ class ShardCredit:
         self._requests = self._open_requests(incarnation)
 
     def _open_requests(self, incarnation: int) -> RequestClient:
-        return RequestClient(self._context, self.endpoint, self._sender, hwm=16,
-                             incarnation=incarnation)  # fmt: skip
+        return RequestClient(
+            self._context, self.endpoint, self._sender, hwm=16, incarnation=incarnation
+        )
 
     @property
     def socket(self) -> zmq.Socket:

@@ -121,8 +121,14 @@ class InsertEncoder:
         arrays = [(spec[name].dtype, spec[name].shape) for name in spec]
         self._packed = PackedEncoder(Kind.INSERT, [*arrays, (np.dtype(np.float64), ())])
 
-    def encode(self, batch: Mapping[str, np.ndarray], priorities: np.ndarray, sender: int,
-               sequence: int, policy_version: int) -> list:  # fmt: skip
+    def encode(
+        self,
+        batch: Mapping[str, np.ndarray],
+        priorities: np.ndarray,
+        sender: int,
+        sequence: int,
+        policy_version: int,
+    ) -> list:
         count = self._spec.check_batch(batch)
         arrays = [np.ascontiguousarray(batch[name]) for name in self._spec]
         arrays.append(np.ascontiguousarray(priorities, dtype=np.float64))
@@ -131,8 +137,7 @@ class InsertEncoder:
             if frames is not None:
                 return frames
         # Too large to pack, or priorities the shard will refuse: the general way.
-        message = Insert(batch, priorities).to_message(self._spec, sender, sequence,
-                                                       policy_version)  # fmt: skip
+        message = Insert(batch, priorities).to_message(self._spec, sender, sequence, policy_version)
         return encode(message)
 
 
@@ -230,15 +235,26 @@ class CreditReply:
 
     def to_message(self, sender: int, sequence: int) -> Message:
         count = min(self.window, 2**31 - 1) << 1 | int(self.resend)
-        return Message(Kind.CREDIT_REPLY, sender, sequence, count=count,
-                       scalar=float(self.taken), incarnation=self.incarnation,
-                       held=int(self.limiter_holds))  # fmt: skip
+        return Message(
+            Kind.CREDIT_REPLY,
+            sender,
+            sequence,
+            count=count,
+            scalar=float(self.taken),
+            incarnation=self.incarnation,
+            held=int(self.limiter_holds),
+        )
 
     @classmethod
     def from_message(cls, message: Message) -> CreditReply:
         expect_kind(message, Kind.CREDIT_REPLY)
-        return cls(message.scalar, message.incarnation, bool(message.count & 1),
-                   message.count >> 1, bool(message.held))  # fmt: skip
+        return cls(
+            message.scalar,
+            message.incarnation,
+            bool(message.count & 1),
+            message.count >> 1,
+            bool(message.held),
+        )
 
 
 def request(kind: Kind, sender: int, sequence: int) -> Message:

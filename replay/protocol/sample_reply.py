@@ -53,17 +53,25 @@ class SampleReply:
             [self.total_priority, self.min_priority, self.size, self.capacity], dtype=np.float64
         )
         arrays = (
-            stats, self.indices, self.generations, self.priorities, self.weights,
+            stats,
+            self.indices,
+            self.generations,
+            self.priorities,
+            self.weights,
             *self.fields.values(),
-        )  # fmt: skip
+        )
         scalar = 0.0
         if self.frames is not None:
             arrays += (self.frames.index, self.frames.data, self.frames.offsets)
             scalar = 1.0 if self.frames.compressed else 2.0
         return Message(
-            Kind.SAMPLE_REPLY, sender, sequence, count=len(self.indices), scalar=scalar,
+            Kind.SAMPLE_REPLY,
+            sender,
+            sequence,
+            count=len(self.indices),
+            scalar=scalar,
             arrays=arrays,
-        )  # fmt: skip
+        )
 
     @classmethod
     def from_message(
@@ -121,9 +129,16 @@ class SampleReply:
             placed = rows
         total, smallest, size, capacity = stats.tolist()
         return cls(
-            total, smallest, int(size), int(capacity), indices, generations, priorities, weights,
+            total,
+            smallest,
+            int(size),
+            int(capacity),
+            indices,
+            generations,
+            priorities,
+            weights,
             placed,
-        )  # fmt: skip
+        )
 
     @classmethod
     def _from_frames(
@@ -149,8 +164,12 @@ class SampleReply:
         rows = None if out is None else _rows_of(out, spec, len(index))
         fields = unpack(payload, layout, rows)
         fields.update(zip(scalars, head[5:], strict=True))
-        whole = Message(Kind.SAMPLE_REPLY, message.sender, message.sequence, arrays=(
-            *head[:5], *(fields[name] for name in spec)))  # fmt: skip
+        whole = Message(
+            Kind.SAMPLE_REPLY,
+            message.sender,
+            message.sequence,
+            arrays=(*head[:5], *(fields[name] for name in spec)),
+        )
         return cls.from_message(whole, spec, rows)
 
 

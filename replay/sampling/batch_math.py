@@ -107,9 +107,11 @@ def merge_parts(
             transitions=dict(reply.fields),
             weights=reply.weights * np.float32((global_min / reply.min_priority) ** beta),
             shards=np.full(len(reply.indices), shard, dtype=np.int32),
-            indices=reply.indices, generations=reply.generations,
-            priorities=reply.priorities, sequence=sequence,
-        )  # fmt: skip
+            indices=reply.indices,
+            generations=reply.generations,
+            priorities=reply.priorities,
+            sequence=sequence,
+        )
     weights = np.concatenate(
         [r.weights * np.float32((global_min / r.min_priority) ** beta) for r in replies]
     )

@@ -83,9 +83,12 @@ class SamplerConfig:
         if self.prefetch <= 0:
             problems.append(f"prefetch must be > 0, got {self.prefetch}")
         for name in (
-            "shard_timeout_s", "probe_interval_s", "info_interval_s", "start_timeout_s",
+            "shard_timeout_s",
+            "probe_interval_s",
+            "info_interval_s",
+            "start_timeout_s",
             "poll_interval_s",
-        ):  # fmt: skip
+        ):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         return problems
@@ -248,8 +251,7 @@ class SamplerPump:
 
     def _ask_info(self, health: ShardHealth, client: RequestClient, now: float) -> None:
         sequence = client.send(Kind.INFO)
-        health.asked_info(now, self.config.probe_interval_s, self.config.info_interval_s,
-                          sequence)  # fmt: skip
+        health.asked_info(now, self.config.probe_interval_s, self.config.info_interval_s, sequence)
 
     def infos_since(self, asked_at: float) -> bool:
         """Whether every live shard has answered an INFO asked at ``asked_at`` or later."""

@@ -126,8 +126,12 @@ class ShardHealth:
         if held and not self.held_by_limiter:
             self.held_by_limiter = True
             self.limiter_waits += 1
-            logger.info("shard %d at %s holds samples for its rate limiter (inserts are "
-                        "behind); waiting for them", self.index, self.endpoint)  # fmt: skip
+            logger.info(
+                "shard %d at %s holds samples for its rate limiter (inserts are "
+                "behind); waiting for them",
+                self.index,
+                self.endpoint,
+            )
         return held
 
     def apply_sample(self, reply: SampleReply) -> None:
@@ -157,10 +161,19 @@ class ShardHealth:
         """A plain-dict view for metrics and tests."""
         ongoing = now - self.down_since if self.down_since is not None else 0.0
         return {
-            "index": self.index, "endpoint": self.endpoint, "alive": self.alive,
-            "total": self.total, "min_positive": self.min_positive, "size": self.size,
-            "replies": self.replies, "timeouts": self.timeouts, "outages": self.outages,
-            "down_s": self.down_s + ongoing, "limiter_waits": self.limiter_waits,
-            "held_by_limiter": self.held_by_limiter, "info": self.info, "info_at": self.info_at,
+            "index": self.index,
+            "endpoint": self.endpoint,
+            "alive": self.alive,
+            "total": self.total,
+            "min_positive": self.min_positive,
+            "size": self.size,
+            "replies": self.replies,
+            "timeouts": self.timeouts,
+            "outages": self.outages,
+            "down_s": self.down_s + ongoing,
+            "limiter_waits": self.limiter_waits,
+            "held_by_limiter": self.held_by_limiter,
+            "info": self.info,
+            "info_at": self.info_at,
             "info_asked_at": self.info_asked_at,
-        }  # fmt: skip
+        }

@@ -160,8 +160,10 @@ class ShardConfig:
         if not 0.0 <= self.replay_share < 1.0:
             problems.append(f"replay_share must be in [0, 1), got {self.replay_share}")
         elif self.replay_share and not self.queue:
-            problems.append("replay_share is for queue mode (IMPALA's unrolls); a prioritized "
-                            "shard replays by priority")  # fmt: skip
+            problems.append(
+                "replay_share is for queue mode (IMPALA's unrolls); a prioritized "
+                "shard replays by priority"
+            )
         return problems + self.security.problems()
 
     def _queue_problems(self) -> list[str]:
@@ -169,8 +171,9 @@ class ShardConfig:
         if self.frames is not None and self.frames.steps is None:
             problems.append("queue mode keeps unrolls: its frame layout must be an unroll's")
         if self.samples_per_insert is not None:
-            problems.append("queue mode hands each item out once: samples_per_insert does "
-                            "not apply")  # fmt: skip
+            problems.append(
+                "queue mode hands each item out once: samples_per_insert does not apply"
+            )
         if self.capacity < self.insert_batch_hint + self.min_size:
             problems.append(
                 f"queue capacity {self.capacity} must hold insert_batch_hint "

@@ -107,9 +107,15 @@ class CreditDesk:
         self._forget_quiet(now)
         if len(self._asked_at) < MAX_HELD_CREDIT_REQUESTS or message.sender in self._asked_at:
             self._asked_at[message.sender] = now
-        held = HeldCredit(identity, message.sender, message.incarnation, message.sequence,
-                          request.wanted, now + request.wait_ms / 1000,
-                          request.final)  # fmt: skip
+        held = HeldCredit(
+            identity,
+            message.sender,
+            message.incarnation,
+            message.sequence,
+            request.wanted,
+            now + request.wait_ms / 1000,
+            request.final,
+        )
         earlier = self._held.pop(held.sender, None)
         if earlier is not None:
             self._answer(earlier)
@@ -165,6 +171,11 @@ class CreditDesk:
         resend = stats is not None and stats.incarnation == held.incarnation and stats.gap_pending
         if resend:
             stats.gap_pending = 0
-        reply = messages.CreditReply(self._delivered(held), self.incarnation, bool(resend),
-                                     self.window(held.sender), self._limiter_holds())  # fmt: skip
+        reply = messages.CreditReply(
+            self._delivered(held),
+            self.incarnation,
+            bool(resend),
+            self.window(held.sender),
+            self._limiter_holds(),
+        )
         self._send(held.identity, reply.to_message(self._index, held.sequence))

@@ -41,12 +41,15 @@ class Ingest:
         storage = None
         if self.frames is not None:
             storage = FrameStackStorage(
-                self.frames, config.capacity, compress=config.compress_frames,
+                self.frames,
+                config.capacity,
+                compress=config.compress_frames,
                 gather_threads=config.gather_threads,
-            )  # fmt: skip
+            )
         if config.queue:
-            self.replay = UnrollQueue(config.spec, config.capacity, config.replay_share,
-                                      seed=config.seed, storage=storage)  # fmt: skip
+            self.replay = UnrollQueue(
+                config.spec, config.capacity, config.replay_share, seed=config.seed, storage=storage
+            )
         else:
             self.replay = PrioritizedReplay(
                 config.spec, config.capacity, config.alpha, rng=config.seed, storage=storage
@@ -139,9 +142,12 @@ class Ingest:
             insert = messages.FrameInsert.from_message(message, self.frames)
             if insert.compressed:
                 self.replay.add_frames(
-                    insert.streams, insert.numbers, insert.starts, data=insert.data,
+                    insert.streams,
+                    insert.numbers,
+                    insert.starts,
+                    data=insert.data,
                     offsets=insert.offsets,
-                )  # fmt: skip
+                )
             else:
                 self.replay.add_frames(insert.streams, insert.numbers, insert.starts, insert.frames)
             self.frames_received += len(insert.numbers)

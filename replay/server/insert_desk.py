@@ -113,8 +113,9 @@ class InsertDesk:
         if header.kind not in (Kind.INSERT, Kind.INSERT_FRAMES):
             self._senders.reject(sender, REJECT_UNEXPECTED_KIND, f"{header.kind.name} on PULL")
             return None
-        verdict = admit(self._senders.tracked(sender), header.incarnation,
-                        header.sequence, header.held)  # fmt: skip
+        verdict = admit(
+            self._senders.tracked(sender), header.incarnation, header.sequence, header.held
+        )
         # Answered now, not when the round's messages are stored: a lone sender's
         # next answer would otherwise wait up to a whole round.
         self._credit.taken(sender)

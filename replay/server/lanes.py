@@ -56,8 +56,11 @@ def admit(stats: SenderStats | None, incarnation: int, lane: int, held: int) -> 
     if stats.incarnation != incarnation:
         # A restarted client's first messages can meet its predecessor's last ones in
         # the shard's queues: the two lives keep a lane each.
-        fresh = (incarnation, 0) if stats.previous_incarnation != incarnation else (
-            stats.previous_incarnation, stats.previous_expected)  # fmt: skip
+        fresh = (
+            (incarnation, 0)
+            if stats.previous_incarnation != incarnation
+            else (stats.previous_incarnation, stats.previous_expected)
+        )
         stats.previous_incarnation, stats.previous_expected = stats.incarnation, stats.expected
         (stats.incarnation, stats.expected), stats.gap_pending = fresh, 0
     if lane < stats.expected:

@@ -79,8 +79,10 @@ class SampleDesk:
         try:
             request = messages.SampleRequest.from_message(message)
             if request.batch_size > largest:
-                raise ProtocolError(f"SAMPLE of {request.batch_size} exceeds this shard's "
-                                    f"max_sample_batch {largest}")  # fmt: skip
+                raise ProtocolError(
+                    f"SAMPLE of {request.batch_size} exceeds this shard's "
+                    f"max_sample_batch {largest}"
+                )
         except ProtocolError as exc:
             self._refuse(identity, message, REJECT_REQUEST, str(exc))
             return

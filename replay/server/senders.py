@@ -128,8 +128,12 @@ class SenderBook:
             logger.warning(
                 "shard %d rejected a message from sender %d (%s): %s "
                 "(further %s rejections from this sender are counted, not logged)",
-                self._shard_index, sender, reason, detail, reason,
-            )  # fmt: skip
+                self._shard_index,
+                sender,
+                reason,
+                detail,
+                reason,
+            )
 
     def rejected(self) -> dict[str, int]:
         """Rejections by reason, over every sender."""
@@ -183,15 +187,24 @@ class SenderBook:
         restored = {}
         names = {f.name for f in dataclasses.fields(SenderStats)}
         for entry in entries:
-            if not (isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0])
-                    and isinstance(entry[1], dict) and set(entry[1]) <= names):  # fmt: skip
+            if not (
+                isinstance(entry, list)
+                and len(entry) == 2
+                and _is_int(entry[0])
+                and isinstance(entry[1], dict)
+                and set(entry[1]) <= names
+            ):
                 raise SnapshotError(f"sender counters: malformed entry {entry!r:.100}")
             values = entry[1]
             rejected = values.get("rejected", {})
             if not (isinstance(rejected, dict) and all(_is_int(n) for n in rejected.values())):
                 raise SnapshotError(f"sender counters: malformed rejections {rejected!r:.100}")
-            if not all(_is_int(v) or (v is None and k not in ("inserts", "taken", "transitions",
-                       "requests")) for k, v in values.items() if k != "rejected"):  # fmt: skip
+            if not all(
+                _is_int(v)
+                or (v is None and k not in ("inserts", "taken", "transitions", "requests"))
+                for k, v in values.items()
+                if k != "rejected"
+            ):
                 raise SnapshotError(f"sender counters: malformed counts {values!r:.100}")
             restored[entry[0]] = SenderStats(**values)
         self._senders = restored

@@ -93,8 +93,12 @@ class ShardServer:
         self.limiter: QueueLimiter | RateLimiter
         if config.queue:
             # Asked of self.replay each time: a restore replaces the store.
-            self.limiter = QueueLimiter(lambda: self.replay.room, config.insert_batch_hint,
-                                        config.min_size, self._fresh_needed)  # fmt: skip
+            self.limiter = QueueLimiter(
+                lambda: self.replay.room,
+                config.insert_batch_hint,
+                config.min_size,
+                self._fresh_needed,
+            )
         else:
             self.limiter = RateLimiter(
                 config.min_size, config.samples_per_insert, config.error_buffer
@@ -137,12 +141,22 @@ class ShardServer:
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._router, zmq.POLLIN)
         self._replies_dropped = 0
-        self._credit = CreditDesk(self._senders, self._send, config.shard_index,
-                                  widen=not config.queue,
-                                  limiter_holds=lambda: not self.may_insert())  # fmt: skip
-        self._inserts = InsertDesk(self._pull, config.max_inserts_per_round, self._senders,
-                                   self._credit, self.limiter, self.may_insert,
-                                   lambda: self._ingest)  # fmt: skip
+        self._credit = CreditDesk(
+            self._senders,
+            self._send,
+            config.shard_index,
+            widen=not config.queue,
+            limiter_holds=lambda: not self.may_insert(),
+        )
+        self._inserts = InsertDesk(
+            self._pull,
+            config.max_inserts_per_round,
+            self._senders,
+            self._credit,
+            self.limiter,
+            self.may_insert,
+            lambda: self._ingest,
+        )
         self._stopping = False
         self._started = self._inserted_at = time.monotonic()
 
@@ -224,8 +238,11 @@ class ShardServer:
             if now - quiet_since >= self.config.stop_quiet_s:
                 break
             if now - started >= self.config.stop_grace_s:
-                logger.warning("shard %d: senders still sending after a stop grace of %.1f s; "
-                               "stopping", self._index, self.config.stop_grace_s)  # fmt: skip
+                logger.warning(
+                    "shard %d: senders still sending after a stop grace of %.1f s; stopping",
+                    self._index,
+                    self.config.stop_grace_s,
+                )
                 break
 
     def close(self) -> None:
@@ -310,8 +327,11 @@ class ShardServer:
         except zmq.Again:  # a peer that does not read its replies: counted, logged once
             self._replies_dropped += 1
             if self._replies_dropped == 1:
-                logger.warning("shard %d: a reply to a full peer queue dropped (further ones "
-                               "are counted in replies_dropped)", self._index)  # fmt: skip
+                logger.warning(
+                    "shard %d: a reply to a full peer queue dropped (further ones "
+                    "are counted in replies_dropped)",
+                    self._index,
+                )
 
     def _reply_error(self, identity: bytes, sequence: int, text: str) -> None:
         self._send(identity, messages.error(text, self._index, sequence))
@@ -365,13 +385,15 @@ class ShardServer:
     def state(self) -> tuple[dict, dict]:
         """Everything a snapshot keeps: the store, and the counts that make totals."""
         arrays, meta = replay_state(self.replay)
-        meta["shard"] = {"index": self._index, "written_unix": time.time(),
-                         "size": self.replay.size,
-                         "limiter": [self.limiter.inserted, self.limiter.sampled],
-                         "served": [self._samples.served, self._samples.transitions,
-                                    self.updates_applied],
-                         "frames_received": self._ingest.frames_received,
-                         "senders": self._senders.state()}  # fmt: skip
+        meta["shard"] = {
+            "index": self._index,
+            "written_unix": time.time(),
+            "size": self.replay.size,
+            "limiter": [self.limiter.inserted, self.limiter.sampled],
+            "served": [self._samples.served, self._samples.transitions, self.updates_applied],
+            "frames_received": self._ingest.frames_received,
+            "senders": self._senders.state(),
+        }
         return arrays, meta
 
     def restore(self, snapshot: Snapshot) -> None:

@@ -61,13 +61,19 @@ def restore_newest(
     for reason in refused:
         logger.warning("shard %d: snapshot refused: %s", index, reason)
     if snapshot is None and refused:
-        raise ConfigError([f"no usable snapshot in {root}: {reason}" for reason in refused],
-                          "shard restore")  # fmt: skip
+        raise ConfigError(
+            [f"no usable snapshot in {root}: {reason}" for reason in refused], "shard restore"
+        )
     if snapshot is None:
         logger.info("shard %d: no snapshot in %s yet, starting empty", index, root)
         return
-    logger.info("shard %d: restored %s: %d transitions in %.2f s", index, snapshot.path,
-                size(), time.monotonic() - started)  # fmt: skip
+    logger.info(
+        "shard %d: restored %s: %d transitions in %.2f s",
+        index,
+        snapshot.path,
+        size(),
+        time.monotonic() - started,
+    )
 
 
 def replay_state(replay: PrioritizedReplay | UnrollQueue) -> tuple[dict, dict]:
@@ -78,9 +84,13 @@ def replay_state(replay: PrioritizedReplay | UnrollQueue) -> tuple[dict, dict]:
     storage_arrays, storage_meta = replay.storage.state()
     tree_arrays, tree_meta = replay.tree.state(replay.storage.slots_touched)
     arrays = {**prefixed("storage.", storage_arrays), **prefixed("tree.", tree_arrays)}
-    meta = {"storage": storage_meta, "tree": tree_meta, "alpha": replay.alpha,
-            "rng": replay.rng.bit_generator.state,
-            "update_drops": replay.update_drops}  # fmt: skip
+    meta = {
+        "storage": storage_meta,
+        "tree": tree_meta,
+        "alpha": replay.alpha,
+        "rng": replay.rng.bit_generator.state,
+        "update_drops": replay.update_drops,
+    }
     return arrays, meta
 
 
@@ -190,8 +200,11 @@ class ShardSnapshots:
         seconds = time.monotonic() - started
         if os.waitstatus_to_exitcode(status) != 0:
             self.failed += 1
-            logger.warning("shard %d: snapshot %d failed (see above); the previous one stays",
-                           self._index, sequence)  # fmt: skip
+            logger.warning(
+                "shard %d: snapshot %d failed (see above); the previous one stays",
+                self._index,
+                sequence,
+            )
             return
         self._record(sequence, seconds, "background")
 
@@ -201,10 +214,23 @@ class ShardSnapshots:
         nbytes = sum(entry.nbytes for entry in snapshot.arrays.values())
         size = (snapshot.meta.get("shard") or {}).get("size")
         self.written += 1
-        self.last = {"sequence": sequence, "seconds": seconds, "bytes": nbytes,
-                     "transitions": size, "path": str(path), "how": how}  # fmt: skip
-        logger.info("shard %d: snapshot %d written (%s, %.2f s, %.1f MB, %s transitions)",
-                    self._index, sequence, how, seconds, nbytes / 1e6, size)  # fmt: skip
+        self.last = {
+            "sequence": sequence,
+            "seconds": seconds,
+            "bytes": nbytes,
+            "transitions": size,
+            "path": str(path),
+            "how": how,
+        }
+        logger.info(
+            "shard %d: snapshot %d written (%s, %.2f s, %.1f MB, %s transitions)",
+            self._index,
+            sequence,
+            how,
+            seconds,
+            nbytes / 1e6,
+            size,
+        )
 
     def final(self) -> None:
         """Waits for a child in flight, then writes the state as it is now, in this
@@ -236,6 +262,9 @@ class ShardSnapshots:
         self._record(sequence, time.monotonic() - started, "final")
 
     def counters(self) -> dict[str, object]:
-        return {"snapshots_written": self.written, "snapshots_failed": self.failed,
-                "snapshot_in_progress": self._child is not None,
-                "last_snapshot": self.last}  # fmt: skip
+        return {
+            "snapshots_written": self.written,
+            "snapshots_failed": self.failed,
+            "snapshot_in_progress": self._child is not None,
+            "last_snapshot": self.last,
+        }

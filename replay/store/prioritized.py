@@ -330,10 +330,16 @@ class PrioritizedReplay(StorageView):
             self._kept_slots = np.empty(slots.size, dtype=np.int64)
             self._kept_powered = np.empty(slots.size, dtype=np.float64)
         kept = screen_updates(
-            slots, stamps, values, self._alpha, self._slot_generations,
-            self._storage.items_written, self._kept_slots, self._kept_powered,
+            slots,
+            stamps,
+            values,
+            self._alpha,
+            self._slot_generations,
+            self._storage.items_written,
+            self._kept_slots,
+            self._kept_powered,
             self._update_drops,
-        )  # fmt: skip
+        )
         self._tree.set_unchecked(self._kept_slots[:kept], self._kept_powered[:kept])
         return slots.size - kept
 

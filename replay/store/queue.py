@@ -149,8 +149,10 @@ class UnrollQueue(StorageView):
         for name in batch:
             _check_bounds(name, batch[name])
         if count > self.room:
-            raise QueueFullError(f"{count} items do not fit: {self.size} of {self.capacity} "
-                                 "are queued and not handed out yet")  # fmt: skip
+            raise QueueFullError(
+                f"{count} items do not fit: {self.size} of {self.capacity} "
+                "are queued and not handed out yet"
+            )
         return self._storage.write(batch, count)
 
     def replayable(self, batch_size: int) -> int:
@@ -212,8 +214,7 @@ class UnrollQueue(StorageView):
         self._handed += fresh
         self.replayed += replayed
         ones = np.ones(int(batch_size))
-        return SampledBatch(transitions, slots, generations, ones, ones.astype(np.float32),
-                            frames)  # fmt: skip
+        return SampledBatch(transitions, slots, generations, ones, ones.astype(np.float32), frames)
 
     def update_priorities(self, indices, generations, priorities) -> int:
         raise ReplayError("a queue has no priorities to update")
@@ -240,8 +241,10 @@ class UnrollQueue(StorageView):
         self._storage.restore(sub_reader(read, "storage."), storage)
         written = self._storage.items_written
         if not written - self.capacity <= handed <= written:
-            raise SnapshotError(f"queue cursor {handed} outside [{written - self.capacity}, "
-                                f"{written}] of the items written")  # fmt: skip
+            raise SnapshotError(
+                f"queue cursor {handed} outside [{written - self.capacity}, "
+                f"{written}] of the items written"
+            )
         self._handed = handed
         # Snapshots from before frame queues have no such counter.
         self.evicted_queued = meta_int(queue, "evicted_queued") if "evicted_queued" in queue else 0

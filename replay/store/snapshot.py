@@ -106,8 +106,11 @@ class Snapshot:
             )
         flat = out.reshape(-1).view(np.uint8)
         row = entry.row_nbytes
-        pieces = [(0, flat.size)] if entry.ranges is None else [
-            (start * row, stop * row) for start, stop in entry.ranges]  # fmt: skip
+        pieces = (
+            [(0, flat.size)]
+            if entry.ranges is None
+            else [(start * row, stop * row) for start, stop in entry.ranges]
+        )
         crc = 0
         # Straight into the store's own rows: no second copy of the snapshot in memory,
         # and rows never written stay untouched (pages never faulted in).
@@ -210,8 +213,7 @@ def _pieces(array: np.ndarray | Rows) -> tuple[np.ndarray, list[memoryview], lis
         ranges = [[int(start), int(stop)] for start, stop in array.ranges]
         if not _rows_in_order(ranges, len(whole)):
             raise SnapshotError(f"rows {ranges} are not in order within {len(whole)}")
-        views = [memoryview(whole[start:stop].reshape(-1).view(np.uint8))
-                 for start, stop in ranges]  # fmt: skip
+        views = [memoryview(whole[start:stop].reshape(-1).view(np.uint8)) for start, stop in ranges]
         return whole, views, ranges
     whole = np.ascontiguousarray(array)
     return whole, [memoryview(whole.reshape(-1).view(np.uint8))], None
@@ -274,12 +276,21 @@ def write_snapshot(
             file = f"{number:02d}-{name}.bin"
             whole, pieces, ranges = _pieces(array)
             crc = _write_array(partial / file, pieces, pace)
-            entries[name] = {"file": file, "dtype": whole.dtype.str, "shape": list(whole.shape),
-                             "crc32": crc}  # fmt: skip
+            entries[name] = {
+                "file": file,
+                "dtype": whole.dtype.str,
+                "shape": list(whole.shape),
+                "crc32": crc,
+            }
             if ranges is not None:
                 entries[name]["ranges"] = ranges
-        manifest = {"format": FORMAT, "version": VERSION, "sequence": sequence, "meta": meta,
-                    "arrays": entries}  # fmt: skip
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "sequence": sequence,
+            "meta": meta,
+            "arrays": entries,
+        }
         with open(partial / MANIFEST, "w", encoding="utf-8") as file:
             json.dump(manifest, file)
             file.flush()
@@ -333,9 +344,12 @@ def _rows_in_order(ranges: object, rows: int) -> bool:
         return False
     end = 0
     for pair in ranges:
-        if not (isinstance(pair, list) and len(pair) == 2
-                and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
-                and end <= pair[0] < pair[1] <= rows):  # fmt: skip
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
+            and end <= pair[0] < pair[1] <= rows
+        ):
             return False
         end = pair[1]
     return True

@@ -247,8 +247,10 @@ class RingStorage(RingSlots):
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Arrays and scalars for a snapshot (see ``replay.store.state``)."""
         touched = self.slots_touched
-        arrays = {"rows": Rows.prefix(self._rows_u8, touched),
-                  "generations": Rows.prefix(self._generations, touched)}  # fmt: skip
+        arrays = {
+            "rows": Rows.prefix(self._rows_u8, touched),
+            "generations": Rows.prefix(self._generations, touched),
+        }
         return arrays, {"settings": self._settings(), "next_generation": self._next_generation}
 
     def restore(self, read: Reader, meta: dict) -> None:

@@ -102,8 +102,11 @@ def _write(path: Path, text: str, mode: int) -> None:
 
 def key_paths(directory: Path) -> list[Path]:
     """The four files :func:`generate` writes."""
-    return [directory / f"{name}{suffix}" for name in (SERVER, CLIENT)
-            for suffix in (PUBLIC_SUFFIX, SECRET_SUFFIX)]  # fmt: skip
+    return [
+        directory / f"{name}{suffix}"
+        for name in (SERVER, CLIENT)
+        for suffix in (PUBLIC_SUFFIX, SECRET_SUFFIX)
+    ]
 
 
 def generate(directory: Path, overwrite: bool = False) -> list[Path]:
@@ -118,8 +121,9 @@ def generate(directory: Path, overwrite: bool = False) -> list[Path]:
     directory = Path(directory)
     existing = [path for path in key_paths(directory) if path.exists()]
     if existing and not overwrite:
-        raise KeysError([f"{path} exists (pass --force to replace the run's keys)"
-                         for path in existing])  # fmt: skip
+        raise KeysError(
+            [f"{path} exists (pass --force to replace the run's keys)" for path in existing]
+        )
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     written = []
     for name in (SERVER, CLIENT):
@@ -137,8 +141,9 @@ def _parse(path: Path, want_secret: bool, problems: list[str]) -> KeyPair | None
         if want_secret:
             mode = path.stat().st_mode
             if mode & (stat.S_IRWXG | stat.S_IRWXO):
-                problems.append(f"{path} is readable by others (mode {stat.filemode(mode)}): "
-                                f"chmod 600 {path}")  # fmt: skip
+                problems.append(
+                    f"{path} is readable by others (mode {stat.filemode(mode)}): chmod 600 {path}"
+                )
                 return None
         text = path.read_text(encoding="ascii")
     except FileNotFoundError:
@@ -181,12 +186,19 @@ def load(directory: str | Path, need_server_secret: bool = True) -> RunKeys:
     directory = Path(directory)
     problems: list[str] = []
     if not directory.is_dir():
-        raise KeysError([f"{directory} is not a directory of keys "
-                         f"(make one with: apex keys generate {directory})"])  # fmt: skip
+        raise KeysError(
+            [
+                f"{directory} is not a directory of keys "
+                f"(make one with: apex keys generate {directory})"
+            ]
+        )
     server_secret = directory / f"{SERVER}{SECRET_SUFFIX}"
     with_secret = need_server_secret or server_secret.exists()
-    server = _parse(server_secret if with_secret else directory / f"{SERVER}{PUBLIC_SUFFIX}",
-                    with_secret, problems)  # fmt: skip
+    server = _parse(
+        server_secret if with_secret else directory / f"{SERVER}{PUBLIC_SUFFIX}",
+        with_secret,
+        problems,
+    )
     if server is not None and with_secret:
         public = _parse(directory / f"{SERVER}{PUBLIC_SUFFIX}", False, problems)
         if public is not None and public.public != server.public:

@@ -75,11 +75,20 @@ MAX_ARRAYS = 64
 DTYPES: tuple[np.dtype, ...] = tuple(
     np.dtype(name).newbyteorder("<")
     for name in (
-        "bool", "int8", "int16", "int32", "int64",
-        "uint8", "uint16", "uint32", "uint64",
-        "float16", "float32", "float64",
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
     )
-)  # fmt: skip
+)
 _DTYPE_CODE = {dtype: code for code, dtype in enumerate(DTYPES)}
 # The layouts of frame 0 (see above): what a receiver reads, and a fuzz builds hostile ones by.
 HEADER = struct.Struct("<2sBBIQqIHHdII")
@@ -276,8 +285,20 @@ def read_header(frame: object, kinds: type[enum.IntEnum] = Kind) -> Header:
     header = frame_buffer(frame)
     if len(header) < HEADER_NBYTES:
         raise ProtocolError(f"header of {len(header)} bytes is shorter than {HEADER_NBYTES}")
-    (magic, version, kind_code, sender, sequence, policy_version, count, array_count,
-     packed, scalar, incarnation, held) = HEADER.unpack_from(header)  # fmt: skip
+    (
+        magic,
+        version,
+        kind_code,
+        sender,
+        sequence,
+        policy_version,
+        count,
+        array_count,
+        packed,
+        scalar,
+        incarnation,
+        held,
+    ) = HEADER.unpack_from(header)
     if magic != MAGIC:
         raise ProtocolError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != PROTOCOL_VERSION:
@@ -287,8 +308,18 @@ def read_header(frame: object, kinds: type[enum.IntEnum] = Kind) -> Header:
         raise ProtocolError(f"unknown message kind {kind_code}")
     if array_count > MAX_ARRAYS:
         raise ProtocolError(f"{array_count} arrays exceed the limit of {MAX_ARRAYS}")
-    return Header(kind, sender, sequence, policy_version, count, array_count, packed, scalar,
-                  incarnation, held)  # fmt: skip
+    return Header(
+        kind,
+        sender,
+        sequence,
+        policy_version,
+        count,
+        array_count,
+        packed,
+        scalar,
+        incarnation,
+        held,
+    )
 
 
 @functools.cache
@@ -314,14 +345,22 @@ def decode(frames: Sequence[object], kinds: type[enum.IntEnum] = Kind) -> Messag
         raise ProtocolError("empty message")
     header = read_header(frames[0], kinds)
     if header.packed:
-        arrays = _packed_arrays(frame_buffer(frames[0]), header.array_count, header.packed,
-                                len(frames))  # fmt: skip
+        arrays = _packed_arrays(
+            frame_buffer(frames[0]), header.array_count, header.packed, len(frames)
+        )
     else:
         arrays = _framed_arrays(frame_buffer(frames[0]), header.array_count, frames)
     return Message(
-        header.kind, header.sender, header.sequence, header.policy_version, header.count,
-        header.scalar, arrays, header.incarnation, header.held,
-    )  # fmt: skip
+        header.kind,
+        header.sender,
+        header.sequence,
+        header.policy_version,
+        header.count,
+        header.scalar,
+        arrays,
+        header.incarnation,
+        header.held,
+    )
 
 
 def _framed_arrays(header: memoryview, array_count: int, frames: Sequence[object]) -> tuple:

@@ -51,8 +51,14 @@ class PackedEncoder:
         describe_arrays(tuple((dtype, (1, *shape)) for dtype, shape in self._arrays))  # checks them
         self._counts: dict[int, tuple[bytes, bytes, tuple[bytes, ...]] | None] = {}
 
-    def encode(self, arrays: Sequence[np.ndarray], count: int, sender: int, sequence: int,
-               policy_version: int) -> list | None:  # fmt: skip
+    def encode(
+        self,
+        arrays: Sequence[np.ndarray],
+        count: int,
+        sender: int,
+        sequence: int,
+        policy_version: int,
+    ) -> list | None:
         """One packed frame of ``arrays``, which the caller has checked: C-contiguous,
         of the dtypes and shapes given, ``count`` long; None if they are too large to
         pack (:func:`encode` then sends them a frame each).
@@ -67,9 +73,20 @@ class PackedEncoder:
             return None
         descriptors, padding, paddings = layout
         try:
-            header = HEADER.pack(MAGIC, PROTOCOL_VERSION, self._kind, sender, sequence,
-                                 policy_version, count, len(self._arrays), len(descriptors),
-                                 0.0, 0, 0)  # fmt: skip
+            header = HEADER.pack(
+                MAGIC,
+                PROTOCOL_VERSION,
+                self._kind,
+                sender,
+                sequence,
+                policy_version,
+                count,
+                len(self._arrays),
+                len(descriptors),
+                0.0,
+                0,
+                0,
+            )
         except struct.error as exc:
             raise ProtocolError(f"header value out of range: {exc}") from exc
         parts = [header, descriptors, padding]

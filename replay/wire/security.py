@@ -56,8 +56,11 @@ REFUSAL_REASONS = ("no_key", "wrong_key", "not_admitted", "handshake")
 GATEKEEPER_POLL_MS = 50
 # Distinct (reason, peer) pairs logged; past it refusals are only counted.
 MAX_LOGGED_PEERS = 1024
-_MONITORED_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-                     | zmq.EVENT_MONITOR_STOPPED)  # fmt: skip
+_MONITORED_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_MONITOR_STOPPED
+)
 _monitor_numbers = itertools.count()
 _gatekeeper_lock = threading.Lock()  # a context's threads may bind at the same moment
 
@@ -178,14 +181,18 @@ def check_exposure(context: zmq.Context, host: str) -> None:
     if isinstance(context, RunContext) and context.insecure:
         logger.warning(
             "INSECURE: binding %s without keys (--insecure): anyone who reaches this port can "
-            "insert, sample, rewrite priorities or read weights", host,
-        )  # fmt: skip
+            "insert, sample, rewrite priorities or read weights",
+            host,
+        )
         return
     raise ConfigError(
-        [f"binding {host} without keys: any process that reaches it could read and write "
-         "the run; give --keys DIR (apex keys generate DIR), bind 127.0.0.1, or pass "
-         "--insecure"], "transport security",
-    )  # fmt: skip
+        [
+            f"binding {host} without keys: any process that reaches it could read and write "
+            "the run; give --keys DIR (apex keys generate DIR), bind 127.0.0.1, or pass "
+            "--insecure"
+        ],
+        "transport security",
+    )
 
 
 def arm_server(socket: zmq.Socket, host: str) -> None:
@@ -202,8 +209,10 @@ def arm_server(socket: zmq.Socket, host: str) -> None:
     keys = context.keys
     if keys is not None:
         if keys.server.secret is None:
-            raise ConfigError([f"{keys.directory} has no server.key_secret, and this process "
-                               "binds sockets"], "transport security")  # fmt: skip
+            raise ConfigError(
+                [f"{keys.directory} has no server.key_secret, and this process binds sockets"],
+                "transport security",
+            )
         socket.curve_secretkey = keys.server.secret
         socket.curve_publickey = keys.server.public
         socket.curve_server = True
@@ -230,8 +239,11 @@ class Gatekeeper:
     """
 
     def __init__(self, context: zmq.Context, keys: RunKeys | None) -> None:
-        self._admitted = {key_files.raw_key(key): key_files.fingerprint(key)
-                          for key in keys.admitted} if keys is not None else {}  # fmt: skip
+        self._admitted = (
+            {key_files.raw_key(key): key_files.fingerprint(key) for key in keys.admitted}
+            if keys is not None
+            else {}
+        )
         self._keyed = keys is not None
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(REFUSAL_REASONS, 0)
@@ -272,8 +284,11 @@ class Gatekeeper:
             if first:
                 self._logged.add((reason, peer))
         if first:
-            logger.warning("refused a connection (%s) from %s; further ones are counted, not "
-                           "logged", reason, peer)  # fmt: skip
+            logger.warning(
+                "refused a connection (%s) from %s; further ones are counted, not logged",
+                reason,
+                peer,
+            )
 
     def _run(self) -> None:
         monitors: dict[zmq.Socket, str] = {}
@@ -321,8 +336,10 @@ class Gatekeeper:
         value = event["value"]
         # A plain (NULL) peer hangs up as soon as it reads our CURVE greeting, so which
         # side sees the mismatch first is a race: a hang-up in the handshake is a no_key.
-        if (event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-                or value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):  # fmt: skip
+        if (
+            event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+            or value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+        ):
             self._refuse("no_key", f"a peer of {endpoint}")
         elif value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
             self._refuse("wrong_key", f"a peer of {endpoint}")
@@ -350,6 +367,12 @@ class Gatekeeper:
             self._refuse("not_admitted", f"{peer} (key {key})")
             status, user = b"400", ""
         self._zap.send_multipart(
-            [version, request_id, status, b"OK" if status == b"200" else b"not admitted",
-             user.encode("ascii"), b""]
-        )  # fmt: skip
+            [
+                version,
+                request_id,
+                status,
+                b"OK" if status == b"200" else b"not admitted",
+                user.encode("ascii"),
+                b"",
+            ]
+        )

@@ -20,14 +20,18 @@ if TYPE_CHECKING:
 class DPGActing(NetworkPolicy):
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = NumpyActorCritic(
-            shape.observation_shape[0], shape.action_low, shape.action_high, config.hidden,
+            shape.observation_shape[0],
+            shape.action_low,
+            shape.action_high,
+            config.hidden,
             seed=config.actor_seed,
-        )  # fmt: skip
+        )
 
     def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:
         network = self.network
-        return gaussian_noise(network.actions(observations), scales, network.scale,
-                              network.offset, rng)  # fmt: skip
+        return gaussian_noise(
+            network.actions(observations), scales, network.scale, network.offset, rng
+        )
 
     def td_errors(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """|R + d · Q1(s', π(s')) − Q1(s, a)| per n-step transition."""

@@ -35,15 +35,19 @@ class DPGBuilder:
 
     def shape_problems(self, shape: EnvShape, env: str) -> list[str]:
         if len(shape.observation_shape) != 1:
-            return [f"{env} has observations of shape {shape.observation_shape}: DPG takes "
-                    "vector observations (d,)"]  # fmt: skip
+            return [
+                f"{env} has observations of shape {shape.observation_shape}: DPG takes "
+                "vector observations (d,)"
+            ]
         return []
 
     def network_problems(self, config: LearnerConfig, shape: EnvShape) -> list[str]:
         if not config.network:
             return []
-        return [f"learner.network {config.network!r}: a user's network is for DQN and "
-                "IMPALA; DPG builds its own policy and critics"]  # fmt: skip
+        return [
+            f"learner.network {config.network!r}: a user's network is for DQN and "
+            "IMPALA; DPG builds its own policy and critics"
+        ]
 
     def exploration_scale(self, settings: DPGSettings) -> float:
         return settings.noise_scale
@@ -56,8 +60,14 @@ class DPGBuilder:
     def build_learner(
         self, config: LearnerConfig, settings: DPGSettings, shape: EnvShape, device: torch.device
     ) -> DPG:
-        return DPG(config, settings, shape.observation_shape[0], shape.action_low,
-                   shape.action_high, device)  # fmt: skip
+        return DPG(
+            config,
+            settings,
+            shape.observation_shape[0],
+            shape.action_low,
+            shape.action_high,
+            device,
+        )
 
     def build_acting(self, actor: ActorConfig, settings: DPGSettings, shape: EnvShape) -> DPGActing:
         return DPGActing(actor, shape)

@@ -154,8 +154,12 @@ class DPG:
         online = self.online
         online.critic.requires_grad_(False)  # the policy's loss moves the policy only
         policy_loss = -online.critic(observations, online.policy(observations)).mean()
-        skipped = descend(self.policy_optimizer, policy_loss, online.policy.parameters(),
-                          self.config.max_grad_norm)  # fmt: skip
+        skipped = descend(
+            self.policy_optimizer,
+            policy_loss,
+            online.policy.parameters(),
+            self.config.max_grad_norm,
+        )
         online.critic.requires_grad_(True)
         soft_update(self.target, online, self.settings.tau)
         soft_update(self.target_critic2, self.critic2, self.settings.tau)

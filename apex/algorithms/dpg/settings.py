@@ -36,8 +36,10 @@ class DPGSettings:
             problems = not_positive_integers({f"{prefix}policy_delay": self.policy_delay})
             problems += in_unit_interval(f"{prefix}tau", self.tau)
             problems += in_unit_interval(f"{prefix}noise_scale", self.noise_scale)
-            for name, value in (("target_noise", self.target_noise),
-                                ("noise_clip", self.noise_clip)):  # fmt: skip
+            for name, value in (
+                ("target_noise", self.target_noise),
+                ("noise_clip", self.noise_clip),
+            ):
                 if not 0 <= value < float("inf"):
                     problems.append(f"{prefix}{name} must be finite and >= 0, got {value}")
             return problems

@@ -23,12 +23,16 @@ class DQNActing(NetworkPolicy):
 
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = build_policy(
-            shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
-            torch_threads=config.torch_threads, precision=config.acting_precision,
+            shape.observation_shape,
+            shape.actions,
+            config.hidden,
+            seed=config.actor_seed,
+            torch_threads=config.torch_threads,
+            precision=config.acting_precision,
             requantize_every=config.weight_refresh_steps,
             network=user_network_factory(config.network, shape),
             observation_high=shape.observation_high,
-        )  # fmt: skip
+        )
         self._actions = shape.actions
 
     def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:

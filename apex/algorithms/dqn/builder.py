@@ -60,12 +60,12 @@ class DQNBuilder:
         from apex.algorithms.networks import build_network  # torch: the learner's process
 
         def builtin():
-            return build_network(shape.observation_shape, shape.actions, config.hidden,
-                                 shape.observation_high)  # fmt: skip
+            return build_network(
+                shape.observation_shape, shape.actions, config.hidden, shape.observation_high
+            )
 
         network = network_or_builtin(config.network, shape, builtin)
-        return DoubleDQN(config, settings, shape.observation_shape, shape.actions, device,
-                         network)  # fmt: skip
+        return DoubleDQN(config, settings, shape.observation_shape, shape.actions, device, network)
 
     def build_acting(self, actor: ActorConfig, settings: DQNSettings, shape: EnvShape) -> DQNActing:
         return DQNActing(actor, shape)

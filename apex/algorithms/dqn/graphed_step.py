@@ -127,12 +127,17 @@ class GraphedUpdate:
                 summary = torch.stack([loss.detach(), magnitude.mean(), skipped])
                 self._outputs = summary, (magnitude + self._priority_epsilon).double()
         except RuntimeError as exc:
-            logger.warning("the update could not be captured in a CUDA graph (%s); training "
-                           "goes on without one", exc)  # fmt: skip
+            logger.warning(
+                "the update could not be captured in a CUDA graph (%s); training "
+                "goes on without one",
+                exc,
+            )
             self.failed = True
             self._inputs, self._outputs = {}, None
             self._optimizer.zero_grad(set_to_none=True)
             return
         self._graph, self._signature = graph, signature
-        logger.info("the update is captured in a CUDA graph (%s)",
-                    ", ".join(f"{n} {tuple(t.shape)}" for n, t in inputs.items()))  # fmt: skip
+        logger.info(
+            "the update is captured in a CUDA graph (%s)",
+            ", ".join(f"{n} {tuple(t.shape)}" for n, t in inputs.items()),
+        )

@@ -148,10 +148,16 @@ class DoubleDQN(OnlineAndTarget):
         else:
             where = self.graphed.eager_stream() if self.graphed else contextlib.nullcontext()
             with where:
-                result = dqn_step(self.online, self.target, self.optimizer, batch.transitions,
-                                  batch.weights, self.config.max_grad_norm,
-                                  self.config.priority_epsilon,
-                                  self.settings.huber_delta)  # fmt: skip
+                result = dqn_step(
+                    self.online,
+                    self.target,
+                    self.optimizer,
+                    batch.transitions,
+                    batch.weights,
+                    self.config.max_grad_norm,
+                    self.config.priority_epsilon,
+                    self.settings.huber_delta,
+                )
         self.steps += 1
         if self.steps % self.settings.target_update_period == 0:
             self.target.load_state_dict(self.online.state_dict())

@@ -31,7 +31,12 @@ class DQNSettings:
     huber_delta: float = 1.0
 
     def problems(self, prefix: str = "dqn.") -> list[str]:
-        return checked(self, prefix, lambda: not_positive_integers(
-            {f"{prefix}target_update_period": self.target_update_period})
-            + in_unit_interval(f"{prefix}epsilon", self.epsilon)
-            + positive_or_none({f"{prefix}huber_delta": self.huber_delta}))  # fmt: skip
+        return checked(
+            self,
+            prefix,
+            lambda: (
+                not_positive_integers({f"{prefix}target_update_period": self.target_update_period})
+                + in_unit_interval(f"{prefix}epsilon", self.epsilon)
+                + positive_or_none({f"{prefix}huber_delta": self.huber_delta})
+            ),
+        )

@@ -42,8 +42,9 @@ class UnrollMaker(ActingOnEnvs):
         kept_shape, kept_dtype = shape.observation_shape, shape.observation_dtype
         if frame_refs:
             kept_shape, kept_dtype = (2,), np.dtype(np.int64)
-        self._builder = UnrollBuilder(config.envs_per_actor, unroll_length, config.gamma,
-                                      kept_shape, kept_dtype)  # fmt: skip
+        self._builder = UnrollBuilder(
+            config.envs_per_actor, unroll_length, config.gamma, kept_shape, kept_dtype
+        )
 
     @property
     def discarded(self) -> int:
@@ -74,9 +75,17 @@ class UnrollMaker(ActingOnEnvs):
             final_values[cut] = self._policy.values(final_observations[cut])
         kept, kept_final = refs if self._frame_refs else (observations, final_observations)
         unrolls = self._builder.step(
-            kept, actions, rewards, kept_final, terminated, truncated,
-            self._policy.last_log_probs, final_values, self._version(), dropped,
-        )  # fmt: skip
+            kept,
+            actions,
+            rewards,
+            kept_final,
+            terminated,
+            truncated,
+            self._policy.last_log_probs,
+            final_values,
+            self._version(),
+            dropped,
+        )
         if unrolls is not None and self._frame_refs:
             pairs = unrolls.pop("obs")  # (envs, T + 1, 2): env, frame number
             unrolls["refs"] = np.column_stack([pairs[:, 0, 0], pairs[:, :, 1]])
@@ -116,12 +125,16 @@ class ImpalaActing(NetworkPolicy):
 
     def __init__(self, config: ActorConfig, shape: EnvShape) -> None:
         self.network = build_policy_value(
-            shape.observation_shape, shape.actions, config.hidden, seed=config.actor_seed,
-            torch_threads=config.torch_threads, precision=config.acting_precision,
+            shape.observation_shape,
+            shape.actions,
+            config.hidden,
+            seed=config.actor_seed,
+            torch_threads=config.torch_threads,
+            precision=config.acting_precision,
             requantize_every=config.weight_refresh_steps,
             network=user_network_factory(config.network, shape),
             observation_high=shape.observation_high,
-        )  # fmt: skip
+        )
         self.last_log_probs = np.zeros(0)
 
     def explore(self, observations: np.ndarray, scales: np.ndarray, rng, state=None) -> np.ndarray:

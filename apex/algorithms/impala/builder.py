@@ -69,18 +69,21 @@ class ImpalaBuilder:
         )
 
     def build_learner(
-        self, config: LearnerConfig, settings: ImpalaSettings, shape: EnvShape,
+        self,
+        config: LearnerConfig,
+        settings: ImpalaSettings,
+        shape: EnvShape,
         device: torch.device,
-    ) -> Impala:  # fmt: skip
+    ) -> Impala:
         from apex.algorithms.networks import PolicyValueNet  # torch: the learner's process
 
         def builtin():
-            return PolicyValueNet(shape.observation_shape, shape.actions, config.hidden,
-                                  shape.observation_high)  # fmt: skip
+            return PolicyValueNet(
+                shape.observation_shape, shape.actions, config.hidden, shape.observation_high
+            )
 
         network = network_or_builtin(config.network, shape, builtin)
-        return Impala(config, settings, shape.observation_shape, shape.actions, device,
-                      network)  # fmt: skip
+        return Impala(config, settings, shape.observation_shape, shape.actions, device, network)
 
     def build_acting(
         self, actor: ActorConfig, settings: ImpalaSettings, shape: EnvShape

@@ -140,8 +140,9 @@ class Impala:
         from apex.algorithms.updates import StepResult, descend
 
         loss, parts = impala_loss(self.network, batch.transitions, self.settings)
-        skipped = descend(self.optimizer, loss, self.network.parameters(),
-                          self.config.max_grad_norm)  # fmt: skip
+        skipped = descend(
+            self.optimizer, loss, self.network.parameters(), self.config.max_grad_norm
+        )
         self.steps += 1
         self.last = parts
         return StepResult(parts.loss, parts.mean_abs_advantage, None, bool(skipped))

@@ -43,8 +43,9 @@ class ImpalaSettings:
                 if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                     found.append(f"{prefix}{name} must be a finite number >= 0, got {value!r}")
             if not found and self.c_bar > self.rho_bar:
-                found.append(f"{prefix}c_bar ({self.c_bar}) must not exceed "
-                             f"{prefix}rho_bar ({self.rho_bar})")  # fmt: skip
+                found.append(
+                    f"{prefix}c_bar ({self.c_bar}) must not exceed {prefix}rho_bar ({self.rho_bar})"
+                )
             return found
 
         return checked(self, prefix, more)

@@ -66,9 +66,12 @@ def vtrace_targets(
     shape = values.shape
     if values.dim() != 2:
         raise ValueError(f"values must be [T, B], got shape {tuple(shape)}")
-    for name, tensor in (("behaviour_log_probs", behaviour_log_probs),
-                         ("target_log_probs", target_log_probs),
-                         ("rewards", rewards), ("discounts", discounts)):  # fmt: skip
+    for name, tensor in (
+        ("behaviour_log_probs", behaviour_log_probs),
+        ("target_log_probs", target_log_probs),
+        ("rewards", rewards),
+        ("discounts", discounts),
+    ):
         _check(name, tensor, shape)
     _check("bootstrap_value", bootstrap_value, shape[1:])
     if not (rho_bar > 0 and c_bar > 0):

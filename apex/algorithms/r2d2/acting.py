@@ -30,8 +30,13 @@ class R2D2Acting:
         from apex.algorithms.r2d2.network import RecurrentQNetwork  # torch
 
         def build() -> RecurrentQNetwork:
-            return RecurrentQNetwork(shape.observation_shape, shape.actions, config.hidden,
-                                     settings.lstm_units, shape.observation_high)  # fmt: skip
+            return RecurrentQNetwork(
+                shape.observation_shape,
+                shape.actions,
+                config.hidden,
+                settings.lstm_units,
+                shape.observation_high,
+            )
 
         self.network = TorchPolicy(build, config.actor_seed, config.torch_threads)
         self.units = settings.lstm_units
@@ -56,8 +61,9 @@ class R2D2Acting:
         from apex.algorithms.r2d2.network import pack, unpack
 
         with torch.no_grad():
-            q, after = self.network.network(torch.from_numpy(observations).unsqueeze(1),
-                                            unpack(torch.from_numpy(state)))  # fmt: skip
+            q, after = self.network.network(
+                torch.from_numpy(observations).unsqueeze(1), unpack(torch.from_numpy(state))
+            )
         state[:] = pack(after).numpy()
         return q[:, 0].numpy()
 
@@ -79,15 +85,28 @@ class SequenceExperience(ActingOnEnvs):
             its priority.
     """
 
-    def __init__(self, config: ActorConfig, settings: R2D2Settings, shape: EnvShape,
-                 policy: R2D2Acting, frame_refs: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: ActorConfig,
+        settings: R2D2Settings,
+        shape: EnvShape,
+        policy: R2D2Acting,
+        frame_refs: bool = False,
+    ) -> None:
         super().__init__(policy, config.envs_per_actor)
         self._settings = settings
         self._frame_refs = frame_refs
         self._sequences = SequenceBuilder(
-            config.envs_per_actor, settings.sequence_length, settings.sequence_period,
-            config.gamma, shape.observation_shape, shape.observation_dtype,
-            (2, settings.lstm_units), settings.burn_in, references=frame_refs)  # fmt: skip
+            config.envs_per_actor,
+            settings.sequence_length,
+            settings.sequence_period,
+            config.gamma,
+            shape.observation_shape,
+            shape.observation_dtype,
+            (2, settings.lstm_units),
+            settings.burn_in,
+            references=frame_refs,
+        )
         self._before = self._state.copy()  # each env's state before its latest action
 
     def act(self, observations: np.ndarray, scales: np.ndarray, rng) -> np.ndarray:

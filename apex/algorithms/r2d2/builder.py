@@ -40,8 +40,10 @@ class R2D2Builder:
 
     def network_problems(self, config: LearnerConfig, shape: EnvShape) -> list[str]:
         if config.network:
-            return ["learner.network: R2D2 builds its recurrent network itself (a torso, an "
-                    "LSTM and a dueling head); a user's network is for DQN and IMPALA"]  # fmt: skip
+            return [
+                "learner.network: R2D2 builds its recurrent network itself (a torso, an "
+                "LSTM and a dueling head); a user's network is for DQN and IMPALA"
+            ]
         return builtin_network_problems(shape.observation_shape, config.env)
 
     def exploration_scale(self, settings: R2D2Settings) -> float:
@@ -52,16 +54,18 @@ class R2D2Builder:
     ) -> TransitionSpec:
         """One sequence per item (``apex.algorithms.r2d2.sequences``)."""
         steps = settings.sequence_length
-        return TransitionSpec.from_dict({
-            "obs": ((steps + 1, *shape.observation_shape), shape.observation_dtype),
-            "action": ((steps,), "int64"),
-            "reward": ((steps,), "float32"),
-            "discount": ((steps,), "float32"),
-            "mask": ((steps,), "float32"),
-            "state": ((2, settings.lstm_units), "float32"),
-            "burn_in_state": ((2, settings.lstm_units), "float32"),
-            "starts": ((), "float32"),
-        })  # fmt: skip
+        return TransitionSpec.from_dict(
+            {
+                "obs": ((steps + 1, *shape.observation_shape), shape.observation_dtype),
+                "action": ((steps,), "int64"),
+                "reward": ((steps,), "float32"),
+                "discount": ((steps,), "float32"),
+                "mask": ((steps,), "float32"),
+                "state": ((2, settings.lstm_units), "float32"),
+                "burn_in_state": ((2, settings.lstm_units), "float32"),
+                "starts": ((), "float32"),
+            }
+        )
 
     def build_learner(
         self, config: LearnerConfig, settings: R2D2Settings, shape: EnvShape, device: torch.device
@@ -69,8 +73,13 @@ class R2D2Builder:
         from apex.algorithms.r2d2.learning import R2D2  # torch: the learner's process
         from apex.algorithms.r2d2.network import RecurrentQNetwork
 
-        network = RecurrentQNetwork(shape.observation_shape, shape.actions, config.hidden,
-                                    settings.lstm_units, shape.observation_high)  # fmt: skip
+        network = RecurrentQNetwork(
+            shape.observation_shape,
+            shape.actions,
+            config.hidden,
+            settings.lstm_units,
+            shape.observation_high,
+        )
         return R2D2(config, settings, network, device)
 
     def build_acting(

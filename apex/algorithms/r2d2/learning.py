@@ -95,8 +95,9 @@ def sequence_td(
     q_taken = q_online[:, :steps].gather(2, sequences["action"].long().unsqueeze(2)).squeeze(2)
     discrepancy = measured = None
     if burn_in and "burn_in_state" in sequences:
-        discrepancy, measured = stored_state_discrepancy(online, sequences, burn_in,
-                                                         q_online[:, burn_in], starts)  # fmt: skip
+        discrepancy, measured = stored_state_discrepancy(
+            online, sequences, burn_in, q_online[:, burn_in], starts
+        )
     return BatchTD((targets - q_taken) * loss_mask, loss_mask, discrepancy, measured)
 
 
@@ -117,9 +118,12 @@ def _burn_in(online: RecurrentQNetwork, obs: torch.Tensor, state, starts: torch.
 
 
 def stored_state_discrepancy(
-    online: RecurrentQNetwork, sequences: dict[str, torch.Tensor], burn_in: int,
-    burnt_q: torch.Tensor, starts: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    online: RecurrentQNetwork,
+    sequences: dict[str, torch.Tensor],
+    burn_in: int,
+    burnt_q: torch.Tensor,
+    starts: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """R2D2's ΔQ at the first step after the burn-in, ``‖Q(s_l; ĥ_l) − Q(s_l; h_l)‖₂ /
     |max_a Q(s_l; h_l)|``, per sequence, and where it is measured (1.0: a sequence with a
     burn-in that reaches step ``l``; its ΔQ is 0 elsewhere): ``ĥ_l`` the state the burn-in
@@ -172,8 +176,13 @@ class R2D2(OnlineAndTarget):
 
     variant = "R2D2"
 
-    def __init__(self, config: LearnerConfig, settings: R2D2Settings,
-                 network: RecurrentQNetwork, device: torch.device) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: LearnerConfig,
+        settings: R2D2Settings,
+        network: RecurrentQNetwork,
+        device: torch.device,
+    ) -> None:
         self.config, self.settings = config, settings
         self.online = network.to(device)
         self.target = copy.deepcopy(self.online)
@@ -199,8 +208,7 @@ class R2D2(OnlineAndTarget):
         delta, mask = found.delta, found.mask
         per_sequence = batch.weights * (0.5 * delta.square()).sum(1) / mask.sum(1).clamp(min=1)
         loss = per_sequence.mean()
-        skipped = descend(self.optimizer, loss, self.online.parameters(),
-                          self.config.max_grad_norm)  # fmt: skip
+        skipped = descend(self.optimizer, loss, self.online.parameters(), self.config.max_grad_norm)
         self.steps += 1
         if self.steps % settings.target_update_period == 0:
             self.target.load_state_dict(self.online.state_dict())
@@ -208,11 +216,17 @@ class R2D2(OnlineAndTarget):
             priorities = sequence_priorities(delta.abs(), mask, settings.eta).double()
             measured = found.measured if found.measured is not None else torch.zeros_like(loss)
             dq = found.discrepancy if found.discrepancy is not None else torch.zeros_like(loss)
-            sums = torch.stack([loss.detach(), delta.abs().sum(), mask.sum(), skipped,
-                                dq.sum(), measured.sum()]).double()  # fmt: skip
+            sums = torch.stack(
+                [loss.detach(), delta.abs().sum(), mask.sum(), skipped, dq.sum(), measured.sum()]
+            ).double()
             # One read back of all the host needs, priorities and figures together.
             read = torch.cat([priorities + self.config.priority_epsilon, sums]).cpu()
         priorities, (loss_value, td_sum, steps, skip, dq_sum, dq_count) = read[:-6], read[-6:]
         extras = {"stored_state_dq": float(dq_sum / dq_count)} if dq_count > 0 else {}
-        return StepResult(float(loss_value), float(td_sum / max(float(steps), 1.0)),
-                          priorities, bool(skip > 0), extras)  # fmt: skip
+        return StepResult(
+            float(loss_value),
+            float(td_sum / max(float(steps), 1.0)),
+            priorities,
+            bool(skip > 0),
+            extras,
+        )

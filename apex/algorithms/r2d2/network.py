@@ -46,11 +46,18 @@ class RecurrentQNetwork(nn.Module):
         ValueError: an observation shape no torso takes.
     """
 
-    def __init__(self, observation_shape: Sequence[int], actions: int, hidden: Sequence[int],
-                 units: int, observation_high: float = 255.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        observation_shape: Sequence[int],
+        actions: int,
+        hidden: Sequence[int],
+        units: int,
+        observation_high: float = 255.0,
+    ) -> None:
         super().__init__()
-        self.torso, features, self.layout = feature_torso(observation_shape, hidden,
-                                                          observation_high)  # fmt: skip
+        self.torso, features, self.layout = feature_torso(
+            observation_shape, hidden, observation_high
+        )
         self.units = units
         self.lstm = nn.LSTM(features, units, batch_first=True)
         self.head = DuelingHead(units, hidden[-1], actions)

@@ -37,21 +37,32 @@ class R2D2Settings:
 
     def problems(self, prefix: str = "r2d2.") -> list[str]:
         def ranges() -> list[str]:
-            problems = not_positive_integers({
-                f"{prefix}{name}": getattr(self, name)
-                for name in ("sequence_length", "sequence_period", "n_step", "lstm_units",
-                             "target_update_period")})  # fmt: skip
+            problems = not_positive_integers(
+                {
+                    f"{prefix}{name}": getattr(self, name)
+                    for name in (
+                        "sequence_length",
+                        "sequence_period",
+                        "n_step",
+                        "lstm_units",
+                        "target_update_period",
+                    )
+                }
+            )
             problems += in_unit_interval(f"{prefix}epsilon", self.epsilon)
             problems += in_unit_interval(f"{prefix}eta", self.eta)
             if problems:
                 return problems
             if self.sequence_period > self.sequence_length:
-                problems.append(f"{prefix}sequence_period ({self.sequence_period}) must be "
-                                f"at most {prefix}sequence_length "
-                                f"({self.sequence_length})")  # fmt: skip
+                problems.append(
+                    f"{prefix}sequence_period ({self.sequence_period}) must be "
+                    f"at most {prefix}sequence_length "
+                    f"({self.sequence_length})"
+                )
             if not 0 <= self.burn_in < self.sequence_length:
-                problems.append(f"{prefix}burn_in must be in [0, {prefix}sequence_length), "
-                                f"got {self.burn_in}")  # fmt: skip
+                problems.append(
+                    f"{prefix}burn_in must be in [0, {prefix}sequence_length), got {self.burn_in}"
+                )
             return problems
 
         return checked(self, prefix, ranges)
