@@ -14,6 +14,7 @@ import os
 import threading
 from pathlib import Path
 
+from apex.envs.watchdog import EXIT_ENV_HUNG
 from launch.config import RunConfig, write_resolved
 from launch.local.restarts import RestartStreak
 from launch.local.role_process import RoleProcess, RoleStartError
@@ -59,6 +60,7 @@ class EvaluatorProcess:
         self._streak = RestartStreak()
         self.state = "starting"  # then "up", "restarting" or "given up"
         self.last_exit: int | None = None
+        self.hangs = 0  # its exits because an env step hung (apex.envs.watchdog)
         self._watcher = threading.Thread(target=self._keep, name="evaluator", daemon=True)
 
     def start(self) -> None:
@@ -83,6 +85,7 @@ class EvaluatorProcess:
                 return
             process.close()
             self.last_exit = code
+            self.hangs += code == EXIT_ENV_HUNG
             if self._streak.died() >= SHARD_RESTART_BUDGET:
                 self.state = "given up"
                 logger.error(
@@ -94,7 +97,8 @@ class EvaluatorProcess:
                 return
             self.state = "restarting"
             delay = self._streak.backoff_s()
-            logger.warning("evaluator died (exit code %s); restarting in %.0f s", code, delay)
+            how = "ended: an env step hung" if code == EXIT_ENV_HUNG else "died"
+            logger.warning("evaluator %s (exit code %s); restarting in %.0f s", how, code, delay)
             self._streak.restarting()
             if self._stopping.wait(delay):
                 return
@@ -105,10 +109,12 @@ class EvaluatorProcess:
 
     def health(self) -> dict:
         """What the learner's progress and end records say of it: ``evaluator`` (starting,
-        up, restarting or given up), ``evaluator_restarts`` and its last exit code."""
+        up, restarting or given up), ``evaluator_restarts`` (``evaluator_hangs`` of them
+        because an env step hung) and its last exit code."""
         return {
             "evaluator": self.state,
             "evaluator_restarts": self.restarts,
+            "evaluator_hangs": self.hangs,
             "evaluator_last_exit": self.last_exit,
         }
 

@@ -483,3 +483,36 @@ def test_evaluation_settings_are_checked(setting: dict, problem: str) -> None:
 
     [found] = LearnerConfig(**setting).problems()
     assert found.startswith(problem)
+
+
+@pytest.mark.slow
+def test_an_evaluator_that_ends_on_a_hung_step_is_restarted_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit code 4 is the watchdog's (an env step hung): the keeper restarts the evaluator
+    and the learner's records count it apart from other deaths."""
+    import sys
+
+    from apex.envs.watchdog import EXIT_ENV_HUNG
+    from launch import evaluator_process
+    from launch.config import resolve
+
+    hangs_once = (
+        "import json, pathlib, sys; print(json.dumps({'ready': {}}), flush=True); "
+        f"marker = pathlib.Path({str(tmp_path / 'hung')!r}); "
+        f"sys.exit(0 if marker.exists() else (marker.touch() or {EXIT_ENV_HUNG}))"
+    )
+
+    def fake_evaluator(*_arguments, **options):
+        return evaluator_process.RoleProcess([sys.executable, "-c", hangs_once], **options)
+
+    monkeypatch.setattr(evaluator_process.RoleProcess, "apex", fake_evaluator)
+    evaluator = evaluator_process.EvaluatorProcess(resolve({}), tmp_path, "tcp://a", "tcp://b")
+    try:
+        evaluator.start()
+        wait_for(lambda: evaluator.hangs == 1, timeout_s=30, what="the hang counted")
+        wait_for(lambda: evaluator.restarts >= 2, timeout_s=30, what="a second restart")
+    finally:
+        evaluator.stop()
+    health = evaluator.health()
+    assert health["evaluator_hangs"] == 1 and health["evaluator_restarts"] >= 2

@@ -117,7 +117,7 @@ def _earliest(since: float | None, in_step: dict) -> float | None:
 
 
 def _exit_hung(reason: str) -> None:
-    logger.error("EnvHung: %s; the actor exits to be restarted", reason)
+    logger.error("EnvHung: %s; the process exits (code %d) to be restarted", reason, EXIT_ENV_HUNG)
     for handler in logging.getLogger().handlers:
         handler.flush()
     sys.stderr.flush()

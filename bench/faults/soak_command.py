@@ -128,7 +128,9 @@ def soak_checks(config: dict) -> dict[str, bool]:
             for part in bounded
         ),
         "metrics and every log bounded by their rotation sizes": _rotation_held(config),
-        "the hung env copy found by the watchdog": (config.get("actor_hangs") or 0) >= 1,
+        "the hung env copy found by the watchdog (an actor's or the evaluator's)": (
+            (config.get("actor_hangs") or 0) + (config.get("evaluator_hangs") or 0) >= 1
+        ),
         "0 transitions unaccounted": config["account"]["unaccounted"] == 0,
         "the target reached (a confirmed solve)": config["target_reached"],
     }

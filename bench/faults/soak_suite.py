@@ -348,6 +348,7 @@ def run(
             role: summary.get(f"{role}_restarts") for role in ("actor", "shard", "learner")
         },
         "actor_hangs": summary.get("actor_hangs"),
+        "evaluator_hangs": (summary.get("outcome") or {}).get("evaluator_hangs"),
         "target_reached": bool(solved),
         "first_solve_time_s": solved[0]["weights_time_s"] if solved else None,
         "confirmations": len(confirmations),

@@ -43,8 +43,9 @@ class RunSummary:
         else:  # the outcome of a learner that had an evaluator counts what it heard
             last_eval = "none ran" if self.outcome.get("evaluations") == 0 else "none"
         trouble = evaluator_trouble(self.outcome)
-        evaluator = self.outcome.get("evaluator_restarts")
+        evaluator, hangs = (self.outcome.get(f"evaluator_{k}") for k in ("restarts", "hangs"))
         evaluator = f" | evaluator restarts: {evaluator}" if evaluator else ""
+        evaluator += f" ({hangs} hung)" if evaluator and hangs else ""
         evaluator += f" ({trouble})" if trouble else ""
         faults = env_fault_text(self.outcome.get("delivery") or {})
         return (

@@ -273,8 +273,9 @@ def run_status(run_dir: Path) -> dict:
     rejected = sum(s.get("rejected_total") or 0 for s in brief.get("shards") or [])
     if rejected:
         faults["insert_messages_rejected"] = rejected
-    if latest.get("evaluator_restarts"):
-        faults["evaluator_restarts"] = latest["evaluator_restarts"]
+    for key in ("evaluator_restarts", "evaluator_hangs"):
+        if latest.get(key):
+            faults[key] = latest[key]
     status["evaluator_trouble"] = evaluator_trouble(latest)
     if latest.get("evaluator") == "given up":
         faults["evaluator"] = "gave up"
