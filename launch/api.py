@@ -56,8 +56,9 @@ def train(
     from launch.local.supervisor import Supervisor
     from launch.options import load_checked_run_config, new_run_dir
     from launch.overrides import merge_overrides
+    from launch.run_files import read_summary
     from launch.run_keys import with_run_keys
-    from launch.views.status import read_summary
+    from launch.views.live_view import supervisor_views
 
     path, values = (None, dict(config)) if isinstance(config, Mapping) else (config, {})
     try:
@@ -68,7 +69,8 @@ def train(
         raise RunRefused(exc.message) from None
     directory = Path(run_dir) if run_dir is not None else new_run_dir(checked.env)
     checked = with_run_keys(checked, directory)
-    supervisor = Supervisor(checked, directory, False, echo, live=False, curves=curves)
+    views = supervisor_views(live=False, curves=curves)
+    supervisor = Supervisor(checked, directory, False, echo, **views)
     restore = _stop_on_signals(supervisor.stop)
     try:
         summary = supervisor.run()
@@ -83,7 +85,7 @@ def _stop_on_signals(stop: Callable[[], None]) -> Callable[[], None]:
     handlers); returns what puts the handlers before back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    from launch.local.signals import on_stop_signal
+    from launch.supervision.signals import on_stop_signal
 
     before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     on_stop_signal(stop)

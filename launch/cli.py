@@ -2,7 +2,7 @@
 
 Its subcommands are the package's entry points of the group ``apex.commands``
 (``pyproject.toml``): the role commands in ``launch.role_commands``, the Slurm ones in
-``launch.slurm.commands``, and ``apex bench``, the benchmark suite's own group
+``launch.slurm_commands``, and ``apex bench``, the benchmark suite's own group
 (``bench.commands``), which sits on top of ``launch`` and is never imported by it. A
 command is imported only when it runs, so ``apex train`` does not pay for the others'
 imports; another installed package may add its own commands to the group.

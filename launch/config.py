@@ -26,7 +26,7 @@ File layout (every key optional; defaults come from the environment's preset)::
     [dpg]           # apex.algorithms.dpg.settings.DPGSettings: DDPG, or TD3's fixes
     twin_critics = true
 
-    [slurm]         # launch.slurm.config.SlurmConfig: only `apex slurm submit` reads these
+    [slurm]         # launch.slurm_config.SlurmConfig: only `apex slurm submit` reads these
     partition = "gpu"
 
     [security]      # replay.wire.security.SecurityConfig
@@ -56,7 +56,7 @@ from apex.settings import ActorConfig, LearnerConfig
 from launch.overrides import merge_overrides
 from launch.renames import moved, refuse_renamed
 from launch.replay_config import ReplayConfig
-from launch.slurm.config import SlurmConfig
+from launch.slurm_config import SlurmConfig
 from replay.errors import ConfigError
 from replay.store.field_checks import (
     not_positive_integers,

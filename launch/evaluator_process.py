@@ -16,9 +16,8 @@ from pathlib import Path
 
 from apex.envs.watchdog import EXIT_ENV_HUNG
 from launch.config import RunConfig, write_resolved
-from launch.local.restarts import RestartStreak
-from launch.local.role_process import RoleProcess, RoleStartError
-from launch.slurm.keeper import SHARD_RESTART_BUDGET
+from launch.supervision.restarts import SHARD_RESTART_BUDGET, RestartStreak
+from launch.supervision.role_process import RoleProcess, RoleStartError
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from launch.slurm.keeper import SHARD_RESTART_BUDGET
+from launch.supervision.restarts import SHARD_RESTART_BUDGET
 from replay.server.config import DEFAULT_CAPACITY
 from replay.server.rate_limiter import RateLimiter
 from replay.store.field_checks import alpha_problems, checked, not_positive_integers

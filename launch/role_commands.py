@@ -407,10 +407,11 @@ def train(
     every 5 s. The last lines name the run directory and what it holds."""
     from launch.config import load_file
     from launch.local.resume import TrainedSoFar
-    from launch.local.signals import on_stop_signal
     from launch.local.supervisor import Supervisor
     from launch.overrides import merge_overrides, run_overrides
     from launch.run_keys import with_run_keys
+    from launch.supervision.signals import on_stop_signal
+    from launch.views.live_view import supervisor_views
     from launch.views.status import run_dir_contents
     from replay.wire.security import is_loopback
 
@@ -454,7 +455,8 @@ def train(
             err=True,
         )
     live = sys.stdout.isatty() and not plain
-    supervisor = Supervisor(config, run_dir, resume_dir is not None, click.echo, live, curves)
+    views = supervisor_views(live, curves)
+    supervisor = Supervisor(config, run_dir, resume_dir is not None, click.echo, **views)
     on_stop_signal(supervisor.stop)
     summary = supervisor.run()
     click.echo(summary.line())

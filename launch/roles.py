@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from launch import builder
 from launch.config import RunConfig, write_resolved
 from launch.evaluator_process import EvaluatorProcess
-from launch.local.signals import on_stop_signal
+from launch.supervision.signals import on_stop_signal
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import zmq
 
-from launch.local.role_process import RoleProcess, RoleStartError
-from launch.local.role_process import stop_all as stop_roles
+from launch.supervision.role_process import RoleProcess, RoleStartError
+from launch.supervision.role_process import stop_all as stop_roles
 from replay import TransitionSpec
 from replay.inserts.endpoints import ShardEndpoints
 from replay.protocol.requests import RequestClient
@@ -151,8 +151,8 @@ def write_run_dir(run_dir: Path, updates: int = 1200, train_seconds: float = 30.
 
 
 class ShardProcess:
-    """A real ``apex replay`` process (``launch.local.role_process.RoleProcess``), ready to use:
-    its endpoints are read from its ready line."""
+    """A real ``apex replay`` process (``launch.supervision.role_process.RoleProcess``),
+    ready to use: its endpoints are read from its ready line."""
 
     def __init__(self, *arguments: str, wait: bool = True) -> None:
         self.role = RoleProcess.apex("replay", *arguments, name="shard")

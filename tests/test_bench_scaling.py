@@ -18,7 +18,7 @@ from bench.scaling import scaling_report, scaling_suite
 from bench.scaling.scaling_runs import busy_cores, read_run, throughput
 from bench.scaling.scaling_tasks import TASKS, ScalingTask, throughput_task
 from launch.cli import main
-from launch.views.status import write_summary
+from launch.run_files import write_summary
 
 TASK = replace(TASKS["cartpole-sleep5ms"], budget_s=100.0, checkpoints_s=(10.0, 50.0))
 

@@ -14,7 +14,7 @@ from apex.learning.staging import uses_io_thread
 from apex.settings import ActorConfig, LearnerConfig
 from launch.builder import read_spec, shard_config, write_spec
 from launch.config import ConfigError, ReplayConfig, resolve
-from launch.slurm.config import SlurmConfig
+from launch.slurm_config import SlurmConfig
 from tests.conftest import SMALL_SPEC
 
 

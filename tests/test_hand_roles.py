@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.local.role_process import RoleProcess, stop_all
+from launch.supervision.role_process import RoleProcess, stop_all
 from tests.conftest import wait_for
 
 START_S = 120.0

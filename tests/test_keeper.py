@@ -112,7 +112,7 @@ def test_a_signal_to_the_whole_step_reaches_the_child_once() -> None:
 # The roles' stop handler: counts stop requests, then is interrupted by a second SIGINT.
 STOP_HANDLER = """
 import signal
-from launch.local.signals import on_stop_signal
+from launch.supervision.signals import on_stop_signal
 # As in a foreground process: one started in the background by a shell without job
 # control starts with SIGINT ignored, and Python then leaves it so.
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -148,7 +148,7 @@ def test_a_repeated_sigterm_asks_again_and_a_second_sigint_interrupts() -> None:
 # A role that ends by itself: nothing stopped it, and it exits as a TERM comes.
 ENDS_BY_ITSELF = """
 import atexit, signal
-from launch.local.signals import on_stop_signal
+from launch.supervision.signals import on_stop_signal
 on_stop_signal(lambda: None)
 atexit._run_exitfuncs()
 print(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN, flush=True)
@@ -212,7 +212,7 @@ def test_a_child_stopped_while_it_starts_up_ends_the_task_cleanly() -> None:
 
 
 def test_a_healthy_life_starts_a_new_streak_of_restarts(monkeypatch) -> None:
-    from launch.local import restarts
+    from launch.supervision import restarts
 
     streak = restarts.RestartStreak()
     for _ in range(3):  # dies as it starts: the back-off grows, the streak too

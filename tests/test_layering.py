@@ -1,6 +1,7 @@
 """The packages' layering holds: ``replay <- apex <- launch``, with ``bench`` on top; inside
 ``replay`` each side's subpackage imports only those below it; no module of any package
-takes part in an import circle; and no runtime module cites the lab notebook. Read from
+takes part in an import circle; ``launch``'s rooms (local, slurm, views) stand on its floor
+and not on each other; and no runtime module cites the lab notebook. Read from
 the source, so a lazy import inside a function counts as much as one at the top (an import
 under ``if TYPE_CHECKING:`` never runs, and does not count)."""
 
@@ -132,6 +133,40 @@ def test_each_wing_of_apex_imports_only_the_wings_below_it() -> None:
         for name in imports_of(path)
         if name.startswith("apex") and replay_side(name) not in APEX_WINGS[replay_side(module)]
     }
+    assert not offending, sorted(offending)
+
+
+# launch/'s rooms: the local supervisor, the Slurm tasks and the views never import one
+# another; what they share is the floor (launch's top-level modules and launch.supervision),
+# which imports none of them. The commands on top (and the API) put rooms together.
+LAUNCH_ROOMS = ("launch.local", "launch.slurm", "launch.views")
+LAUNCH_COMMANDS = {
+    "launch.__main__",
+    "launch.cli",
+    "launch.api",
+    "launch.role_commands",
+    "launch.slurm_commands",
+    "launch.env_commands",
+    "launch.keys_commands",
+    "launch.evaluate_command",
+}
+
+
+def _room(name: str) -> str | None:
+    return next((r for r in LAUNCH_ROOMS if name == r or name.startswith(f"{r}.")), None)
+
+
+def test_launch_s_rooms_stand_on_its_floor_and_not_on_each_other() -> None:
+    offending = set()
+    for module, path in modules("launch").items():
+        if module in LAUNCH_COMMANDS:
+            continue
+        room = _room(module)
+        for name in imports_of(path):
+            other = _room(name)
+            if other is not None and other != room:
+                where = f"the room {room}" if room else "the floor"
+                offending.add(f"{module} ({where}) imports {name}")
     assert not offending, sorted(offending)
 
 

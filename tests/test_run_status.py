@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from launch.cli import main
 from launch.config import resolve, write_resolved
 from launch.local.resume import TrainedSoFar
-from launch.views.status import run_status, status_lines, write_summary
+from launch.run_files import write_summary
+from launch.views.status import run_status, status_lines
 from tests.conftest import write_run_dir
 
 
@@ -214,7 +215,7 @@ def _run_whose_evaluator_died(run_dir: Path, ended: bool) -> None:
 
 
 def test_an_evaluator_that_keeps_dying_is_a_fault_everywhere_a_run_is_shown(tmp_path) -> None:
-    from launch.local.run_summary import RunSummary
+    from launch.run_summary import RunSummary
     from launch.views.live_view import evaluation_text
     from launch.views.watch import RunWatch
 

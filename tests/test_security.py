@@ -335,7 +335,7 @@ def test_one_connection_inventing_ids_cannot_push_real_actors_into_the_pool() ->
 def test_insecure_is_recorded_and_a_loopback_run_needs_no_keys(tmp_path: Path) -> None:
     from launch.config import resolve
     from launch.run_keys import needs_keys, with_run_keys
-    from launch.views.status import security_mode
+    from launch.run_summary import security_mode
 
     exposed = resolve({}, {"host": "0.0.0.0"})
     assert needs_keys(exposed, on_cluster=False)

@@ -30,8 +30,6 @@ from click.testing import CliRunner
 from apex.learning.metrics import read_metrics
 from launch.cli import main
 from launch.config import ConfigError, resolve
-from launch.local.processes import run_processes
-from launch.slurm.commands import job_state
 from launch.slurm.layout import (
     SlurmEnvironmentError,
     block_placement,
@@ -40,6 +38,8 @@ from launch.slurm.layout import (
     role_index,
 )
 from launch.slurm.script import render
+from launch.slurm_commands import job_state
+from launch.supervision.processes import run_processes
 from replay.server.credit_desk import MAX_WINDOW
 from replay.store.snapshot import complete_snapshots
 from replay.wire.keys import generate

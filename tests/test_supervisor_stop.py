@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from launch.config import resolve
-from launch.local.role_process import RoleProcess
 from launch.local.supervisor import Child, Supervisor
 from launch.roles import EXIT_FAILED, EXIT_OK
+from launch.supervision.role_process import RoleProcess
 
 # A role that says it is ready and, told to stop, crashes (as libzmq's abort did) or
 # stops cleanly.

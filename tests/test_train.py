@@ -21,7 +21,7 @@ import pytest
 from apex.envs.families import env_shape
 from apex.learning.metrics import read_metrics
 from launch.builder import read_spec
-from launch.local.processes import run_processes
+from launch.supervision.processes import run_processes
 from replay.store.snapshot import complete_snapshots, open_snapshot
 from replay.wire.keys import load
 from replay.wire.security import REFUSAL_REASONS

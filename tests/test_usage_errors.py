@@ -19,7 +19,7 @@ import torch
 from click.testing import CliRunner
 
 from launch.cli import main
-from launch.local.log_reasons import last_error_line, role_failure
+from launch.supervision.log_reasons import last_error_line, role_failure
 
 NOT_A_RUN = "{tmp}/not-a-run"
 NO_CHECKPOINT = "{tmp}/no-checkpoint"
@@ -139,7 +139,7 @@ def test_a_role_that_fails_at_start_is_reported_with_its_own_reason(tmp_path: Pa
 
     config = resolve({}, {"host": "0.0.0.0", "actors": 1})
     lines: list[str] = []
-    summary = Supervisor(config, tmp_path / "run", False, lines.append, False).run()
+    summary = Supervisor(config, tmp_path / "run", False, lines.append).run()
     assert summary.exit_code == 3, summary
     assert "did not start (exit code 2): Error:" in summary.reason, summary.reason
     assert "keys" in summary.reason and "(log: " in summary.reason, summary.reason

@@ -49,7 +49,7 @@ from apex.learning.metrics import read_metrics
 from bench.faults.fault_names import FAULTS
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
-from launch.local.processes import run_processes
+from launch.supervision.processes import run_processes
 from replay.store.snapshot import complete_snapshots
 
 SUITE = "faults"

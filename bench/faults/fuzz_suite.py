@@ -50,7 +50,7 @@ from bench.faults.fuzz_endpoints import (
     written_rows,
 )
 from bench.faults.fuzz_messages import HostileMessages, transition_ids
-from launch.local.role_process import RoleProcess, RoleStartError
+from launch.supervision.role_process import RoleProcess, RoleStartError
 from replay.errors import ReplayTimeout
 from replay.protocol.requests import RequestClient
 from replay.server.senders import MAX_SENDERS_PER_PEER

@@ -26,8 +26,8 @@ from apex.learning.metrics import read_metrics
 from bench.faults import faults_suite
 from bench.faults.faults_suite import PERIOD_S, FaultRun
 from bench.workers import REPO_ROOT, worker_env
-from launch.local.processes import run_processes
-from launch.slurm.commands import job_state
+from launch.slurm_commands import job_state
+from launch.supervision.processes import run_processes
 
 CLUSTER = REPO_ROOT / "slurm" / "cluster"
 SLURM_FAULTS = ("kill-actor", "kill-shard", "kill-learner", "stop-shard", "cut-link", "preempt")

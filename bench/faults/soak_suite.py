@@ -45,7 +45,7 @@ from apex.learning.file_parts import KEPT_PARTS
 from apex.learning.metrics import read_metrics
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
-from launch.local.processes import run_processes
+from launch.supervision.processes import run_processes
 from replay.server.credit_desk import MAX_WINDOW
 
 SUITE = "soak"

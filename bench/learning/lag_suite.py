@@ -54,7 +54,8 @@ from bench.learning.learning_stats import (
 from bench.machine import git_commit
 from bench.report import ok_record
 from bench.workers import REPO_ROOT, worker_env
-from launch.views.status import read_config, read_summary, target_return
+from launch.run_files import read_config, read_summary
+from launch.views.status import target_return
 
 SUITE = "lag"
 DEFAULT_LAGS = (0, 1, 5, 20, 50)

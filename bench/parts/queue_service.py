@@ -11,7 +11,7 @@ import time
 
 from bench.parts.sample_service import sampled_windows
 from bench.parts.shard_processes import START_TIMEOUT_S, start_pusher, start_shard
-from launch.local.role_process import stop_all
+from launch.supervision.role_process import stop_all
 
 UNROLL_BATCH = 32
 UNROLLS_PER_MESSAGE = 8

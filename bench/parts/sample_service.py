@@ -16,7 +16,7 @@ from bench.parts.shard_processes import (
     start_pusher,
     start_shard,
 )
-from launch.local.role_process import stop_all
+from launch.supervision.role_process import stop_all
 
 INFO_TIMEOUT_S = 30.0
 # The most one fill message carries: an R2D2 sequence is 11 KB, 4,096 of them 45 MB.

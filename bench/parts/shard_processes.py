@@ -1,9 +1,10 @@
 """Processes a shard benchmark is made of, and its two ingest measurements: ``apex replay``
 shards, pusher and receiver workers (``bench.parts.shard_worker``), each a
-``launch.local.role_process.RoleProcess``; ingest into a real shard (``measure_apex``) and into
-a raw pyzmq receiver (``measure_raw``). The shard suite (``bench.parts.shard_suite``), its CURVE
-cases (``bench.parts.curve_cases``), the sample service (``bench.parts.sample_service``), the
-snapshot suites and the cost model build on them.
+``launch.supervision.role_process.RoleProcess``; ingest into a real shard
+(``measure_apex``) and into a raw pyzmq receiver (``measure_raw``). The shard suite
+(``bench.parts.shard_suite``), its CURVE cases (``bench.parts.curve_cases``), the sample
+service (``bench.parts.sample_service``), the snapshot suites and the cost model build on
+them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from bench.workers import REPO_ROOT, worker_env
-from launch.local.role_process import RoleProcess, stop_all
+from launch.supervision.role_process import RoleProcess, stop_all
 
 INSERT_BATCH = 50
 START_TIMEOUT_S = 60.0

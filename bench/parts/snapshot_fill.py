@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.parts.sample_service import fill_shards
 from bench.parts.shard_processes import start_shard
-from launch.local.role_process import stop_all
+from launch.supervision.role_process import stop_all
 
 SNAPSHOT_TIMEOUT_S = 600.0
 # Per-frame links a frame store keeps beside each frame's bytes (replay.frames.storage):

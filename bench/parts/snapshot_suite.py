@@ -24,7 +24,7 @@ from bench.parts.sample_service import fill_shards
 from bench.parts.shard_processes import INSERT_BATCH, start_pusher, start_shard
 from bench.parts.snapshot_fill import fill_records
 from bench.report import ok_record
-from launch.local.role_process import stop_all
+from launch.supervision.role_process import stop_all
 
 SUITE = "snapshot"
 SAMPLE_BATCH = 512

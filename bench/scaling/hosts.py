@@ -19,8 +19,8 @@ from bench.faults.slurm_faults import ENDED_STATES
 from bench.scaling.scaling_runs import busy_cores, read_run, run_base
 from bench.scaling.scaling_tasks import ScalingTask
 from bench.workers import REPO_ROOT, worker_env
-from launch.local.processes import machine_cpu_seconds
-from launch.slurm.commands import job_state
+from launch.slurm_commands import job_state
+from launch.supervision.processes import machine_cpu_seconds
 
 # A job's start (sbatch, srun on three hosts) and its end are outside the learner's clock.
 JOB_GRACE_S = 180.0

@@ -32,7 +32,7 @@ from bench.learning.learn_runs import GRACE_S, spawned
 from bench.machine import git_commit
 from bench.scaling.scaling_tasks import ScalingTask
 from bench.workers import REPO_ROOT
-from launch.local.processes import machine_cpu_seconds
+from launch.supervision.processes import machine_cpu_seconds
 from launch.views.binding import (
     inserts_held,
     rate_between,

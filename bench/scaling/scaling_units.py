@@ -33,7 +33,7 @@ from bench.scaling.scaling_model import ScalingUnits
 from bench.scaling.scaling_tasks import ScalingTask
 from bench.system.system_suite import measure_training
 from bench.workers import REPO_ROOT, worker_env
-from launch.local.processes import run_processes
+from launch.supervision.processes import run_processes
 from launch.views.binding import rate_between, training_records
 
 # A crowd's learner may sample this many updates a second from its one actor's data: more

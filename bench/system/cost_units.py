@@ -27,8 +27,8 @@ from bench.system.cotenant import learner_on_core
 from bench.system.fleet_suite import FleetRun, start_worker
 from bench.system.recordings import record
 from bench.workers import REPO_ROOT, worker_env
-from launch.local.processes import cpu_seconds
-from launch.local.role_process import stop_all
+from launch.supervision.processes import cpu_seconds
+from launch.supervision.role_process import stop_all
 from replay.inserts.client import InsertClient
 from replay.inserts.endpoints import ShardEndpoints
 from replay.protocol.requests import RequestClient

@@ -45,7 +45,7 @@ from bench.workers import REPO_ROOT, worker_env
 from launch import builder
 from launch.config import resolve, write_resolved
 from launch.local.ports import free_ports
-from launch.local.processes import cpu_seconds, softirq_seconds
+from launch.supervision.processes import cpu_seconds, softirq_seconds
 from replay.protocol.requests import RequestClient
 
 SUITE = "fleet"

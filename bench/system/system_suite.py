@@ -31,7 +31,7 @@ import numpy as np
 
 from apex.learning.metrics import read_metrics
 from bench.workers import REPO_ROOT, worker_env
-from launch.local.processes import cpu_seconds, resident_bytes, run_processes
+from launch.supervision.processes import cpu_seconds, resident_bytes, run_processes
 
 SUITE = "system"
 MEMORY_PER_ACTOR_BYTES = 160 * 2**20

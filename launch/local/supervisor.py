@@ -28,8 +28,10 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from apex.algorithms.exploration import run_actors
 from apex.algorithms.registry import actors_noun, replay_items
@@ -38,17 +40,14 @@ from apex.learning.file_parts import SizeLimit
 from launch import builder
 from launch.config import RunConfig, write_resolved
 from launch.explain import start_line
-from launch.local.log_reasons import last_error_line, role_failure
 from launch.local.ports import free_ports
-from launch.local.restarts import RestartStreak
-from launch.local.role_process import RoleProcess, RoleStartError
-from launch.local.run_summary import RunSummary
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED, NORMAL_ENDS
-from launch.slurm.keeper import LEARNER_RESTART_BUDGET
+from launch.run_files import write_summary
+from launch.run_summary import RunSummary, last_refused, security_mode
+from launch.supervision.log_reasons import last_error_line, role_failure
+from launch.supervision.restarts import LEARNER_RESTART_BUDGET, RestartStreak
+from launch.supervision.role_process import RoleProcess, RoleStartError
 from launch.user_modules import roles_environment
-from launch.views.curves import write_run_curves
-from launch.views.live_view import ProgressDisplay
-from launch.views.status import last_refused, security_mode, write_summary
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +77,14 @@ class Child:
         return self.streak.total
 
 
+class Display(Protocol):
+    """What shows a run's progress while it runs."""
+
+    def tick(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Supervisor:
     """Runs one training job locally.
 
@@ -86,8 +93,11 @@ class Supervisor:
         run_dir: the run directory (config, logs, metrics, checkpoints).
         resume: continue from the newest checkpoint in ``run_dir``.
         echo: where messages go (the CLI passes ``click.echo``).
-        live: show progress as a status redrawn in place (a terminal), not as lines.
-        curves: draw ``curves.png`` while the roles stop (``apex train --no-curves``: not).
+        display: makes, once the roles are up, what shows the run's progress from its run
+            directory and ``echo`` (``launch.views.live_view.supervisor_views``); None:
+            nothing is shown while it runs.
+        while_stopping: run on the run directory while the shards write their last
+            snapshots (``apex train`` draws ``curves.png``); None: nothing.
     """
 
     def __init__(
@@ -96,16 +106,16 @@ class Supervisor:
         run_dir: Path,
         resume: bool = False,
         echo=print,
-        live=False,
-        curves: bool = True,
+        display: Callable[[Path, Callable[[str], None]], Display] | None = None,
+        while_stopping: Callable[[Path], object] | None = None,
     ) -> None:
         self.config = config
         self.run_dir = run_dir
         self.resume = resume
         self.echo = echo
-        self._live = live
-        self._curves = curves
-        self._display: ProgressDisplay | None = None
+        self._make_display = display
+        self._while_stopping = while_stopping
+        self._display: Display | None = None
         self._stop = threading.Event()
         self._children: list[Child] = []
         self._unclean_stops: list[str] = []
@@ -217,7 +227,8 @@ class Supervisor:
             said = start_line(config)
             if said and not self.resume:
                 self.echo(said)
-            self._display = ProgressDisplay(self.run_dir, self._live, self.echo)
+            if self._make_display is not None:
+                self._display = self._make_display(self.run_dir, self.echo)
             summary = self._watch(learner)
         except RuntimeError as exc:
             self.echo(f"error: {exc}")
@@ -288,7 +299,8 @@ class Supervisor:
                     self.echo(f"{died}: given up; the run goes on with the other shards")
                 if child.role in ("actor", "shard") and not (child.given_up or child.finished):
                     self._tend(child)
-            self._display.tick()
+            if self._display is not None:
+                self._display.tick()
             self._log_limit.tend(sorted((self.run_dir / "logs").glob("*.log")), time.monotonic())
         return self._stopped_by_user(learner)
 
@@ -396,8 +408,10 @@ class Supervisor:
         for role in ("actor", "learner"):
             self._stop_role(role)
         drawing = None
-        if self._curves:
-            drawing = threading.Thread(target=write_run_curves, args=(self.run_dir,), name="curves")
+        if self._while_stopping is not None:
+            drawing = threading.Thread(
+                target=self._while_stopping, args=(self.run_dir,), name="while-stopping"
+            )
             drawing.start()
         self._stop_role("shard")
         if drawing is not None:

@@ -22,13 +22,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from launch.local.restarts import RestartStreak
-from launch.local.signals import on_stop_signal
+from launch.supervision.restarts import SHARD_RESTART_BUDGET, RestartStreak
+from launch.supervision.signals import on_stop_signal
 
 logger = logging.getLogger(__name__)
-
-LEARNER_RESTART_BUDGET = 3
-SHARD_RESTART_BUDGET = 5
 
 
 def run_restarting(
@@ -39,17 +36,17 @@ def run_restarting(
     restart_if: Callable[[int], bool] = lambda code: True,
 ) -> int:
     """Runs ``command`` until it ends after a stop signal, restarting it up to ``budget``
-    times in a row (``launch.local.restarts``) when it ends on its own with an exit code
+    times in a row (``launch.supervision.restarts``) when it ends on its own with an exit code
     that ``restart_if`` accepts (a negative code: killed by that signal); returns its last
     exit code.
 
     A stop signal is not passed on at once: Slurm signals every process of the step, the
-    child included, so passing it on would only repeat it (``launch.local.signals``: a repeated
-    SIGTERM is the same request). Only a child still running
+    child included, so passing it on would only repeat it (``launch.supervision.signals``:
+    a repeated SIGTERM is the same request). Only a child still running
     ``forward_after_s`` after the stop (the signal came to the keeper alone) gets it.
     """
     stopping = threading.Event()
-    # As the roles take it (``launch.local.signals``): a repeated TERM is the same stop, also
+    # As the roles take it (``launch.supervision.signals``): a repeated TERM is the same stop, also
     # while this process shuts down, where a handler is back to the default and a job
     # end's second TERM (the learner's task, then the batch script) killed an actor task
     # that had stopped cleanly (exit 143, the job FAILED: seen in CI).

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.views.status import CURVES_FILE, RunRecords
+from launch.run_files import CURVES_FILE
+from launch.views.status import RunRecords
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ it back (``launch.views.binding``).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from launch.views.status import env_fault_text, env_name, evaluator_trouble
@@ -147,3 +148,15 @@ class ProgressDisplay:
         self._live.update(status_table(self._watch, elapsed))
         self._live.stop()
         self._live = None
+
+
+def supervisor_views(live: bool, curves: bool) -> dict:
+    """A local supervisor's views as ``apex train`` and the API want them: its progress
+    (redrawn in place when ``live``, else a line every few seconds) and, with
+    ``curves``, ``curves.png`` drawn while the roles stop (``launch.local.supervisor``)."""
+    from launch.views.curves import write_run_curves
+
+    def display(run_dir: Path, echo: Callable[[str], None]) -> ProgressDisplay:
+        return ProgressDisplay(run_dir, live, echo)
+
+    return {"display": display, "while_stopping": write_run_curves if curves else None}

@@ -10,19 +10,17 @@ the record and never replaces it.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from apex.algorithms.registry import actors_noun
 from apex.learning.metrics import read_metrics
+from launch.run_files import CURVES_FILE, SUMMARY_FILE, read_config, read_summary
+from launch.run_summary import env_fault_text, evaluator_trouble, security_mode
 from launch.views.binding import run_binding
 
 logger = logging.getLogger(__name__)
-
-SUMMARY_FILE = "summary.json"
-CURVES_FILE = "curves.png"
 
 
 @dataclass(frozen=True)
@@ -100,94 +98,6 @@ def target_return(config: dict) -> float | None:
     from apex.envs.families import solved_return
 
     return solved_return(env_name(config), target)
-
-
-def read_config(run_dir: Path) -> dict:
-    """A run's resolved ``config.json`` as plain values ({} if it cannot be read)."""
-    try:
-        return json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def read_summary(run_dir: Path) -> dict | None:
-    """The supervisor's summary of a local run, or None (none yet, a Slurm run, or a file
-    that does not parse)."""
-    try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
-def write_summary(run_dir: Path, summary: dict) -> None:
-    """Writes ``summary`` as the run's outcome, the earlier outcomes (a resumed run's
-    previous lives) kept in its ``history``, oldest first; atomically."""
-    earlier = read_summary(run_dir)
-    history = []
-    if earlier is not None:
-        history = [*earlier.pop("history", []), earlier]
-    path = run_dir / SUMMARY_FILE
-    temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps({**summary, "history": history}, indent=2, default=str) + "\n")
-    temporary.replace(path)
-
-
-def security_mode(security: dict) -> str:
-    """How a run's sockets were protected, from its config's ``security`` section:
-    ``curve`` (keys), ``insecure`` (beyond loopback without keys, by request) or
-    ``loopback`` (no keys; only this machine could reach the roles)."""
-    if security.get("keys"):
-        return "curve"
-    return "insecure" if security.get("insecure") else "loopback"
-
-
-def last_refused(run_dir: Path) -> dict[str, int]:
-    """Refused connections by reason, as the run's newest progress record counted them."""
-    progress = RunRecords.read(run_dir).progress
-    return dict(progress[-1].get("refused") or {}) if progress else {}
-
-
-def evaluator_trouble(record: dict) -> str | None:
-    """What is wrong with the run's evaluator, from a learner's progress or end record (or
-    the outcome it announced); None while it is starting or up."""
-    state, restarts = record.get("evaluator"), record.get("evaluator_restarts") or 0
-    code = record.get("evaluator_last_exit")
-    if state == "given up":
-        return (
-            f"the evaluator gave up after {restarts} restarts (exit code {code}): "
-            "see logs/evaluator.log"
-        )
-    if state == "restarting":
-        return f"the evaluator died (exit code {code}), restart {restarts}"
-    return None
-
-
-def env_fault_text(record: dict, named: bool = True) -> str | None:
-    """What a user's env cost the run, from a progress record or a delivery account
-    (``apex.channels.fault_totals``): the faults, the items dropped with them, each kind
-    with its latest line, and the actors stuck in a step now; None when nothing.
-    ``named``: begin with "env faults" (a line of its own; not after its name)."""
-    parts = []
-    if record.get("env_faults"):
-        kinds = record.get("env_fault_kinds") or {}
-        by_kind = "; ".join(
-            f"{kind} {count:,}: {line.removeprefix(f'{kind}: ')}" if line else f"{kind} {count:,}"
-            for kind, (count, line) in kinds.items()
-        )
-        parts.append(
-            f"{'env faults ' if named else ''}{record['env_faults']:,} "
-            f"({record.get('items_dropped') or 0:,} items dropped"
-            f"{f'; {by_kind}' if by_kind else ''})"
-        )
-    stuck = record.get("actors_stuck") or {}
-    if stuck:
-        parts.append(
-            ", ".join(
-                f"actor {index} stuck in an env step for {age} s" for index, age in stuck.items()
-            )
-        )
-    return "; ".join(parts) or None
 
 
 def run_status(run_dir: Path) -> dict:

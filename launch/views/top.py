@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from launch.local.processes import cpu_seconds, resident_bytes, run_processes
+from launch.supervision.processes import cpu_seconds, resident_bytes, run_processes
 from launch.views.live_view import duration, evaluation_text, figure, fill_text
 from launch.views.status import env_name
 from launch.views.watch import RunWatch

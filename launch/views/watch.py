@@ -14,8 +14,9 @@ from pathlib import Path
 
 from apex.algorithms.registry import replay_items
 from apex.learning.metrics import MetricsTail
+from launch.run_files import read_config, read_summary
 from launch.views.binding import evaluator_behind, progress_binding, rate_between
-from launch.views.status import read_config, read_summary, target_return
+from launch.views.status import target_return
 
 # Evaluation means kept for the dashboard's curve.
 EVALUATIONS_KEPT = 400

@@ -279,7 +279,8 @@ def _keep(role: str, run_dir: Path) -> int:
     A shard comes back from its snapshot, a learner killed by a signal from its checkpoint,
     an actor that failed anew; when the learner ends for good, the task ends the job.
     This process imports nothing heavy: every task has one."""
-    from launch.slurm.keeper import LEARNER_RESTART_BUDGET, SHARD_RESTART_BUDGET, run_restarting
+    from launch.slurm.keeper import run_restarting
+    from launch.supervision.restarts import LEARNER_RESTART_BUDGET, SHARD_RESTART_BUDGET
 
     command = [
         sys.executable,

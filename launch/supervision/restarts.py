@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import time
 
+# Restarts in a row after which a role is given up: a learner (it ends the run), a shard
+# (the run goes on with the others while any is left), the evaluator.
+LEARNER_RESTART_BUDGET = 3
+SHARD_RESTART_BUDGET = 5
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 # A life this long ends a streak of restarts.
 HEALTHY_AFTER_S = 60.0

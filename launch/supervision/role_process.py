@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO
 
-from launch.local.log_reasons import role_failure
+from launch.supervision.log_reasons import role_failure
 
 
 class RoleStartError(RuntimeError):
