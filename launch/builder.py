@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from apex.envs.families import EnvShape, env_shape, stacks_frames
 from launch.config import ConfigError, RunConfig
+from launch.run_files import SPEC_FILE
 from replay.errors import InvalidBatchError
 from replay.frames.spec import FrameStackSpec
 from replay.inserts.endpoints import ShardEndpoints
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from apex.learning.evaluator import Evaluator
     from apex.learning.learner import Learner
 
-SPEC_FILE = "spec.json"
 # The learner's id on the shards' request sockets (actors use their index).
 LEARNER_SENDER = 1_000_000
 # The learner waits this long for the shards to hold data before it gives up.

@@ -56,6 +56,7 @@ from apex.settings import ActorConfig, LearnerConfig
 from launch.overrides import merge_overrides
 from launch.renames import moved, refuse_renamed
 from launch.replay_config import ReplayConfig
+from launch.run_files import CONFIG_FILE
 from launch.slurm_config import SlurmConfig
 from replay.errors import ConfigError
 from replay.store.field_checks import (
@@ -415,7 +416,7 @@ def _env_table(env: object, problems: list[str]) -> tuple[object, dict, str, int
 
 def write_resolved(config: RunConfig, run_dir: Path) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.json"
+    path = run_dir / CONFIG_FILE
     temporary = path.with_suffix(".json.tmp")
     temporary.write_text(json.dumps(config.to_dict(), indent=2) + "\n", encoding="utf-8")
     temporary.replace(path)

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from launch.options import RUN_DIR
+from launch.run_files import CHECKPOINTS_DIR, CONFIG_FILE
 
 
 def trained_policy(run_dir: Path, checkpoint_path: Path | None = None, weights: str = "auto"):
@@ -38,7 +39,7 @@ def trained_policy(run_dir: Path, checkpoint_path: Path | None = None, weights: 
     from launch.config import ConfigError, read_resolved
 
     try:
-        config = read_resolved(run_dir / "config.json")
+        config = read_resolved(run_dir / CONFIG_FILE)
     except ConfigError as exc:
         raise click.UsageError(f"{run_dir}/config.json: {exc}") from exc
     shape = env_shape(config.env)
@@ -46,7 +47,7 @@ def trained_policy(run_dir: Path, checkpoint_path: Path | None = None, weights: 
     policy = build_acting(acting, config.algorithms, shape).policy
     if checkpoint_path is None and weights != "checkpoint":
         name = kept_weights.BEST_FILE if weights == "best" else kept_weights.SOLVED_FILE
-        path = run_dir / "checkpoints" / name
+        path = run_dir / CHECKPOINTS_DIR / name
         if path.exists():
             try:
                 arrays, facts = kept_weights.read(path)
@@ -57,7 +58,7 @@ def trained_policy(run_dir: Path, checkpoint_path: Path | None = None, weights: 
         if weights != "auto":
             raise click.UsageError(f"{run_dir} kept no {weights} weights ({path} is missing)")
     if checkpoint_path is None:
-        checkpoint_path, refused = checkpoint.latest_readable(run_dir / "checkpoints")
+        checkpoint_path, refused = checkpoint.latest_readable(run_dir / CHECKPOINTS_DIR)
         if checkpoint_path is None:
             reasons = "; ".join(refused) or "none written yet"
             raise click.UsageError(f"{run_dir} has no readable checkpoint ({reasons})")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from apex.envs.watchdog import EXIT_ENV_HUNG
 from launch.config import RunConfig, write_resolved
+from launch.run_files import CHECKPOINTS_DIR, LOGS_DIR
 from launch.supervision.restarts import SHARD_RESTART_BUDGET, RestartStreak
 from launch.supervision.role_process import RoleProcess, RoleStartError
 
@@ -36,7 +37,7 @@ class EvaluatorProcess:
 
     def __init__(self, config: RunConfig, run_dir: Path, weights: str, episodes: str) -> None:
         config_path = write_resolved(config, run_dir / "evaluator")
-        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (run_dir / LOGS_DIR).mkdir(parents=True, exist_ok=True)
         self._command = (
             "evaluator",
             "--config",
@@ -48,9 +49,9 @@ class EvaluatorProcess:
             "--parent",
             str(os.getpid()),
             "--keep-dir",
-            str(run_dir / "checkpoints"),
+            str(run_dir / CHECKPOINTS_DIR),
         )
-        self._log = run_dir / "logs" / "evaluator.log"
+        self._log = run_dir / LOGS_DIR / "evaluator.log"
         self._stopping = threading.Event()
         # Held while a process is started or stopped: stop() never misses one the keeper
         # is just starting.

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from launch.run_files import CONFIG_FILE
+
 
 class FieldParam(click.ParamType):
     """``NAME:SHAPE:DTYPE`` with SHAPE comma-separated and empty for scalars,
@@ -57,7 +59,7 @@ class RunDirParam(click.ParamType):
         path = Path(value)
         if not path.is_dir():
             self.fail(f"{value} is not a directory", param, ctx)
-        if not (path / "config.json").is_file():
+        if not (path / CONFIG_FILE).is_file():
             self.fail(f"{value} is not a run directory (no config.json)", param, ctx)
         return path
 

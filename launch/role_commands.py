@@ -25,6 +25,7 @@ from launch.options import (
     shards_option,
     stop_options,
 )
+from launch.run_files import CONFIG_FILE
 from replay.errors import ConfigError
 from replay.server.config import DEFAULT_CAPACITY
 
@@ -432,7 +433,7 @@ def train(
     )
     overrides.update(security_overrides(keys, insecure))
     if resume_dir is not None:
-        base = load_file(resume_dir / "config.json")
+        base = load_file(resume_dir / CONFIG_FILE)
         run_dir = resume_dir
         config = load_checked_run_config(None, merge_overrides(base, overrides))
         reached = so_far.limit_reached(config.learner.max_updates, config.learner.max_time_s)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from launch import builder
 from launch.config import RunConfig, write_resolved
 from launch.evaluator_process import EvaluatorProcess
+from launch.run_files import CHECKPOINTS_DIR, CONFIG_FILE
 from launch.supervision.signals import on_stop_signal
 from replay.errors import ConfigError
 
@@ -81,11 +82,11 @@ def run_learner(
 
     resume_from, refused = None, []
     if resume:
-        resume_from, refused = checkpoint.latest_readable(run_dir / "checkpoints")
+        resume_from, refused = checkpoint.latest_readable(run_dir / CHECKPOINTS_DIR)
     for reason in refused:
         logger.warning("--resume: checkpoint refused: %s", reason)
     if resume and resume_from is None:
-        where = run_dir / "checkpoints"
+        where = run_dir / CHECKPOINTS_DIR
         if require_checkpoint:
             reasons = "; ".join(refused) or "none written"
             raise ConfigError([f"--resume: no usable checkpoint in {where} ({reasons})"], "resume")
@@ -93,7 +94,7 @@ def run_learner(
     learner = builder.learner(
         config, shard_requests, run_dir, resume_from, host, weights_port, episodes_port
     )
-    if not (run_dir / "config.json").exists():  # started by hand: the views read it
+    if not (run_dir / CONFIG_FILE).exists():  # started by hand: the views read it
         write_resolved(config, run_dir)
     on_stop_signal(learner.stop)
     announce(

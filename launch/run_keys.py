@@ -7,10 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from launch.config import RunConfig
+from launch.run_files import KEYS_DIR
 from replay.wire import keys as key_files
 from replay.wire.security import is_loopback
-
-RUN_KEYS_DIR = "keys"
 
 
 def needs_keys(config: RunConfig, on_cluster: bool) -> bool:
@@ -29,6 +28,6 @@ def with_run_keys(config: RunConfig, run_dir: Path, on_cluster: bool = False) ->
     """
     if not needs_keys(config, on_cluster):
         return config
-    directory = (run_dir / RUN_KEYS_DIR).absolute()
+    directory = (run_dir / KEYS_DIR).absolute()
     key_files.generate(directory)
     return replace(config, security=replace(config.security, keys=str(directory)))

@@ -23,9 +23,7 @@ from launch.options import (
     settings_option,
     stop_options,
 )
-
-JOB_FILE = "job.sh"
-JOB_ID_FILE = "slurm-job-id"
+from launch.run_files import CHECKPOINTS_DIR, CONFIG_FILE, JOB_FILE, JOB_ID_FILE
 
 
 @click.group()
@@ -124,7 +122,7 @@ def submit(
         return
     if shutil.which("sbatch") is None:
         raise click.ClickException("sbatch is not on PATH: run this on a Slurm login node")
-    if (run_dir / "config.json").exists():
+    if (run_dir / CONFIG_FILE).exists():
         raise click.ClickException(
             f"{run_dir} already holds a run; pick another --run-dir (a requeued job resumes "
             "by itself)"
@@ -230,7 +228,7 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
     from launch.slurm.layout import SlurmEnvironmentError, job_layout, role_index
 
     try:
-        config = read_resolved(run_dir / "config.json")
+        config = read_resolved(run_dir / CONFIG_FILE)
         layout = job_layout(config, os.environ)
         index = role_index(role, config, os.environ)
     except (ConfigError, SlurmEnvironmentError) as exc:
@@ -244,7 +242,7 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
             "launch",
             "replay",
             "--config",
-            str(run_dir / "config.json"),
+            str(run_dir / CONFIG_FILE),
             "--run-dir",
             str(run_dir),
             "--shard-index",
@@ -260,7 +258,7 @@ def task(role: str, run_dir: Path, kept: bool) -> None:
     if role == "actor":
         actor = builder.actor(config, index, layout.shards, layout.weights, layout.episodes)
         sys.exit(roles.run_actor(actor))
-    resume = checkpoint.latest(run_dir / "checkpoints") is not None
+    resume = checkpoint.latest(run_dir / CHECKPOINTS_DIR) is not None
     code = roles.run_learner(
         config,
         tuple(s.request for s in layout.shards),
@@ -295,7 +293,7 @@ def _keep(role: str, run_dir: Path) -> int:
     ]
     what = f"{role} task {os.environ.get('SLURM_PROCID', '?')}"
     if role == "shard":
-        budget = _restart_budget(run_dir / "config.json", SHARD_RESTART_BUDGET)
+        budget = _restart_budget(run_dir / CONFIG_FILE, SHARD_RESTART_BUDGET)
         return run_restarting(command, what, budget)
     if role == "actor":
         return run_restarting(command, what, sys.maxsize, restart_if=lambda code: code != 0)

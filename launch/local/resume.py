@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from launch.run_files import CHECKPOINTS_DIR
+
 
 @dataclass(frozen=True)
 class TrainedSoFar:
@@ -29,7 +31,7 @@ class TrainedSoFar:
     def read(cls, run_dir: Path) -> TrainedSoFar:
         from apex.learning import checkpoint
 
-        directory = run_dir / "checkpoints"
+        directory = run_dir / CHECKPOINTS_DIR
         path, refused = checkpoint.latest_readable(directory)
         newest = checkpoint.latest(directory)
         newest_updates = int(newest.stem.split("-")[1]) if newest is not None else 0

@@ -42,7 +42,7 @@ from launch.config import RunConfig, write_resolved
 from launch.explain import start_line
 from launch.local.ports import free_ports
 from launch.roles import EXIT_FAILED, EXIT_OK, EXIT_ROLE_DIED, NORMAL_ENDS
-from launch.run_files import write_summary
+from launch.run_files import LOGS_DIR, write_summary
 from launch.run_summary import RunSummary, last_refused, security_mode
 from launch.supervision.log_reasons import last_error_line, role_failure
 from launch.supervision.restarts import LEARNER_RESTART_BUDGET, RestartStreak
@@ -124,7 +124,7 @@ class Supervisor:
         self._config_path = write_resolved(config, run_dir)
         # The one place this run's spec is computed; shards read it (launch.builder).
         builder.write_spec(run_dir, builder.transition_spec(config))
-        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (run_dir / LOGS_DIR).mkdir(parents=True, exist_ok=True)
         self._log_limit = SizeLimit(int(config.log_max_mb * 2**20))
         self._roles_environment = roles_environment(config)
 
@@ -153,7 +153,7 @@ class Supervisor:
 
     def run(self) -> RunSummary:
         """Starts the roles and supervises them until the run ends."""
-        config, logs = self.config, self.run_dir / "logs"
+        config, logs = self.config, self.run_dir / LOGS_DIR
         config_arg = ("--config", str(self._config_path))
         try:
             # Every role gets its ports up front, so all of them start at once instead of
@@ -301,7 +301,7 @@ class Supervisor:
                     self._tend(child)
             if self._display is not None:
                 self._display.tick()
-            self._log_limit.tend(sorted((self.run_dir / "logs").glob("*.log")), time.monotonic())
+            self._log_limit.tend(sorted((self.run_dir / LOGS_DIR).glob("*.log")), time.monotonic())
         return self._stopped_by_user(learner)
 
     def _give_up(self, shard: Child) -> bool:

@@ -20,10 +20,9 @@ import shlex
 from pathlib import Path
 
 from launch.config import RunConfig
+from launch.run_files import MULTI_PROG_FILE
 from launch.slurm.layout import multi_prog_ranks, task_count
 from launch.slurm.node_setup import node_python, script_lines
-
-MULTI_PROG_FILE = "multi-prog.conf"
 
 
 def _job_options(config: RunConfig, run_dir: Path) -> list[str]:

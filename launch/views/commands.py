@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from launch.options import RUN_DIR
+from launch.run_files import CURVES_FILE
 
 
 @click.command("status")
@@ -42,7 +43,7 @@ def plot(run_dirs: tuple[Path, ...], out: Path | None) -> None:
     from launch.views.curves import plot_runs
 
     if out is None:
-        out = run_dirs[0] / "curves.png" if len(run_dirs) == 1 else Path("curves.png")
+        out = run_dirs[0] / CURVES_FILE if len(run_dirs) == 1 else Path(CURVES_FILE)
     click.echo(f"wrote {plot_runs(list(run_dirs), out)}")
 
 

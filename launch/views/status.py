@@ -16,7 +16,15 @@ from pathlib import Path
 
 from apex.algorithms.registry import actors_noun
 from apex.learning.metrics import read_metrics
-from launch.run_files import CURVES_FILE, SUMMARY_FILE, read_config, read_summary
+from launch.run_files import (
+    CHECKPOINTS_DIR,
+    CURVES_FILE,
+    LOGS_DIR,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    read_config,
+    read_summary,
+)
 from launch.run_summary import env_fault_text, evaluator_trouble, security_mode
 from launch.views.binding import run_binding
 
@@ -157,7 +165,7 @@ def run_status(run_dir: Path) -> dict:
             k: solves[0].get(k)
             for k in ("eval_return_mean", "episodes", "env_steps", "time_s", "weights_time_s")
         }
-    newest = checkpoint.latest(run_dir / "checkpoints")
+    newest = checkpoint.latest(run_dir / CHECKPOINTS_DIR)
     status["checkpoint"] = str(newest) if newest else None
     faults: dict = {}
     if run.ends:
@@ -322,7 +330,7 @@ def run_dir_contents(run_dir: Path) -> str:
     """The end line's list of what a run left, with the commands that read it."""
     names = [
         name
-        for name in (SUMMARY_FILE, "metrics.jsonl", CURVES_FILE, "checkpoints", "logs")
+        for name in (SUMMARY_FILE, METRICS_FILE, CURVES_FILE, CHECKPOINTS_DIR, LOGS_DIR)
         if (run_dir / name).exists()
     ]
     return (
