@@ -5,7 +5,7 @@ File layout (every key optional; defaults come from the environment's preset)::
 
     env = "CartPole-v1"     # or a table: [env] id = "FrozenLake-v1", kwargs = {...},
                             # make = "package.module:function" (a factory of the env)
-    algorithm = "auto"      # dqn, dpg, impala, or auto: from the action space
+    algorithm = "auto"      # dqn, dpg, impala, r2d2, or auto: from the action space
     seed = 0
     actors = 2
     shards = 1
@@ -86,8 +86,9 @@ class RunConfig:
             for ``gymnasium.make(env)``.
         env_stack: the newest observations side by side (the ``[env]`` table's ``stack``,
             ``apex.envs.observation_stack``); 1 for none.
-        algorithm: "dqn" (Discrete actions), "dpg" (Box actions), or "auto": the one the
-            env's action space calls for.
+        algorithm: a registered algorithm's name (``apex.algorithms.registry``: "dqn",
+            "impala" and "r2d2" take Discrete actions, "dpg" Box actions), or "auto": the
+            first that the env's action space fits (DQN or DPG).
         seed: root seed; each role derives its own.
         actors: actor processes.
         shards: replay shard processes.

@@ -1,6 +1,7 @@
 """What every algorithm's update shares: its result, the clipped gradient step, the
-optimizer, soft target updates and the step size a schedule sets. DQN, DPG and IMPALA
-(``apex.algorithms.registry.ALGORITHMS``) build on these; none imports another's module for them.
+optimizer, soft target updates and the step size a schedule sets. Every algorithm of
+``apex.algorithms.registry.ALGORITHMS`` builds on these; none imports another's module for
+them.
 torch is imported where each is called, so importing this module costs an actor nothing.
 """
 
