@@ -371,8 +371,9 @@ def test_a_task_s_env_arguments_reach_both_sides(monkeypatch) -> None:
 
 
 def test_the_user_tasks_pay_what_their_docstring_says() -> None:
-    """Catch pays +5 to a paddle that follows the ball; the corridor +1 to an answer that
-    names the cue; heading straight for the goal of PointReach costs about 5."""
+    """Catch pays +5 to a paddle that follows the ball; the corridors +1 to an answer that
+    names their cues; a shortest walk to the corner pays about 0.8; heading straight for
+    the goal of PointReach costs about 5."""
     import gymnasium as gym
     import numpy as np
 
@@ -392,6 +393,25 @@ def test_the_user_tasks_pay_what_their_docstring_says() -> None:
     cue = int(np.argmax(first[:2]))
     rewards = [corridor.step(cue)[1] for _ in range(user_envs.CORRIDOR)]
     assert sum(rewards) == 1.0 and rewards[:-1] == [0.0] * (user_envs.CORRIDOR - 1)
+    two = gym.make(f"{user_envs.__name__}:TwoCues-v0")
+    seen, _ = two.reset(seed=6)
+    first = int(seen[0] == 1.0)
+    for _ in range(3):
+        seen, *_ = two.step(0)
+    second = int(seen[1] == 1.0)
+    rewards = [two.step(2 * first + second)[1] for _ in range(user_envs.CORRIDOR - 3)]
+    assert rewards[-1] == 1.0
+    walk = gym.make(f"{user_envs.__name__}:GridWalk-v0")
+    grid, _ = walk.reset(seed=7)
+    total, done = 0.0, False
+    while not done:
+        (row, column), (goal_row, goal_column) = (np.argwhere(grid[:, :, k])[0] for k in (0, 1))
+        action = (
+            (0 if goal_row < row else 1) if goal_row != row else (2 if goal_column < column else 3)
+        )
+        grid, reward, terminated, truncated, _ = walk.step(action)
+        total, done = total + reward, terminated or truncated
+    assert 0.6 < total <= 1.0
     reach = gym.make(f"{user_envs.__name__}:PointReach-v0")
     seen, _ = reach.reset(seed=5)
     total = 0.0

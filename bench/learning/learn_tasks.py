@@ -121,9 +121,14 @@ TASKS = {
         Task(f"{USER}:CueCorridor-v0", "sb3-recurrent-ppo", 0.9, 120.0, 2_000, 20, 100,
              TEN_SEEDS, (30.0, 60.0, 120.0), 1_000_000, ("algorithm=r2d2",),
              "r2d2/user/CueCorridor-v0"),
+        Task(f"{USER}:GridWalk-v0", "sb3-dqn", 0.7, 180.0, 2_000, 20, 100, TEN_SEEDS,
+             USER_CHECKPOINTS_S, 1_000_000, ("algorithm=dqn",), "user/GridWalk-v0"),
+        Task(f"{USER}:TwoCues-v0", "sb3-recurrent-ppo", 0.9, 120.0, 2_000, 20, 100,
+             TEN_SEEDS, (30.0, 60.0, 120.0), 1_000_000, ("algorithm=r2d2",),
+             "r2d2/user/TwoCues-v0"),
         *(Task(f"{USER}:{env}", "sb3-ppo", None, 180.0, 5_000, 20, 0, TEN_SEEDS,
                USER_CHECKPOINTS_S, 1_000_000, ("algorithm=impala",), f"impala/user/{env}")
-          for env in ("Catch-v0", "CatchVector-v0")),
+          for env in ("Catch-v0", "CatchVector-v0", "GridWalk-v0")),
         Task(f"{USER}:PointReach-v0", "sb3-td3", None, 180.0, 5_000, 10, 0, TEN_SEEDS,
              USER_CHECKPOINTS_S, 1_000_000, ("algorithm=dpg",), "user/PointReach-v0"),
         # IMPALA (V-trace on queued unrolls) against SB3's PPO, same protocol.
