@@ -62,7 +62,7 @@ def trained_policy(run_dir: Path, checkpoint_path: Path | None = None, weights: 
         if checkpoint_path is None:
             reasons = "; ".join(refused) or "none written yet"
             raise click.UsageError(f"{run_dir} has no readable checkpoint ({reasons})")
-    learner = dataclasses.replace(config.learner, device="cpu", cuda_graph=False)
+    learner = dataclasses.replace(config.learner, device="cpu")
     algorithm = build_algorithm(learner, config.algorithms, shape, torch.device("cpu"))
     try:
         counters = LearnerCheckpoints.restore(checkpoint_path, algorithm)

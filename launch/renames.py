@@ -30,6 +30,7 @@ MOVED = {
     "actor.epsilon": "dqn.epsilon",
     "actor.noise_scale": "dpg.noise_scale",
     "actor.unroll_length": "impala.unroll_length",
+    "learner.cuda_graph": "dqn.cuda_graph",  # only DQN's update is graphed
 }
 # Settings that no longer exist, with what took their place: dropped with a notice, so a
 # run directory written before still resumes.

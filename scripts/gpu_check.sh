@@ -8,7 +8,7 @@
 # (--set options, comma-separated); the default: DQN on Pong with the update in a CUDA
 # graph, DQN on Breakout, and R2D2 on Pong (its sequences on the frame store).
 #
-#   OUT_DIR=/tmp/gpu RUNS="pong:dqn:Pong:300 eager:dqn:Pong:60:learner.cuda_graph=false" \
+#   OUT_DIR=/tmp/gpu RUNS="pong:dqn:Pong:300 eager:dqn:Pong:60:dqn.cuda_graph=false" \
 #       bash scripts/gpu_check.sh
 #
 # Run from the repository root with the project installed (an installed .venv; or, where

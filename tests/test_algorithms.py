@@ -128,7 +128,12 @@ def test_each_algorithm_reads_its_own_section_and_names_its_problems() -> None:
     assert config.algorithms["dpg"].tau == 0.01
     # The resolved config keeps each section under its name, and reads back the same.
     values = config.to_dict()
-    assert values["dqn"] == {"epsilon": 0.4, "target_update_period": 7, "huber_delta": 1.0}
+    assert values["dqn"] == {
+        "epsilon": 0.4,
+        "target_update_period": 7,
+        "huber_delta": 1.0,
+        "cuda_graph": True,
+    }
     assert resolve(values) == config
     with pytest.raises(ConfigError) as refused:
         resolve({"dqn": {"target_update_period": 0, "typo": 1, "epsilon": 2.0}, "dpg": 3})

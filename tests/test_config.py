@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from apex.algorithms.dqn.settings import DQNSettings
 from apex.envs.families import env_shape
 from apex.envs.presets import PRESETS
 from apex.learning.staging import uses_io_thread
@@ -111,8 +112,8 @@ def test_each_section_validates_itself() -> None:
         "gamma must be in [0, 1], got 2.0",
     ]
     assert LearnerConfig(batch_size=True).problems()[0].startswith("learner.batch_size")
-    assert LearnerConfig(cuda_graph="yes").problems() == [
-        "learner.cuda_graph must be true or false, got 'yes'"
+    assert DQNSettings(cuda_graph="yes").problems() == [
+        "dqn.cuda_graph must be true or false, got 'yes'"
     ]
     assert ReplayConfig(capacity=10, min_size=20).problems() == [
         "replay.min_size=20 must be in [1, capacity=10]: a shard never holds more than its "
@@ -222,3 +223,8 @@ def test_lockstep_refuses_a_replay_share_its_preset_s_too() -> None:
         for problem in raised.value.problems
     )
     assert resolve(LOCKSTEP).replay.replay_share == 0.0
+
+
+def test_a_config_of_before_still_sets_cuda_graph_where_it_now_lives() -> None:
+    config = resolve({"learner": {"cuda_graph": False}})
+    assert config.algorithms["dqn"].cuda_graph is False

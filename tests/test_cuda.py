@@ -85,8 +85,8 @@ def _double_dqn(shape, cuda_graph: bool, target_update_period: int = 4):
 
     torch.manual_seed(0)
     hidden = (64, 64) if len(shape) == 1 else (256,)
-    config = LearnerConfig(hidden=hidden, learning_rate=1e-3, cuda_graph=cuda_graph)
-    settings = DQNSettings(target_update_period=target_update_period)
+    config = LearnerConfig(hidden=hidden, learning_rate=1e-3)
+    settings = DQNSettings(target_update_period=target_update_period, cuda_graph=cuda_graph)
     return DoubleDQN(config, settings, shape, 6, torch.device("cuda"))
 
 

@@ -51,9 +51,6 @@ class LearnerConfig:
             where a second Python thread slows each small step up to 2x through the GIL;
             the thread on CUDA, where it overlaps batch assembly with the device's work).
         device: "auto" (CUDA when present), "cpu" or "cuda".
-        cuda_graph: on CUDA, DQN's update is captured in a CUDA graph and replayed
-            (``apex.algorithms.dqn.graphed_step``; the host's kernel launches bound it there);
-            False: every update eager.
         eval_every_steps: env steps (all actors together) between greedy evaluations,
             each in the run's evaluator process (``apex.learning.evaluator``); 0: none.
         eval_episodes: episodes per evaluation.
@@ -112,7 +109,6 @@ class LearnerConfig:
     prefetch: int = 4
     replay_io: str = "auto"
     device: str = "auto"
-    cuda_graph: bool = True
     eval_every_steps: int = 10_000
     eval_episodes: int = 20
     eval_epsilon: float = 0.0

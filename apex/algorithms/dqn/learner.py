@@ -122,7 +122,7 @@ class DoubleDQN(OnlineAndTarget):
         self.optimizer = adam(self.online.parameters(), config.learning_rate, config.adam_epsilon)
         self.steps = 0
         self.graphed = None
-        if config.cuda_graph and torch.device(device).type == "cuda":
+        if settings.cuda_graph and torch.device(device).type == "cuda":
             from apex.algorithms.dqn.graphed_step import GraphedUpdate
 
             self.graphed = GraphedUpdate(self._update, self.optimizer, config.priority_epsilon)

@@ -24,11 +24,15 @@ class DQNSettings:
             (Acme's ``huber_loss_parameter``). The Nature DQN's 1 suits rewards clipped
             to ±1; where returns reach the hundreds, a failure's error of 50 then moves
             the network no more than an error of 1.
+        cuda_graph: on CUDA, the update is captured in a CUDA graph and replayed
+            (``apex.algorithms.dqn.graphed_step``; the host's kernel launches bound it
+            there); False: every update eager.
     """
 
     epsilon: float = 0.4
     target_update_period: int = 2500
     huber_delta: float = 1.0
+    cuda_graph: bool = True
 
     def problems(self, prefix: str = "dqn.") -> list[str]:
         return checked(
