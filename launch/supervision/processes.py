@@ -12,6 +12,7 @@ ROLE_OF_COMMAND = {
     "replay": "shard",
     "learner": "learner",
     "actor": "actor",
+    "evaluator": "evaluator",  # the learner's child, its config in RUN_DIR/evaluator/
     # tasks of a Slurm job (apex slurm task ROLE)
     "slurm task shard": "shard",
     "slurm task learner": "learner",
@@ -39,7 +40,8 @@ def _names_run_dir(entry: Path, words: list[str], run_dir: Path, resolved: Path)
 
 
 def run_processes(run_dir: Path) -> dict[int, str]:
-    """PID → role (train, shard, learner, actor) of every live process of ``run_dir``."""
+    """PID → role (train, shard, learner, actor, evaluator) of every live process of
+    ``run_dir``."""
     processes = {}
     resolved = run_dir.resolve()
     for entry in Path("/proc").iterdir():
