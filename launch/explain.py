@@ -3,7 +3,10 @@ why, and which of them the env's preset, the run's file or ``--set`` replaced.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from apex.algorithms.sized_defaults import SizedDefaults, cuda_asked, task_defaults
+from apex.envs.presets import preset
 from launch.config import RunConfig
 
 
@@ -24,10 +27,13 @@ def start_line(config: RunConfig) -> str | None:
 def explain_lines(config: RunConfig) -> list[str]:
     rule = defaults_rule(config)
     if not rule.said:
+        chosen = preset(config.env)
+        where = _shown_path(chosen.source) or "the papers' settings: it has no preset file"
         return [
-            f"defaults: {config.env}'s preset (apex/envs/preset_files/), under the papers' "
-            f"settings and the algorithm's defaults.toml [run]; the sized rule "
-            "(apex/algorithms/sized_defaults.py) is for a task without preset settings",
+            f"defaults: {config.env}'s preset ({where}), under the algorithm's "
+            "defaults.toml [run]; the sized rule (apex/algorithms/sized_defaults.py) is "
+            "for a task without preset settings (--set preset.family=gymnasium puts the "
+            "preset aside)"
         ]
     lines = [f"defaults: {rule.said}, by apex/algorithms/sized_defaults.py:"]
     resolved = config.to_dict()
@@ -61,3 +67,12 @@ def _shown(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1_000:
         return f"{value:_}"
     return repr(value) if isinstance(value, str) else str(value)
+
+
+def _shown_path(source: str) -> str:
+    """A preset file's path from the repository's root where it lies inside it."""
+    if not source:
+        return ""
+    root = Path(__file__).resolve().parents[1]
+    path = Path(source).resolve()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else source
