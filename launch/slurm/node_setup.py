@@ -43,8 +43,8 @@ def script_lines(config: RunConfig) -> list[str]:
             "# the user's modules, from the config's slurm.pythonpath",
             f'export PYTHONPATH="{joined}${{PYTHONPATH:+:$PYTHONPATH}}"',
         ]
-    elif user_roots(config):
-        modules = ", ".join(user_roots(config))
+    elif roots := user_roots(config):
+        modules = ", ".join(roots)
         lines.append(f"# {modules}: from PYTHONPATH as sbatch exports it (slurm.pythonpath unset)")
     return lines
 
